@@ -1,0 +1,31 @@
+# The README's two commands are `make demo` and `make test`; .ci/run calls `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.trtspec-installed
+
+.PHONY: setup test test-fast lint demo clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[cpu,dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not e2e"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check toolkit tests benchmarks
+	$(VENV)/bin/mypy
+
+demo: $(STAMP)
+	$(PY) -m trtspec.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,142 @@
+"""The on-disk data of a benchmark run: the per-request row format of
+``requests.jsonl`` (appended and flushed as each request completes, so a
+Ctrl-C or a kill keeps every finished request), the tolerant reader that
+ignores a torn last line, and the atomic writer every other artefact of a run
+goes through (temp file in the same folder + ``os.replace``)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import BenchError
+
+REQUEST_SCHEMA_VERSION = 1
+REQUESTS_FILE = "requests.jsonl"
+RUN_FILE = "run.json"
+
+# Every row carries these keys (None where not applicable); tests and the
+# summary rely on the names.
+REQUEST_FIELDS = (
+    "schema_version", "run_id", "seq", "warmup", "route", "prompt_index", "sample_index",
+    "variant", "model", "mode", "speculative", "draft_model", "num_speculative_tokens",
+    "temperature", "top_p", "top_k", "seed", "max_tokens", "load", "concurrency",
+    "request_rate", "request_id", "send_time_unix", "prompt_tokens", "completion_tokens",
+    "ttft_ms", "latency_ms", "tpot_ms", "tokens_per_second", "accepted_tokens",
+    "draft_tokens", "rounds", "server_ttft_ms", "server_total_ms", "served_variant",
+    "fallback", "error", "text_hash", "output_ids_hash", "output_text", "quality",
+    "client_overhead_ms", "send_lag_ms", "responses",
+)
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def ids_hash(ids: Iterable[int]) -> str:
+    return hashlib.sha256(",".join(str(int(i)) for i in ids).encode()).hexdigest()[:16]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new
+    one, never half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+class RequestLog:
+    """Append-only ``requests.jsonl``: one line per completed request, written
+    and flushed under a lock so concurrent workers never interleave lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run
+        self.count = 0
+
+    def append(self, row: dict[str, Any]) -> None:
+        line = json.dumps(row, sort_keys=False, default=str, ensure_ascii=False)
+        with self._lock:
+            self._fh.write(line + "\n")
+            # flush to the OS per row: survives Ctrl-C and kill -9 of this process
+            self._fh.flush()
+            self.count += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._fh.close()
+
+    def __enter__(self) -> RequestLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_requests(path: Path) -> list[dict[str, Any]]:
+    """Rows of ``requests.jsonl``. A torn *last* line (the process died while
+    writing it) is skipped; a malformed line elsewhere is an error naming it."""
+    if not path.is_file():
+        raise BenchError(
+            f"{path}: no such file",
+            hint="point `trtspec report` at a run folder written by `trtspec bench`",
+        )
+    rows: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if n == len(lines):
+                break
+            raise BenchError(
+                f"{path}:{n}: not a JSON object ({exc.msg})",
+                hint="requests.jsonl holds one JSON object per line; remove or fix that line",
+            ) from None
+        if not isinstance(row, dict) or "route" not in row or "variant" not in row:
+            raise BenchError(
+                f"{path}:{n}: not a request row (needs 'route' and 'variant')",
+                hint="requests.jsonl holds one JSON object per line; remove or fix that line",
+            )
+        rows.append(row)
+    return rows

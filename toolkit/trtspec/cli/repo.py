@@ -1,7 +1,86 @@
-"""CLI commands owned by the repo stage (being written)."""
+"""``trtspec repo``: assemble the Triton model repository for a spec from its
+built engines (``trtspec repo SPEC``), or validate any repository
+(``trtspec repo --check DIR``). A thin wrapper over ``trtspec.repo``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-COMMANDS: list[click.Command] = []
+from trtspec.cli._output import emit_json, emit_table, format_option, progress
+from trtspec.errors import RepoError
+
+
+def _check(path: Path, fmt: str) -> None:
+    from trtspec.repo.check import check_repository
+
+    problems = check_repository(path)
+    if problems:
+        count = len(problems)
+        head = f"{count} problem{'s' if count != 1 else ''} in repository {path}:"
+        raise RepoError(
+            head + "\n  " + "\n  ".join(str(p) for p in problems),
+            "Fix each file named above, or regenerate the repository with `trtspec repo SPEC`.",
+        )
+    models = sorted(p.name for p in path.iterdir() if (p / "config.pbtxt").is_file())
+    if fmt == "json":
+        emit_json({"repository": str(path), "ok": True, "models": models, "problems": []})
+    else:
+        click.echo(f"OK: {path} ({len(models)} models)")
+
+
+@click.command("repo")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--check", "check_only", is_flag=True,
+              help="Validate the repository at PATH instead of building one from a spec.")
+@click.option("--engines", "engines_root", type=click.Path(path_type=Path),
+              default=Path("engines"), show_default=True,
+              help="Engines root; the spec's engines are in ENGINES/<spec>/.")
+@click.option("--output", "output", type=click.Path(path_type=Path),
+              default=Path("triton_repo"), show_default=True,
+              help="Where to write the repository (OUTPUT/<spec>/).")
+@click.option("--routing", "routing_file", type=click.Path(path_type=Path), default=None,
+              help="routing.yaml from `trtspec bench`; default: the spec's rollout.")
+@format_option
+def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
+         routing_file: Path | None, fmt: str) -> None:
+    """Build the Triton model repository for the spec at PATH (engines/ →
+    triton_repo/), or with --check validate the repository folder at PATH."""
+    if check_only:
+        _check(path, fmt)
+        return
+    if path.is_dir():
+        raise click.UsageError(
+            f"{path} is a folder; pass a spec file, or add --check to validate a repository"
+        )
+    from trtspec.plan import make_plan
+    from trtspec.repo.assemble import assemble
+    from trtspec.repo.check import check_repository
+    from trtspec.repo.routing import load_routing
+    from trtspec.spec import load_spec
+
+    spec = load_spec(path)
+    plan = make_plan(spec, engines_root)
+    table = None
+    if routing_file is not None:
+        table = load_routing(routing_file,
+                             default_canary_percent=float(spec.rollout.canary_percent))
+    progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
+    result = assemble(spec, plan, engines_root, output, routing=table)
+    problems = check_repository(result)
+    if problems:
+        raise RepoError(
+            f"the assembled repository {result} fails its own check:\n  "
+            + "\n  ".join(str(p) for p in problems),
+            "This is a trtspec bug; please report it with the spec.",
+        )
+    manifest_models = sorted(p.name for p in result.iterdir() if (p / "config.pbtxt").is_file())
+    if fmt == "json":
+        emit_json({"repository": str(result), "models": manifest_models})
+    else:
+        emit_table(["model", "config"],
+                   [[m, str(result / m / "config.pbtxt")] for m in manifest_models])
+
+
+COMMANDS: list[click.Command] = [repo]

@@ -1,7 +1,129 @@
-"""CLI commands owned by the serve stage (being written)."""
+"""``trtspec serve``: run a model repository under a supervised tritonserver,
+print its endpoints on stdout once it is ready, and stop it cleanly (no server
+or stub left behind) on Ctrl-C or SIGTERM. All the work is in ``trtspec.serve``."""
 
 from __future__ import annotations
 
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
 import click
 
-COMMANDS: list[click.Command] = []
+from trtspec.cli._output import emit_json, emit_table, format_option, progress
+from trtspec.serve import Server, detect_world_size, engine_models, variant_models
+
+_port = click.IntRange(0, 65535)
+
+
+class _StopRequested(Exception):
+    """Raised from the SIGTERM handler so the supervisor's cleanup runs."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _StopRequested(signal.Signals(signum).name)
+
+
+@click.command("serve")
+@click.argument("repo", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--variant", help="Load only this variant and the models it calls.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--http-port", type=_port, default=8000, show_default=True, help="0 = any free port.")
+@click.option("--grpc-port", type=_port, default=8001, show_default=True, help="0 = any free port.")
+@click.option(
+    "--metrics-port", type=_port, default=8002, show_default=True, help="0 = any free port."
+)
+@click.option(
+    "--tritonserver",
+    "binary",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="tritonserver binary (default: PATH, /opt/tritonserver/bin, nvidia-pytriton).",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Where the server log goes (default: a new file in the temp folder).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Seconds to wait for the server to become ready.",
+)
+@click.option(
+    "--world-size",
+    type=click.IntRange(min=1),
+    help="TP×PP ranks (default: read from the engines' config.json; >1 runs mpirun).",
+)
+@format_option
+def serve_command(
+    *,
+    repo: Path,
+    variant: str | None,
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    binary: Path | None,
+    log_file: Path | None,
+    timeout: float,
+    world_size: int | None,
+    fmt: str,
+) -> None:
+    """Serve the Triton model repository REPO until Ctrl-C or SIGTERM."""
+    models = variant_models(repo, variant) if variant else None
+    ranks = world_size or detect_world_size(repo)
+    server = Server(
+        repo,
+        binary=binary,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        models=models,
+        log_path=log_file,
+        world_size=ranks,
+        engine_models=engine_models(repo, models) if ranks > 1 else (),
+    )
+    previous_int = signal.getsignal(signal.SIGINT)
+    previous_term = signal.signal(signal.SIGTERM, _raise_stop)
+    ready = False
+    try:
+        progress(f"Starting tritonserver ({server.install.source}); log: {server.log_path}")
+        server.start(timeout=timeout)
+        ready = True
+        endpoints = server.endpoints()
+        info = {
+            **endpoints,
+            "models": models if models is not None else "all",
+            "pid": server.pid,
+            "world_size": ranks,
+        }
+        if fmt == "json":
+            emit_json(info)
+        else:
+            emit_table(["endpoint", "address"], [[k, v] for k, v in endpoints.items()])
+        progress("Ready. Press Ctrl-C to stop.")
+        while True:
+            server.check_alive()
+            time.sleep(0.5)
+    except (KeyboardInterrupt, _StopRequested):
+        if not ready:
+            raise KeyboardInterrupt from None
+    finally:
+        # A second Ctrl-C must not cut the teardown short and orphan the server.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            if server.running:
+                progress("Stopping tritonserver…")
+            server.stop()
+        finally:
+            signal.signal(signal.SIGINT, previous_int)
+            signal.signal(signal.SIGTERM, previous_term)
+    progress("Stopped.")
+
+
+COMMANDS: list[click.Command] = [serve_command]

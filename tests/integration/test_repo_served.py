@@ -1,0 +1,319 @@
+"""A reference-backend repository for a spec with every mode, served by the
+real tritonserver (nvidia-pytriton's bundled binary) and driven through
+tritonclient gRPC streaming: every variant returns the baseline's text at
+temperature 0, streams its first delta before the final response, and reports
+exact draft/accepted counts; the router sends a deterministic share of a route
+to its canary and falls back to the baseline when the draft engine is gone.
+
+One server for every assertion: starting 15 Python-backend stubs costs most of
+this test's time on a 2-core machine."""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fi",
+    "Hello! Ünïcödé — 你好 — ✓ Hello! Ünïcödé",
+]
+MAX_TOKENS = 24
+
+SPEC = """\
+name: served
+backend: reference
+target: {{model: {target}, family: llama, dtype: float32, max_batch_size: 2,
+         max_input_len: 256, max_seq_len: 512, max_num_tokens: 1024}}
+variants:
+  - {{name: draft, mode: draft_model, draft: {{model: {draft}, family: llama}},
+     max_draft_len: 4, num_draft_tokens: [3]}}
+  - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
+  - {{name: medusa, mode: medusa, checkpoint: {medusa}, num_medusa_heads: 2,
+     medusa_choices: [[0], [0, 0], [1]]}}
+  - {{name: eagle, mode: eagle, checkpoint: {eagle}, num_eagle_layers: 2,
+     eagle_choices: [[0], [0, 0], [1]]}}
+  - {{name: lookahead, mode: lookahead, window_size: 2, ngram_size: 2, verification_set_size: 2}}
+rollout: {{canary_percent: 100, fallback_variant: baseline}}
+"""
+
+ROUTING = """\
+schema_version: 1
+default_variant: baseline
+routes:
+  code: {variant: ngram, canary_percent: 50, decision: promote}
+  chat: {variant: draft, num_draft_tokens: 2, decision: promote}
+"""
+
+
+@dataclass
+class Reply:
+    texts: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    final: dict = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
+
+
+def run_plan_steps(plan) -> None:
+    """Build every engine by running the plan's reference steps in process
+    (same argv as the executor's subprocess, without a torch import each)."""
+    from trtspec.build.reference import build, parse_args
+
+    for step in plan.steps:
+        assert list(step.argv[1:3]) == ["-m", "trtspec.build.reference"], step.argv
+        build(parse_args(list(step.argv[3:])))
+
+
+@pytest.fixture(scope="module")
+def served(tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory):
+    from trtspec.engine.testing import make_eagle_checkpoint, make_medusa_checkpoint
+    from trtspec.plan import make_plan
+    from trtspec.repo.assemble import assemble
+    from trtspec.repo.routing import load_routing
+    from trtspec.serve import Server, read_manifest
+    from trtspec.spec import load_spec
+
+    root = tmp_path_factory.mktemp("served")
+    medusa = make_medusa_checkpoint(root / "medusa", tiny_llama, num_heads=2)
+    eagle = make_eagle_checkpoint(root / "eagle", tiny_llama)
+    spec_path = root / "spec.yaml"
+    spec_path.write_text(SPEC.format(target=tiny_llama, draft=tiny_draft, medusa=medusa,
+                                     eagle=eagle), encoding="utf-8")
+    (root / "routing.yaml").write_text(ROUTING, encoding="utf-8")
+    spec = load_spec(spec_path)
+    plan = make_plan(spec, root / "engines")
+    run_plan_steps(plan)
+    repo = assemble(spec, plan, root / "engines", root / "triton_repo",
+                    routing=load_routing(root / "routing.yaml"))
+    models = sorted(read_manifest(repo)["models"])
+    server = Server(repo, models=models, log_path=root / "tritonserver.log")
+    server.start(timeout=300)
+    try:
+        yield server, spec, plan, repo
+    finally:
+        server.stop()
+        log = (root / "tritonserver.log").read_text(encoding="utf-8", errors="replace")
+        assert "Traceback" not in log, log[-4000:]
+
+
+def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | None = None,
+          request_id: str | None = None, num_draft_tokens: int | None = None) -> Reply:
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value, dtype: str):
+        array = np.array([value], dtype=np.object_ if dtype == "BYTES" else None)
+        if dtype != "BYTES":
+            array = array.astype({"INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_,
+                                  "UINT64": np.uint64}[dtype])
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(array)
+        return t
+
+    inputs = [tensor("text_input", prompt.encode("utf-8"), "BYTES"),
+              tensor("max_tokens", MAX_TOKENS, "INT32"),
+              tensor("temperature", 0.0, "FP32"),
+              tensor("stream", stream, "BOOL")]
+    if route is not None:
+        inputs.append(tensor("route", route.encode(), "BYTES"))
+    if request_id is not None:
+        inputs.append(tensor("request_id", request_id.encode(), "BYTES"))
+    if num_draft_tokens is not None:
+        inputs.append(tensor("num_draft_tokens", num_draft_tokens, "INT32"))
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    reply = Reply()
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error,
+                                                                        time.monotonic())))
+        client.async_stream_infer(model, inputs, request_id=request_id or "")
+        deadline = time.monotonic() + 120
+        while True:
+            result, error, at = results.get(timeout=max(1.0, deadline - time.monotonic()))
+            if error is not None:
+                reply.error = str(error)
+                break
+            reply.times.append(at)
+            reply.texts.append(result.as_numpy("text_output")[0].decode("utf-8"))
+            reply.ids.extend(int(t) for t in result.as_numpy("output_ids"))
+            if bool(result.as_numpy("is_final")[0]):
+                for name in ("prompt_tokens", "completion_tokens", "draft_tokens",
+                             "accepted_tokens", "rounds", "server_ttft_ns", "server_total_ns"):
+                    reply.final[name] = int(result.as_numpy(name)[0])
+                reply.final["variant"] = result.as_numpy("variant")[0].decode()
+                reply.final["fallback"] = bool(result.as_numpy("fallback")[0])
+                break
+    finally:
+        client.stop_stream()
+        client.close()
+    return reply
+
+
+@pytest.fixture(scope="module")
+def baseline(served) -> list[Reply]:
+    server = served[0]
+    replies = [infer(server, "baseline", p) for p in PROMPTS]
+    for reply in replies:
+        assert reply.error is None, reply.error
+    return replies
+
+
+def test_baseline_streams_deltas_with_stats(served, baseline) -> None:
+    from trtspec.repo.models.text import Tokenizer
+
+    tokenizer = Tokenizer(_tokenizer_dir(served[3]))
+    for prompt, reply in zip(PROMPTS, baseline, strict=True):
+        assert reply.final["variant"] == "baseline"
+        assert reply.final["fallback"] is False
+        assert reply.final["completion_tokens"] == len(reply.ids) > 0
+        assert reply.final["draft_tokens"] == reply.final["accepted_tokens"] == 0
+        assert reply.final["rounds"] == reply.final["completion_tokens"]
+        assert 0 < reply.final["server_ttft_ns"] <= reply.final["server_total_ns"]
+        # TTFT: the first delta arrives before the final response
+        assert len(reply.times) >= 2 and reply.times[0] < reply.times[-1]
+        # the deltas add up to the decode of all ids, multi-byte characters included
+        assert reply.text == tokenizer.decode(reply.ids), prompt
+
+
+def test_non_streaming_returns_the_whole_text_once(served, baseline) -> None:
+    reply = infer(served[0], "ngram", PROMPTS[0], stream=False)
+    assert reply.error is None, reply.error
+    assert len(reply.texts) == 1
+    assert reply.text == baseline[0].text
+    assert reply.ids == baseline[0].ids
+
+
+@pytest.mark.parametrize("variant", ["draft", "ngram", "medusa", "eagle", "lookahead"])
+def test_variant_equals_baseline_at_temperature_zero(served, baseline, variant: str) -> None:
+    for prompt, expected in zip(PROMPTS, baseline, strict=True):
+        reply = infer(served[0], variant, prompt)
+        assert reply.error is None, reply.error
+        assert reply.ids == expected.ids, (variant, prompt)
+        assert reply.text == expected.text, (variant, prompt)
+        assert reply.final["variant"] == variant
+        assert reply.final["prompt_tokens"] == expected.final["prompt_tokens"]
+        assert reply.final["completion_tokens"] == expected.final["completion_tokens"]
+        assert len(reply.times) >= 2 and reply.times[0] < reply.times[-1]
+        stats = reply.final
+        assert 0 <= stats["accepted_tokens"] <= stats["draft_tokens"]
+        # every round yields its accepted draft tokens plus one of the target's own
+        assert stats["completion_tokens"] <= stats["accepted_tokens"] + stats["rounds"]
+
+
+def _prompt_ids(repo: Path, prompt: str) -> list[int]:
+    from trtspec.repo.models.text import Tokenizer
+
+    return Tokenizer(_tokenizer_dir(repo)).encode(prompt)
+
+
+def _tokenizer_dir(repo: Path) -> str:
+    from trtspec.repo.configs import parameters_of, read_config
+
+    return parameters_of(read_config(repo / "preprocessing" / "config.pbtxt"))["tokenizer_dir"]
+
+
+def test_ngram_counts_are_exact(served, baseline) -> None:
+    from trtspec.speculate import propose_ngram, simulate_rounds
+
+    server, _, _, repo = served
+    for prompt, expected in zip(PROMPTS, baseline, strict=True):
+        prompt_ids = _prompt_ids(repo, prompt)
+        assert len(prompt_ids) == expected.final["prompt_tokens"]
+        want = simulate_rounds(prompt_ids, expected.ids, lambda s, k: propose_ngram(s, k, 2),
+                               num_draft_tokens=4, max_draft_len=4, max_tokens=MAX_TOKENS)
+        reply = infer(server, "ngram", prompt)
+        got = reply.final
+        assert (got["rounds"], got["draft_tokens"], got["accepted_tokens"]) == (
+            want.rounds, want.draft_tokens, want.accepted_tokens), prompt
+
+
+def test_draft_model_counts_are_exact(served, baseline) -> None:
+    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+    from trtspec.engine.sampling import SamplingParams
+    from trtspec.speculate import simulate_rounds
+
+    server, _, plan, repo = served
+    draft_engine = ReferenceEngine.load(str(plan.engine(plan.variants["draft"].draft).dir))
+    end_id = _end_id(repo)
+
+    def propose(sequence, k):
+        gen = draft_engine.stream(GenerationRequest(
+            input_ids=list(sequence), max_new_tokens=k, end_id=end_id,
+            sampling=SamplingParams(temperature=0.0)))
+        for _ in gen:
+            pass
+        return list(gen.output_ids)
+
+    for prompt, expected in zip(PROMPTS, baseline, strict=True):
+        want = simulate_rounds(_prompt_ids(repo, prompt), expected.ids, propose,
+                               num_draft_tokens=3, max_draft_len=4, max_tokens=MAX_TOKENS)
+        reply = infer(server, "draft", prompt)
+        got = reply.final
+        assert (got["rounds"], got["draft_tokens"], got["accepted_tokens"]) == (
+            want.rounds, want.draft_tokens, want.accepted_tokens), prompt
+        # a per-request override within max_draft_len is honoured ...
+        want2 = simulate_rounds(_prompt_ids(repo, prompt), expected.ids, propose,
+                                num_draft_tokens=1, max_draft_len=4, max_tokens=MAX_TOKENS)
+        got2 = infer(server, "draft", prompt, num_draft_tokens=1).final
+        assert got2["draft_tokens"] == want2.draft_tokens
+
+
+def _end_id(repo: Path) -> int | None:
+    from trtspec.repo.models.text import Tokenizer
+
+    return Tokenizer(_tokenizer_dir(repo)).end_id
+
+
+def test_num_draft_tokens_above_max_draft_len_is_an_error(served) -> None:
+    reply = infer(served[0], "ngram", PROMPTS[0], num_draft_tokens=9)
+    assert reply.error is not None
+    assert "num_draft_tokens 9 is outside 0..4 (the max_draft_len of variant 'ngram')" \
+        in reply.error
+
+
+def test_router_sends_the_canary_share_deterministically(served, baseline) -> None:
+    from trtspec.repo.routing import canary_bucket
+
+    server = served[0]
+    ids = [f"req-{i}" for i in range(8)]
+    expected = ["ngram" if canary_bucket(i) < 5000 else "baseline" for i in ids]
+    assert 0 < expected.count("ngram") < len(ids)  # the chosen ids exercise both paths
+    got = []
+    for request_id in ids:
+        reply = infer(server, "router", PROMPTS[0], route="code", request_id=request_id)
+        assert reply.error is None, reply.error
+        assert reply.text == baseline[0].text
+        assert reply.final["fallback"] is False
+        got.append(reply.final["variant"])
+    assert got == expected
+    # an unknown route goes to the default variant
+    other = infer(server, "router", PROMPTS[1], route="unknown", request_id="x")
+    assert other.final["variant"] == "baseline"
+
+
+def test_router_falls_back_when_the_draft_engine_fails(served, baseline) -> None:
+    server, _, plan, _ = served
+    ok = infer(server, "router", PROMPTS[1], route="chat", request_id="a")
+    assert (ok.final["variant"], ok.final["fallback"]) == ("draft", False)
+    draft_engine = plan.variants["draft"].draft
+    server.unload_model(draft_engine)
+    try:
+        direct = infer(server, "draft", PROMPTS[1])
+        assert direct.error is not None and draft_engine in direct.error
+        reply = infer(server, "router", PROMPTS[1], route="chat", request_id="b")
+        assert reply.error is None, reply.error
+        assert (reply.final["variant"], reply.final["fallback"]) == ("baseline", True)
+        assert reply.text == baseline[1].text
+    finally:
+        server.load_model(draft_engine)

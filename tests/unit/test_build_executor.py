@@ -1,0 +1,218 @@
+"""The executor with real subprocesses: staging + rename, manifests, logs,
+cache skips, --force, --only, failures with the output tail, and a build
+SIGKILLed mid-step that leaves nothing a later run trusts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from trtspec.build.executor import (
+    ReferenceBackend,
+    TrtllmBackend,
+    execute,
+    is_cached,
+    plan_status,
+    run_subprocess,
+)
+from trtspec.errors import StepFailed, TrtspecError
+from trtspec.plan import EnginePlan, Plan, Step, VariantEngines
+
+WRITE_A = textwrap.dedent("""\
+    import os, sys, time
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    flag = sys.argv[2]
+    open(os.path.join(out, "pid"), "w").write(str(os.getpid()))
+    print("converting", flush=True)
+    if os.path.exists(flag):
+        time.sleep(60)
+    open(os.path.join(out, "weights.bin"), "w").write("w")
+    print("converted", flush=True)
+""")
+WRITE_B = textwrap.dedent("""\
+    import json, os, sys
+    src, out = sys.argv[1], sys.argv[2]
+    assert open(os.path.join(src, "weights.bin")).read() == "w"
+    os.makedirs(out, exist_ok=True)
+    cfg = {"version": "1.1.0", "pretrained_config": {"architecture": "LlamaForCausalLM"},
+           "build_config": {"max_batch_size": 2, "max_draft_len": 4,
+                            "speculative_decoding_mode": 2}}
+    json.dump(cfg, open(os.path.join(out, "config.json"), "w"))
+    print("built engine", flush=True)
+""")
+
+
+def make_plan_for(root: Path, flag: Path, b_code: str = WRITE_B) -> Plan:
+    ckpt, eng = str(root / ".checkpoints" / "target"), str(root / "target_dte")
+    steps = [
+        Step(id="convert:target", kind="convert", unit=ckpt,
+             argv=("python", "-c", WRITE_A, ckpt, str(flag)), cwd=None, env={}, inputs=(),
+             outputs=(ckpt,), cache_key="k1", engine=None, description="convert target"),
+        Step(id="build:target_dte", kind="build", unit=eng,
+             argv=("python", "-c", b_code, ckpt, eng), cwd=None, env={"X": "1"}, inputs=(ckpt,),
+             outputs=(eng,), cache_key="k2", engine="target_dte", description="build target_dte"),
+    ]  # fmt: skip
+    engine = EnginePlan(name="target_dte", role="target", mode="draft_tokens_external",
+                        max_draft_len=4, source="m", dir=Path(eng), variants=("ngram",))  # fmt: skip
+    return Plan(spec_name="t", spec_hash="h", backend="reference", root=root, engines=[engine],
+                steps=steps, variants={"ngram": VariantEngines("target_dte", None, "ngram")})  # fmt: skip
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv, cwd, env, log):  # type: ignore[no-untyped-def]
+        self.calls.append(list(argv))
+        run_subprocess(argv, cwd, env, log)
+
+
+def test_build_stages_renames_and_caches(tmp_path: Path) -> None:
+    root = tmp_path / "engines" / "t"
+    plan = make_plan_for(root, tmp_path / "no-flag")
+    rec = Recorder()
+    messages: list[str] = []
+    result = execute(plan, backend=ReferenceBackend(), runner=rec, progress=messages.append)
+    assert [o.status for o in result.outcomes] == ["ran", "ran"]
+    assert rec.calls[0][0] == sys.executable  # "python" resolved at execution time
+    staging = str(root / ".staging")
+    assert rec.calls[0][3].startswith(staging) and rec.calls[1][4].startswith(staging)
+    assert rec.calls[1][3] == str(root / ".checkpoints" / "target")  # inputs read from final
+    eng = root / "target_dte"
+    manifest = json.loads((eng / "trtspec.json").read_text())
+    assert manifest["spec"] == "t" and manifest["spec_hash"] == "h"
+    assert [s["cache_key"] for s in manifest["steps"]] == ["k2"]
+    assert manifest["config_summary"]["speculative_mode_name"] == "draft_tokens_external"
+    assert manifest["engine"]["name"] == "target_dte"
+    assert "built engine" in (eng / "build.log").read_text()
+    assert list((root / ".staging").iterdir()) == []
+    assert messages[0] == "[1/2] convert target ..."
+
+    rec2 = Recorder()
+    again = execute(plan, backend=ReferenceBackend(), runner=rec2)
+    assert rec2.calls == [] and [o.status for o in again.outcomes] == ["cached", "cached"]
+    assert all(c for _, c in plan_status(plan))
+
+    rec3 = Recorder()
+    execute(plan, backend=ReferenceBackend(), runner=rec3, force=True)
+    assert len(rec3.calls) == 2
+
+
+def test_changed_key_rebuilds_only_that_unit(tmp_path: Path) -> None:
+    root = tmp_path / "engines" / "t"
+    plan = make_plan_for(root, tmp_path / "no-flag")
+    execute(plan, backend=ReferenceBackend())
+    steps = list(plan.steps)
+    steps[1] = Step(**{**steps[1].to_dict(), "argv": steps[1].argv, "inputs": steps[1].inputs,
+                       "outputs": steps[1].outputs, "cache_key": "k2-new"})  # fmt: skip
+    plan.steps = steps
+    assert is_cached(plan, steps[0].unit) and not is_cached(plan, steps[1].unit)
+    rec = Recorder()
+    execute(plan, backend=ReferenceBackend(), runner=rec)
+    assert len(rec.calls) == 1 and rec.calls[0][2] == WRITE_B
+
+
+def test_only_selects_needed_units(tmp_path: Path) -> None:
+    plan = make_plan_for(tmp_path / "e" / "t", tmp_path / "no-flag")
+    assert [s.id for s, _ in plan_status(plan, only="ngram")] == ["convert:target", "build:target_dte"]
+    with pytest.raises(KeyError):
+        plan_status(plan, only="nope")
+
+
+def test_failure_reports_tail_and_leaves_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "engines" / "t"
+    bad = "import sys\nfor i in range(40): print('line', i)\nsys.exit(3)\n"
+    plan = make_plan_for(root, tmp_path / "no-flag", b_code=bad)
+    with pytest.raises(StepFailed) as err:
+        execute(plan, backend=ReferenceBackend())
+    msg = err.value.message
+    first_line = msg.splitlines()[0]
+    assert first_line.startswith("step build:target_dte failed: command failed with exit code 3: ")
+    assert "-c 'import sys" in first_line or "'import sys" in msg
+    assert msg.splitlines()[-1] == "    line 39"
+    assert "line 9\n" not in msg and "    line 10" in msg  # the last 30 lines only
+    log = root / ".logs" / "target_dte.build.log"
+    assert err.value.hint == f"full log: {log}"
+    assert "line 0" in log.read_text()
+    assert not (root / "target_dte").exists()
+    assert (root / ".checkpoints" / "target" / "trtspec.json").is_file()  # finished unit kept
+    assert list((root / ".staging").iterdir()) == []
+
+
+def test_missing_command_is_a_clean_error(tmp_path: Path) -> None:
+    with pytest.raises(StepFailed) as err:
+        run_subprocess(["trtspec-no-such-tool", "--x"], log=tmp_path / "log")
+    assert err.value.message == ("cannot run 'trtspec-no-such-tool': command not found "
+                                 "(trtspec-no-such-tool --x)")  # fmt: skip
+
+
+def test_trtllm_preflight_without_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    plan = make_plan_for(tmp_path / "e" / "t", tmp_path / "no-flag")
+    with pytest.raises(TrtspecError) as err:
+        TrtllmBackend().preflight(plan, list(plan.steps))
+    assert err.value.message == ("trtllm-build is not on PATH; TensorRT-LLM engines can only be "
+                                 "built where TensorRT-LLM is installed")  # fmt: skip
+
+
+CHILD = """\
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_build_executor import make_plan_for
+from trtspec.build.executor import ReferenceBackend, execute
+execute(make_plan_for(Path({root!r}), Path({flag!r})), backend=ReferenceBackend())
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_mid_step_leaves_no_trusted_folder(tmp_path: Path) -> None:
+    root = tmp_path / "engines" / "t"
+    flag = tmp_path / "slow"
+    flag.write_text("")
+    code = CHILD.format(tests=str(Path(__file__).parent), root=str(root), flag=str(flag))
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 30
+        pid_file = None
+        while time.monotonic() < deadline and pid_file is None:
+            found = list((root / ".staging").glob("*/pid")) if (root / ".staging").is_dir() else []
+            pid_file = found[0] if found and found[0].read_text() else None
+            time.sleep(0.05)
+        assert pid_file is not None, "the step never started"
+        step_pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for _ in range(100):  # the step dies with its parent (PR_SET_PDEATHSIG)
+        try:
+            os.kill(step_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(step_pid, signal.SIGKILL)
+        pytest.fail("the step outlived the killed build")
+    assert not (root / ".checkpoints" / "target").exists()
+    assert not (root / "target_dte").exists()
+    assert list((root / ".staging").iterdir())  # only the untrusted staging folder remains
+
+    flag.unlink()
+    plan = make_plan_for(root, flag)
+    assert not any(c for _, c in plan_status(plan))
+    result = execute(plan, backend=ReferenceBackend())
+    assert [o.status for o in result.outcomes] == ["ran", "ran"]
+    assert list((root / ".staging").iterdir()) == []  # the dead build's folder was cleaned
+    assert (root / "target_dte" / "config.json").is_file()

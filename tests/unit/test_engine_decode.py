@@ -1,0 +1,304 @@
+"""The reference engine in process: KV-cached decoding, every mode lossless, exact accounting.
+
+Engines are built once per module from the shared tiny Llama (random Medusa
+heads and EAGLE layer in their public formats). At temperature 0 every mode
+must reproduce target-only tokens exactly; at temperature > 0 the
+speculative output must follow the target's own distribution (checked by a
+chi-square test against the exact probabilities on a top-3 vocabulary).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from trtspec.engine import GenerationRequest, ReferenceEngine, RequestError, SamplingParams
+
+PROMPTS = [
+    list(range(5, 40)),
+    [7, 8, 9, 10] * 8,  # repetitive: lookahead's pool and the KV reuse get hits
+    [100, 101, 250, 3, 44, 44, 44, 17],
+]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from trtspec.engine.testing import build_engine, make_eagle_checkpoint, make_medusa_checkpoint
+
+    root = tmp_path_factory.mktemp("engines")
+    medusa = make_medusa_checkpoint(root / "medusa_ckpt", tiny_llama, num_heads=3)
+    eagle = make_eagle_checkpoint(root / "eagle_ckpt", tiny_llama)
+    return {
+        "none": build_engine(tiny_llama, root / "target", "none"),
+        "dte": build_engine(tiny_llama, root / "dte", "draft_tokens_external", max_draft_len=4),
+        "medusa": build_engine(tiny_llama, root / "medusa", "medusa", extra=[
+            "--medusa-dir", str(medusa), "--num-medusa-heads", "3",
+            "--medusa-choices", "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"]),
+        "eagle": build_engine(tiny_llama, root / "eagle", "eagle", extra=[
+            "--eagle-dir", str(eagle), "--num-eagle-layers", "3"]),
+        "lookahead": build_engine(tiny_llama, root / "lookahead", "lookahead",
+                                  extra=["--lookahead", "4,3,4"]),
+    }
+
+
+@pytest.fixture(scope="module")
+def loaded(engines: dict[str, Path]) -> dict[str, ReferenceEngine]:
+    return {name: ReferenceEngine.load(path, threads=1) for name, path in engines.items()}
+
+
+def truth(loaded: dict[str, ReferenceEngine], prompt: list[int], n: int) -> list[int]:
+    fresh = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
+                            medusa_choices=None, eagle_depth=0, kv_reuse=0)
+    return fresh.generate(GenerationRequest(prompt, n)).output_ids
+
+
+def test_target_only_matches_hf_generate_and_never_reencodes(tiny_llama: Path, loaded) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_llama), dtype=torch.float32)
+    prompt = PROMPTS[0]
+    hf = model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
+                        eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+    engine = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
+                             medusa_choices=None, eagle_depth=0, kv_reuse=0)
+    gen = engine.generate(GenerationRequest(prompt, 24))
+    assert gen.output_ids == hf
+    # The prompt once, then one new token per step: no prefix re-encoding.
+    assert gen.encoded_tokens == len(prompt) + 23
+    assert gen.steps == 24
+
+
+@pytest.mark.parametrize("mode", ["medusa", "eagle", "lookahead"])
+@pytest.mark.parametrize("prompt_index", range(len(PROMPTS)))
+def test_greedy_is_lossless(loaded, mode: str, prompt_index: int) -> None:
+    prompt = PROMPTS[prompt_index]
+    expected = truth(loaded, prompt, 40)
+    gen = loaded[mode].generate(GenerationRequest(prompt, 40))
+    assert gen.output_ids == expected
+    assert 0 <= gen.total_accepted_draft_tokens <= gen.total_draft_tokens
+    # Every accepted draft token saved one step.
+    assert gen.steps == 40 - gen.total_accepted_draft_tokens or gen.steps < 40
+
+
+def test_lookahead_accepts_on_repetitive_text(loaded) -> None:
+    gen = loaded["lookahead"].generate(GenerationRequest(PROMPTS[1], 40))
+    assert gen.total_accepted_draft_tokens > 5
+    assert gen.steps <= 40 - gen.total_accepted_draft_tokens + 1
+
+
+@pytest.mark.parametrize("agree", range(5))
+def test_draft_tokens_external_accounting_is_exact(loaded, agree: int) -> None:
+    prompt = PROMPTS[2]
+    expected = truth(loaded, prompt, 5)
+    draft = expected[:4]
+    if agree < 4:
+        draft = [*expected[:agree], (expected[agree] + 1) % 384, *expected[agree + 1:4]]
+    gen = loaded["dte"].generate(GenerationRequest(prompt, len(draft) + 1, draft_ids=draft))
+    assert gen.output_ids == expected[: agree + 1]  # accepted prefix + the target's token
+    assert gen.total_draft_tokens == 4
+    assert gen.total_accepted_draft_tokens == agree
+    assert gen.steps == 1
+    assert gen.acceptance_rate == agree / 4
+
+
+def test_draft_loop_with_a_partly_agreeing_draft_model(tiny_draft: Path, loaded, tmp_path) -> None:
+    """The BLS loop in process: draft engine proposes, dte target verifies."""
+    from trtspec.engine.testing import build_engine
+
+    draft = ReferenceEngine.load(build_engine(tiny_draft, tmp_path / "draft", "none"), threads=1)
+    prompt, n, k = PROMPTS[0], 30, 4
+    expected = truth(loaded, prompt, n)
+    seq = list(prompt)
+    drafted = accepted = rounds = 0
+    while len(seq) < len(prompt) + n:
+        want = min(k, len(prompt) + n - len(seq) - 1)
+        proposal = draft.generate(GenerationRequest(seq, want)).output_ids if want > 0 else []
+        gen = loaded["dte"].generate(GenerationRequest(seq, len(proposal) + 1,
+                                                       draft_ids=proposal or None))
+        # Exact by construction: the accepted count is the proposal's agreement
+        # with the target-only continuation.
+        ref = expected[len(seq) - len(prompt):]
+        agree = next((i for i, (a, b) in enumerate(zip(proposal, ref)) if a != b), len(proposal))
+        assert gen.total_accepted_draft_tokens == agree
+        assert gen.output_ids == ref[: agree + 1]
+        drafted += gen.total_draft_tokens
+        accepted += gen.total_accepted_draft_tokens
+        seq += gen.output_ids
+        rounds += 1
+    assert seq[len(prompt):] == expected
+    assert 0 < accepted < drafted  # the noisy draft agrees on some tokens, not all
+    assert rounds < n
+
+
+def test_kv_cache_reuse_across_requests(loaded) -> None:
+    engine = loaded["dte"]
+    prompt = [*PROMPTS[0], 60, 61]
+    first = engine.generate(GenerationRequest(prompt, 5))
+    follow = [*prompt, *first.output_ids, 70]
+    second = engine.generate(GenerationRequest(follow, 6))
+    assert second.reused_tokens == len(prompt) + 4  # all committed tokens of the first
+    assert second.encoded_tokens == (len(follow) - second.reused_tokens) + 5
+    assert second.output_ids == truth(loaded, follow, 6)
+    # A diverging prompt reuses only the common prefix.
+    third = engine.generate(GenerationRequest([*prompt[:10], 3, 4, 5], 3))
+    assert third.reused_tokens == 10
+    assert third.output_ids == truth(loaded, [*prompt[:10], 3, 4, 5], 3)
+
+
+def test_streaming_deltas_and_end_id(loaded) -> None:
+    engine = loaded["lookahead"]
+    expected = truth(loaded, PROMPTS[1], 30)
+    gen = engine.stream(GenerationRequest(PROMPTS[1], 30))
+    deltas = list(gen)
+    assert [t for d in deltas for t in d] == expected
+    assert len(deltas) == gen.steps
+    assert gen.finished
+    # end_id stops generation and is not part of the output.
+    stop_at = expected[5]
+    cut = expected.index(stop_at)
+    gen = engine.generate(GenerationRequest(PROMPTS[1], 30, end_id=stop_at))
+    assert gen.output_ids == expected[:cut]
+    # min_tokens keeps end_id from being picked before that many tokens.
+    gen = loaded["none"].generate(GenerationRequest(PROMPTS[1], 4, end_id=expected[0],
+                                                    min_tokens=2))
+    assert len(gen.output_ids) >= 2 and expected[0] not in gen.output_ids[:2]
+
+
+def test_sampling_is_reproducible_per_seed(loaded) -> None:
+    def run(seed: int) -> list[int]:
+        return loaded["lookahead"].generate(GenerationRequest(PROMPTS[0], 16, sampling=(
+            SamplingParams(temperature=1.0, top_p=0.9, seed=seed)))).output_ids
+
+    assert run(3) == run(3)
+    assert len({tuple(run(s)) for s in range(4)}) > 1
+
+
+def _exact_pair_probs(model, prompt: list[int], sampler_params: SamplingParams) -> dict:
+    """P(t1, t2) under the target's own sampling distribution, computed directly."""
+    import torch
+
+    from trtspec.engine.sampling import Sampler
+
+    sampler = Sampler(sampler_params)
+    with torch.inference_mode():
+        p1 = sampler.probs(model(torch.tensor([prompt])).logits[0, -1])
+        probs = {}
+        for t1 in torch.nonzero(p1).reshape(-1).tolist():
+            p2 = sampler.probs(model(torch.tensor([[*prompt, t1]])).logits[0, -1])
+            for t2 in torch.nonzero(p2).reshape(-1).tolist():
+                probs[(t1, t2)] = float(p1[t1] * p2[t2])
+    return probs
+
+
+def _chi_square(counts: dict, probs: dict, n: int) -> tuple[float, int]:
+    stat, dof, pooled_obs, pooled_exp = 0.0, -1, 0, 0.0
+    for key, p in probs.items():
+        exp = p * n
+        if exp < 5:
+            pooled_obs += counts.get(key, 0)
+            pooled_exp += exp
+            continue
+        stat += (counts.get(key, 0) - exp) ** 2 / exp
+        dof += 1
+    if pooled_exp > 0:
+        stat += (pooled_obs - pooled_exp) ** 2 / max(pooled_exp, 1e-9)
+        dof += 1
+    outside = sum(c for k, c in counts.items() if k not in probs)
+    assert outside == 0, f"{outside} samples outside the target's support"
+    return stat, dof
+
+
+# chi-square 99.9% quantiles, dof 1..12: a correct sampler fails ~1 run in 1000
+_CHI2_999 = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26, 32.91]
+
+
+@pytest.mark.parametrize("mode", ["dte", "medusa", "lookahead"])
+def test_sampling_distribution_matches_target(loaded, mode: str) -> None:
+    prompt = PROMPTS[2]
+    params = SamplingParams(temperature=1.5, top_k=3)
+    probs = _exact_pair_probs(loaded["none"].model, prompt, params)
+    greedy = truth(loaded, prompt, 2)
+    n, counts, firsts, accepted = 600, {}, {}, 0
+    for seed in range(n):
+        req = GenerationRequest(prompt, 2, sampling=SamplingParams(
+            temperature=1.5, top_k=3, seed=1000 + seed),
+            draft_ids=greedy[:1] if mode == "dte" else None)
+        gen = loaded[mode].generate(req)
+        first = gen.output_ids[0]
+        firsts[(first,)] = firsts.get((first,), 0) + 1
+        if len(gen.output_ids) == 2:
+            key = tuple(gen.output_ids)
+            counts[key] = counts.get(key, 0) + 1
+        accepted += gen.total_accepted_draft_tokens
+    # The first token's marginal: whatever was drafted, it is the target's.
+    marginal: dict = {}
+    for (t1, _), p in probs.items():
+        marginal[(t1,)] = marginal.get((t1,), 0.0) + p
+    stat, dof = _chi_square(firsts, marginal, n)
+    assert stat < _CHI2_999[max(dof, 1) - 1], (stat, dof, firsts, marginal)
+    if mode == "dte":
+        # A rejected draft ends the (single) verification step after one token:
+        # pairs exist exactly for the samples whose first token matched the draft.
+        total = sum(counts.values())
+        assert accepted == total == firsts.get((greedy[0],), 0)
+        probs = {k: v for k, v in probs.items() if k[0] == greedy[0]}
+        norm = sum(probs.values())
+        probs = {k: v / norm for k, v in probs.items()}
+        n = total
+        assert total > 100
+    stat, dof = _chi_square(counts, probs, n)
+    assert dof >= 1
+    assert stat < _CHI2_999[min(dof, len(_CHI2_999)) - 1], (stat, dof, counts, probs)
+    assert not math.isnan(stat)
+
+
+def test_bad_requests_have_trtllm_wording(loaded) -> None:
+    dte, la, none = loaded["dte"], loaded["lookahead"], loaded["none"]
+    cases = [
+        (dte, GenerationRequest(PROMPTS[0], 7, draft_ids=[1] * 6),
+         "Number of draft tokens (6) is larger than maximum number of draft tokens (4)"),
+        (none, GenerationRequest(PROMPTS[0], 3, draft_ids=[1, 2]),
+         "Number of draft tokens (2) is larger than maximum number of draft tokens (0)"),
+        (dte, GenerationRequest([3] * 513, 4),
+         "Prompt length (513) exceeds maximum input length (512)."),
+        (dte, GenerationRequest([3] * 500, 600),
+         "Prompt length + number of requested output tokens (500 + 600) exceeds maximum "
+         "sequence length (1028)."),
+        (la, GenerationRequest(PROMPTS[0], 4, lookahead=(5, 3, 4)),
+         "Lookahead config (w=5, n=3, g=4) is not within the engine's (W=4, N=3, G=4): "
+         "need 1 <= w <= W, 1 <= n <= N, 0 <= g <= G"),
+        (none, GenerationRequest(PROMPTS[0], 4, lookahead=(2, 2, 1)),
+         "lookahead_window_size/ngram_size/verification_set_size given, but the engine was "
+         "not built for lookahead decoding"),
+        (none, GenerationRequest([], 4),
+         "input_ids is empty: a request needs at least one prompt token"),
+        (none, GenerationRequest([1, 999], 4),
+         "input_ids contains token id 999 outside the vocabulary [0, 384)"),
+        (none, GenerationRequest([1, 2], 0), "request_output_len must be at least 1 (got 0)"),
+        (loaded["medusa"], GenerationRequest(PROMPTS[0], 3, draft_ids=[1]),
+         "draft_input_ids given, but this engine's speculative decoding mode is medusa; only "
+         "draft_tokens_external engines verify external drafts"),
+    ]
+    for engine, req, message in cases:
+        with pytest.raises(RequestError) as err:
+            engine.stream(req)
+        assert str(err.value) == message
+    # Smaller per-request lookahead configs are fine and still lossless.
+    gen = la.generate(GenerationRequest(PROMPTS[1], 20, lookahead=(2, 2, 1)))
+    assert gen.output_ids == truth(loaded, PROMPTS[1], 20)
+
+
+def test_int8_draft_engine_mostly_agrees(tiny_llama: Path, loaded, tmp_path) -> None:
+    from trtspec.engine.testing import build_engine
+
+    path = build_engine(tiny_llama, tmp_path / "int8", "none", extra=["--quantization", "int8"])
+    engine = ReferenceEngine.load(path, threads=1)
+    assert engine.config.quantization == "int8"
+    assert "Quantized" in type(engine.model.lm_head).__name__ or "quantized" in type(
+        engine.model.lm_head).__module__
+    expected = truth(loaded, PROMPTS[0], 20)
+    got = engine.generate(GenerationRequest(PROMPTS[0], 20)).output_ids
+    assert sum(a == b for a, b in zip(got, expected)) >= 5

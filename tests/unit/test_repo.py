@@ -1,0 +1,457 @@
+"""trtspec.repo: assembling a repository from a spec + plan, the manifest, the
+configs' protobuf round trip, `repo --check` and the `trtspec repo` command.
+
+The engine folders here are written by the test (``config.json`` +
+``tokenizer/``): the assembler only reads their metadata; serving real
+reference engines is tests/integration/test_repo_served.py's job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from trtspec.cli.main import cli
+from trtspec.errors import RepoError
+from trtspec.plan import make_plan
+from trtspec.repo.assemble import assemble, choices_text
+from trtspec.repo.check import check_repository
+from trtspec.repo.routing import RouteRule, RoutingTable
+from trtspec.spec import load_spec
+
+MODE_INTS = {"none": 1, "draft_tokens_external": 2, "medusa": 4, "lookahead_decoding": 8,
+             "eagle": 32}
+
+SPEC = """\
+name: tiny-all
+backend: {backend}
+stack: {{trtllm_version: "{version}"}}
+target: {{model: models/target, family: llama, dtype: float32, max_batch_size: 2,
+         max_input_len: 256, max_seq_len: 512, max_num_tokens: 1024, instances: 2,
+         kv_cache: {{free_gpu_mem_fraction: 0.9, enable_reuse: false}}}}
+variants:
+  - {{name: draft, mode: draft_model, draft: {{model: models/draft, family: llama}},
+     max_draft_len: 4, num_draft_tokens: [2, 3]}}
+  - {{name: ngram, mode: ngram, max_draft_len: 3, max_matching_ngram_size: 2}}
+  - {{name: medusa, mode: medusa, checkpoint: models/medusa, num_medusa_heads: 2,
+     medusa_choices: [[0], [0, 0], [1]]}}
+  - {{name: eagle, mode: eagle, checkpoint: models/eagle, num_eagle_layers: 2,
+     eagle_choices: [[0], [0, 0], [1]]}}
+  - {{name: lookahead, mode: lookahead, window_size: 2, ngram_size: 2, verification_set_size: 2}}
+rollout: {{canary_percent: 50, fallback_variant: baseline}}
+"""
+
+
+def write_spec(folder: Path, backend: str = "reference", version: str = "1.1.0") -> Path:
+    for name in ("target", "draft", "medusa", "eagle"):
+        (folder / "models" / name).mkdir(parents=True, exist_ok=True)
+    path = folder / "spec.yaml"
+    path.write_text(SPEC.format(backend=backend, version=version), encoding="utf-8")
+    return path
+
+
+def write_engines(plan, skip: tuple[str, ...] = ()) -> None:
+    """Engine folders as `trtspec build` leaves them (metadata only)."""
+    for engine in plan.engines:
+        if engine.name in skip:
+            continue
+        folder = Path(engine.dir)
+        (folder / "tokenizer").mkdir(parents=True, exist_ok=True)
+        document = {"version": "1.1.0", "pretrained_config": {"architecture": "LlamaForCausalLM"},
+                    "build_config": {"max_draft_len": engine.max_draft_len,
+                                     "speculative_decoding_mode": MODE_INTS[engine.mode]}}
+        (folder / "config.json").write_text(json.dumps(document), encoding="utf-8")
+
+
+@pytest.fixture
+def built(tmp_path: Path):
+    spec = load_spec(write_spec(tmp_path))
+    engines = tmp_path / "engines"
+    plan = make_plan(spec, engines)
+    write_engines(plan)
+    return spec, plan, engines, tmp_path / "triton_repo"
+
+
+def parse(path: Path) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+
+
+def params(config) -> dict[str, str]:
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
+# -- assemble -----------------------------------------------------------------
+
+
+def test_assemble_writes_one_model_per_engine_and_variant(built) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    assert repo == output / "tiny-all"
+    folders = sorted(p.name for p in repo.iterdir() if p.is_dir())
+    assert folders == sorted([
+        "preprocessing", "postprocessing", "router", "baseline", "draft", "ngram", "medusa",
+        "eagle", "lookahead", "target", "target_dte", plan.variants["draft"].draft,
+        "target_medusa_medusa", "target_eagle_eagle", "target_lookahead_lookahead",
+    ])
+    for engine in plan.engines:
+        assert (repo / engine.name / "config.pbtxt").is_file()
+    # nothing left behind by the atomic swap
+    assert [p.name for p in output.iterdir()] == ["tiny-all"]
+
+
+def test_every_config_round_trips_and_has_no_placeholder(built) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    for path in repo.glob("*/config.pbtxt"):
+        text = path.read_text(encoding="utf-8")
+        assert "${" not in text, path
+        config = parse(path)
+        assert config.name == path.parent.name
+        assert text_format.MessageToString(config) == text
+
+
+def test_engine_models_decoupled_only_when_streamed(built) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    decoupled = {e.name: parse(repo / e.name / "config.pbtxt").model_transaction_policy.decoupled
+                 for e in plan.engines}
+    draft_engine = plan.variants["draft"].draft
+    assert decoupled == {
+        "target": True, "target_dte": False, draft_engine: False,
+        "target_medusa_medusa": True, "target_eagle_eagle": True,
+        "target_lookahead_lookahead": True,
+    }
+
+
+def test_reference_engine_model_parameters(built) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    config = parse(repo / "target_lookahead_lookahead" / "config.pbtxt")
+    assert config.backend == "python"
+    assert config.max_batch_size == 2
+    assert [(g.count, g.kind) for g in config.instance_group] == [
+        (2, model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    ]
+    p = params(config)
+    assert p["gpt_model_path"] == str((engines / "tiny-all" / "target_lookahead_lookahead")
+                                      .resolve())
+    assert (p["lookahead_window_size"], p["lookahead_ngram_size"],
+            p["lookahead_verification_set_size"]) == ("2", "2", "2")
+    assert p["decoding_mode"] == "lookahead"
+    assert p["exclude_input_in_output"] == "true"
+    # six engines share the GPU fraction
+    assert p["kv_cache_free_gpu_mem_fraction"] == "0.15"
+    # reuse off in the spec, but forced on for the draft loop's engines
+    assert p["enable_kv_cache_reuse"] == "false"
+    assert params(parse(repo / "target_dte" / "config.pbtxt"))["enable_kv_cache_reuse"] == "true"
+    medusa = params(parse(repo / "target_medusa_medusa" / "config.pbtxt"))
+    assert medusa["medusa_choices"] == "{0}, {0, 0}, {1}"
+    model_py = (repo / "target" / "1" / "model.py").read_text(encoding="utf-8")
+    assert "from trtspec.engine.triton_model import TritonPythonModel" in model_py
+
+
+def test_orchestrators_carry_their_callees(built) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    draft = params(parse(repo / "draft" / "config.pbtxt"))
+    assert draft == {
+        "variant": "draft", "mode": "draft_model", "preprocessing_model": "preprocessing",
+        "postprocessing_model": "postprocessing", "target_model": "target_dte",
+        "draft_model": plan.variants["draft"].draft, "seed_input": "seed",
+        "perf_metrics": "true", "max_draft_len": "4", "num_draft_tokens": "3",
+    }
+    ngram = params(parse(repo / "ngram" / "config.pbtxt"))
+    assert (ngram["mode"], ngram["max_draft_len"], ngram["num_draft_tokens"],
+            ngram["max_matching_ngram_size"]) == ("ngram", "3", "3", "2")
+    assert "draft_model" not in ngram
+    baseline = parse(repo / "baseline" / "config.pbtxt")
+    assert baseline.model_transaction_policy.decoupled is True
+    assert baseline.max_batch_size == 0
+    assert params(baseline)["target_model"] == "target"
+    assert [t.name for t in baseline.output][:3] == ["text_output", "output_ids", "is_final"]
+
+
+def test_manifest_lists_roles_calls_and_variants(built) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    manifest = json.loads((repo / "trtspec-repo.json").read_text(encoding="utf-8"))
+    assert manifest["schema_version"] == 1
+    assert manifest["spec"] == "tiny-all"
+    assert manifest["spec_hash"] == spec.spec_hash
+    assert manifest["backend"] == "reference"
+    assert manifest["variants"] == ["draft", "eagle", "lookahead", "medusa", "ngram", "baseline"]
+    draft_engine = plan.variants["draft"].draft
+    assert manifest["models"]["draft"] == {
+        "role": "orchestrator", "calls": ["preprocessing", "postprocessing", "target_dte",
+                                          draft_engine],
+        "variant": "draft", "mode": "draft_model",
+    }
+    assert manifest["models"]["router"]["calls"] == sorted(plan.variants)
+    assert manifest["models"]["target_lookahead_lookahead"]["role"] == "engine"
+
+
+def test_routing_table_is_written_for_the_router(built) -> None:
+    spec, plan, engines, output = built
+    table = RoutingTable("baseline", {"code": RouteRule("ngram", 2, 25.0, "promote")})
+    repo = assemble(spec, plan, engines, output, routing=table)
+    written = json.loads((repo / "router" / "routing.json").read_text(encoding="utf-8"))
+    assert written == {"schema_version": 1, "default_variant": "baseline", "routes": {
+        "code": {"variant": "ngram", "num_draft_tokens": 2, "canary_percent": 25.0,
+                 "decision": "promote", "fallback_variant": "baseline"}}}
+
+
+def test_routing_to_an_unknown_variant_is_rejected(built) -> None:
+    spec, plan, engines, output = built
+    table = RoutingTable("baseline", {"code": RouteRule("medusa2")})
+    with pytest.raises(RepoError) as info:
+        assemble(spec, plan, engines, output, routing=table)
+    assert info.value.message == (
+        "routing: variant 'medusa2' is not in spec tiny-all "
+        "(variants: baseline, draft, eagle, lookahead, medusa, ngram)"
+    )
+    assert not output.exists() or not any(output.iterdir())
+
+
+def test_missing_engine_is_reported_before_writing(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path))
+    engines = tmp_path / "engines"
+    plan = make_plan(spec, engines)
+    write_engines(plan, skip=("target_dte",))
+    with pytest.raises(RepoError) as info:
+        assemble(spec, plan, engines, tmp_path / "out")
+    path = (engines / "tiny-all" / "target_dte" / "config.json").resolve()
+    assert info.value.message == f"{path}: engine target_dte is not built"
+    assert info.value.hint == "Run `trtspec build` for this spec first, or pass --engines DIR."
+
+
+def test_reassembly_replaces_the_old_repository_whole(built) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    (repo / "stale_model").mkdir()
+    again = assemble(spec, plan, engines, output)
+    assert again == repo
+    assert not (repo / "stale_model").exists()
+    assert sorted(p.name for p in output.iterdir()) == ["tiny-all"]
+
+
+def test_failed_assembly_keeps_the_previous_repository(built, monkeypatch) -> None:
+    spec, plan, engines, output = built
+    repo = assemble(spec, plan, engines, output)
+    before = (repo / "trtspec-repo.json").read_text(encoding="utf-8")
+    from trtspec.repo import assemble as assemble_module
+
+    def explode(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(assemble_module, "orchestrator_config", explode)
+    with pytest.raises(KeyboardInterrupt):
+        assemble(spec, plan, engines, output)
+    assert (repo / "trtspec-repo.json").read_text(encoding="utf-8") == before
+    assert sorted(p.name for p in output.iterdir()) == ["tiny-all"]
+
+
+def test_old_versions_use_old_tensor_names(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path, backend="tensorrt_llm", version="0.19.0"))
+    engines = tmp_path / "engines"
+    plan = make_plan(spec, engines)
+    write_engines(plan)
+    repo = assemble(spec, plan, engines, tmp_path / "out")
+    config = parse(repo / "target" / "config.pbtxt")
+    names = [t.name for t in config.input]
+    assert "random_seed" in names and "min_length" in names
+    assert "seed" not in names and "min_tokens" not in names
+    assert config.backend == "tensorrtllm"
+    assert params(parse(repo / "baseline" / "config.pbtxt"))["seed_input"] == "random_seed"
+    assert check_repository(repo) == []
+
+
+def test_choices_text_format() -> None:
+    assert choices_text([[0], [0, 0], [1, 2]]) == "{0}, {0, 0}, {1, 2}"
+
+
+# -- check ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def repo(built) -> Path:
+    spec, plan, engines, output = built
+    return assemble(spec, plan, engines, output)
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def test_assembled_repository_passes_check(repo: Path) -> None:
+    assert check_repository(repo) == []
+
+
+def test_check_rejects_a_renamed_tensor(repo: Path) -> None:
+    config = repo / "target_dte" / "config.pbtxt"
+    edit(config, 'name: "draft_input_ids"', 'name: "draft_ids"')
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{config}: model target_dte has no input 'draft_input_ids' (draft sends it)",
+        f"{config}: model target_dte has no input 'draft_input_ids' (ngram sends it)",
+    ]
+
+
+def test_check_rejects_a_missing_engine_folder(repo: Path, built) -> None:
+    _, plan, engines, _ = built
+    draft_engine = plan.variants["draft"].draft
+    folder = (engines / "tiny-all" / draft_engine).resolve()
+    for item in sorted(folder.rglob("*"), reverse=True):
+        item.rmdir() if item.is_dir() else item.unlink()
+    folder.rmdir()
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{repo / draft_engine / 'config.pbtxt'}: gpt_model_path {folder} does not exist "
+        f"(engine {draft_engine} is not built)"
+    ]
+
+
+def test_check_rejects_a_decoupled_engine_behind_a_draft_loop(repo: Path) -> None:
+    config = repo / "target_dte" / "config.pbtxt"
+    edit(config, "model_transaction_policy {\n}",
+         "model_transaction_policy {\n  decoupled: true\n}")
+    fix = "set model_transaction_policy { decoupled: false }"
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{config}: target_dte is decoupled but draft calls it in a draft loop with exec(); {fix}",
+        f"{config}: target_dte is decoupled but ngram calls it in a draft loop with exec(); {fix}",
+    ]
+
+
+def test_check_rejects_unparseable_config_and_placeholders(repo: Path) -> None:
+    (repo / "preprocessing" / "config.pbtxt").write_text("name: 'preprocessing'\nbogus: 1\n")
+    edit(repo / "postprocessing" / "config.pbtxt", 'name: "postprocessing"',
+         'name: "postprocessing"\nmax_batch_size: ${triton_max_batch_size}')
+    problems = [str(p) for p in check_repository(repo)]
+    pre = repo / "preprocessing" / "config.pbtxt"
+    post = repo / "postprocessing" / "config.pbtxt"
+    # folders are checked in name order: postprocessing first
+    assert problems[0] == f"{post}: contains an unfilled ${{…}} template placeholder"
+    assert problems[1].startswith(f"{pre}: not a valid ModelConfig: 2:1 : ")
+    assert "bogus" in problems[1]
+    # every orchestrator now calls two models that do not load
+    assert f"{repo / 'baseline' / 'config.pbtxt'}: parameter preprocessing_model: model " \
+           f"'preprocessing' does not exist in {repo}" in problems
+
+
+def test_check_rejects_engine_built_for_another_mode_or_shorter_drafts(repo: Path,
+                                                                       built) -> None:
+    _, _, engines, _ = built
+    engine_json = (engines / "tiny-all" / "target_dte" / "config.json").resolve()
+    document = json.loads(engine_json.read_text())
+    document["build_config"].update(max_draft_len=2, speculative_decoding_mode=1)
+    engine_json.write_text(json.dumps(document))
+    config = repo / "target_dte" / "config.pbtxt"
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{config}: engine target_dte is served as draft_tokens_external but {engine_json} "
+        "has speculative_decoding_mode 1 (expected 2)",
+        f"{config}: engine target_dte was built with max_draft_len 2, less than the 4 its "
+        "caller drafts",
+        f"{config}: engine target_dte was built with max_draft_len 2, less than the 3 its "
+        "caller drafts",
+    ]
+
+
+def test_check_rejects_router_to_missing_variant(repo: Path) -> None:
+    routing = repo / "router" / "routing.json"
+    routing.write_text(json.dumps({"schema_version": 1, "default_variant": "baseline",
+                                   "routes": {"code": {"variant": "ngram2"}}}))
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{routing}: routes to variant 'ngram2', which the router's variants do not list"
+    ]
+
+
+def test_check_of_a_missing_folder(tmp_path: Path) -> None:
+    assert [str(p) for p in check_repository(tmp_path / "nope")] == [
+        f"{tmp_path / 'nope'}: repository folder does not exist"
+    ]
+
+
+# -- CLI ------------------------------------------------------------------------
+
+
+def test_cli_repo_builds_and_lists_models(built) -> None:
+    spec, _, engines, output = built
+    result = CliRunner().invoke(cli, ["repo", str(spec.source_path), "--engines", str(engines),
+                                      "--output", str(output), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["repository"] == str(output / "tiny-all")
+    assert "router" in data["models"] and "baseline" in data["models"]
+    assert result.stderr == f"Assembling {output / 'tiny-all'} from {engines / 'tiny-all'} …\n"
+
+
+def test_cli_repo_with_routing_file(built, tmp_path: Path) -> None:
+    spec, _, engines, output = built
+    routing = tmp_path / "routing.yaml"
+    routing.write_text("schema_version: 1\ndefault_variant: baseline\nroutes:\n"
+                       "  code: {variant: ngram, num_draft_tokens: 2}\n")
+    result = CliRunner().invoke(cli, ["repo", str(spec.source_path), "--engines", str(engines),
+                                      "--output", str(output), "--routing", str(routing)])
+    assert result.exit_code == 0, result.output
+    written = json.loads((output / "tiny-all" / "router" / "routing.json").read_text())
+    # canary_percent omitted in the file: the spec's rollout (50) applies
+    assert written["routes"]["code"]["canary_percent"] == 50.0
+    assert re.search(r"^router +\S+router/config.pbtxt$", result.stdout, re.M)
+
+
+def test_cli_repo_missing_engines_is_a_clean_error(tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path)
+    result = CliRunner().invoke(cli, ["repo", str(spec_path), "--engines",
+                                      str(tmp_path / "none"), "--output", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    missing = (tmp_path / "none" / "tiny-all" / "target" / "config.json").resolve()
+    assert result.stderr.splitlines()[-2:] == [
+        f"Error: {missing}: engine target is not built (and 5 more)",
+        "Hint: Run `trtspec build` for this spec first, or pass --engines DIR.",
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_check_ok(repo: Path) -> None:
+    result = CliRunner().invoke(cli, ["repo", "--check", str(repo)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"OK: {repo} (15 models)\n"
+    assert result.stderr == ""
+
+
+def test_cli_check_reports_every_problem(repo: Path) -> None:
+    config = repo / "target_dte" / "config.pbtxt"
+    edit(config, 'name: "draft_input_ids"', 'name: "draft_ids"')
+    result = CliRunner().invoke(cli, ["repo", "--check", str(repo)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"Error: 2 problems in repository {repo}:\n"
+        f"  {config}: model target_dte has no input 'draft_input_ids' (draft sends it)\n"
+        f"  {config}: model target_dte has no input 'draft_input_ids' (ngram sends it)\n"
+        "Hint: Fix each file named above, or regenerate the repository with "
+        "`trtspec repo SPEC`.\n"
+    )
+
+
+def test_cli_repo_on_a_folder_without_check_is_a_usage_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["repo", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"{tmp_path} is a folder; pass a spec file, or add --check" in result.stderr
+    assert result.stdout == ""
+
+
+def test_generated_model_py_files_import_existing_modules(repo: Path) -> None:
+    import importlib.util
+
+    for model_py in repo.glob("*/1/model.py"):
+        module = re.search(r"^from (\S+) import", model_py.read_text(), re.M).group(1)
+        if module == "trtspec.engine.triton_model" and not os.environ.get("TRTSPEC_STRICT"):
+            continue  # the reference engine model is the engine stage's file
+        assert importlib.util.find_spec(module) is not None, module

@@ -1,0 +1,122 @@
+"""trtspec.speculate: prompt lookup, draft budget, acceptance counting and the
+offline replay of the draft → verify loop."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trtspec.speculate import (
+    RoundStats,
+    accepted_count,
+    draft_budget,
+    propose_ngram,
+    round_finished,
+    simulate_rounds,
+)
+
+
+def test_longest_suffix_match_proposes_following_tokens() -> None:
+    # suffix [2, 3] occurs at 1; the tokens after it are 4, 5, 6
+    assert propose_ngram([1, 2, 3, 4, 5, 6, 9, 2, 3], k=3, max_matching_ngram_size=2) == [4, 5, 6]
+
+
+def test_proposal_is_capped_at_k_and_at_the_sequence_end() -> None:
+    seq = [7, 8, 9, 7, 8]
+    assert propose_ngram(seq, k=5, max_matching_ngram_size=2) == [9, 7, 8]
+    assert propose_ngram(seq, k=1, max_matching_ngram_size=2) == [9]
+
+
+def test_oldest_occurrence_wins() -> None:
+    # [5] occurs at 0 (followed by 1) and at 2 (followed by 2): the oldest is used
+    assert propose_ngram([5, 1, 5, 2, 5], k=1, max_matching_ngram_size=1) == [1]
+
+
+def test_longer_ngram_preferred_over_shorter() -> None:
+    # 1-gram [3] first occurs at 0 (-> 9), but the 2-gram [4, 3] occurs at 3 (-> 7)
+    seq = [3, 9, 0, 4, 3, 7, 1, 4, 3]
+    assert propose_ngram(seq, k=1, max_matching_ngram_size=2) == [7]
+    assert propose_ngram(seq, k=1, max_matching_ngram_size=1) == [9]
+
+
+def test_no_match_or_no_budget_proposes_nothing() -> None:
+    assert propose_ngram([1, 2, 3, 4], k=4, max_matching_ngram_size=3) == []
+    assert propose_ngram([1, 1, 1], k=0, max_matching_ngram_size=3) == []
+    assert propose_ngram([], k=3, max_matching_ngram_size=3) == []
+    assert propose_ngram([5], k=3, max_matching_ngram_size=3) == []
+
+
+@given(st.lists(st.integers(0, 4), max_size=40), st.integers(0, 6), st.integers(1, 4))
+def test_proposal_always_continues_an_earlier_occurrence(seq: list[int], k: int, n: int) -> None:
+    draft = propose_ngram(seq, k, n)
+    assert len(draft) <= k
+    if draft:
+        # some earlier window equal to a suffix is followed by exactly the draft
+        found = any(
+            seq[s : s + m] == seq[len(seq) - m :] and seq[s + m : s + m + len(draft)] == draft
+            for m in range(1, n + 1)
+            for s in range(0, len(seq) - m)
+        )
+        assert found
+
+
+def test_draft_budget_leaves_room_for_the_verifier_token() -> None:
+    assert draft_budget(4, 8, remaining=10) == 4
+    assert draft_budget(9, 8, remaining=10) == 8
+    assert draft_budget(4, 8, remaining=3) == 2
+    assert draft_budget(4, 8, remaining=1) == 0
+
+
+def test_accepted_count_is_the_common_prefix() -> None:
+    assert accepted_count([1, 2, 3], [1, 2, 9]) == 2
+    assert accepted_count([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert accepted_count([], [5]) == 0
+    assert accepted_count([1, 2], [7, 1]) == 0
+
+
+def test_round_finished_on_end_token_or_short_reply() -> None:
+    assert round_finished([1, 2], [1, 2, 3], end_id=0) is False
+    assert round_finished([1, 2], [1, 0], end_id=0) is True
+    # the verifier stopped after one accepted token without its own extra token
+    assert round_finished([1, 2], [1], end_id=0) is True
+    assert round_finished([], [], end_id=0) is True
+
+
+def test_round_stats_totals_and_rejects_impossible_rounds() -> None:
+    stats = RoundStats()
+    stats.record(4, 3)
+    stats.record(0, 0)
+    assert (stats.rounds, stats.draft_tokens, stats.accepted_tokens) == (2, 4, 3)
+    assert stats.acceptance_rate == 0.75
+    with pytest.raises(ValueError, match="accepted 5 of 4 drafted tokens"):
+        stats.record(4, 5)
+
+
+def test_simulation_with_a_perfect_drafter_accepts_everything() -> None:
+    output = list(range(100, 120))
+    prompt = [1, 2, 3]
+
+    def oracle(seq: list[int], k: int) -> list[int]:
+        pos = len(seq) - len(prompt)
+        return output[pos : pos + k]
+
+    stats = simulate_rounds(prompt, output, oracle, num_draft_tokens=4, max_draft_len=4,
+                            max_tokens=20)
+    # rounds of 4 drafted + 1 own token: 5 tokens per round
+    assert stats.per_round == [(4, 4), (4, 4), (4, 4), (4, 4)]
+
+
+def test_simulation_with_ngram_counts_exactly() -> None:
+    prompt = [1, 2, 3, 4, 1, 2]
+    output = [3, 4, 9, 9, 1, 2, 3]
+    stats = simulate_rounds(
+        prompt, output, lambda s, k: propose_ngram(s, k, 2),
+        num_draft_tokens=3, max_draft_len=4, max_tokens=7,
+    )
+    # round 1: suffix [1, 2] -> draft [3, 4, 1]; target 3, 4, 9: 2 accepted, 3 tokens
+    # round 2: suffix [4, 9] unseen, [9] unseen -> no draft; 1 token (9)
+    # round 3: 3 tokens left, k=2: suffix [9, 9] unseen, [9] at 8 -> draft [9]; target 1
+    # round 4: 2 tokens left, k=1: [1] first at 0 -> draft [2]; target 2, 3 -> done
+    assert stats.per_round == [(3, 2), (0, 0), (1, 0), (1, 1)]
+    assert stats.rounds == 4

@@ -1,0 +1,309 @@
+"""Load generation over tritonclient gRPC streaming against the orchestrator
+models of docs/internals.md §5. Each worker thread owns one client and one
+bidirectional stream and has one request in flight at a time; the stream's
+callback only timestamps and queues a response, and the worker does the
+parsing, so the time spent in our own code per request is measured apart
+(``overhead_ns``). Closed loop = N workers pulling from a shared job queue;
+open loop = a dispatcher releasing jobs at Poisson arrival times into a worker
+pool, recording how late each send was against its schedule. A ``LagProbe``
+thread measures how late a 10 ms sleep wakes up: the threads' analogue of
+event-loop lag, which exposes GIL or CPU starvation that would distort
+client-side timings."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trtspec.bench import stats
+
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One thing compared: the baseline, or a variant at one k."""
+
+    variant: str
+    model: str
+    mode: str = "none"
+    speculative: bool = False
+    draft_model: str | None = None
+    k: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.variant if self.k is None else f"{self.variant}(k={self.k})"
+
+
+@dataclass
+class Job:
+    route: str
+    prompt_index: int
+    sample_index: int
+    item: dict[str, Any]
+    text_input: str
+    max_tokens: int
+    arm: Arm
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    load: str
+    concurrency: int | None
+    request_rate: float | None
+    warmup: bool
+    request_id: str
+    scheduled_ns: int | None = None
+
+
+@dataclass
+class Outcome:
+    job: Job
+    send_ns: int = 0
+    send_time_unix: float = 0.0
+    first_text_ns: int | None = None
+    end_ns: int | None = None
+    text: str = ""
+    ids: list[int] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    overhead_ns: int = 0
+    responses: int = 0
+    send_lag_ns: int | None = None
+
+
+def build_inputs(job: Job) -> list[Any]:
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value: Any, dtype: str, np_dtype: Any) -> Any:
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(np.array([value], dtype=np_dtype))
+        return t
+
+    inputs = [
+        tensor("text_input", job.text_input.encode("utf-8"), "BYTES", np.object_),
+        tensor("max_tokens", job.max_tokens, "INT32", np.int32),
+        tensor("temperature", job.temperature, "FP32", np.float32),
+        tensor("top_k", job.top_k, "INT32", np.int32),
+        tensor("top_p", job.top_p, "FP32", np.float32),
+        tensor("seed", job.seed, "UINT64", np.uint64),
+        tensor("stream", True, "BOOL", bool),
+        tensor("route", job.route.encode("utf-8"), "BYTES", np.object_),
+        tensor("request_id", job.request_id.encode("utf-8"), "BYTES", np.object_),
+    ]
+    if job.arm.k is not None:
+        inputs.append(tensor("num_draft_tokens", job.arm.k, "INT32", np.int32))
+    return inputs
+
+
+_FINAL_INT = ("prompt_tokens", "completion_tokens", "draft_tokens", "accepted_tokens", "rounds",
+              "server_ttft_ns", "server_total_ns")
+
+
+def _scalar(result: Any, name: str) -> Any:
+    arr = result.as_numpy(name)
+    if arr is None or arr.size == 0:
+        return None
+    return arr.reshape(-1)[0]
+
+
+class StreamWorker:
+    """One client, one stream, one request in flight."""
+
+    def __init__(self, url: str, request_timeout_s: float) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.url = url
+        self.request_timeout_s = request_timeout_s
+        self._client = grpcclient.InferenceServerClient(url)
+        self._responses: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+        self._client.start_stream(callback=self._callback)
+
+    def _callback(self, result: Any, error: Any) -> None:
+        # runs on the gRPC stream thread: timestamp first, nothing else
+        self._responses.put((time.perf_counter_ns(), result, error))
+
+    def _restart_stream(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.stop_stream(cancel_requests=True)
+        self._responses = queue.Queue()
+        self._client.start_stream(callback=self._callback)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.stop_stream(cancel_requests=True)
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+    def run(self, job: Job, stop: threading.Event | None = None) -> Outcome:
+        out = Outcome(job)
+        t0 = time.perf_counter_ns()
+        inputs = build_inputs(job)
+        out.send_time_unix = time.time()
+        out.send_ns = time.perf_counter_ns()
+        if job.scheduled_ns is not None:
+            out.send_lag_ns = max(0, out.send_ns - job.scheduled_ns)
+        try:
+            self._client.async_stream_infer(job.arm.model, inputs, request_id=job.request_id)
+        except Exception as exc:  # a client-side failure is a failed request, not a crash
+            out.error = f"send failed: {exc}"
+            out.overhead_ns = time.perf_counter_ns() - t0
+            self._restart_stream()
+            return out
+        out.overhead_ns = time.perf_counter_ns() - t0
+        deadline = out.send_ns + int(self.request_timeout_s * 1e9)
+        while True:
+            remaining = (deadline - time.perf_counter_ns()) / 1e9
+            if remaining <= 0 or (stop is not None and stop.is_set()):
+                out.error = ("interrupted" if stop is not None and stop.is_set() else
+                             f"timeout: no final response within {self.request_timeout_s:g}s")
+                out.end_ns = time.perf_counter_ns()
+                self._restart_stream()
+                return out
+            try:
+                arrived, result, error = self._responses.get(timeout=min(remaining, _POLL_S))
+            except queue.Empty:
+                continue
+            p0 = time.perf_counter_ns()
+            if error is not None:
+                out.error = str(error).strip() or type(error).__name__
+                out.end_ns = arrived
+                out.overhead_ns += time.perf_counter_ns() - p0
+                self._restart_stream()
+                return out
+            resp_id = result.get_response().id
+            if resp_id and resp_id != job.request_id:
+                continue  # a late response of an earlier, abandoned request
+            out.responses += 1
+            delta = _scalar(result, "text_output")
+            text = delta.decode("utf-8", errors="replace") if isinstance(delta, bytes) else (
+                "" if delta is None else str(delta))
+            ids = result.as_numpy("output_ids")
+            if ids is not None and ids.size:
+                out.ids.extend(int(i) for i in ids.reshape(-1))
+            if text:
+                out.text += text
+                if out.first_text_ns is None:
+                    out.first_text_ns = arrived
+            final = _scalar(result, "is_final")
+            if final is not None and bool(final):
+                for name in _FINAL_INT:
+                    v = _scalar(result, name)
+                    out.final[name] = None if v is None else int(v)
+                served = _scalar(result, "variant")
+                out.final["variant"] = (served.decode() if isinstance(served, bytes)
+                                        else served)
+                fb = _scalar(result, "fallback")
+                out.final["fallback"] = None if fb is None else bool(fb)
+                out.end_ns = arrived
+                out.overhead_ns += time.perf_counter_ns() - p0
+                return out
+            out.overhead_ns += time.perf_counter_ns() - p0
+
+
+class LagProbe:
+    """Samples how late a short sleep wakes up while the load runs."""
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self.lags_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="trtspec-lag-probe",
+                                        daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            time.sleep(self.interval_s)
+            self.lags_ms.append(max(0.0, (time.perf_counter() - t - self.interval_s) * 1e3))
+
+    def __enter__(self) -> LagProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1)
+
+    def summary(self) -> dict[str, float | None]:
+        return {"lag_ms_p50": stats.percentile(self.lags_ms, 50),
+                "lag_ms_p95": stats.percentile(self.lags_ms, 95),
+                "lag_ms_max": max(self.lags_ms) if self.lags_ms else None,
+                "lag_samples": float(len(self.lags_ms))}
+
+
+def poisson_schedule(n: int, rate: float, seed: int) -> list[float]:
+    """Arrival offsets (s) of ``n`` requests at ``rate`` req/s, reproducible."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def _join_all(threads: list[threading.Thread], stop: threading.Event) -> None:
+    # short joins keep the main thread responsive to Ctrl-C
+    for t in threads:
+        while t.is_alive():
+            t.join(_POLL_S)
+
+
+def run_jobs(url: str, jobs: list[Job], *, workers: int, on_done: Callable[[Outcome], None],
+             stop: threading.Event, request_timeout_s: float,
+             schedule_s: list[float] | None = None) -> None:
+    """Run ``jobs`` with ``workers`` streams. Without ``schedule_s`` it is a
+    closed loop (each worker sends its next job when the last one finished);
+    with it, job i is released ``schedule_s[i]`` seconds after the start."""
+    pending: queue.Queue[Job | None] = queue.Queue()
+    pool = [StreamWorker(url, request_timeout_s) for _ in range(max(1, workers))]
+
+    def work(worker: StreamWorker) -> None:
+        while not stop.is_set():
+            try:
+                job = pending.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if job is None:
+                return
+            on_done(worker.run(job, stop))
+
+    threads = [threading.Thread(target=work, args=(w,), daemon=True, name=f"trtspec-worker-{i}")
+               for i, w in enumerate(pool)]
+    for t in threads:
+        t.start()
+    try:
+        if schedule_s is None:
+            for job in jobs:
+                pending.put(job)
+        else:
+            start = time.perf_counter_ns()
+            for job, offset in zip(jobs, schedule_s, strict=True):
+                job.scheduled_ns = start + int(offset * 1e9)
+                while not stop.is_set():
+                    wait = (job.scheduled_ns - time.perf_counter_ns()) / 1e9
+                    if wait <= 0:
+                        break
+                    time.sleep(min(wait, _POLL_S))
+                if stop.is_set():
+                    break
+                pending.put(job)
+        for _ in pool:
+            pending.put(None)
+        _join_all(threads, stop)
+    except BaseException:
+        stop.set()
+        _join_all(threads, stop)
+        raise
+    finally:
+        for w in pool:
+            w.close()

@@ -1,0 +1,161 @@
+"""Decisions per route and variant, and ``routing.yaml`` (docs/internals.md
+§8). A variant is judged per k across every load × temperature cell:
+``exclude`` when any cell shows it slower (speedup CI entirely below 1), with
+too many errors, with broken quality, or — at temperature 0 — with output that
+differs from the baseline's; ``promote`` when every cell has its speedup CI
+above ``min_speedup``, p95 latency within ``max_p95_regression`` and nothing
+broken; ``inconclusive`` otherwise. Quality "breaks" when the pass rate is
+under ``min_quality_pass_rate`` *and* under the baseline's own pass rate, so a
+variant is not blamed for what the target model itself gets wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from trtspec.bench.summary import BASELINE
+
+PROMOTE, EXCLUDE, INCONCLUSIVE = "promote", "exclude", "inconclusive"
+ROUTING_SCHEMA_VERSION = 1
+_RANK = {PROMOTE: 0, INCONCLUSIVE: 1, EXCLUDE: 2}
+
+
+def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]:
+    """One cell's verdict and the reasons behind it."""
+    where = f"{cell['load']} T={cell['temperature']:g}"
+    broken: list[str] = []
+    if cell.get("error_rate") is not None and cell["error_rate"] > d["max_error_rate"]:
+        broken.append(f"{where}: error rate {cell['error_rate']:.1%} > {d['max_error_rate']:.1%}")
+    qpr, base_qpr = cell.get("quality_pass_rate"), cell.get("baseline_quality_pass_rate")
+    if (qpr is not None and qpr < d["min_quality_pass_rate"]
+            and (base_qpr is None or qpr < base_qpr)):
+        broken.append(f"{where}: quality pass {qpr:.0%} < {d['min_quality_pass_rate']:.0%}"
+                      + (f" and below baseline {base_qpr:.0%}" if base_qpr is not None else ""))
+    eq = cell.get("equal_rate")
+    if cell["temperature"] == 0.0 and eq is not None and eq < d["min_equal_rate"]:
+        broken.append(f"{where}: output equals baseline in {eq:.0%} of prompts at T=0 "
+                      f"(need {d['min_equal_rate']:.0%})")
+    sp = cell.get("speedup")
+    if sp is None:
+        return (EXCLUDE if broken else INCONCLUSIVE), [*broken, f"{where}: no paired baseline"]
+    ci = f"{sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
+    if sp["ci_high"] < 1.0:
+        return EXCLUDE, [*broken, f"{where}: slower than baseline, speedup {ci}"]
+    if broken:
+        return EXCLUDE, broken
+    reasons = []
+    reg = cell.get("p95_latency_regression")
+    if reg is not None and reg > d["max_p95_regression"]:
+        reasons.append(f"{where}: p95 latency +{reg:.0%} > +{d['max_p95_regression']:.0%}")
+    if cell["temperature"] == 0.0 and eq is None:
+        reasons.append(f"{where}: no successful pairs to compare outputs")
+    if sp["ci_low"] <= d["min_speedup"]:
+        reasons.append(f"{where}: speedup {ci} not above {d['min_speedup']:.2f}")
+    if reasons:
+        return INCONCLUSIVE, reasons
+    return PROMOTE, [f"{where}: speedup {ci}"]
+
+
+def _headline(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cell the console line shows: lowest concurrency (closed loop
+    first), lowest temperature."""
+    def order(c: dict[str, Any]) -> tuple[int, float, float]:
+        closed = c.get("concurrency") is not None
+        return (0 if closed else 1, float(c.get("concurrency") or c.get("request_rate") or 0),
+                c["temperature"])
+    return sorted(cells, key=order)[0]
+
+
+def decide(cells: list[dict[str, Any]], d: dict[str, Any], *,
+           rollout: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Decisions for every (route, variant, k) and the routing table."""
+    rollout = rollout or {}
+    by_arm: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
+    for cell in cells:
+        if cell["variant"] == BASELINE:
+            continue
+        by_arm.setdefault((cell["route"], cell["variant"], cell.get("num_speculative_tokens")),
+                          []).append(cell)
+    baselines = {(c["route"], c["load"], c["temperature"]): c for c in cells
+                 if c["variant"] == BASELINE}
+    decisions = []
+    for (route, variant, k), arm_cells in by_arm.items():
+        verdicts = [judge_cell(c, d) for c in arm_cells]
+        kinds = [v for v, _ in verdicts]
+        verdict = (EXCLUDE if EXCLUDE in kinds else PROMOTE
+                   if all(v == PROMOTE for v in kinds) else INCONCLUSIVE)
+        reasons = [r for v, rs in verdicts for r in rs if verdict == PROMOTE or v != PROMOTE]
+        head = _headline(arm_cells)
+        base = baselines.get((route, head["load"], head["temperature"]))
+        speedups = [c["speedup"]["point"] for c in arm_cells if c.get("speedup")]
+        short = bool(base and base.get("short_output")) or bool(head.get("short_output"))
+        decisions.append({
+            "route": route, "variant": variant, "num_speculative_tokens": k,
+            "decision": verdict, "reasons": reasons, "short_output": short,
+            "min_speedup_point": min(speedups) if speedups else None,
+            "best_k": False,
+            "headline": {
+                "load": head["load"], "temperature": head["temperature"],
+                "baseline_tokens_per_second": (base or {}).get("tokens_per_second", {}).get("mean"),
+                "variant_tokens_per_second": head["tokens_per_second"]["mean"],
+                "latency_change": _change(head, base),
+                "speedup": head.get("speedup"),
+                "quality_pass_rate": head.get("quality_pass_rate"),
+                "equal_rate": head.get("equal_rate"),
+            },
+        })
+    # best k per (route, variant): best verdict, then the highest worst-cell speedup
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for dec in decisions:
+        key = (dec["route"], dec["variant"])
+        if key not in best or _better(dec, best[key]):
+            best[key] = dec
+    for dec in best.values():
+        dec["best_k"] = True
+    return decisions, _routing(decisions, cells, rollout)
+
+
+def _change(cell: dict[str, Any], base: dict[str, Any] | None) -> float | None:
+    if not base:
+        return None
+    b, v = base["latency_ms"].get("p50"), cell["latency_ms"].get("p50")
+    return (v / b - 1.0) if b and v is not None else None
+
+
+def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    ra, rb = _RANK[a["decision"]], _RANK[b["decision"]]
+    if ra != rb:
+        return ra < rb
+    return (a["min_speedup_point"] or 0.0) > (b["min_speedup_point"] or 0.0)
+
+
+def _routing(decisions: list[dict[str, Any]], cells: list[dict[str, Any]],
+             rollout: dict[str, Any]) -> dict[str, Any]:
+    fallback = rollout.get("fallback_variant") or BASELINE
+    canary = int(rollout.get("canary_percent", 100))
+    routes: dict[str, Any] = {}
+    for route in dict.fromkeys(c["route"] for c in cells):
+        cands = [d for d in decisions if d["route"] == route and d["best_k"]]
+        promoted = sorted((d for d in cands if d["decision"] == PROMOTE),
+                          key=lambda d: -(d["min_speedup_point"] or 0.0))
+        if promoted:
+            top = promoted[0]
+            entry: dict[str, Any] = {"variant": top["variant"]}
+            if top["num_speculative_tokens"] is not None:
+                entry["num_draft_tokens"] = int(top["num_speculative_tokens"])
+            entry.update({"canary_percent": canary, "decision": PROMOTE,
+                          "fallback_variant": fallback})
+        else:
+            verdict = (INCONCLUSIVE if any(d["decision"] == INCONCLUSIVE for d in cands)
+                       else EXCLUDE)
+            entry = {"variant": BASELINE, "decision": verdict}
+        routes[route] = entry
+    return {"schema_version": ROUTING_SCHEMA_VERSION, "default_variant": BASELINE,
+            "routes": routes}
+
+
+def routing_yaml(routing: dict[str, Any]) -> str:
+    header = ("# Written by `trtspec bench`; feed it to `trtspec repo --routing`.\n"
+              "# decision: promote | exclude | inconclusive (see report.md for reasons)\n")
+    return header + yaml.safe_dump(routing, sort_keys=False, default_flow_style=False)

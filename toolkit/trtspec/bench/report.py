@@ -1,0 +1,303 @@
+"""Rendering a run folder: ``summary.json``, ``routing.yaml``, ``report.md``,
+``report.html`` (with PNG plots in ``plots/`` referenced by relative path) and
+the console lines, all from ``requests.jsonl`` (+ ``run.json`` and
+``metrics.jsonl`` when present). ``render_run`` is what ``trtspec bench``
+calls at the end and what ``trtspec report`` calls on a saved (or killed)
+run. Every file is written atomically."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from trtspec.bench.decide import routing_yaml
+from trtspec.bench.records import (
+    REQUESTS_FILE,
+    RUN_FILE,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    read_requests,
+)
+from trtspec.bench.summary import BASELINE, build_summary, read_jsonl_loose
+from trtspec.errors import BenchError
+
+METRICS_FILE = "metrics.jsonl"
+PLOTS_DIR = "plots"
+
+
+def arm_name(variant: str, k: Any) -> str:
+    return variant if k is None else f"{variant}(k={k})"
+
+
+def _fmt(v: float | None, spec: str = ".0f", none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
+    h = dec["headline"]
+    q = h.get("quality_pass_rate")
+    if h.get("equal_rate") is not None and h["equal_rate"] < decision["min_equal_rate"]:
+        return "quality differs"
+    if any("quality pass" in r for r in dec["reasons"]):
+        return "quality fail"
+    return "quality n/a" if q is None else "quality pass"
+
+
+def console_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per route and variant (its best k), numbers from the summary."""
+    lines = []
+    decision = summary["settings"]["decision"]
+    for dec in summary["decisions"]:
+        if not dec["best_k"]:
+            continue
+        h = dec["headline"]
+        change = h.get("latency_change")
+        latency = "latency -" if change is None else f"latency {change * 100:+.0f}%"
+        line = (f"route={dec['route']}  baseline {_fmt(h['baseline_tokens_per_second'])} tok/s  "
+                f"{arm_name(dec['variant'], dec['num_speculative_tokens'])} "
+                f"{_fmt(h['variant_tokens_per_second'])} tok/s  {latency}  "
+                f"{quality_label(dec, decision)}  → {dec['decision']}")
+        if dec["short_output"]:
+            line += "  (short outputs)"
+        lines.append(line)
+    return lines
+
+
+def _load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    if not run_dir.is_dir():
+        raise BenchError(f"{run_dir}: not a folder",
+                         hint="pass a run folder such as results/<run>/")
+    rows = read_requests(run_dir / REQUESTS_FILE)
+    if not rows:
+        raise BenchError(f"{run_dir / REQUESTS_FILE}: no completed requests to report",
+                         hint="the run ended before any request finished; rerun `trtspec bench`")
+    run_info: dict[str, Any] = {}
+    run_path = run_dir / RUN_FILE
+    if run_path.is_file():
+        try:
+            run_info = json.loads(run_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"{run_path}: not valid JSON ({exc.msg})",
+                             hint="delete it to render from requests.jsonl alone") from None
+    return rows, run_info, read_jsonl_loose(run_dir / METRICS_FILE)
+
+
+def render_run(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
+    """Recompute and write every artefact of ``run_dir``; return the summary."""
+    rows, run_info, memory = _load_run(run_dir)
+    summary = build_summary(rows, run_info, memory)
+    atomic_write_json(run_dir / "summary.json", summary)
+    atomic_write_text(run_dir / "routing.yaml", routing_yaml(summary["routing"]))
+    images = write_plots(run_dir, summary, rows) if plots else []
+    atomic_write_text(run_dir / "report.md", render_markdown(summary))
+    atomic_write_text(run_dir / "report.html", render_html(summary, images))
+    return summary
+
+
+def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for c in summary["cells"]:
+        sp = c.get("speedup")
+        out.append([
+            c["route"], arm_name(c["variant"], c.get("num_speculative_tokens")), c["load"],
+            f"{c['temperature']:g}", str(c["count"]), str(c["errors"]),
+            _fmt(c["ttft_ms"]["p50"], ".1f"), _fmt(c["ttft_ms"]["p95"], ".1f"),
+            _fmt(c["latency_ms"]["p50"], ".1f"), _fmt(c["latency_ms"]["p95"], ".1f"),
+            _fmt(c["tpot_ms"]["p50"], ".2f"), _fmt(c["tokens_per_second"]["mean"], ".1f"),
+            _fmt(c.get("acceptance_rate"), ".2f"), _fmt(c.get("mean_accepted_length"), ".2f"),
+            "-" if not sp else f"{sp['point']:.2f} [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]",
+            _fmt(c.get("equal_rate"), ".0%"), _fmt(c.get("quality_pass_rate"), ".0%"),
+            "yes" if c.get("short_output") else "",
+            _fmt(c["server_memory_bytes"] / 2**20 if c.get("server_memory_bytes") else None,
+                 ".0f"),
+        ])
+    return out
+
+
+CELL_HEADERS = ["route", "variant", "load", "T", "n", "err", "TTFT p50", "TTFT p95",
+                "lat p50", "lat p95", "TPOT p50", "tok/s", "accept", "acc len",
+                "speedup [95% CI]", "equal@T0", "quality", "short", "mem MiB"]
+
+
+def _header_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    spec = summary.get("spec") or {}
+    versions = summary.get("versions") or {}
+    machine = summary.get("machine") or {}
+    totals = summary["totals"]
+    return [
+        ("run", str(summary.get("run_id"))),
+        ("spec", f"{spec.get('name')} ({spec.get('hash')})"),
+        ("tool", f"trtspec {summary['tool_version']} @ {summary.get('git_commit')}"),
+        ("machine", f"{machine.get('platform')}, {machine.get('cpu_count')} CPUs"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)),
+        ("server", json.dumps(summary.get("server"))),
+        ("requests", f"{totals['requests']} measured, {totals['errors']} errors, "
+                     f"{totals['warmup_requests']} warmup"),
+        ("complete", "yes" if summary["complete"] else "no (interrupted or still running)"),
+    ]
+
+
+def _client_notes(summary: dict[str, Any]) -> list[str]:
+    client = summary.get("client") or {}
+    notes = list(client.get("warnings") or [])
+    if client.get("overhead_ms_p50") is not None:
+        notes.insert(0, (
+            f"client overhead per request p50 {client['overhead_ms_p50']:.3f} ms, "
+            f"p95 {client['overhead_ms_p95']:.3f} ms; lag probe p95 "
+            f"{_fmt(client.get('lag_ms_p95'), '.2f')} ms, "
+            f"max {_fmt(client.get('lag_ms_max'), '.2f')} ms"
+        ))
+    return notes
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    parts = ["# trtspec benchmark report", ""]
+    parts += [f"- **{k}**: {v}" for k, v in _header_facts(summary)]
+    parts += ["", "## Decisions", "", "```", *console_lines(summary), "```", ""]
+    dec_rows = [[d["route"], arm_name(d["variant"], d["num_speculative_tokens"]), d["decision"],
+                 "yes" if d["best_k"] else "", "yes" if d["short_output"] else "",
+                 "; ".join(d["reasons"])] for d in summary["decisions"]]
+    parts += [_md_table(["route", "variant", "decision", "best k", "short", "why"], dec_rows), ""]
+    parts += ["## Per route × variant × load × temperature", "",
+              _md_table(CELL_HEADERS, _cell_rows(summary)), ""]
+    parts += ["Times in ms. TPOT = (E2E − TTFT)/(completion tokens − 1). Speedup = geometric "
+              "mean over paired prompts of baseline/variant ms per output token, paired "
+              "bootstrap 95% CI. acc len = (accepted + rounds)/rounds.", ""]
+    parts += ["## Routing", "", "```yaml", routing_yaml(summary["routing"]).rstrip(), "```", ""]
+    notes = _client_notes(summary)
+    if notes:
+        parts += ["## Measurement notes", "", *[f"- {n}" for n in notes], ""]
+    return "\n".join(parts)
+
+
+def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
+    e = html.escape
+    facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _header_facts(summary))
+    cells = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>"
+                    for r in _cell_rows(summary))
+    heads = "".join(f"<th>{e(h)}</th>" for h in CELL_HEADERS)
+    decs = "".join(
+        f"<tr class='{e(d['decision'])}'><td>{e(d['route'])}</td>"
+        f"<td>{e(arm_name(d['variant'], d['num_speculative_tokens']))}</td>"
+        f"<td>{e(d['decision'])}</td><td>{'yes' if d['best_k'] else ''}</td>"
+        f"<td>{'yes' if d['short_output'] else ''}</td><td>{e('; '.join(d['reasons']))}</td></tr>"
+        for d in summary["decisions"])
+    imgs = "".join(f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}"
+                   "</figcaption></figure>" for title, src in images)
+    notes = "".join(f"<li>{e(n)}</li>" for n in _client_notes(summary))
+    console = e("\n".join(console_lines(summary)))
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>trtspec benchmark report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
+td, th {{ border: 1px solid #ccc; padding: 2px 6px; text-align: left; }}
+tr.promote td {{ background: #e6f4ea; }} tr.exclude td {{ background: #fce8e6; }}
+figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 640px; }}
+</style></head><body>
+<h1>trtspec benchmark report</h1>
+<table>{facts}</table>
+<h2>Decisions</h2>
+<pre>{console}</pre>
+<table><tr><th>route</th><th>variant</th><th>decision</th><th>best k</th><th>short</th>
+<th>why</th></tr>{decs}</table>
+<h2>Per route × variant × load × temperature</h2>
+<table><tr>{heads}</tr>{cells}</table>
+<h2>Plots</h2>
+{imgs or "<p>No plots.</p>"}
+<h2>Measurement notes</h2>
+<ul>{notes or "<li>none</li>"}</ul>
+</body></html>
+"""
+
+
+def _save(fig: Any, run_dir: Path, name: str) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    atomic_write_bytes(run_dir / PLOTS_DIR / name, buf.getvalue())
+    return f"{PLOTS_DIR}/{name}"
+
+
+def write_plots(run_dir: Path, summary: dict[str, Any],
+                rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Speedup per route with CI bars, TTFT/latency distributions per variant
+    and route, and acceptance rate against k. Returns (title, relative src)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images: list[tuple[str, str]] = []
+    cells = summary["cells"]
+    sp_cells = [c for c in cells if c.get("speedup")]
+    if sp_cells:
+        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(sp_cells)), 4))
+        labels = [f"{c['route']}\n{arm_name(c['variant'], c.get('num_speculative_tokens'))}"
+                  f"\n{c['load']} T={c['temperature']:g}" for c in sp_cells]
+        pts = [c["speedup"]["point"] for c in sp_cells]
+        lo = [p - c["speedup"]["ci_low"] for p, c in zip(pts, sp_cells, strict=True)]
+        hi = [c["speedup"]["ci_high"] - p for p, c in zip(pts, sp_cells, strict=True)]
+        ax.errorbar(range(len(pts)), pts, yerr=[lo, hi], fmt="o", capsize=4)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.axhline(summary["settings"]["decision"]["min_speedup"], color="green",
+                   linestyle=":", linewidth=1)
+        ax.set_xticks(range(len(pts)), labels, fontsize=7)
+        ax.set_ylabel("speedup vs baseline (95% CI)")
+        ax.set_title("Speedup per route")
+        images.append(("Speedup per route with 95% CI", _save(fig, run_dir, "speedup.png")))
+        plt.close(fig)
+    measured = [r for r in rows if not r.get("warmup") and not r.get("error")]
+    for route in dict.fromkeys(r["route"] for r in measured):
+        arms: dict[str, list[dict[str, Any]]] = {}
+        for r in measured:
+            if r["route"] == route:
+                arms.setdefault(arm_name(r["variant"], r.get("num_speculative_tokens")),
+                                []).append(r)
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        for ax, key, title in ((axes[0], "ttft_ms", "TTFT (ms)"),
+                               (axes[1], "latency_ms", "end-to-end latency (ms)")):
+            data = [[r[key] for r in rs if r.get(key) is not None] or [0.0]
+                    for rs in arms.values()]
+            ax.boxplot(data)
+            ax.set_xticks(range(1, len(arms) + 1), list(arms), fontsize=7, rotation=20)
+            ax.set_title(f"{route}: {title}")
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in route)
+        images.append((f"{route}: TTFT and latency per variant",
+                       _save(fig, run_dir, f"latency_{safe}.png")))
+        plt.close(fig)
+    acc = [c for c in cells if c.get("acceptance_rate") is not None
+           and c.get("num_speculative_tokens") is not None]
+    if acc:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        series: dict[str, list[tuple[int, float]]] = {}
+        for c in acc:
+            label = f"{c['route']}/{c['variant']} {c['load']} T={c['temperature']:g}"
+            series.setdefault(label, []).append((int(c["num_speculative_tokens"]),
+                                                 float(c["acceptance_rate"])))
+        for label, pts_k in series.items():
+            pts_k.sort()
+            ax.plot([k for k, _ in pts_k], [a for _, a in pts_k], marker="o", label=label)
+        ax.set_xlabel("num_draft_tokens (k)")
+        ax.set_ylabel("acceptance rate")
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=6)
+        ax.set_title("Acceptance rate vs k")
+        images.append(("Acceptance rate vs k", _save(fig, run_dir, "acceptance_vs_k.png")))
+        plt.close(fig)
+    return images
+
+
+def baseline_present(summary: dict[str, Any]) -> bool:
+    return any(c["variant"] == BASELINE for c in summary["cells"])

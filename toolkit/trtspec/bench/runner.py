@@ -1,0 +1,555 @@
+"""The paired benchmark run. ``plan_from_spec`` turns a spec (docs/internals.md
+§1) plus command-line narrowing into a ``BenchPlan``: routes with their
+prompts, and *arms* (the baseline, each variant at each swept
+``num_draft_tokens`` — a per-request input, so a k sweep needs no rebuild).
+``run_benchmark`` sends every sampled prompt to every arm with identical
+sampling and seed, alternating arm order per prompt (A B C, C B A …) so slow
+drift cancels; runs closed-loop concurrency levels and an optional open-loop
+Poisson rate; excludes warmup; appends a row per completed request; samples
+server memory; and renders the report. ``--isolate`` serves one arm's models
+at a time in its own tritonserver, in ABBA order over two halves of the
+prompts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from trtspec.bench.client import Arm, Job, LagProbe, Outcome, poisson_schedule, run_jobs
+from trtspec.bench.quality import QualityRunner, default_checks, validate_check_names
+from trtspec.bench.records import (
+    REQUEST_SCHEMA_VERSION,
+    REQUESTS_FILE,
+    RUN_FILE,
+    RequestLog,
+    atomic_write_json,
+    ids_hash,
+    text_hash,
+)
+from trtspec.bench.report import METRICS_FILE, console_lines, render_run
+from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, render_prompt
+from trtspec.bench.summary import BASELINE, DEFAULT_DECISION, environment_info, git_commit
+from trtspec.errors import BenchError
+
+SPECULATIVE_K_MODES = ("draft_model", "ngram")
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
+DEFAULT_MAX_INFLIGHT = 32
+
+
+@dataclass
+class BenchSettings:
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    request_rate: float | None = None
+    temperatures: list[float] = field(default_factory=lambda: [0.0])
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 1234
+    warmup_requests: int = 2
+    requests_per_route: int = 30
+    decision: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_DECISION))
+    rollout: dict[str, Any] = field(default_factory=dict)
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+
+    def loads(self) -> list[tuple[str, int | None, float | None]]:
+        out: list[tuple[str, int | None, float | None]] = [
+            (f"concurrency={c}", c, None) for c in self.concurrency]
+        if self.request_rate is not None:
+            out.append((f"rate={self.request_rate:g}/s", None, self.request_rate))
+        return out
+
+
+@dataclass
+class BenchPlan:
+    spec_name: str
+    spec_hash: str | None
+    spec_path: str | None
+    routes: list[RouteSet]
+    arms: list[Arm]
+    settings: BenchSettings
+    tokenizer_dir: Path | None = None
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    console: list[str]
+    interrupted: bool = False
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.summary["totals"]["error_rate"]
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return dict(obj)
+    return dict(obj.model_dump(mode="json"))
+
+
+def _pick(names: list[str] | None, known: list[str], what: str) -> list[str]:
+    if not names:
+        return known
+    for n in names:
+        if n not in known:
+            raise BenchError(f"--{what}s: unknown {what} {n!r}",
+                             hint=f"{what}s in the spec: " + ", ".join(known))
+    return [n for n in known if n in names]
+
+
+def arms_for(variants: list[Any], ks: list[int] | None = None) -> list[Arm]:
+    """The baseline and every variant × k (k only for modes that take a
+    per-request ``num_draft_tokens``)."""
+    arms = [Arm(BASELINE, BASELINE)]
+    for v in variants:
+        mode = str(_get(v, "mode"))
+        name = str(_get(v, "name"))
+        draft = _get(_get(v, "draft"), "model")
+        if mode in SPECULATIVE_K_MODES:
+            sweep = ks or _get(v, "num_draft_tokens") or [_get(v, "max_draft_len")]
+            limit = _get(v, "max_draft_len")
+            for k in sweep:
+                if limit is not None and int(k) > int(limit):
+                    raise BenchError(
+                        f"--num-draft-tokens: {k} exceeds variant {name!r} max_draft_len {limit}",
+                        hint="sweep values up to the engine's max_draft_len (no rebuild needed)")
+                arms.append(Arm(name, name, mode, True, draft, int(k)))
+        else:
+            arms.append(Arm(name, name, mode, True, None, None))
+    return arms
+
+
+def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
+                   routes: list[str] | None = None, concurrency: list[int] | None = None,
+                   request_rate: float | None = None, temperatures: list[float] | None = None,
+                   num_draft_tokens: list[int] | None = None, requests: int | None = None,
+                   warmup_requests: int | None = None, tokenizer: Path | None = None,
+                   engines_root: Path = Path("engines")) -> BenchPlan:
+    """Everything the run needs from a ``trtspec.spec.Spec``."""
+    bench = _get(spec, "bench")
+    spec_routes = _get(spec, "routes") or {}
+    if not spec_routes:
+        raise BenchError(f"{_get(spec, 'source_path')}: routes: the spec defines no routes",
+                         hint="add a `routes:` section pointing at build_specs/routes/*.jsonl")
+    all_variants = list(_get(spec, "variants") or [])
+    chosen_v = _pick(variants, [str(_get(v, "name")) for v in all_variants], "variant")
+    chosen_r = _pick(routes, list(spec_routes), "route")
+    settings = BenchSettings(
+        concurrency=list(concurrency or _get(bench, "concurrency") or [1]),
+        request_rate=request_rate if request_rate is not None else _get(bench, "request_rate"),
+        temperatures=[float(t) for t in (temperatures or _get(bench, "temperatures") or [0.0])],
+        top_p=float(_get(bench, "top_p", 1.0)),
+        top_k=int(_get(bench, "top_k", 0)),
+        seed=int(_get(bench, "seed", 1234)),
+        warmup_requests=int(warmup_requests if warmup_requests is not None
+                            else _get(bench, "warmup_requests", 2)),
+        requests_per_route=int(requests or _get(bench, "requests_per_route", 30)),
+        decision={**DEFAULT_DECISION, **_dump(_get(bench, "decision"))},
+        rollout=_dump(_get(spec, "rollout")),
+    )
+    base = Path(_get(spec, "source_path") or Path.cwd() / "spec.yaml").parent
+    route_sets = []
+    for name in chosen_r:
+        r = spec_routes[name]
+        path = Path(str(_get(r, "prompts")))
+        path = path if path.is_absolute() else (base / path).resolve()
+        items = load_prompt_set(path)
+        checks = list(_get(r, "checks") or []) or default_checks(items)
+        validate_check_names(checks, f"routes.{name}.checks")
+        route_sets.append(RouteSet(name, path, items, int(_get(r, "max_tokens", 128)), checks,
+                                   requests or _get(r, "requests")))
+    spec_name = str(_get(spec, "name"))
+    tok = tokenizer or engines_root / spec_name / "target" / "tokenizer"
+    return BenchPlan(
+        spec_name=spec_name,
+        spec_hash=_get(spec, "spec_hash"),
+        spec_path=str(_get(spec, "source_path")) if _get(spec, "source_path") else None,
+        routes=route_sets,
+        arms=arms_for([v for v in all_variants if str(_get(v, "name")) in chosen_v],
+                      num_draft_tokens),
+        settings=settings,
+        tokenizer_dir=tok,
+    )
+
+
+# -- server memory --------------------------------------------------------------------------
+
+def _tree_rss(pid: int) -> int | None:
+    """RSS of ``pid`` and its descendants (Triton's Python backend runs one
+    stub process per model instance)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            rss[int(entry.name)] = int(fields[21]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    if pid not in rss:
+        return None
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total
+
+
+_METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+def server_memory(metrics_url: str | None, pid: int | None) -> tuple[int | None, str | None]:
+    """(bytes, kind): GPU memory used from Triton's metrics endpoint when it
+    reports any, else the server process tree's RSS when we started it, else
+    the host memory in use that Triton reports."""
+    sums: dict[str, float] = {}
+    if metrics_url:
+        url = metrics_url if "://" in metrics_url else f"http://{metrics_url}"
+        url = url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                text = resp.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            m = _METRIC_LINE.match(line)
+            if m and m["name"] in ("nv_gpu_memory_used_bytes", "nv_cpu_memory_used_bytes"):
+                with contextlib.suppress(ValueError):
+                    sums[m["name"]] = sums.get(m["name"], 0.0) + float(m["value"])
+    if sums.get("nv_gpu_memory_used_bytes"):
+        return int(sums["nv_gpu_memory_used_bytes"]), "gpu"
+    if pid is not None:
+        rss = _tree_rss(pid)
+        if rss is not None:
+            return rss, "process_rss"
+    if "nv_cpu_memory_used_bytes" in sums:
+        return int(sums["nv_cpu_memory_used_bytes"]), "host_used"
+    return None, None
+
+
+# -- the run --------------------------------------------------------------------------------
+
+@dataclass
+class _Target:
+    url: str
+    metrics_url: str | None
+    pid: int | None
+
+
+class _Recorder:
+    """Turns outcomes into rows on one background thread (quality checks
+    included) so workers go straight back to sending."""
+
+    def __init__(self, log: RequestLog, run_id: str, routes: dict[str, RouteSet]) -> None:
+        self.log, self.run_id, self.routes = log, run_id, routes
+        self.quality = QualityRunner()
+        self._queue: queue.Queue[Outcome | None] = queue.Queue()
+        self._seq = 0
+        self._thread = threading.Thread(target=self._loop, name="trtspec-recorder", daemon=True)
+        self._thread.start()
+
+    def put(self, outcome: Outcome) -> None:
+        self._queue.put(outcome)
+
+    def _loop(self) -> None:
+        while True:
+            out = self._queue.get()
+            if out is None:
+                return
+            if out.error == "interrupted":
+                continue  # cut short by Ctrl-C: not a server failure, not a result
+            self._seq += 1
+            self.log.append(self.row(out, self._seq))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def row(self, out: Outcome, seq: int) -> dict[str, Any]:
+        job, f = out.job, out.final
+        latency = (out.end_ns - out.send_ns) / 1e6 if out.end_ns else None
+        ttft = (out.first_text_ns - out.send_ns) / 1e6 if out.first_text_ns else None
+        n = f.get("completion_tokens")
+        if n is None and not out.error:
+            n = len(out.ids)
+        tpot = ((latency - ttft) / (n - 1) if latency is not None and ttft is not None
+                and n and n > 1 else None)
+        tps = n / (latency / 1e3) if n and latency else None
+        route = self.routes[job.route]
+        quality = (self.quality.run(route.checks, out.text, job.item, job.prompt_index)
+                   if not out.error and route.checks else {})
+        def ns_ms(v):
+            return (None if v is None else v / 1e6)
+        return {
+            "schema_version": REQUEST_SCHEMA_VERSION, "run_id": self.run_id, "seq": seq,
+            "warmup": job.warmup, "route": job.route, "prompt_index": job.prompt_index,
+            "sample_index": job.sample_index, "variant": job.arm.variant,
+            "model": job.arm.model, "mode": job.arm.mode, "speculative": job.arm.speculative,
+            "draft_model": job.arm.draft_model, "num_speculative_tokens": job.arm.k,
+            "temperature": job.temperature, "top_p": job.top_p, "top_k": job.top_k,
+            "seed": job.seed, "max_tokens": job.max_tokens, "load": job.load,
+            "concurrency": job.concurrency, "request_rate": job.request_rate,
+            "request_id": job.request_id, "send_time_unix": out.send_time_unix,
+            "prompt_tokens": f.get("prompt_tokens"), "completion_tokens": n,
+            "ttft_ms": ttft, "latency_ms": latency, "tpot_ms": tpot, "tokens_per_second": tps,
+            "accepted_tokens": f.get("accepted_tokens"), "draft_tokens": f.get("draft_tokens"),
+            "rounds": f.get("rounds"), "server_ttft_ms": ns_ms(f.get("server_ttft_ns")),
+            "server_total_ms": ns_ms(f.get("server_total_ns")),
+            "served_variant": f.get("variant"), "fallback": f.get("fallback"),
+            "error": out.error, "text_hash": text_hash(out.text),
+            "output_ids_hash": ids_hash(out.ids), "output_text": out.text, "quality": quality,
+            "client_overhead_ms": out.overhead_ns / 1e6,
+            "send_lag_ms": None if out.send_lag_ns is None else out.send_lag_ns / 1e6,
+            "responses": out.responses,
+        }
+
+
+def _abba(arms: list[Arm], sample_index: int) -> list[Arm]:
+    return arms if sample_index % 2 == 0 else list(reversed(arms))
+
+
+class _Run:
+    def __init__(self, plan: BenchPlan, run_dir: Path, run_id: str,
+                 progress: Callable[[str], None]) -> None:
+        self.plan, self.run_dir, self.run_id, self.progress = plan, run_dir, run_id, progress
+        self.stop = threading.Event()
+        self.tokenizer = None
+        if any(it.get("messages") for r in plan.routes for it in r.items):
+            self.tokenizer = load_tokenizer(plan.tokenizer_dir)
+        self.texts = {(r.name, i): render_prompt(it, self.tokenizer)
+                      for r in plan.routes for i, it in enumerate(r.items)}
+        self._counter = 0
+        self.memory = RequestLog(run_dir / METRICS_FILE)
+
+    def _jobs(self, route: RouteSet, arms: list[Arm], load: tuple[str, int | None, float | None],
+              temperature: float, *, samples: list[int] | None, warmup: bool) -> list[Job]:
+        s = self.plan.settings
+        label, conc, rate = load
+        n = s.warmup_requests if warmup else (route.requests or s.requests_per_route)
+        jobs = []
+        for sample_index, item in route.sample(n):
+            if samples is not None and sample_index not in samples:
+                continue
+            prompt_index = sample_index % len(route.items)
+            for arm in _abba(arms, sample_index):
+                self._counter += 1
+                jobs.append(Job(
+                    route=route.name, prompt_index=prompt_index, sample_index=sample_index,
+                    item=item, text_input=self.texts[(route.name, prompt_index)],
+                    max_tokens=int(item.get("max_tokens") or route.max_tokens), arm=arm,
+                    temperature=temperature, top_p=s.top_p, top_k=s.top_k,
+                    seed=s.seed + sample_index, load=label, concurrency=conc,
+                    request_rate=rate, warmup=warmup,
+                    request_id=f"{self.run_id}-{'w' if warmup else 'm'}{self._counter}"))
+        return jobs
+
+    def phase(self, target: _Target, recorder: _Recorder, arms: list[Arm],
+              samples: list[int] | None = None) -> None:
+        s = self.plan.settings
+        for route in self.plan.routes:
+            for load in s.loads():
+                for temp in s.temperatures:
+                    if self.stop.is_set():
+                        return
+                    label, conc, rate = load
+                    warm = self._jobs(route, arms, load, temp, samples=None, warmup=True)
+                    if warm:
+                        run_jobs(target.url, warm, workers=conc or 1, on_done=recorder.put,
+                                 stop=self.stop, request_timeout_s=s.request_timeout_s)
+                    jobs = self._jobs(route, arms, load, temp, samples=samples, warmup=False)
+                    self.progress(f"bench: route={route.name} {label} T={temp:g} "
+                                  f"{len(jobs)} requests over {len(arms)} arm(s)")
+                    schedule = (poisson_schedule(len(jobs), rate, s.seed) if rate else None)
+                    run_jobs(target.url, jobs,
+                             workers=conc or min(s.max_inflight, max(1, len(jobs))),
+                             on_done=recorder.put, stop=self.stop,
+                             request_timeout_s=s.request_timeout_s, schedule_s=schedule)
+                    mem, kind = server_memory(target.metrics_url, target.pid)
+                    self.memory.append({"route": route.name, "load": label,
+                                        "temperature": temp, "variants": sorted(
+                                            {a.variant for a in arms}),
+                                        "bytes": mem, "kind": kind, "time": time.time()})
+
+
+def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> None:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                missing = [m for m in models if not client.is_model_ready(m)]
+                if not missing:
+                    return
+                problem = "not ready: " + ", ".join(missing)
+            except InferenceServerException as exc:
+                problem = f"unreachable ({exc.message() if hasattr(exc, 'message') else exc})"
+            if time.monotonic() > deadline:
+                raise BenchError(f"server at {url}: {problem}",
+                                 hint="start it with `trtspec serve SPEC` (all variants) or "
+                                      "let `trtspec bench` start it by leaving out --endpoint")
+            time.sleep(0.5)
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _serve(repo: Path, models: list[str] | None, log_path: Path) -> Iterator[_Target]:
+    from trtspec.serve import Server
+
+    with Server(repo, models=models, log_path=log_path) as server:
+        yield _Target(server.grpc_url, server.metrics_url, server.pid)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def client_stats(probe: LagProbe) -> dict[str, Any]:
+    return probe.summary()
+
+
+def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
+                  metrics_url: str | None = None, repo: Path | None = None,
+                  variants: list[str] | None = None, routes: list[str] | None = None,
+                  concurrency: list[int] | None = None, request_rate: float | None = None,
+                  temperatures: list[float] | None = None,
+                  num_draft_tokens: list[int] | None = None, requests: int | None = None,
+                  warmup_requests: int | None = None, isolate: bool = False,
+                  tokenizer: Path | None = None, engines_root: Path = Path("engines"),
+                  request_timeout_s: float | None = None, plots: bool = True,
+                  progress: Callable[[str], None] | None = None) -> RunResult:
+    """Bench ``spec`` (a ``Spec`` or a ready ``BenchPlan``) into ``output_dir``
+    (the run folder). Without ``endpoint`` it serves ``repo`` (default
+    ``triton_repo/<spec name>``) itself. Ctrl-C/SIGTERM stop the load, keep
+    every completed request, render what is there and re-raise."""
+    plan = spec if isinstance(spec, BenchPlan) else plan_from_spec(
+        spec, variants=variants, routes=routes, concurrency=concurrency,
+        request_rate=request_rate, temperatures=temperatures,
+        num_draft_tokens=num_draft_tokens, requests=requests,
+        warmup_requests=warmup_requests, tokenizer=tokenizer, engines_root=engines_root)
+    if request_timeout_s is not None:
+        plan.settings.request_timeout_s = request_timeout_s
+    say = progress or (lambda _m: None)
+    if isolate and endpoint:
+        raise BenchError("--isolate starts one server per variant and cannot use --endpoint",
+                         hint="leave out --endpoint, or leave out --isolate")
+    run_dir = Path(output_dir)
+    if (run_dir / REQUESTS_FILE).exists():
+        raise BenchError(f"{run_dir}: already holds a run ({REQUESTS_FILE} exists)",
+                         hint="choose a new --run-dir, or delete the old run first")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = run_dir.name or uuid.uuid4().hex[:8]
+    repo = repo or Path("triton_repo") / plan.spec_name
+    run_info: dict[str, Any] = {
+        "run_id": run_id, "git_commit": git_commit(Path(__file__).parent),
+        "spec": {"name": plan.spec_name, "hash": plan.spec_hash, "path": plan.spec_path},
+        **environment_info(),
+        "server": {"endpoint": endpoint, "repo": None if endpoint else str(repo),
+                   "isolate": isolate},
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "complete": False,
+        "settings": {**plan.settings.__dict__,
+                     "routes": {r.name: {"prompts": str(r.path), "max_tokens": r.max_tokens,
+                                         "checks": r.checks, "requests": r.requests}
+                                for r in plan.routes},
+                     "arms": [a.label for a in plan.arms]},
+    }
+    atomic_write_json(run_dir / RUN_FILE, run_info)
+    run = _Run(plan, run_dir, run_id, say)
+    interrupted = False
+    with RequestLog(run_dir / REQUESTS_FILE) as log, _sigterm_as_interrupt():
+        recorder = _Recorder(log, run_id, {r.name: r for r in plan.routes})
+        probe = LagProbe()
+        try:
+            with probe:
+                if endpoint:
+                    _wait_ready(endpoint, sorted({a.model for a in plan.arms}))
+                    run.phase(_Target(endpoint, metrics_url, None), recorder, plan.arms)
+                elif not isolate:
+                    with _serve(repo, None, run_dir / "tritonserver.log") as target:
+                        _wait_ready(target.url, sorted({a.model for a in plan.arms}))
+                        run.phase(target, recorder, plan.arms)
+                else:
+                    _run_isolated(run, plan, repo, recorder)
+        except KeyboardInterrupt:
+            interrupted = True
+            run.stop.set()
+            say("bench: interrupted; keeping the completed requests")
+        finally:
+            recorder.close()
+            run.memory.close()
+            run_info["client"] = client_stats(probe)
+            run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            run_info["complete"] = not interrupted
+            atomic_write_json(run_dir / RUN_FILE, run_info)
+    if log.count == 0:
+        if interrupted:
+            raise KeyboardInterrupt
+        raise BenchError(f"{run_dir}: no request completed", hint="check the server log")
+    summary = render_run(run_dir, plots=plots)
+    result = RunResult(run_dir, summary, console_lines(summary), interrupted)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def _run_isolated(run: _Run, plan: BenchPlan, repo: Path, recorder: _Recorder) -> None:
+    from trtspec.serve import variant_models
+
+    per_variant: dict[str, list[Arm]] = {}
+    for arm in plan.arms:
+        per_variant.setdefault(arm.variant, []).append(arm)
+    names = list(per_variant)
+    n = max((r.requests or plan.settings.requests_per_route) for r in plan.routes)
+    halves = [list(range(0, (n + 1) // 2)), list(range((n + 1) // 2, n))]
+    for half, order in ((halves[0], names), (halves[1], list(reversed(names)))):
+        for name in order:
+            if run.stop.is_set() or not half:
+                continue
+            models = variant_models(repo, name)
+            run.progress(f"bench: --isolate: serving {name} ({', '.join(models)})")
+            log_path = run.run_dir / f"tritonserver-{name}.log"
+            with _serve(repo, models, log_path) as target:
+                _wait_ready(target.url, [per_variant[name][0].model])
+                run.phase(target, recorder, per_variant[name], samples=half)

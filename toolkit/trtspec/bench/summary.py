@@ -1,0 +1,322 @@
+"""``summary.json``: per route × variant × load × temperature × k statistics
+computed from the rows of ``requests.jsonl`` alone (plus the optional server
+memory samples in ``metrics.jsonl`` and the settings in ``run.json``), so a
+killed run re-renders and anyone can recompute every number from the rows.
+Definitions: TTFT is the client-side time to the first non-empty text delta;
+TPOT = (E2E − TTFT)/(completion_tokens − 1) per request; acceptance rate =
+Σaccepted/Σdrafted; mean accepted length per round = (Σaccepted + Σrounds)/
+Σrounds; speedup is the geometric mean over paired prompts of baseline/variant
+ms-per-output-token with a paired bootstrap CI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from trtspec import __version__
+from trtspec.bench import stats
+from trtspec.bench.quality import FAIL, PASS, SKIPPED, quality_passed
+
+SUMMARY_SCHEMA_VERSION = 1
+BASELINE = "baseline"
+SHORT_OUTPUT_TOKENS = 20
+
+DEFAULT_DECISION = {
+    "min_speedup": 1.05,
+    "max_p95_regression": 0.10,
+    "min_quality_pass_rate": 0.95,
+    "min_equal_rate": 1.0,
+    "max_error_rate": 0.01,
+}
+
+CellKey = tuple[str, str, Any, str, float]  # route, variant, k, load, temperature
+
+
+def cell_key(row: dict[str, Any]) -> CellKey:
+    return (row["route"], row["variant"], row.get("num_speculative_tokens"),
+            str(row.get("load")), float(row.get("temperature") or 0.0))
+
+
+def _ok(row: dict[str, Any]) -> bool:
+    return not row.get("error")
+
+
+def _cost(row: dict[str, Any]) -> float | None:
+    """ms per output token: the paired cost the speedup compares."""
+    n, lat = row.get("completion_tokens"), row.get("latency_ms")
+    if not _ok(row) or not n or lat is None or lat <= 0:
+        return None
+    return float(lat) / float(n)
+
+
+def _sum(rows: Iterable[dict[str, Any]], key: str) -> int:
+    return sum(int(r.get(key) or 0) for r in rows)
+
+
+def _aggregate_tps(rows: list[dict[str, Any]]) -> float | None:
+    timed = [r for r in rows if r.get("send_time_unix") is not None and r.get("latency_ms")]
+    if not timed:
+        return None
+    start = min(r["send_time_unix"] for r in timed)
+    end = max(r["send_time_unix"] + r["latency_ms"] / 1000.0 for r in timed)
+    span = end - start
+    return _sum(timed, "completion_tokens") / span if span > 0 else None
+
+
+def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any]] | None,
+                   *, bootstrap_seed: int = stats.DEFAULT_BOOTSTRAP_SEED) -> dict[str, Any]:
+    first = rows[0]
+    ok = [r for r in rows if _ok(r)]
+    errors = len(rows) - len(ok)
+    drafted, accepted, rounds = (_sum(ok, "draft_tokens"), _sum(ok, "accepted_tokens"),
+                                 _sum(ok, "rounds"))
+    completions = [r["completion_tokens"] for r in ok if r.get("completion_tokens") is not None]
+    median_completion = stats.percentile(completions, 50)
+    qualities = [quality_passed(r.get("quality")) for r in ok]
+    judged = [q for q in qualities if q is not None]
+    per_check: dict[str, dict[str, int]] = defaultdict(lambda: {PASS: 0, FAIL: 0, SKIPPED: 0})
+    for r in ok:
+        for name, res in (r.get("quality") or {}).items():
+            per_check[name][res.get("status", SKIPPED)] += 1
+    speculative = bool(first.get("speculative"))
+    cell: dict[str, Any] = {
+        "route": first["route"],
+        "variant": first["variant"],
+        "model": first.get("model"),
+        "mode": first.get("mode"),
+        "speculative": speculative,
+        "draft_model": first.get("draft_model"),
+        "num_speculative_tokens": first.get("num_speculative_tokens"),
+        "load": str(first.get("load")),
+        "concurrency": first.get("concurrency"),
+        "request_rate": first.get("request_rate"),
+        "temperature": float(first.get("temperature") or 0.0),
+        "count": len(rows),
+        "errors": errors,
+        "error_rate": stats.rate(errors, len(rows)),
+        "ttft_ms": stats.distribution([r.get("ttft_ms") for r in ok]),
+        "latency_ms": stats.distribution([r.get("latency_ms") for r in ok]),
+        "tpot_ms": stats.distribution([r.get("tpot_ms") for r in ok]),
+        "tokens_per_second": {
+            **{k: v for k, v in stats.distribution(
+                [r.get("tokens_per_second") for r in ok]).items() if k in ("p50", "mean")},
+            "aggregate": _aggregate_tps(ok),
+        },
+        "prompt_tokens_mean": (sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok)
+                               if ok else None),
+        "completion_tokens_median": median_completion,
+        "short_output": median_completion is not None and median_completion < SHORT_OUTPUT_TOKENS,
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "rounds": rounds,
+        "acceptance_rate": stats.rate(accepted, drafted) if speculative else None,
+        "mean_accepted_length": ((accepted + rounds) / rounds) if speculative and rounds else None,
+        "fallbacks": sum(1 for r in ok if r.get("fallback")),
+        "quality_pass_rate": stats.rate(sum(1 for q in judged if q), len(judged)),
+        "quality_judged": len(judged),
+        "quality": {k: dict(v) for k, v in sorted(per_check.items())},
+        "speedup": None,
+        "pairs": 0,
+        "equal_rate": None,
+        "p95_latency_regression": None,
+        "baseline_quality_pass_rate": None,
+        "server_memory_bytes": None,
+    }
+    if baseline_rows is not None and first["variant"] != BASELINE:
+        by_sample = {r.get("sample_index"): r for r in baseline_rows}
+        pairs = [(by_sample[r.get("sample_index")], r) for r in rows
+                 if r.get("sample_index") in by_sample]
+        costs = [(_cost(b), _cost(v)) for b, v in pairs]
+        usable = [(b, v) for b, v in costs if b is not None and v is not None]
+        est = stats.paired_speedup([b for b, _ in usable], [v for _, v in usable],
+                                   seed=bootstrap_seed)
+        cell["speedup"] = est.as_dict() if est else None
+        cell["pairs"] = len(usable)
+        if cell["temperature"] == 0.0:
+            both_ok = [(b, v) for b, v in pairs if _ok(b) and _ok(v)]
+            equal = sum(1 for b, v in both_ok
+                        if b.get("output_ids_hash") == v.get("output_ids_hash"))
+            cell["equal_rate"] = stats.rate(equal, len(both_ok))
+        base_ok = [r for r in baseline_rows if _ok(r)]
+        base_p95 = stats.percentile([r["latency_ms"] for r in base_ok
+                                     if r.get("latency_ms") is not None], 95)
+        var_p95 = cell["latency_ms"]["p95"]
+        if base_p95 and var_p95 is not None:
+            cell["p95_latency_regression"] = var_p95 / base_p95 - 1.0
+        base_judged = [q for q in (quality_passed(r.get("quality")) for r in base_ok)
+                       if q is not None]
+        cell["baseline_quality_pass_rate"] = stats.rate(sum(1 for q in base_judged if q),
+                                                        len(base_judged))
+    return cell
+
+
+def summarize_rows(rows: list[dict[str, Any]], *, bootstrap_seed: int =
+                   stats.DEFAULT_BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+    """All cells, in the order their first row appears (measured rows only)."""
+    groups: dict[CellKey, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("warmup"):
+            continue
+        groups.setdefault(cell_key(row), []).append(row)
+    cells = []
+    for key, group in groups.items():
+        route, variant, _k, load, temp = key
+        base = groups.get((route, BASELINE, None, load, temp))
+        cells.append(summarize_cell(group, None if variant == BASELINE else base,
+                                    bootstrap_seed=bootstrap_seed))
+    return cells
+
+
+def attach_memory(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
+    """Server memory per cell: the largest sample taken while the cell's
+    route/load/temperature block ran on a server serving that variant."""
+    for cell in cells:
+        vals = [s["bytes"] for s in samples
+                if s.get("route") == cell["route"] and str(s.get("load")) == cell["load"]
+                and float(s.get("temperature") or 0) == cell["temperature"]
+                and cell["variant"] in (s.get("variants") or [cell["variant"]])
+                and s.get("bytes") is not None]
+        kinds = {s.get("kind") for s in samples if s.get("route") == cell["route"]}
+        cell["server_memory_bytes"] = max(vals) if vals else None
+        cell["server_memory_kind"] = next(iter(kinds)) if len(kinds) == 1 else None
+
+
+def read_jsonl_loose(path: Path) -> list[dict[str, Any]]:
+    """Rows of an auxiliary JSONL file; unreadable lines are skipped because
+    these files only add detail (memory samples) to what the rows say."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def git_commit(start: Path | None = None) -> str | None:
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=start or Path.cwd(),
+                              capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def environment_info() -> dict[str, Any]:
+    """Machine and library versions for the report header."""
+    mem = None
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "machine": {
+            "hostname": platform.node(),
+            "platform": platform.platform(),
+            "processor": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "memory_bytes": mem,
+        },
+        "versions": {
+            "trtspec": __version__,
+            "python": platform.python_version(),
+            "torch": _version("torch"),
+            "transformers": _version("transformers"),
+            "tritonclient": _version("tritonclient"),
+            "tensorrt_llm": _version("tensorrt_llm"),
+        },
+    }
+
+
+def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
+                  memory_samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The whole ``summary.json`` document (decisions included)."""
+    from trtspec.bench.decide import decide
+
+    settings = run_info.get("settings") or {}
+    decision = {**DEFAULT_DECISION, **(settings.get("decision") or {})}
+    cells = summarize_rows(rows, bootstrap_seed=int(settings.get("bootstrap_seed")
+                                                    or stats.DEFAULT_BOOTSTRAP_SEED))
+    attach_memory(cells, memory_samples or [])
+    measured = [r for r in rows if not r.get("warmup")]
+    failed = sum(1 for r in measured if not _ok(r))
+    decisions, routing = decide(cells, decision, rollout=settings.get("rollout") or {})
+    return {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "tool": "trtspec",
+        "tool_version": __version__,
+        "run_id": run_info.get("run_id"),
+        "git_commit": run_info.get("git_commit"),
+        "spec": run_info.get("spec"),
+        "machine": run_info.get("machine"),
+        "versions": run_info.get("versions"),
+        "server": run_info.get("server"),
+        "started": run_info.get("started"),
+        "finished": run_info.get("finished"),
+        "complete": bool(run_info.get("complete")),
+        "settings": {**settings, "decision": decision},
+        "totals": {"requests": len(measured), "errors": failed,
+                   "error_rate": stats.rate(failed, len(measured)),
+                   "warmup_requests": len(rows) - len(measured)},
+        "client": client_summary(measured, run_info.get("client") or {}, cells),
+        "cells": cells,
+        "decisions": decisions,
+        "routing": routing,
+    }
+
+
+LAG_WARN_MS = 5.0
+OVERHEAD_WARN_FRACTION = 0.02
+SEND_LAG_WARN_MS = 10.0
+
+
+def client_summary(rows: list[dict[str, Any]], probe: dict[str, Any],
+                   cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The client's own cost (from the rows) and its lag probe (from
+    ``run.json``), with warnings where either could distort the numbers."""
+    overhead = [r["client_overhead_ms"] for r in rows if r.get("client_overhead_ms") is not None]
+    send_lag = [r["send_lag_ms"] for r in rows if r.get("send_lag_ms") is not None]
+    out: dict[str, Any] = {
+        "overhead_ms_p50": stats.percentile(overhead, 50),
+        "overhead_ms_p95": stats.percentile(overhead, 95),
+        "send_lag_ms_p95": stats.percentile(send_lag, 95),
+        "lag_ms_p50": probe.get("lag_ms_p50"),
+        "lag_ms_p95": probe.get("lag_ms_p95"),
+        "lag_ms_max": probe.get("lag_ms_max"),
+        "warnings": [],
+    }
+    warnings: list[str] = out["warnings"]
+    lag95 = probe.get("lag_ms_p95")
+    if lag95 is not None and lag95 > LAG_WARN_MS:
+        warnings.append(f"client threads woke {lag95:.1f} ms late (p95 of a 10 ms sleep): the "
+                        "client machine is CPU-starved, so client-side times may be inflated")
+    ttfts = [c["ttft_ms"]["p50"] for c in cells if c["ttft_ms"]["p50"] is not None]
+    o95 = out["overhead_ms_p95"]
+    if o95 is not None and ttfts and o95 > OVERHEAD_WARN_FRACTION * min(ttfts):
+        warnings.append(f"client overhead p95 {o95:.2f} ms is more than "
+                        f"{OVERHEAD_WARN_FRACTION:.0%} of the smallest TTFT p50 "
+                        f"({min(ttfts):.2f} ms): client cost is a visible share of the timings")
+    late = [v for v in send_lag if v > SEND_LAG_WARN_MS]
+    if send_lag and len(late) > 0.01 * len(send_lag):
+        warnings.append(f"{len(late)} of {len(send_lag)} open-loop sends were more than "
+                        f"{SEND_LAG_WARN_MS:.0f} ms behind the Poisson schedule: the client "
+                        "could not sustain the requested rate")
+    return out

@@ -1,0 +1,251 @@
+"""The engine folder's ``config.json``: the TensorRT-LLM-shaped schema both backends share.
+
+A reference engine folder carries the same ``{version, pretrained_config,
+build_config}`` document ``trtllm-build`` writes, with the integer
+``speculative_decoding_mode`` of TRT-LLM's enum, plus a ``"trtspec"`` object
+holding what only the reference backend needs (quantization, the lookahead
+(W, N, G), the Medusa/EAGLE choice trees). This module owns that schema: the
+mode names and integers, the lookahead ``max_draft_len`` formula, building the
+document at build time and reading it back (with clear errors) at load time.
+It imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import TrtspecError
+
+#: TRT-LLM's ``SpeculativeDecodingMode`` enum values as stored in engine configs.
+MODE_INTS: dict[str, int] = {
+    "none": 1,
+    "draft_tokens_external": 2,
+    "medusa": 4,
+    "lookahead": 8,
+    "explicit_draft_tokens": 16,
+    "eagle": 32,
+}
+MODE_NAMES: dict[int, str] = {v: k for k, v in MODE_INTS.items()}
+
+#: Modes the reference backend can run.
+REFERENCE_MODES = ("none", "draft_tokens_external", "medusa", "eagle", "lookahead")
+
+#: The version string written into reference engine configs (the pinned TRT-LLM).
+ENGINE_VERSION = "1.1.0"
+
+
+class EngineError(TrtspecError):
+    """An engine folder is missing, unreadable or inconsistent."""
+
+
+def lookahead_max_draft_len(window: int, ngram: int, verification: int) -> int:
+    """TRT-LLM's engine ``max_draft_len`` for lookahead (W, N, G)."""
+    return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification) * (ngram - 1)
+
+
+def check_lookahead(window: int, ngram: int, verification: int) -> None:
+    """Raise ``EngineError`` unless (W, N, G) is legal under TRT-LLM's rules."""
+    if window < 1 or ngram < 1 or verification < 0:
+        raise EngineError(
+            f"Invalid lookahead config (W={window}, N={ngram}, G={verification}): "
+            "need W >= 1, N >= 1, G >= 0"
+        )
+    if ngram == 1 and (window != 1 or verification != 0):
+        raise EngineError(
+            f"Invalid lookahead config (W={window}, N={ngram}, G={verification}): "
+            "N == 1 requires W == 1 and G == 0"
+        )
+
+
+@dataclass
+class EngineConfig:
+    """What the reference engine needs from ``config.json``."""
+
+    path: Path
+    mode: str
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    max_draft_len: int
+    vocab_size: int
+    quantization: str = "none"
+    lookahead: tuple[int, int, int] | None = None
+    medusa_choices: list[list[int]] | None = None
+    eagle_choices: list[list[int]] | None = None
+    num_medusa_heads: int = 0
+    num_eagle_layers: int = 0
+    tokens_per_block: int = 32
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hf_dir(self) -> Path:
+        return self.path / "hf"
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.path / "tokenizer"
+
+
+def build_config_document(
+    *,
+    mode: str,
+    architecture: str,
+    vocab_size: int,
+    hidden_size: int,
+    num_layers: int,
+    max_batch_size: int,
+    max_input_len: int,
+    max_seq_len: int,
+    max_draft_len: int,
+    dtype: str = "float32",
+    quantization: str = "none",
+    lookahead: tuple[int, int, int] | None = None,
+    medusa_choices: list[list[int]] | None = None,
+    num_medusa_heads: int = 0,
+    eagle_choices: list[list[int]] | None = None,
+    num_eagle_layers: int = 0,
+    eagle_net_config: dict[str, Any] | None = None,
+    tokens_per_block: int = 32,
+) -> dict[str, Any]:
+    """The TRT-LLM-shaped ``config.json`` document for a reference engine."""
+    if mode not in REFERENCE_MODES:
+        raise EngineError(f"unknown speculative decoding mode {mode!r}")
+    pretrained: dict[str, Any] = {
+        "architecture": architecture,
+        "dtype": dtype,
+        "vocab_size": vocab_size,
+        "hidden_size": hidden_size,
+        "num_hidden_layers": num_layers,
+        "max_draft_len": max_draft_len,
+        "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+        "quantization": {
+            "quant_algo": "W8A8_DYNAMIC_INT8" if quantization == "int8" else None,
+            "kv_cache_quant_algo": None,
+        },
+    }
+    if mode == "medusa":
+        pretrained["num_medusa_heads"] = num_medusa_heads
+    if mode == "eagle":
+        pretrained["num_eagle_layers"] = num_eagle_layers
+        pretrained["eagle_net_config"] = eagle_net_config or {}
+    # TRT-LLM grows max_seq_len by max_draft_len for speculative engines.
+    effective_seq_len = max_seq_len + (max_draft_len if mode != "none" else 0)
+    return {
+        "version": ENGINE_VERSION,
+        "pretrained_config": pretrained,
+        "build_config": {
+            "max_batch_size": max_batch_size,
+            "max_input_len": max_input_len,
+            "max_seq_len": effective_seq_len,
+            "max_beam_width": 1,
+            "max_num_tokens": max(max_batch_size * (max_draft_len + 1), max_input_len),
+            "max_draft_len": max_draft_len,
+            "speculative_decoding_mode": MODE_INTS[mode],
+            "kv_cache_type": "paged",
+            "plugin_config": {
+                "tokens_per_block": tokens_per_block,
+                "use_paged_context_fmha": True,
+                "gemm_plugin": None,
+            },
+        },
+        "trtspec": {
+            "backend": "reference",
+            "quantization": quantization,
+            "lookahead": list(lookahead) if lookahead else None,
+            "medusa_choices": medusa_choices,
+            "eagle_choices": eagle_choices,
+        },
+    }
+
+
+def _need(doc: dict[str, Any], section: str, key: str, path: Path) -> Any:
+    try:
+        return doc[section][key]
+    except (KeyError, TypeError):
+        raise EngineError(
+            f"{path}: field {section}.{key} is missing",
+            hint="rebuild the engine with `trtspec build`",
+        ) from None
+
+
+def read_engine_config(engine_dir: str | Path) -> EngineConfig:
+    """Read a reference engine folder's ``config.json``; ``EngineError`` if unusable."""
+    engine_dir = Path(engine_dir)
+    cfg_path = engine_dir / "config.json"
+    if not cfg_path.is_file():
+        raise EngineError(
+            f"{cfg_path}: no engine config.json found",
+            hint="point gpt_model_path at an engine folder built by `trtspec build`",
+        )
+    try:
+        doc = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EngineError(f"{cfg_path}: unreadable engine config: {exc}") from None
+    extra = doc.get("trtspec") if isinstance(doc, dict) else None
+    if not isinstance(extra, dict) or extra.get("backend") != "reference":
+        raise EngineError(
+            f"{cfg_path}: not a reference engine (no \"trtspec\": {{\"backend\": \"reference\"}})",
+            hint="TensorRT-LLM engines (rank0.engine) are served by the tensorrtllm backend",
+        )
+    mode_int = _need(doc, "build_config", "speculative_decoding_mode", cfg_path)
+    mode = MODE_NAMES.get(int(mode_int))
+    if mode not in REFERENCE_MODES:
+        raise EngineError(
+            f"{cfg_path}: build_config.speculative_decoding_mode {mode_int} is not supported "
+            f"by the reference backend (supported: "
+            f"{', '.join(str(MODE_INTS[m]) for m in REFERENCE_MODES)})"
+        )
+    assert mode is not None
+    max_draft_len = int(_need(doc, "build_config", "max_draft_len", cfg_path))
+    max_seq_len = int(_need(doc, "build_config", "max_seq_len", cfg_path))
+    la = extra.get("lookahead")
+    plugin = doc["build_config"].get("plugin_config") or {}
+    pre = doc.get("pretrained_config") or {}
+    return EngineConfig(
+        path=engine_dir,
+        mode=mode,
+        max_batch_size=int(_need(doc, "build_config", "max_batch_size", cfg_path)),
+        max_input_len=int(_need(doc, "build_config", "max_input_len", cfg_path)),
+        max_seq_len=max_seq_len,
+        max_draft_len=max_draft_len,
+        vocab_size=int(_need(doc, "pretrained_config", "vocab_size", cfg_path)),
+        quantization=str(extra.get("quantization") or "none"),
+        lookahead=tuple(int(x) for x in la) if la else None,  # type: ignore[arg-type]
+        medusa_choices=extra.get("medusa_choices"),
+        eagle_choices=extra.get("eagle_choices"),
+        num_medusa_heads=int(pre.get("num_medusa_heads") or 0),
+        num_eagle_layers=int(pre.get("num_eagle_layers") or 0),
+        tokens_per_block=int(plugin.get("tokens_per_block") or 32),
+        raw=doc,
+    )
+
+
+def parse_choices(text: str | list[Any] | None) -> list[list[int]] | None:
+    """Parse choices given as JSON (``[[0],[0,0]]``) or TRT-LLM's ``{0}, {0, 0}`` form."""
+    if text is None:
+        return None
+    if isinstance(text, list):
+        data: Any = text
+    else:
+        s = text.strip()
+        if not s or s.startswith("${"):
+            return None
+        if "{" in s:
+            s = "[" + s.replace("{", "[").replace("}", "]") + "]"
+        try:
+            data = json.loads(s)
+        except json.JSONDecodeError:
+            raise EngineError(
+                f"cannot parse choices {text!r}: expected JSON like [[0], [0, 0], [1]]"
+            ) from None
+    if not isinstance(data, list) or not all(
+        isinstance(c, list) and c and all(isinstance(i, int) and i >= 0 for i in c) for c in data
+    ):
+        raise EngineError(
+            f"invalid choices {text!r}: expected a list of non-empty lists of "
+            "non-negative integers, e.g. [[0], [0, 0], [1]]"
+        )
+    return [list(c) for c in data]

@@ -1,0 +1,456 @@
+"""The reference engine: KV-cached decoding and every speculative mode, in torch.
+
+``ReferenceEngine.load(engine_dir)`` reads a reference engine folder and
+serves requests in process (tests, benchmarks) or behind Triton
+(``triton_model.py``). One step loop drives all modes: the tokens not yet in
+the cache ("pending", the whole uncached prompt on the first step, then the
+last picked token) are fed together with a draft tree of candidate tokens in
+one forward pass with a tree attention mask; the target then picks its own
+token at the root and walks down the tree while a child holds the token it
+picked (``sampling.py`` explains why this is lossless at any temperature).
+The accepted path plus the final pick are emitted, the cache is cut to the
+committed tokens, and the next step begins. Modes differ only in who proposes
+the tree: nobody (target-only), the request (``draft_tokens_external``: one
+verification step, returning the accepted prefix plus one token), the
+Medusa heads, the EAGLE layer (a top-1 chain), or lookahead's n-gram pool
+(with the Jacobi branch riding along in the same forward pass).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.engine.config import EngineConfig, read_engine_config
+from trtspec.engine.kv_reuse import (
+    PrefixCache,
+    cache_kwarg,
+    cache_len,
+    crop_cache,
+    make_cache,
+    select_cache,
+)
+from trtspec.engine.lookahead import LookaheadState
+from trtspec.engine.sampling import Sampler, SamplingParams
+from trtspec.errors import TrtspecError
+
+
+class RequestError(TrtspecError):
+    """A request the engine rejects (Triton returns it as an error response)."""
+
+
+@dataclass
+class GenerationRequest:
+    input_ids: list[int]
+    max_new_tokens: int
+    end_id: int | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft_ids: list[int] | None = None
+    lookahead: tuple[int, int, int] | None = None
+    min_tokens: int = 0
+
+
+@dataclass
+class Generation:
+    """One request in flight: iterate for token deltas; counters are exact when done."""
+
+    request: GenerationRequest
+    output_ids: list[int] = field(default_factory=list)
+    total_draft_tokens: int = 0
+    total_accepted_draft_tokens: int = 0
+    steps: int = 0
+    reused_tokens: int = 0
+    encoded_tokens: int = 0
+    arrival_time_ns: int = field(default_factory=time.time_ns)
+    first_scheduled_time_ns: int = 0
+    first_token_time_ns: int = 0
+    last_token_time_ns: int = 0
+    finished: bool = False
+    _steps: Iterator[list[int]] | None = None
+
+    def __iter__(self) -> Iterator[list[int]]:
+        assert self._steps is not None
+        return self._steps
+
+    @property
+    def acceptance_rate(self) -> float:
+        if self.total_draft_tokens == 0:
+            return 0.0
+        return self.total_accepted_draft_tokens / self.total_draft_tokens
+
+
+def default_threads(instances: int = 1) -> int:
+    env = os.environ.get("TRTSPEC_ENGINE_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, (os.cpu_count() or 1) // max(1, instances))
+
+
+def _medusa_tree(choices: list[list[int]]) -> list[tuple[list[int], int]]:
+    """Medusa choices → [(path, parent index)], parents before children."""
+    ordered = sorted({tuple(c) for c in choices}, key=lambda c: (len(c), c))
+    index = {c: i for i, c in enumerate(ordered)}
+    tree = []
+    for c in ordered:
+        parent = -1 if len(c) == 1 else index.get(c[:-1])
+        if parent is None:
+            raise RequestError(f"medusa choice {list(c)} has no parent {list(c[:-1])} in the tree")
+        tree.append((list(c), parent))
+    return tree
+
+
+class ReferenceEngine:
+    """A loaded reference engine folder (target model, optional heads)."""
+
+    def __init__(self, config: EngineConfig, model: Any, *, lookahead: tuple[int, int, int] | None,
+                 medusa_choices: list[list[int]] | None, eagle_depth: int,
+                 medusa: Any = None, eagle: Any = None, kv_reuse: int = 4) -> None:
+        self.config = config
+        self.model = model
+        self.lookahead = lookahead
+        self.medusa = medusa
+        self.medusa_tree = _medusa_tree(medusa_choices) if medusa_choices else []
+        self.eagle = eagle
+        self.eagle_depth = eagle_depth
+        self.prefix_cache = PrefixCache(kv_reuse)
+        self._cache_kw = cache_kwarg(model.model)
+
+    # ----------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, engine_dir: str | Path, *, threads: int | None = None,
+             lookahead: tuple[int, int, int] | None = None,
+             medusa_choices: list[list[int]] | None = None,
+             eagle_choices: list[list[int]] | None = None,
+             kv_reuse: int = 4) -> ReferenceEngine:
+        from trtspec.engine.loader import load_heads, load_target
+
+        import torch
+
+        torch.set_num_threads(threads or default_threads())
+        config = read_engine_config(engine_dir)
+        model = load_target(config)
+        medusa, eagle = load_heads(config, model)
+        la = lookahead or config.lookahead
+        if config.mode == "lookahead" and la is None:
+            raise RequestError(f"{config.path}: lookahead engine without (W, N, G) in config.json")
+        mchoices = medusa_choices or config.medusa_choices
+        if config.mode == "medusa" and not mchoices:
+            mchoices = [[0] * d for d in range(1, config.num_medusa_heads + 1)]
+        echoices = eagle_choices or config.eagle_choices
+        depth = max((len(c) for c in echoices), default=0) if echoices else config.num_eagle_layers
+        return cls(config, model, lookahead=la if config.mode == "lookahead" else None,
+                   medusa_choices=mchoices if config.mode == "medusa" else None,
+                   eagle_depth=depth, medusa=medusa, eagle=eagle, kv_reuse=kv_reuse)
+
+    # -------------------------------------------------------------- validation
+    def validate(self, req: GenerationRequest) -> None:
+        """Raise ``RequestError`` (TRT-LLM's wording where it has one) for bad requests."""
+        cfg = self.config
+        n = len(req.input_ids)
+        if n == 0:
+            raise RequestError("input_ids is empty: a request needs at least one prompt token")
+        bad = [t for t in req.input_ids if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise RequestError(
+                f"input_ids contains token id {bad[0]} outside the vocabulary [0, {cfg.vocab_size})")
+        if n > cfg.max_input_len:
+            raise RequestError(
+                f"Prompt length ({n}) exceeds maximum input length ({cfg.max_input_len}).")
+        if req.max_new_tokens < 1:
+            raise RequestError(f"request_output_len must be at least 1 (got {req.max_new_tokens})")
+        if n + req.max_new_tokens > cfg.max_seq_len:
+            raise RequestError(
+                f"Prompt length + number of requested output tokens ({n} + {req.max_new_tokens}) "
+                f"exceeds maximum sequence length ({cfg.max_seq_len}).")
+        if req.draft_ids:
+            if len(req.draft_ids) > cfg.max_draft_len:
+                raise RequestError(
+                    f"Number of draft tokens ({len(req.draft_ids)}) is larger than maximum number "
+                    f"of draft tokens ({cfg.max_draft_len})")
+            if cfg.mode != "draft_tokens_external":
+                raise RequestError(
+                    f"draft_input_ids given, but this engine's speculative decoding mode is "
+                    f"{cfg.mode}; only draft_tokens_external engines verify external drafts")
+            bad = [t for t in req.draft_ids if not 0 <= t < cfg.vocab_size]
+            if bad:
+                raise RequestError(f"draft_input_ids contains token id {bad[0]} outside the "
+                                   f"vocabulary [0, {cfg.vocab_size})")
+        if req.lookahead is not None:
+            if self.lookahead is None:
+                raise RequestError(
+                    "lookahead_window_size/ngram_size/verification_set_size given, but the engine "
+                    "was not built for lookahead decoding")
+            w, ng, g = req.lookahead
+            W, N, G = self.lookahead
+            if w > W or ng > N or g > G or w < 1 or ng < 1 or g < 0:
+                raise RequestError(
+                    f"Lookahead config (w={w}, n={ng}, g={g}) is not within the engine's "
+                    f"(W={W}, N={N}, G={G}): need 1 <= w <= W, 1 <= n <= N, 0 <= g <= G")
+            if ng == 1 and (w != 1 or g != 0):
+                raise RequestError(
+                    f"Lookahead config (w={w}, n={ng}, g={g}) is invalid: n == 1 requires "
+                    "w == 1 and g == 0")
+
+    # -------------------------------------------------------------- public API
+    def stream(self, req: GenerationRequest) -> Generation:
+        """Validate and start a request; iterate the result for per-step token deltas."""
+        self.validate(req)
+        gen = Generation(request=req)
+        gen._steps = self._run(gen)
+        return gen
+
+    def generate(self, req: GenerationRequest) -> Generation:
+        gen = self.stream(req)
+        for _ in gen:
+            pass
+        return gen
+
+    # --------------------------------------------------------------- internals
+    def _forward(self, tokens: list[int], past: int, n_pending: int, depths: list[int],
+                 attend: list[list[int]] | None, cache: Any, logits_from: int,
+                 ) -> tuple[Any, Any]:
+        """Run pending + node tokens; (logits rows from ``logits_from``, hidden rows)."""
+        import torch
+
+        q = len(tokens)
+        ids = torch.tensor([tokens], dtype=torch.long)
+        kwargs: dict[str, Any] = {}
+        if attend is not None:
+            allowed = torch.zeros(q, past + q, dtype=torch.bool)
+            allowed[:, :past] = True
+            allowed[:n_pending, past:past + n_pending] = torch.ones(
+                n_pending, n_pending, dtype=torch.bool).tril()
+            allowed[n_pending:, past:past + n_pending] = True
+            for j, seen in enumerate(attend):
+                for s in seen:
+                    allowed[n_pending + j, past + n_pending + s] = True
+            mask = torch.zeros(q, past + q, dtype=torch.float32)
+            mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
+            kwargs["attention_mask"] = mask[None, None]
+            pos = list(range(past, past + n_pending)) + [past + n_pending - 1 + d for d in depths]
+            kwargs["position_ids"] = torch.tensor([pos], dtype=torch.long)
+        kwargs[self._cache_kw] = cache
+        out = self.model.model(input_ids=ids, use_cache=True, **kwargs)
+        hidden = out.last_hidden_state[0]
+        logits = self.model.lm_head(hidden[logits_from:]).float()
+        return logits, hidden
+
+    def _run(self, gen: Generation) -> Iterator[list[int]]:
+        import torch
+
+        with torch.inference_mode():
+            yield from self._loop(gen)
+
+    def _loop(self, gen: Generation) -> Iterator[list[int]]:
+        import torch
+
+        req, cfg = gen.request, self.config
+        sampler = Sampler(req.sampling)
+        prompt = list(req.input_ids)
+        gen.first_scheduled_time_ns = time.time_ns()
+        n_reuse, entry = self.prefix_cache.lookup(prompt)
+        need_features = self.eagle is not None
+        if entry is not None and n_reuse > 0 and (not need_features or entry.features is not None):
+            cache = make_cache([(k[..., :n_reuse, :], v[..., :n_reuse, :]) for k, v in entry.kv])
+            feats = entry.features[:n_reuse] if need_features else None
+        else:
+            n_reuse, cache, feats = 0, make_cache(), None
+        gen.reused_tokens = n_reuse
+        committed: list[int] = prompt[:n_reuse]
+        pending: list[int] = prompt[n_reuse:]
+        out = gen.output_ids
+        end_id = req.end_id
+        la_state = None
+        if self.lookahead is not None:
+            w, n, g = req.lookahead or self.lookahead
+            la_state = LookaheadState(w, n, g, prompt)
+        root_hidden = None  # hidden state of the row that picked pending[-1] (Medusa)
+        eagle_cache, eagle_len = (make_cache(), 0) if self.eagle is not None else (None, 0)
+
+        while len(out) < req.max_new_tokens:
+            budget = req.max_new_tokens - len(out) - 1  # drafts beyond this cannot be emitted
+            root = pending[-1]
+            # ---- propose: node tokens, parent (-1 = root), depth
+            nodes: list[int] = []
+            parents: list[int] = []
+            if req.draft_ids:
+                chain = list(req.draft_ids[:budget])
+                nodes, parents = chain, list(range(-1, len(chain) - 1))
+            elif self.medusa_tree and root_hidden is not None and budget > 0:
+                nodes, parents = self._propose_medusa(root_hidden, budget)
+            elif self.eagle is not None and feats is not None and budget > 0:
+                chain, eagle_cache, eagle_len = self._propose_eagle(
+                    committed, root, feats, eagle_cache, eagle_len, min(self.eagle_depth, budget))
+                nodes, parents = chain, list(range(-1, len(chain) - 1))
+            elif la_state is not None and budget > 0:
+                nodes, parents = self._lookahead_candidates(la_state, root, budget)
+            depths: list[int] = []
+            for p in parents:
+                depths.append(1 if p < 0 else depths[p] + 1)
+            n_verify = len(nodes)
+            tokens = pending + nodes
+            attend: list[list[int]] | None = None
+            chain_only = all(p == i - 1 for i, p in enumerate(parents))
+            branch_rows = 0
+            if la_state is not None and la_state.active:
+                b_tokens, b_depths, b_attend = la_state.branch()
+                branch_rows = len(b_tokens)
+                tokens += b_tokens
+                depths += b_depths
+                chain_only = False
+            if not chain_only:
+                attend = []
+                for i in range(n_verify):
+                    path, j = [], i
+                    while j >= 0:
+                        path.append(j)
+                        j = parents[j]
+                    attend.append(path)
+                if branch_rows:
+                    attend += [[n_verify + s for s in seen] for seen in b_attend]
+            past = cache_len(cache)
+            p = len(pending)
+            logits, hidden = self._forward(tokens, past, p, depths, attend, cache,
+                                           logits_from=p - 1)
+            gen.encoded_tokens += len(tokens)
+            gen.steps += 1
+            # ---- verify: walk the tree from the root while the target's pick has a child
+            children: dict[int, dict[int, int]] = {}
+            for i in range(n_verify):
+                children.setdefault(parents[i], {}).setdefault(nodes[i], i)
+            path_nodes: list[int] = []
+            cur = -1
+            while True:
+                row = 0 if cur < 0 else 1 + cur
+                row_logits = logits[row]
+                if len(out) + len(path_nodes) < req.min_tokens and end_id is not None:
+                    row_logits = row_logits.clone()
+                    row_logits[end_id] = float("-inf")
+                pick = sampler.pick(row_logits)
+                nxt = children.get(cur, {}).get(pick)
+                if nxt is None:
+                    break
+                path_nodes.append(nxt)
+                cur = nxt
+            bonus = pick
+            gen.total_draft_tokens += n_verify
+            gen.total_accepted_draft_tokens += len(path_nodes)
+            if la_state is not None and branch_rows:
+                last_row = len(la_state.rows) - 1
+                start = 1 + n_verify + last_row * la_state.W
+                outs = torch.argmax(logits[start:start + la_state.W], dim=-1).tolist()
+                la_state.advance(outs)
+            # ---- commit: keep pending rows + the accepted path in the cache
+            keep_rows = list(range(p)) + [p + i for i in path_nodes]
+            if len(keep_rows) != len(tokens):
+                if keep_rows == list(range(len(keep_rows))):
+                    cache = crop_cache(cache, past + len(keep_rows))
+                else:
+                    idx = torch.tensor(list(range(past)) + [past + r for r in keep_rows])
+                    cache = select_cache(cache, idx)
+            accepted = [nodes[i] for i in path_nodes]
+            committed += pending + accepted
+            last_row_idx = keep_rows[-1]
+            root_hidden = hidden[last_row_idx]
+            if need_features:
+                new_feats = hidden[torch.tensor(keep_rows)]
+                feats = new_feats if feats is None else torch.cat([feats, new_feats])
+            if la_state is not None:
+                la_state.observe(committed + [bonus])
+            pending = [bonus]
+            emitted = [*accepted, bonus][: req.max_new_tokens - len(out)]
+            stop = False
+            if end_id is not None and end_id in emitted:
+                emitted = emitted[: emitted.index(end_id)]
+                stop = True
+            now = time.time_ns()
+            out.extend(emitted)
+            # A draft_tokens_external request is one verification step (the BLS
+            # loop reads "accepted prefix + 1 token" from it).
+            done = stop or len(out) >= req.max_new_tokens or bool(req.draft_ids)
+            if done:
+                self._finish(gen, committed, cache, feats)
+            if emitted:
+                if not gen.first_token_time_ns:
+                    gen.first_token_time_ns = now
+                gen.last_token_time_ns = now
+                yield emitted
+            if done:
+                return
+        self._finish(gen, committed, cache, feats)
+
+    def _finish(self, gen: Generation, committed: list[int], cache: Any, feats: Any) -> None:
+        """Mark ``gen`` finished (before its last delta is yielded) and keep its cache."""
+        if not gen.last_token_time_ns:
+            gen.first_token_time_ns = gen.last_token_time_ns = time.time_ns()
+        self.prefix_cache.store(committed, cache, feats)
+        gen.finished = True
+
+    def _propose_medusa(self, root_hidden: Any, budget: int) -> tuple[list[int], list[int]]:
+        import torch
+
+        head_logits = self.medusa(root_hidden)  # [K, vocab]
+        k = max(max(c) for c, _ in self.medusa_tree) + 1
+        top = torch.topk(head_logits, k, dim=-1).indices.tolist()
+        nodes, parents = [], []
+        kept: dict[int, int] = {}
+        for i, (choice, parent) in enumerate(self.medusa_tree):
+            depth = len(choice)
+            if depth > budget or depth > len(top):
+                continue
+            if parent >= 0 and parent not in kept:
+                continue
+            kept[i] = len(nodes)
+            nodes.append(top[depth - 1][choice[-1]])
+            parents.append(-1 if parent < 0 else kept[parent])
+        return nodes, parents
+
+    def _propose_eagle(self, committed: list[int], root: int, feats: Any, cache: Any,
+                       fed: int, depth: int) -> tuple[list[int], Any, int]:
+        """Top-1 EAGLE chain of ``depth`` tokens after ``root`` (committed pairs kept)."""
+        import torch
+
+        m = len(committed)
+        nxt = committed[fed + 1:m] + [root]
+        tokens = torch.tensor([nxt], dtype=torch.long)
+        pos = torch.arange(fed, m, dtype=torch.long)[None]
+        h, logits = self.eagle.forward(tokens, feats[fed:m][None], pos, cache)
+        chain: list[int] = []
+        tok = int(torch.argmax(logits[0, -1]).item())
+        last_h = h[:, -1:]
+        for j in range(depth):
+            chain.append(tok)
+            if j == depth - 1:
+                break
+            h2, lg = self.eagle.forward(torch.tensor([[tok]]), last_h,
+                                        torch.tensor([[m + j]]), cache)
+            tok = int(torch.argmax(lg[0, -1]).item())
+            last_h = h2
+        cache = crop_cache(cache, m)
+        return chain, cache, m
+
+    @staticmethod
+    def _lookahead_candidates(state: LookaheadState, root: int,
+                              budget: int) -> tuple[list[int], list[int]]:
+        """The verification branch as a trie of pool n-grams for ``root``."""
+        nodes: list[int] = []
+        parents: list[int] = []
+        index: dict[tuple[int, int], int] = {}
+        for gram in state.candidates(root):
+            parent = -1
+            for tok in gram[:budget]:
+                key = (parent, tok)
+                if key not in index:
+                    index[key] = len(nodes)
+                    nodes.append(tok)
+                    parents.append(parent)
+                parent = index[key]
+        return nodes, parents
+
+
+def load_engine(engine_dir: str | Path, **kwargs: Any) -> ReferenceEngine:
+    return ReferenceEngine.load(engine_dir, **kwargs)

@@ -1,0 +1,112 @@
+"""KV-cache plumbing: select/crop a cache, and reuse caches across requests.
+
+The draft→verify loop of a BLS orchestrator sends every round as a new request
+carrying the whole sequence so far; TensorRT-LLM avoids re-encoding it with
+``enable_kv_cache_reuse`` (paged blocks matched by prefix). ``PrefixCache`` is
+the reference backend's equivalent: a small LRU of finished requests' caches
+keyed by the exact tokens they hold; a new request takes the entry with the
+longest common prefix, cropped to that prefix (and to at most ``len(prompt)-1``
+tokens, because the last prompt token must be fed to get its logits). Cached
+tensors are never mutated in place (the HF dynamic cache grows by
+concatenation), so entries can share storage with live requests safely.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+
+def cache_kwarg(module: Any) -> str:
+    """The keyword a model's forward takes its cache by (renamed in transformers 5.x)."""
+    import inspect
+
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def kv_tensors(cache: Any) -> list[tuple[Any, Any]]:
+    """The per-layer (keys, values) tensors of an HF dynamic cache."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def make_cache(kv: list[tuple[Any, Any]] | None = None) -> Any:
+    from transformers import DynamicCache
+
+    if not kv:
+        return DynamicCache()
+    return DynamicCache(ddp_cache_data=kv)
+
+
+def cache_len(cache: Any) -> int:
+    return int(cache.get_seq_length()) if cache is not None else 0
+
+
+def select_cache(cache: Any, index: Any) -> Any:
+    """A new cache holding only sequence positions ``index`` (a LongTensor)."""
+    return make_cache([(k.index_select(-2, index), v.index_select(-2, index))
+                       for k, v in kv_tensors(cache)])
+
+
+def crop_cache(cache: Any, length: int) -> Any:
+    """A new cache holding the first ``length`` positions."""
+    return make_cache([(k[..., :length, :], v[..., :length, :]) for k, v in kv_tensors(cache)])
+
+
+@dataclass
+class CacheEntry:
+    tokens: tuple[int, ...]
+    kv: list[tuple[Any, Any]]
+    features: Any = None  # [n, hidden] final hidden states, for EAGLE
+
+
+def common_prefix(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PrefixCache:
+    """LRU of recent sequences' KV caches, matched by longest common prefix."""
+
+    def __init__(self, capacity: int = 4) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, prompt: list[int]) -> tuple[int, CacheEntry | None]:
+        """(reusable token count, entry) for ``prompt``; count <= len(prompt) - 1."""
+        if self.capacity <= 0:
+            return 0, None
+        best, best_key, best_entry = 0, None, None
+        with self._lock:
+            for key, entry in self._entries.items():
+                n = common_prefix(entry.tokens, prompt)
+                if n > best:
+                    best, best_key, best_entry = n, key, entry
+            if best_key is not None:
+                self._entries.move_to_end(best_key)
+        return min(best, len(prompt) - 1), best_entry
+
+    def store(self, tokens: list[int], cache: Any, features: Any = None) -> None:
+        if self.capacity <= 0 or cache_len(cache) == 0:
+            return
+        n = cache_len(cache)
+        entry = CacheEntry(tuple(tokens[:n]), kv_tensors(cache), features)
+        with self._lock:
+            # An entry that is a prefix of the new one is now redundant.
+            for key in [k for k, e in self._entries.items()
+                        if common_prefix(e.tokens, entry.tokens) == len(e.tokens)]:
+                del self._entries[key]
+            self._entries[self._next] = entry
+            self._next += 1
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)

@@ -1,0 +1,227 @@
+"""Triton Python-backend model serving a reference engine with the ``tensorrtllm`` contract.
+
+Loaded by Triton as ``<engine>/1/model.py`` (which re-exports
+``TritonPythonModel`` from here). It reads ``gpt_model_path`` and the optional
+``lookahead_*``, ``medusa_choices``, ``eagle_choices``,
+``exclude_input_in_output`` and ``enable_kv_cache_reuse`` parameters, takes
+the TensorRT-LLM backend's input tensors by name (both the ≥0.20 names ``seed``
+/ ``min_tokens`` and the older ``random_seed`` / ``min_length``; every tensor
+with a leading batch dim), and answers with its output tensors. In decoupled
+mode a ``streaming`` request gets one response per decoding step carrying only
+the new tokens, then the final flag; otherwise one response with everything.
+A bad request gets a ``TritonError`` response worded like TRT-LLM's, and the
+model keeps serving. torch and transformers are imported in ``initialize``
+only, so this module imports anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+try:  # only importable inside Triton's Python backend stub
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # pragma: no cover - static checks, docs
+    pb_utils = None
+
+
+class InputError(Exception):
+    """A request whose tensors are missing or malformed."""
+
+
+def _param(config: dict[str, Any], key: str) -> str | None:
+    value = (config.get("parameters") or {}).get(key, {}).get("string_value")
+    if value is None or value.strip() == "" or value.strip().startswith("${"):
+        return None
+    return value.strip()
+
+
+def _flag(text: str | None, default: bool) -> bool:
+    if text is None:
+        return default
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _first(request: Any, names: tuple[str, ...], default: Any) -> Any:
+    for name in names:
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        if tensor is not None:
+            arr = tensor.as_numpy().reshape(-1)
+            if arr.size == 0:
+                return default
+            if arr.size > 1:
+                raise InputError(f"input tensor '{name}' must hold one value per request "
+                                 f"(got shape {list(tensor.as_numpy().shape)})")
+            return arr[0].item()
+    return default
+
+
+def _required(request: Any, name: str) -> np.ndarray:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        raise InputError(f"input tensor '{name}' not found")
+    return tensor.as_numpy()
+
+
+def _perf_tensors(gen: Any, prompt_len: int, tokens_per_block: int) -> list[Any]:
+    total = prompt_len + len(gen.output_ids)
+    total_blocks = math.ceil(total / tokens_per_block)
+    reused = gen.reused_tokens // tokens_per_block
+    values = {
+        "kv_cache_alloc_new_blocks": (total_blocks - reused, np.int32),
+        "kv_cache_reused_blocks": (reused, np.int32),
+        "kv_cache_alloc_total_blocks": (total_blocks, np.int32),
+        "arrival_time_ns": (gen.arrival_time_ns, np.int64),
+        "first_scheduled_time_ns": (gen.first_scheduled_time_ns, np.int64),
+        "first_token_time_ns": (gen.first_token_time_ns, np.int64),
+        "last_token_time_ns": (gen.last_token_time_ns, np.int64),
+        "acceptance_rate": (gen.acceptance_rate, np.float32),
+        "total_accepted_draft_tokens": (gen.total_accepted_draft_tokens, np.int32),
+        "total_draft_tokens": (gen.total_draft_tokens, np.int32),
+    }
+    return [pb_utils.Tensor(name, np.array([[v]], dtype=dt)) for name, (v, dt) in values.items()]
+
+
+class TritonPythonModel:
+    """The reference engine behind the ``tensorrtllm`` backend's tensors."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        from trtspec.engine.config import parse_choices
+        from trtspec.engine.decode import ReferenceEngine, default_threads
+
+        config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        path = _param(config, "gpt_model_path")
+        if path is None:
+            raise pb_utils.TritonModelException(
+                "parameter gpt_model_path is not set: it must name a reference engine folder")
+        la_keys = ("lookahead_window_size", "lookahead_ngram_size",
+                   "lookahead_verification_set_size")
+        la_values = [_param(config, k) for k in la_keys]
+        lookahead = None
+        if all(v is not None for v in la_values):
+            lookahead = tuple(int(v) for v in la_values)  # type: ignore[arg-type]
+        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group") or [{}])
+        reuse = _flag(_param(config, "enable_kv_cache_reuse"), True)
+        self.exclude_default = _flag(_param(config, "exclude_input_in_output"), False)
+        self.engine = ReferenceEngine.load(
+            path,
+            threads=default_threads(instances),
+            lookahead=lookahead,  # type: ignore[arg-type]
+            medusa_choices=parse_choices(_param(config, "medusa_choices")),
+            eagle_choices=parse_choices(_param(config, "eagle_choices")),
+            kv_reuse=4 if reuse else 0,
+        )
+
+    # ------------------------------------------------------------------ parse
+    def _request(self, request: Any) -> tuple[Any, dict[str, Any]]:
+        from trtspec.engine.decode import GenerationRequest
+        from trtspec.engine.sampling import SamplingParams
+
+        lengths = _required(request, "input_lengths").reshape(-1)
+        output_len = _required(request, "request_output_len").reshape(-1)
+        ids = _required(request, "input_ids")
+        batch = ids.shape[0] if ids.ndim > 1 else 1
+        if batch != 1:
+            raise InputError(f"batch size {batch} in one request is not supported by the "
+                             "reference engine: send one request per sequence")
+        ids = ids.reshape(-1)
+        n = int(lengths[0]) if lengths.size else ids.size
+        if n > ids.size or n < 0:
+            raise InputError(f"input_lengths ({n}) is larger than the number of input_ids "
+                             f"({ids.size})")
+        draft = pb_utils.get_input_tensor_by_name(request, "draft_input_ids")
+        draft_ids = [int(t) for t in draft.as_numpy().reshape(-1)] if draft is not None else []
+        la = [_first(request, (k,), None) for k in (
+            "lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")]
+        lookahead = None
+        if any(v is not None for v in la):
+            if any(v is None for v in la):
+                raise InputError("lookahead_window_size, lookahead_ngram_size and "
+                                 "lookahead_verification_set_size must be given together")
+            lookahead = tuple(int(v) for v in la)
+        end_id = _first(request, ("end_id",), None)
+        sampling = SamplingParams(
+            temperature=float(_first(request, ("temperature",), 0.0)),
+            top_k=int(_first(request, ("runtime_top_k",), 0)),
+            top_p=float(_first(request, ("runtime_top_p",), 1.0)),
+            seed=int(_first(request, ("seed", "random_seed"), 0)),
+        )
+        req = GenerationRequest(
+            input_ids=[int(t) for t in ids[:n]],
+            max_new_tokens=int(output_len[0]),
+            end_id=int(end_id) if end_id is not None and int(end_id) >= 0 else None,
+            sampling=sampling,
+            draft_ids=draft_ids or None,
+            lookahead=lookahead,  # type: ignore[arg-type]
+            min_tokens=int(_first(request, ("min_tokens", "min_length"), 0)),
+        )
+        options = {
+            "streaming": bool(_first(request, ("streaming",), False)),
+            "exclude": bool(_first(request, ("exclude_input_in_output",), self.exclude_default)),
+            "perf": bool(_first(request, ("return_perf_metrics",), False)),
+        }
+        if options["streaming"] and not self.decoupled:
+            raise InputError("Streaming is only supported if model is deployed using "
+                             "decoupled mode.")
+        return req, options
+
+    def _response(self, tokens: list[int], gen: Any, options: dict[str, Any]) -> Any:
+        tensors = [
+            pb_utils.Tensor("output_ids", np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1)),
+            pb_utils.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32)),
+        ]
+        if options["perf"]:
+            tensors += _perf_tensors(gen, len(gen.request.input_ids),
+                                     self.engine.config.tokens_per_block)
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    # ---------------------------------------------------------------- execute
+    def _run(self, request: Any) -> Any:
+        """Serve one request; returns the (single) response when not streaming."""
+        from trtspec.errors import TrtspecError
+
+        sender = request.get_response_sender() if self.decoupled else None
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            req, options = self._request(request)
+            gen = self.engine.stream(req)
+            if options["streaming"]:
+                sent_final = False
+                for delta in gen:
+                    flags = final if gen.finished else 0
+                    sender.send(self._response(delta, gen, options), flags=flags)
+                    sent_final = bool(flags)
+                if not sent_final:
+                    sender.send(self._response([], gen, options), flags=final)
+                return None
+            for _ in gen:
+                pass
+            tokens = list(gen.output_ids)
+            if not options["exclude"]:
+                tokens = list(req.input_ids) + tokens
+            response = self._response(tokens, gen, options)
+        except (InputError, TrtspecError) as exc:
+            response = pb_utils.InferenceResponse(
+                output_tensors=[], error=pb_utils.TritonError(str(exc)))
+        except Exception as exc:  # a bug must fail this request, not the model
+            import traceback
+
+            pb_utils.Logger.log_error(traceback.format_exc())
+            response = pb_utils.InferenceResponse(
+                output_tensors=[],
+                error=pb_utils.TritonError(f"reference engine internal error: {exc!r}"))
+        if sender is not None:
+            sender.send(response, flags=final)
+            return None
+        return response
+
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        responses = [self._run(r) for r in requests]
+        return None if self.decoupled else responses
+
+    def finalize(self) -> None:
+        self.engine = None

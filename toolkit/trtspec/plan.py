@@ -1,0 +1,433 @@
+"""Spec -> build plan: which engines exist, which variant uses which engine, and
+the ordered steps (argv, cwd, env, inputs, outputs, cache key) that produce
+them. Pure: it reads file metadata to fingerprint local inputs but runs and
+writes nothing.
+
+Engines are shared where identical (docs/internals.md §2): ``target`` is the
+baseline; every ``draft_model`` and ``ngram`` variant uses one ``target_dte``
+built with the largest ``max_draft_len`` they need; each distinct draft model
+(+quantization, dtype) is built once as ``draft_<slug>``; Medusa, EAGLE and
+lookahead variants get their own target engine. Intermediate folders (hub
+downloads under ``.sources/``, TRT-LLM checkpoints under ``.checkpoints/``)
+are units of their own so a rebuild with new ``trtllm-build`` flags reuses a
+converted checkpoint. Each step's cache key hashes its argv, env, tool
+versions and the identity of its inputs (upstream units' keys, or a
+size/mtime fingerprint of local folders), so an unchanged spec runs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec import __version__
+from trtspec.build import trtllm
+from trtspec.spec import (
+    Backend,
+    DraftModelVariant,
+    EagleVariant,
+    LookaheadVariant,
+    MedusaVariant,
+    NgramVariant,
+    Quantization,
+    Spec,
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One subprocess. ``unit`` is the folder it writes into (staged by the executor)."""
+
+    id: str
+    kind: str  # download | convert | quantize | build | tokenizer | reference
+    unit: str
+    argv: tuple[str, ...]
+    cwd: str | None
+    env: dict[str, str]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cache_key: str
+    engine: str | None
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        data["inputs"] = list(self.inputs)
+        data["outputs"] = list(self.outputs)
+        return data
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    name: str
+    role: str  # target | draft
+    mode: str  # none | draft_tokens_external | medusa | eagle | lookahead_decoding
+    max_draft_len: int
+    source: str
+    dir: Path
+    variants: tuple[str, ...]
+
+    @property
+    def speculative_decoding_mode(self) -> int:
+        return trtllm.SPECULATIVE_MODE_INT[self.mode]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "role": self.role, "mode": self.mode,
+            "speculative_decoding_mode": self.speculative_decoding_mode,
+            "max_draft_len": self.max_draft_len, "source": self.source, "dir": str(self.dir),
+            "variants": list(self.variants),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VariantEngines:
+    target: str
+    draft: str | None
+    mode: str  # the spec mode, or "none" for baseline
+
+
+@dataclass
+class Plan:
+    spec_name: str
+    spec_hash: str
+    backend: str
+    root: Path  # engines/<spec>
+    engines: list[EnginePlan]
+    steps: list[Step]
+    variants: dict[str, VariantEngines]
+    unit_keys: dict[str, str] = field(default_factory=dict)
+
+    def engine(self, name: str) -> EnginePlan:
+        for e in self.engines:
+            if e.name == name:
+                return e
+        raise KeyError(name)
+
+    def units(self) -> list[str]:
+        """Output folders in build order."""
+        seen: dict[str, None] = {}
+        for s in self.steps:
+            seen.setdefault(s.unit, None)
+        return list(seen)
+
+    def unit_steps(self, unit: str) -> list[Step]:
+        return [s for s in self.steps if s.unit == unit]
+
+    def units_for(self, variant: str) -> set[str]:
+        """Every unit a variant's engines need, upstream folders included."""
+        ve = self.variants[variant]
+        wanted = {str(self.engine(ve.target).dir)}
+        if ve.draft:
+            wanted.add(str(self.engine(ve.draft).dir))
+        produced = set(self.units())
+        stack = list(wanted)
+        while stack:
+            unit = stack.pop()
+            for s in self.unit_steps(unit):
+                for inp in s.inputs:
+                    if inp in produced and inp not in wanted:
+                        wanted.add(inp)
+                        stack.append(inp)
+        return wanted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec_name,
+            "spec_hash": self.spec_hash,
+            "backend": self.backend,
+            "root": str(self.root),
+            "engines": [e.to_dict() for e in self.engines],
+            "variants": {k: asdict(v) for k, v in self.variants.items()},
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+def slug(text: str) -> str:
+    base = text.rstrip("/").rsplit("/", 1)[-1]
+    base = re.sub(r"\.gguf$", "", base)
+    return re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._") or "model"
+
+
+def fingerprint(path: str) -> str:
+    """Identity of a local input: file names, sizes and mtimes (cheap, no hashing of weights)."""
+    p = Path(path)
+    if not p.exists():
+        return f"missing:{path}"
+    if p.is_file():
+        st = p.stat()
+        return f"file:{st.st_size}:{st.st_mtime_ns}"
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(p):
+        dirs.sort()
+        for name in sorted(files):
+            f = Path(root, name)
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            h.update(f"{f.relative_to(p)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return "dir:" + h.hexdigest()
+
+
+class _Builder:
+    def __init__(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> None:
+        self.spec = spec
+        self.root = Path(engines_root) / spec.name
+        self.examples = examples_dir or spec.stack.examples_dir
+        self.version = spec.stack.trtllm_version
+        self.gpu = spec.backend is Backend.tensorrt_llm
+        self.steps: list[Step] = []
+        self.unit_keys: dict[str, str] = {}
+        self.engines: dict[str, EnginePlan] = {}
+        self.external: dict[str, str] = {}  # input path -> identity (hub ids, local folders)
+
+    # -- keys -------------------------------------------------------------
+    def _versions(self) -> dict[str, str]:
+        if self.gpu:
+            return {"trtllm": self.version, "trtspec": __version__}
+        return {"trtspec": __version__, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+
+    def _identity(self, inp: str) -> str:
+        if inp in self.unit_keys:
+            return "unit:" + self.unit_keys[inp]
+        if inp in self.external:
+            return self.external[inp]
+        return fingerprint(inp)
+
+    def add(self, *, kind: str, unit: Path, argv: list[str], inputs: list[str], engine: str | None,
+            description: str, step_id: str) -> None:  # fmt: skip
+        unit_s = str(unit)
+        payload = {
+            "kind": kind, "argv": argv, "env": {}, "cwd": None,
+            "inputs": {i: self._identity(i) for i in inputs}, "versions": self._versions(),
+        }  # fmt: skip
+        key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        self.steps.append(Step(
+            id=step_id, kind=kind, unit=unit_s, argv=tuple(argv), cwd=None, env={},
+            inputs=tuple(inputs), outputs=(unit_s,), cache_key=key, engine=engine,
+            description=description,
+        ))  # fmt: skip
+        keys = [s.cache_key for s in self.steps if s.unit == unit_s]
+        self.unit_keys[unit_s] = hashlib.sha256("".join(keys).encode()).hexdigest()
+
+    # -- sources ----------------------------------------------------------
+    def source(self, ref: str) -> str:
+        """A model reference as a local path, adding a download step for hub ids."""
+        loc = self.spec.model_location(ref)
+        if loc.kind != "hub":
+            self.external.setdefault(loc.ref, fingerprint(loc.ref))
+            return loc.ref
+        unit = self.root / ".sources" / slug(loc.ref)
+        if str(unit) not in self.unit_keys:
+            self.external[loc.ref] = "hub:" + loc.ref
+            self.add(kind="download", unit=unit, argv=trtllm.download_argv(loc.ref, str(unit)),
+                     inputs=[loc.ref], engine=None, description=f"download {loc.ref}",
+                     step_id=f"download:{slug(loc.ref)}")  # fmt: skip
+        return str(unit)
+
+    # -- engines ----------------------------------------------------------
+    def engine(self, name: str, *, role: str, mode: str, max_draft_len: int, source: str,
+               variant: str | None) -> EnginePlan:  # fmt: skip
+        prev = self.engines.get(name)
+        variants = (*prev.variants, variant) if prev and variant else (
+            prev.variants if prev else ((variant,) if variant else ()))
+        e = EnginePlan(name=name, role=role, mode=mode, max_draft_len=max_draft_len, source=source,
+                       dir=self.root / name, variants=variants)  # fmt: skip
+        self.engines[name] = e
+        return e
+
+    def checkpoint(self, name: str, argv_for: Any, inputs: list[str], kind: str) -> str:
+        unit = self.root / ".checkpoints" / name
+        if str(unit) not in self.unit_keys:
+            self.add(kind=kind, unit=unit, argv=argv_for(str(unit)), inputs=inputs, engine=None,
+                     description=f"{kind} checkpoint {name}", step_id=f"{kind}:{name}")  # fmt: skip
+        return str(unit)
+
+    def target_checkpoint(self, src: str) -> str:
+        t, q = self.spec.target, self.spec.target.quantization
+        if q is Quantization.none:
+            return self.checkpoint("target", lambda out: trtllm.convert_argv(
+                examples_dir=self.examples, version=self.version, family=t.family, source=src,
+                output=out, dtype=self.spec.dtype, tp=t.tp, pp=t.pp), [src], "convert")
+        return self.checkpoint("target", lambda out: trtllm.quantize_argv(
+            examples_dir=self.examples, source=src, output=out, dtype=self.spec.dtype,
+            quantization=q, tp=t.tp, pp=t.pp), [src], "quantize")  # fmt: skip
+
+    def gpu_engine(self, e: EnginePlan, ckpt: str, tokenizer_src: str | None, quantization: Any,
+                   dtype: str, gather_logits: bool = False) -> None:  # fmt: skip
+        out = str(e.dir)
+        argv = trtllm.build_argv(
+            checkpoint=ckpt, output=out, target=self.spec.target, dtype=dtype,
+            quantization=quantization, mode=e.mode, max_draft_len=e.max_draft_len,
+            gather_generation_logits=gather_logits,
+        )  # fmt: skip
+        self.add(kind="build", unit=e.dir, argv=argv, inputs=[ckpt], engine=e.name,
+                 description=f"trtllm-build {e.name}", step_id=f"build:{e.name}")  # fmt: skip
+        if tokenizer_src is not None:
+            self.add(kind="tokenizer", unit=e.dir,
+                     argv=trtllm.tokenizer_argv(tokenizer_src, f"{out}/tokenizer"),
+                     inputs=[tokenizer_src], engine=e.name,
+                     description=f"copy tokenizer into {e.name}", step_id=f"tokenizer:{e.name}")  # fmt: skip
+
+    def reference_engine(self, e: EnginePlan, src: str, quantization: Any, dtype: str,
+                         extra: dict[str, Any], inputs: list[str]) -> None:  # fmt: skip
+        argv = trtllm.reference_argv(
+            source=src, output=str(e.dir), mode=e.mode, max_draft_len=e.max_draft_len,
+            target=self.spec.target, dtype=dtype, quantization=quantization, **extra,
+        )  # fmt: skip
+        self.add(kind="reference", unit=e.dir, argv=argv, inputs=[src, *inputs], engine=e.name,
+                 description=f"reference engine {e.name}", step_id=f"reference:{e.name}")  # fmt: skip
+
+
+def make_plan(spec: Spec, engines_root: Path = Path("engines"), *,
+              examples_dir: str | None = None) -> Plan:  # fmt: skip
+    """The ordered build plan for ``spec``; engines land in ``engines_root/<spec>/``."""
+    b = _Builder(spec, engines_root, examples_dir)
+    t = spec.target
+    q, dtype = t.quantization, spec.dtype
+    target_src = b.source(t.model)
+    variants: dict[str, VariantEngines] = {"baseline": VariantEngines("target", None, "none")}
+
+    base = b.engine("target", role="target", mode="none", max_draft_len=0, source=t.model,
+                    variant="baseline")  # fmt: skip
+    dte_users = [v for v in spec.variants if isinstance(v, DraftModelVariant | NgramVariant)]
+    dte = None
+    if dte_users:
+        dte = b.engine("target_dte", role="target", mode="draft_tokens_external",
+                       max_draft_len=max(v.max_draft_len for v in dte_users), source=t.model,
+                       variant=None)  # fmt: skip
+    if b.gpu:
+        ckpt = b.target_checkpoint(target_src)
+        b.gpu_engine(base, ckpt, target_src, q, dtype)
+    else:
+        b.reference_engine(base, target_src, q, dtype, {}, [])
+
+    drafts: dict[tuple[str, str, str], str] = {}
+    taken: set[str] = set()
+    for v in spec.variants:
+        if isinstance(v, DraftModelVariant | NgramVariant):
+            assert dte is not None
+            dte = b.engine("target_dte", role="target", mode=dte.mode,
+                           max_draft_len=dte.max_draft_len, source=t.model, variant=v.name)  # fmt: skip
+            draft_name = None
+            if isinstance(v, DraftModelVariant):
+                d = v.draft
+                ddtype = d.dtype.value if d.dtype else dtype
+                ident = (spec.model_location(d.model).ref, d.quantization.value, ddtype)
+                if ident not in drafts:
+                    name = "draft_" + slug(d.model)
+                    if d.quantization is not Quantization.none:
+                        name += "_" + d.quantization.value
+                    if name in taken:
+                        name += "_" + hashlib.sha256(repr(ident).encode()).hexdigest()[:6]
+                    taken.add(name)
+                    drafts[ident] = name
+                draft_name = drafts[ident]
+                b.engine(draft_name, role="draft", mode="none", max_draft_len=0,
+                         source=d.model, variant=v.name)  # fmt: skip
+            variants[v.name] = VariantEngines("target_dte", draft_name, v.mode)
+        elif isinstance(v, MedusaVariant):
+            name = f"target_medusa_{v.name}"
+            b.engine(name, role="target", mode="medusa", max_draft_len=v.max_draft_len or 0,
+                     source=t.model, variant=v.name)  # fmt: skip
+            variants[v.name] = VariantEngines(name, None, v.mode)
+        elif isinstance(v, EagleVariant):
+            name = f"target_eagle_{v.name}"
+            b.engine(name, role="target", mode="eagle", max_draft_len=v.max_draft_len or 0,
+                     source=t.model, variant=v.name)  # fmt: skip
+            variants[v.name] = VariantEngines(name, None, v.mode)
+        elif isinstance(v, LookaheadVariant):
+            name = f"target_lookahead_{v.name}"
+            b.engine(name, role="target", mode="lookahead_decoding",
+                     max_draft_len=v.max_draft_len or 0, source=t.model, variant=v.name)  # fmt: skip
+            variants[v.name] = VariantEngines(name, None, v.mode)
+
+    _add_engine_steps(b, spec, target_src, drafts)
+    ordered = list(b.engines.values())
+    return Plan(spec_name=spec.name, spec_hash=spec.spec_hash, backend=spec.backend.value,
+                root=b.root, engines=ordered, steps=b.steps, variants=variants,
+                unit_keys=dict(b.unit_keys))  # fmt: skip
+
+
+def _add_engine_steps(b: _Builder, spec: Spec, target_src: str,
+                      drafts: dict[tuple[str, str, str], str]) -> None:  # fmt: skip
+    """Steps for every engine except the baseline (already added)."""
+    t = spec.target
+    q, dtype = t.quantization, spec.dtype
+    if "target_dte" in b.engines:
+        e = b.engines["target_dte"]
+        if b.gpu:
+            b.gpu_engine(e, b.target_checkpoint(target_src), target_src, q, dtype)
+        else:
+            b.reference_engine(e, target_src, q, dtype, {}, [])
+    done: set[str] = set()
+    for v in spec.variants:
+        if isinstance(v, DraftModelVariant):
+            d = v.draft
+            ddtype = d.dtype.value if d.dtype else dtype
+            name = drafts[(spec.model_location(d.model).ref, d.quantization.value, ddtype)]
+            if name in done:
+                continue
+            done.add(name)
+            e = b.engines[name]
+            src = b.source(d.model)
+            if b.gpu:
+                if d.quantization is Quantization.none:
+                    ckpt = b.checkpoint(name, lambda out, src=src, d=d, ddtype=ddtype: trtllm.convert_argv(
+                        examples_dir=b.examples, version=b.version, family=d.family, source=src,
+                        output=out, dtype=ddtype, tp=t.tp, pp=t.pp), [src], "convert")  # fmt: skip
+                else:
+                    ckpt = b.checkpoint(name, lambda out, src=src, d=d, ddtype=ddtype: trtllm.quantize_argv(
+                        examples_dir=b.examples, source=src, output=out, dtype=ddtype,
+                        quantization=d.quantization, tp=t.tp, pp=t.pp), [src], "quantize")  # fmt: skip
+                b.gpu_engine(e, ckpt, None, d.quantization, ddtype, gather_logits=v.use_draft_logits)
+            else:
+                b.reference_engine(e, src, d.quantization, ddtype, {}, [])
+        elif isinstance(v, MedusaVariant):
+            e = b.engines[f"target_medusa_{v.name}"]
+            heads = b.source(v.checkpoint)
+            mdl = v.max_draft_len or len(v.medusa_choices)
+            if b.gpu:
+                if q is Quantization.none:
+                    ckpt = b.checkpoint(e.name, lambda out, v=v, heads=heads, mdl=mdl: trtllm.medusa_convert_argv(
+                        examples_dir=b.examples, family=t.family, source=target_src, heads=heads,
+                        output=out, dtype=dtype, num_medusa_heads=v.num_medusa_heads,
+                        max_draft_len=mdl, tp=t.tp, pp=t.pp), [target_src, heads], "convert")  # fmt: skip
+                else:
+                    ckpt = b.checkpoint(e.name, lambda out, v=v, heads=heads, mdl=mdl: trtllm.quantize_argv(
+                        examples_dir=b.examples, source=target_src, output=out, dtype=dtype,
+                        quantization=q, tp=t.tp, pp=t.pp,
+                        medusa=(heads, v.num_medusa_heads, mdl)), [target_src, heads], "quantize")  # fmt: skip
+                b.gpu_engine(e, ckpt, target_src, q, dtype)
+            else:
+                b.reference_engine(e, target_src, q, dtype,
+                                   {"medusa": (heads, v.num_medusa_heads, v.medusa_choices)}, [heads])  # fmt: skip
+        elif isinstance(v, EagleVariant):
+            e = b.engines[f"target_eagle_{v.name}"]
+            eagle = b.source(v.checkpoint)
+            mdl = v.max_draft_len or len(v.eagle_choices)
+            if b.gpu:
+                ckpt = b.checkpoint(e.name, lambda out, v=v, eagle=eagle, mdl=mdl: trtllm.eagle_convert_argv(
+                    examples_dir=b.examples, source=target_src, eagle=eagle, output=out, dtype=dtype,
+                    max_draft_len=mdl, num_eagle_layers=v.num_eagle_layers,
+                    max_non_leaves_per_layer=v.max_non_leaves_per_layer, tp=t.tp),
+                    [target_src, eagle], "convert")  # fmt: skip
+                b.gpu_engine(e, ckpt, target_src, q, dtype)
+            else:
+                b.reference_engine(e, target_src, q, dtype,
+                                   {"eagle": (eagle, v.num_eagle_layers, v.eagle_choices)}, [eagle])  # fmt: skip
+        elif isinstance(v, LookaheadVariant):
+            e = b.engines[f"target_lookahead_{v.name}"]
+            if b.gpu:
+                b.gpu_engine(e, b.target_checkpoint(target_src), target_src, q, dtype)
+            else:
+                wng = (v.window_size, v.ngram_size, v.verification_set_size)
+                b.reference_engine(e, target_src, q, dtype, {"lookahead": wng}, [])

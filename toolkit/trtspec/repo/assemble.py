@@ -1,0 +1,394 @@
+"""Assembling one Triton model repository per spec: ``assemble(spec, plan,
+engines_root, output, routing=None)`` writes ``output/<spec>/`` with
+``preprocessing``, ``postprocessing``, one engine model per engine of the plan
+(``tensorrtllm`` C++ backend or the reference Python engine, same tensors),
+one orchestrator per variant plus ``baseline``, the ``router`` with its
+routing table, and the ``trtspec-repo.json`` manifest (docs/internals.md §7).
+Every config is a ``ModelConfig`` message; the tree is built in a temporary
+folder and swapped in by rename only once complete, so an interrupted run
+never leaves a half repository that ``trtspec serve`` would trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import RepoError
+from trtspec.repo import configs
+from trtspec.repo.contract import (
+    LOOKAHEAD_INPUTS,
+    ORCHESTRATOR_INPUTS,
+    ORCHESTRATOR_OUTPUTS,
+    POSTPROCESSING_INPUTS,
+    POSTPROCESSING_OUTPUTS,
+    PREPROCESSING_INPUTS,
+    PREPROCESSING_OUTPUTS,
+    engine_contract,
+)
+from trtspec.repo.routing import RoutingTable, routing_from_rollout
+
+MANIFEST_NAME = "trtspec-repo.json"
+MANIFEST_SCHEMA_VERSION = 1
+ROUTING_FILE = "routing.json"
+PREPROCESSING = "preprocessing"
+POSTPROCESSING = "postprocessing"
+ROUTER = "router"
+BASELINE = "baseline"
+DRAFT_LOOP_MODES = ("draft_model", "ngram")
+TRITON_BACKEND = {"tensorrt_llm": "tensorrtllm", "reference": "python"}
+# Engine mode spellings (plan / TRT-LLM) → one name.
+ENGINE_MODES = {
+    "none": "none",
+    "draft_tokens_external": "draft_tokens_external",
+    "medusa": "medusa",
+    "eagle": "eagle",
+    "lookahead": "lookahead",
+    "lookahead_decoding": "lookahead",
+}
+DECODING_MODE = {"none": "top_k_top_p", "medusa": "medusa", "eagle": "eagle",
+                 "lookahead": "lookahead"}
+EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+
+MODEL_SOURCES = {
+    PREPROCESSING: "trtspec.repo.models.preprocessing",
+    POSTPROCESSING: "trtspec.repo.models.postprocessing",
+    "orchestrator": "trtspec.repo.models.orchestrator",
+    ROUTER: "trtspec.repo.models.router",
+    "engine": "trtspec.engine.triton_model",
+}
+
+
+def _value(obj: Any) -> Any:
+    """Enum members → their value; anything else unchanged."""
+    return getattr(obj, "value", obj)
+
+
+def choices_text(choices: list[list[int]]) -> str:
+    """Medusa/EAGLE tree in the backend's ``{0, 0}, {1}`` parameter format."""
+    return ", ".join("{" + ", ".join(str(i) for i in path) + "}" for path in choices)
+
+
+@dataclass
+class EngineModel:
+    name: str
+    role: str
+    mode: str  # ENGINE_MODES value
+    max_draft_len: int
+    path: Path
+    decoupled: bool = True
+    variant: Any = None  # the spec variant for medusa/eagle/lookahead engines
+
+
+@dataclass
+class VariantModel:
+    name: str
+    mode: str  # "none" for the baseline
+    target: str
+    draft: str | None
+    max_draft_len: int = 0
+    num_draft_tokens: int = 0
+    max_matching_ngram_size: int = 3
+    calls: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Layout:
+    """Everything the writer needs, resolved from spec + plan."""
+
+    spec_name: str
+    backend: str
+    trtllm_version: str
+    engines: dict[str, EngineModel]
+    variants: dict[str, VariantModel]
+    tokenizer_dir: Path
+
+
+def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
+    """Resolve engine and variant models from the spec and its plan."""
+    backend = str(_value(spec.backend))
+    spec_variants = {v.name: v for v in spec.variants}
+    root = Path(os.path.abspath(Path(engines_root) / spec.name))
+    engines: dict[str, EngineModel] = {}
+    for engine in plan.engines:
+        mode = ENGINE_MODES.get(str(_value(engine.mode)))
+        if mode is None:
+            raise RepoError(
+                f"engine {engine.name}: unknown mode {_value(engine.mode)!r}",
+                "The plan and the repository builder disagree; rebuild with this trtspec.",
+            )
+        engines[engine.name] = EngineModel(
+            name=engine.name,
+            role=str(_value(engine.role)),
+            mode=mode,
+            max_draft_len=int(engine.max_draft_len or 0),
+            path=root / engine.name,
+        )
+    variants: dict[str, VariantModel] = {}
+    for name, wiring in plan.variants.items():
+        target, draft = wiring.target, wiring.draft
+        for engine_name in (target, draft):
+            if engine_name is not None and engine_name not in engines:
+                raise RepoError(
+                    f"variant {name}: engine {engine_name!r} is not in the plan",
+                    "Rebuild the plan with `trtspec build --dry-run` and check the spec.",
+                )
+        spec_variant = spec_variants.get(name)
+        mode = "none" if spec_variant is None else str(spec_variant.mode)
+        model = VariantModel(name=name, mode=mode, target=target, draft=draft)
+        if mode in DRAFT_LOOP_MODES:
+            model.max_draft_len = int(spec_variant.max_draft_len)
+            sweep = list(spec_variant.num_draft_tokens or [model.max_draft_len])
+            model.num_draft_tokens = max(sweep)
+            model.max_matching_ngram_size = int(getattr(spec_variant, "max_matching_ngram_size", 3))
+            for engine_name in filter(None, (target, draft)):
+                engines[engine_name].decoupled = False
+        elif mode != "none":
+            engines[target].variant = spec_variant
+            model.max_draft_len = engines[target].max_draft_len
+        model.calls = [PREPROCESSING, POSTPROCESSING, target, *([draft] if draft else [])]
+        variants[name] = model
+    if BASELINE not in variants:
+        raise RepoError("the plan has no baseline variant",
+                        "Plan.variants must include `baseline` (docs/internals.md §2).")
+    # An engine both streamed from and called in a draft loop cannot exist:
+    # the loop needs decoupled: false, streaming needs decoupled: true.
+    for model in variants.values():
+        if model.mode not in DRAFT_LOOP_MODES and not engines[model.target].decoupled:
+            raise RepoError(
+                f"engine {model.target} serves variant {model.name} (streaming) and a draft loop",
+                "Give draft-loop variants their own target engine (target_dte).",
+            )
+    return Layout(
+        spec_name=spec.name,
+        backend=backend,
+        trtllm_version=str(spec.stack.trtllm_version),
+        engines=engines,
+        variants=variants,
+        tokenizer_dir=engines[variants[BASELINE].target].path / "tokenizer",
+    )
+
+
+def _model_py(module: str) -> str:
+    # The Python backend stub starts its interpreter without reading
+    # PYTHONPATH, so the path `trtspec serve` (or the user) sets there is
+    # applied here; nothing machine-specific is written into the repository.
+    return (
+        f'"""Generated by trtspec: the model lives in {module}."""\n'
+        "import os\n"
+        "import sys\n"
+        "\n"
+        "try:\n"
+        f"    from {module} import TritonPythonModel  # noqa: F401\n"
+        "except ImportError:\n"
+        '    for _entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):\n'
+        "        if _entry and _entry not in sys.path:\n"
+        "            sys.path.insert(0, _entry)\n"
+        f"    from {module} import TritonPythonModel  # noqa: F401\n"
+    )
+
+
+def _write_model(repo: Path, name: str, config: Any, module: str | None) -> None:
+    configs.write_config(repo / name / "config.pbtxt", config)
+    version = repo / name / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    if module is not None:
+        (version / "model.py").write_text(_model_py(module), encoding="utf-8")
+
+
+def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
+    contract = engine_contract(layout.trtllm_version)
+    target = spec.target
+    kv = target.kv_cache
+    # Every engine of the repository shares the GPU(s); each takes an equal
+    # slice of the spec's fraction (conservative: later loads see less free).
+    fraction = round(float(kv.free_gpu_mem_fraction) / max(1, len(layout.engines)), 4)
+    params: dict[str, object] = {
+        "max_beam_width": int(target.max_beam_width),
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "gpt_model_type": "inflight_fused_batching",
+        "gpt_model_path": str(engine.path),
+        "batch_scheduler_policy": "guaranteed_no_evict",
+        "kv_cache_free_gpu_mem_fraction": fraction,
+        # The draft loop re-sends the whole sequence every round; without
+        # block reuse each round would recompute the prefix.
+        "enable_kv_cache_reuse": bool(kv.enable_reuse) or not engine.decoupled,
+        "exclude_input_in_output": True,
+        "enable_chunked_context": False,
+        "normalize_log_probs": True,
+    }
+    if engine.mode != "draft_tokens_external":
+        # draft_tokens_external engines are auto-detected by the backend.
+        params["decoding_mode"] = DECODING_MODE[engine.mode]
+    variant = engine.variant
+    if engine.mode == "medusa":
+        params["medusa_choices"] = choices_text(variant.medusa_choices)
+    if engine.mode == "eagle":
+        params["eagle_choices"] = choices_text(variant.eagle_choices)
+    if engine.mode == "lookahead":
+        values = (variant.window_size, variant.ngram_size, variant.verification_set_size)
+        params.update({name: int(v) for name, v in zip(LOOKAHEAD_INPUTS, values, strict=True)})
+    if layout.backend == "tensorrt_llm":
+        params["executor_worker_path"] = EXECUTOR_WORKER
+    return configs.base_config(
+        engine.name,
+        backend=TRITON_BACKEND[layout.backend],
+        max_batch_size=int(target.max_batch_size),
+        decoupled=engine.decoupled,
+        instances=int(target.instances),
+        inputs=contract.inputs,
+        outputs=contract.outputs,
+        parameters=params,
+        dynamic_batching=layout.backend == "tensorrt_llm",
+    )
+
+
+def orchestrator_config(layout: Layout, variant: VariantModel) -> Any:
+    contract = engine_contract(layout.trtllm_version)
+    params: dict[str, object] = {
+        "variant": variant.name,
+        "mode": variant.mode,
+        "preprocessing_model": PREPROCESSING,
+        "postprocessing_model": POSTPROCESSING,
+        "target_model": variant.target,
+        "draft_model": variant.draft,
+        "seed_input": contract.seed_input,
+        "perf_metrics": contract.perf_metrics,
+    }
+    if variant.mode in DRAFT_LOOP_MODES:
+        params["max_draft_len"] = variant.max_draft_len
+        params["num_draft_tokens"] = variant.num_draft_tokens
+    if variant.mode == "ngram":
+        params["max_matching_ngram_size"] = variant.max_matching_ngram_size
+    return configs.base_config(
+        variant.name,
+        backend="python",
+        max_batch_size=0,
+        decoupled=True,
+        inputs=ORCHESTRATOR_INPUTS,
+        outputs=ORCHESTRATOR_OUTPUTS,
+        parameters=params,
+    )
+
+
+def _manifest(layout: Layout, spec: Any) -> dict[str, Any]:
+    models: dict[str, Any] = {
+        PREPROCESSING: {"role": "preprocessing", "calls": [], "variant": None, "mode": None},
+        POSTPROCESSING: {"role": "postprocessing", "calls": [], "variant": None, "mode": None},
+    }
+    for engine in layout.engines.values():
+        models[engine.name] = {"role": "engine", "calls": [], "variant": None,
+                               "mode": engine.mode}
+    for variant in layout.variants.values():
+        models[variant.name] = {"role": "orchestrator", "calls": list(variant.calls),
+                                "variant": variant.name, "mode": variant.mode}
+    models[ROUTER] = {"role": "router", "calls": sorted(layout.variants), "variant": None,
+                      "mode": None}
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "spec": layout.spec_name,
+        "spec_hash": getattr(spec, "spec_hash", None),
+        "backend": layout.backend,
+        "trtllm_version": layout.trtllm_version,
+        "models": models,
+        "variants": [*sorted(v for v in layout.variants if v != BASELINE), BASELINE],
+    }
+
+
+def write_tree(layout: Layout, spec: Any, repo: Path, routing: RoutingTable) -> None:
+    """Write every model folder and the manifest into ``repo`` (a fresh folder)."""
+    pre = configs.base_config(
+        PREPROCESSING, backend="python", max_batch_size=0, decoupled=False,
+        inputs=PREPROCESSING_INPUTS, outputs=PREPROCESSING_OUTPUTS,
+        parameters={"tokenizer_dir": str(layout.tokenizer_dir), "add_special_tokens": True},
+    )
+    _write_model(repo, PREPROCESSING, pre, MODEL_SOURCES[PREPROCESSING])
+    post = configs.base_config(
+        POSTPROCESSING, backend="python", max_batch_size=0, decoupled=False,
+        inputs=POSTPROCESSING_INPUTS, outputs=POSTPROCESSING_OUTPUTS,
+        parameters={"tokenizer_dir": str(layout.tokenizer_dir), "skip_special_tokens": True},
+    )
+    _write_model(repo, POSTPROCESSING, post, MODEL_SOURCES[POSTPROCESSING])
+    for engine in layout.engines.values():
+        module = MODEL_SOURCES["engine"] if layout.backend == "reference" else None
+        _write_model(repo, engine.name, engine_config(layout, engine, spec), module)
+    for variant in layout.variants.values():
+        _write_model(repo, variant.name, orchestrator_config(layout, variant),
+                     MODEL_SOURCES["orchestrator"])
+    router = configs.base_config(
+        ROUTER, backend="python", max_batch_size=0, decoupled=True,
+        inputs=ORCHESTRATOR_INPUTS, outputs=ORCHESTRATOR_OUTPUTS,
+        parameters={"routing_file": ROUTING_FILE,
+                    "variants": ",".join(sorted(layout.variants))},
+    )
+    _write_model(repo, ROUTER, router, MODEL_SOURCES[ROUTER])
+    (repo / ROUTER / ROUTING_FILE).write_text(
+        json.dumps(routing.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    (repo / MANIFEST_NAME).write_text(
+        json.dumps(_manifest(layout, spec), indent=2) + "\n", encoding="utf-8"
+    )
+
+
+def check_engine_folders(layout: Layout) -> None:
+    missing = [e for e in layout.engines.values() if not (e.path / "config.json").is_file()]
+    if missing:
+        first = missing[0]
+        raise RepoError(
+            f"{first.path / 'config.json'}: engine {first.name} is not built"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+            "Run `trtspec build` for this spec first, or pass --engines DIR.",
+        )
+    if not layout.tokenizer_dir.is_dir():
+        raise RepoError(
+            f"{layout.tokenizer_dir}: the target engine has no tokenizer folder",
+            "Rebuild the target engine with `trtspec build`; it copies the tokenizer.",
+        )
+
+
+def assemble(
+    spec: Any,
+    plan: Any,
+    engines_root: Path,
+    output: Path,
+    routing: RoutingTable | None = None,
+    *,
+    require_engines: bool = True,
+) -> Path:
+    """Write ``output/<spec.name>/`` and return it. ``routing`` defaults to the
+    spec's rollout. An existing repository is replaced only once the new one
+    is complete."""
+    layout = layout_of(spec, plan, Path(engines_root))
+    if require_engines:
+        check_engine_folders(layout)
+    table = routing or routing_from_rollout(str(spec.rollout.fallback_variant))
+    unknown = sorted(table.variants() - set(layout.variants))
+    if unknown:
+        raise RepoError(
+            f"routing: variant {unknown[0]!r} is not in spec {spec.name} "
+            f"(variants: {', '.join(sorted(layout.variants))})",
+            "Route only to variants the spec defines, or regenerate routing.yaml.",
+        )
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    final = output / spec.name
+    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.tmp-", dir=output))
+    try:
+        write_tree(layout, spec, staging, table)
+        os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide the repo from other users
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{spec.name}.old-", dir=output))
+            os.replace(final, old / "repo")
+            os.replace(staging, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final

@@ -1,0 +1,195 @@
+"""The tensor contract of every engine model, per pinned TensorRT-LLM version:
+the subset of the official ``tensorrt_llm/config.pbtxt`` inputs and outputs
+that trtspec sends and reads, with their dtype, dims, reshape and optionality.
+The ``tensorrtllm`` C++ backend and the reference Python engine get the same
+lists, which is what lets the orchestrator treat both alike. Names drift by
+version (``random_seed``/``min_length`` before 0.20, ``seed``/``min_tokens``
+from 0.20; lookahead inputs and the perf-metric outputs exist from 0.19);
+``tests/data/tensorrtllm_template_names_*.txt`` holds the official names these
+lists are checked against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SUPPORTED_RANGE = ((0, 17), (1, 3))  # 0.17 <= version < 1.3
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a model config. ``dims`` excludes the batch dim."""
+
+    name: str
+    data_type: str  # a ``DataType`` enum name, e.g. "TYPE_INT32"
+    dims: tuple[int, ...]
+    scalar: bool = False  # dims [1] with ``reshape: { shape: [] }``
+    optional: bool = False
+    ragged: bool = False
+
+
+@dataclass(frozen=True)
+class EngineContract:
+    """The engine model's tensors for one TensorRT-LLM version."""
+
+    version: str
+    seed_input: str
+    min_tokens_input: str
+    perf_metrics: bool  # return_perf_metrics + timing/acceptance outputs exist
+    lookahead_inputs: bool
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``"1.1.0"`` → ``(1, 1)``; raises ``ValueError`` on anything else."""
+    parts = str(text).strip().split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise ValueError(f"not a TensorRT-LLM version: {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def _scalar(name: str, dtype: str, optional: bool = True) -> TensorSpec:
+    return TensorSpec(name, dtype, (1,), scalar=True, optional=optional)
+
+
+def _output(name: str, dtype: str, dims: tuple[int, ...] = (1,)) -> TensorSpec:
+    return TensorSpec(name, dtype, dims)
+
+
+PERF_OUTPUTS = (
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+)
+
+_PERF_DTYPES = {
+    "acceptance_rate": "TYPE_FP32",
+    "arrival_time_ns": "TYPE_INT64",
+    "first_scheduled_time_ns": "TYPE_INT64",
+    "first_token_time_ns": "TYPE_INT64",
+    "last_token_time_ns": "TYPE_INT64",
+}
+
+LOOKAHEAD_INPUTS = (
+    "lookahead_window_size",
+    "lookahead_ngram_size",
+    "lookahead_verification_set_size",
+)
+
+
+def engine_contract(trtllm_version: str) -> EngineContract:
+    """The engine tensors for ``trtllm_version`` (``"0.17"`` … ``"1.2.x"``)."""
+    major_minor = parse_version(trtllm_version)
+    low, high = SUPPORTED_RANGE
+    if not low <= major_minor < high:
+        raise ValueError(
+            f"TensorRT-LLM {trtllm_version} is outside the supported range 0.17 <= v < 1.3"
+        )
+    renamed = major_minor >= (0, 20)
+    since_019 = major_minor >= (0, 19)
+    seed = "seed" if renamed else "random_seed"
+    min_tokens = "min_tokens" if renamed else "min_length"
+
+    inputs: list[TensorSpec] = [
+        TensorSpec("input_ids", "TYPE_INT32", (-1,), optional=renamed, ragged=True),
+        _scalar("input_lengths", "TYPE_INT32", optional=False),
+        _scalar("request_output_len", "TYPE_INT32", optional=False),
+        TensorSpec("draft_input_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
+        _scalar("end_id", "TYPE_INT32"),
+        _scalar("pad_id", "TYPE_INT32"),
+        _scalar("beam_width", "TYPE_INT32"),
+        _scalar("temperature", "TYPE_FP32"),
+        _scalar("runtime_top_k", "TYPE_INT32"),
+        _scalar("runtime_top_p", "TYPE_FP32"),
+        _scalar(min_tokens, "TYPE_INT32"),
+        _scalar(seed, "TYPE_UINT64"),
+        _scalar("return_log_probs", "TYPE_BOOL"),
+        _scalar("exclude_input_in_output", "TYPE_BOOL"),
+        _scalar("streaming", "TYPE_BOOL"),
+        _scalar("stop", "TYPE_BOOL"),
+    ]
+    if since_019:
+        inputs.insert(-3, _scalar("return_perf_metrics", "TYPE_BOOL"))
+        # The template declares these three without reshape and ragged.
+        inputs.extend(
+            TensorSpec(name, "TYPE_INT32", (1,), optional=True, ragged=True)
+            for name in LOOKAHEAD_INPUTS
+        )
+    outputs: list[TensorSpec] = [
+        _output("output_ids", "TYPE_INT32", (-1, -1)),
+        _output("sequence_length", "TYPE_INT32", (-1,)),
+        _output("cum_log_probs", "TYPE_FP32", (-1,)),
+        _output("output_log_probs", "TYPE_FP32", (-1, -1)),
+    ]
+    if since_019:
+        outputs.extend(_output(n, _PERF_DTYPES.get(n, "TYPE_INT32")) for n in PERF_OUTPUTS)
+    return EngineContract(
+        version=trtllm_version,
+        seed_input=seed,
+        min_tokens_input=min_tokens,
+        perf_metrics=since_019,
+        lookahead_inputs=since_019,
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+    )
+
+
+# The public orchestrator / router contract (docs/internals.md §5): python,
+# decoupled, max_batch_size 0, so dims are the full shape.
+ORCHESTRATOR_INPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("text_input", "TYPE_STRING", (1,)),
+    TensorSpec("max_tokens", "TYPE_INT32", (1,)),
+    TensorSpec("temperature", "TYPE_FP32", (1,), optional=True),
+    TensorSpec("top_k", "TYPE_INT32", (1,), optional=True),
+    TensorSpec("top_p", "TYPE_FP32", (1,), optional=True),
+    TensorSpec("seed", "TYPE_UINT64", (1,), optional=True),
+    TensorSpec("stream", "TYPE_BOOL", (1,), optional=True),
+    TensorSpec("num_draft_tokens", "TYPE_INT32", (1,), optional=True),
+    TensorSpec("route", "TYPE_STRING", (1,), optional=True),
+    TensorSpec("request_id", "TYPE_STRING", (1,), optional=True),
+)
+
+STAT_OUTPUTS = ("prompt_tokens", "completion_tokens", "draft_tokens", "accepted_tokens", "rounds")
+
+ORCHESTRATOR_OUTPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("text_output", "TYPE_STRING", (1,)),
+    TensorSpec("output_ids", "TYPE_INT32", (-1,)),
+    TensorSpec("is_final", "TYPE_BOOL", (1,)),
+    *(TensorSpec(name, "TYPE_INT32", (1,)) for name in STAT_OUTPUTS),
+    TensorSpec("server_ttft_ns", "TYPE_INT64", (1,)),
+    TensorSpec("server_total_ns", "TYPE_INT64", (1,)),
+    TensorSpec("variant", "TYPE_STRING", (1,)),
+    TensorSpec("fallback", "TYPE_BOOL", (1,)),
+)
+
+# preprocessing / postprocessing keep the upstream tensor names (max_batch_size 0).
+PREPROCESSING_INPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("QUERY", "TYPE_STRING", (1,)),
+    TensorSpec("REQUEST_OUTPUT_LEN", "TYPE_INT32", (1,)),
+)
+PREPROCESSING_OUTPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("INPUT_ID", "TYPE_INT32", (-1,)),
+    TensorSpec("REQUEST_INPUT_LEN", "TYPE_INT32", (1,)),
+    TensorSpec("REQUEST_OUTPUT_LEN", "TYPE_INT32", (1,)),
+    TensorSpec("OUT_END_ID", "TYPE_INT32", (1,)),
+    TensorSpec("OUT_PAD_ID", "TYPE_INT32", (1,)),
+)
+POSTPROCESSING_INPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec("TOKENS_BATCH", "TYPE_INT32", (-1, -1)),
+    TensorSpec("SEQUENCE_LENGTH", "TYPE_INT32", (-1,)),
+)
+POSTPROCESSING_OUTPUTS: tuple[TensorSpec, ...] = (TensorSpec("OUTPUT", "TYPE_STRING", (-1,)),)

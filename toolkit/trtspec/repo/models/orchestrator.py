@@ -1,0 +1,374 @@
+"""The per-variant orchestrator Python model (decoupled, one per variant plus
+``baseline``): tokenizes through ``preprocessing``, generates, streams text
+deltas detokenized through ``postprocessing``, and ends every request with one
+final response carrying the stats of docs/internals.md §5.
+
+For ``draft_model`` and ``ngram`` it runs the draft → verify loop itself over
+BLS (non-decoupled engines): each round drafts ``k`` tokens (draft engine or
+prompt lookup), asks the target to verify them, counts drafted and accepted
+tokens, and streams that round's accepted tokens — the upstream BLS can do
+neither. For the baseline and the in-engine modes (medusa, eagle, lookahead)
+it forwards one streaming request to the decoupled engine with
+``return_perf_metrics`` and reads the engine's draft/accepted totals. It always
+sends ``exclude_input_in_output`` and tracks the sequence itself, and calls
+models only by the names in its config ``parameters`` (no host, no port).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtspec.repo.models.text import IncrementalText
+from trtspec.speculate import (
+    RoundStats,
+    accepted_count,
+    draft_budget,
+    propose_ngram,
+    round_finished,
+)
+
+DRAFT_LOOP_MODES = ("draft_model", "ngram")
+PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _scalar(request: Any, name: str) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    array = tensor.as_numpy().reshape(-1)
+    return array[0] if array.size else None
+
+
+@dataclass
+class RequestParams:
+    text: str
+    max_tokens: int
+    temperature: float | None
+    top_k: int | None
+    top_p: float | None
+    seed: int | None
+    stream: bool
+    num_draft_tokens: int | None
+
+    @classmethod
+    def from_request(cls, request: Any) -> RequestParams:
+        text = _scalar(request, "text_input")
+        max_tokens = _scalar(request, "max_tokens")
+        if text is None or max_tokens is None:
+            raise ValueError("text_input and max_tokens are required")
+        if int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {int(max_tokens)}")
+
+        def opt(name: str, kind: type) -> Any:
+            value = _scalar(request, name)
+            return None if value is None else kind(value)
+
+        return cls(
+            text=_text(text),
+            max_tokens=int(max_tokens),
+            temperature=opt("temperature", float),
+            top_k=opt("top_k", int),
+            top_p=opt("top_p", float),
+            seed=opt("seed", int),
+            stream=bool(opt("stream", bool) or False),
+            num_draft_tokens=opt("num_draft_tokens", int),
+        )
+
+
+def _cut_at_end(ids: list[int], end_id: int | None) -> list[int]:
+    if end_id is not None and end_id in ids:
+        return ids[: ids.index(end_id)]
+    return ids
+
+
+class _Generation:
+    """One request's state: the sequence, the text stream and the stats."""
+
+    def __init__(self, model: TritonPythonModel, params: RequestParams, sender: Any,
+                 start_ns: int) -> None:
+        self.model = model
+        self.params = params
+        self.sender = sender
+        self.start_ns = start_ns
+        self.first_token_ns: int | None = None
+        self.text = IncrementalText(self._decode)
+        self.pending: list[int] = []
+        self.completion = 0
+        self.stats = RoundStats()
+        self.end_id: int | None = None
+        self.pad_id: int | None = None
+        self.engine_draft: int | None = None
+        self.engine_accepted: int | None = None
+
+    # -- BLS helpers -------------------------------------------------------
+    def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
+        request = pb_utils.InferenceRequest(
+            model_name=model_name, inputs=tensors, requested_output_names=outputs
+        )
+        response = request.exec()
+        if response.has_error():
+            raise RuntimeError(f"{model_name}: {response.error().message()}")
+        return response
+
+    def _decode(self, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        tokens = np.asarray([ids], dtype=np.int32).reshape(1, len(ids))
+        response = self._call(
+            self.model.postprocessing_model,
+            [pb_utils.Tensor("TOKENS_BATCH", tokens),
+             pb_utils.Tensor("SEQUENCE_LENGTH", np.array([len(ids)], dtype=np.int32))],
+            ["OUTPUT"],
+        )
+        out = pb_utils.get_output_tensor_by_name(response, "OUTPUT").as_numpy().reshape(-1)
+        return _text(out[0]) if out.size else ""
+
+    def tokenize(self) -> tuple[list[int], int | None, int | None]:
+        response = self._call(
+            self.model.preprocessing_model,
+            [pb_utils.Tensor("QUERY",
+                             np.array([self.params.text.encode("utf-8")], dtype=np.object_)),
+             pb_utils.Tensor("REQUEST_OUTPUT_LEN",
+                             np.array([self.params.max_tokens], dtype=np.int32))],
+            ["INPUT_ID", "OUT_END_ID", "OUT_PAD_ID"],
+        )
+
+        def get(name: str) -> np.ndarray:
+            return pb_utils.get_output_tensor_by_name(response, name).as_numpy().reshape(-1)
+
+        ids = [int(t) for t in get("INPUT_ID")]
+        end_id, pad_id = int(get("OUT_END_ID")[0]), int(get("OUT_PAD_ID")[0])
+        return ids, (end_id if end_id >= 0 else None), (pad_id if pad_id >= 0 else None)
+
+    def engine_inputs(self, sequence: list[int], output_len: int, *, streaming: bool,
+                      draft: list[int] | None = None) -> list:
+        p, m = self.params, self.model
+
+        def one(name: str, value: Any, dtype: Any) -> Any:
+            return pb_utils.Tensor(name, np.array([[value]], dtype=dtype))
+
+        tensors = [
+            pb_utils.Tensor("input_ids", np.asarray([sequence], dtype=np.int32)),
+            one("input_lengths", len(sequence), np.int32),
+            one("request_output_len", output_len, np.int32),
+            one("streaming", streaming, np.bool_),
+            # Always explicit: the orchestrator tracks the sequence itself.
+            one("exclude_input_in_output", True, np.bool_),
+        ]
+        if self.end_id is not None:
+            tensors.append(one("end_id", self.end_id, np.int32))
+        if self.pad_id is not None:
+            tensors.append(one("pad_id", self.pad_id, np.int32))
+        if p.temperature is not None:
+            tensors.append(one("temperature", p.temperature, np.float32))
+        if p.top_k is not None:
+            tensors.append(one("runtime_top_k", p.top_k, np.int32))
+        if p.top_p is not None:
+            tensors.append(one("runtime_top_p", p.top_p, np.float32))
+        if p.seed is not None:
+            tensors.append(one(m.seed_input, p.seed, np.uint64))
+        if m.perf_metrics:
+            tensors.append(one("return_perf_metrics", True, np.bool_))
+        if draft:
+            tensors.append(pb_utils.Tensor("draft_input_ids", np.asarray([draft], dtype=np.int32)))
+        return tensors
+
+    def engine_outputs(self) -> list[str]:
+        names = ["output_ids", "sequence_length"]
+        return [*names, *PERF_TOTALS] if self.model.perf_metrics else names
+
+    def tokens_of(self, response: Any) -> list[int] | None:
+        out = pb_utils.get_output_tensor_by_name(response, "output_ids")
+        if out is None:
+            return None
+        ids = [int(t) for t in out.as_numpy().reshape(-1)]
+        length = pb_utils.get_output_tensor_by_name(response, "sequence_length")
+        if length is not None:
+            values = length.as_numpy().reshape(-1)
+            if values.size:
+                ids = ids[: max(0, int(values[0]))]
+        for name in PERF_TOTALS:
+            tensor = pb_utils.get_output_tensor_by_name(response, name)
+            if tensor is not None and tensor.as_numpy().size:
+                value = int(tensor.as_numpy().reshape(-1)[0])
+                if name == "total_draft_tokens":
+                    self.engine_draft = value
+                else:
+                    self.engine_accepted = value
+        return ids
+
+    # -- output ------------------------------------------------------------
+    def emit(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        if self.first_token_ns is None:
+            self.first_token_ns = time.monotonic_ns()
+        self.completion += len(ids)
+        self.pending.extend(ids)
+        if not self.params.stream:
+            self.text.ids.extend(ids)
+            return
+        delta = self.text.push(ids)
+        if delta:
+            self.send(delta, final=False)
+
+    def send(self, text: str, *, final: bool, prompt_tokens: int = 0) -> None:
+        tensors = [
+            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
+            pb_utils.Tensor("output_ids", np.asarray(self.pending, dtype=np.int32)),
+            pb_utils.Tensor("is_final", np.array([final], dtype=np.bool_)),
+        ]
+        self.pending = []
+        flags = 0
+        if final:
+            now = time.monotonic_ns()
+            draft, accepted = self.stats.draft_tokens, self.stats.accepted_tokens
+            if self.model.mode not in DRAFT_LOOP_MODES:
+                draft, accepted = self.engine_draft or 0, self.engine_accepted or 0
+            first = self.first_token_ns if self.first_token_ns is not None else now
+            stats = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": self.completion,
+                "draft_tokens": draft,
+                "accepted_tokens": accepted,
+                "rounds": self.stats.rounds,
+            }
+            tensors.extend(
+                pb_utils.Tensor(k, np.array([v], dtype=np.int32)) for k, v in stats.items()
+            )
+            ttft, total = first - self.start_ns, now - self.start_ns
+            tensors += [
+                pb_utils.Tensor("server_ttft_ns", np.array([ttft], dtype=np.int64)),
+                pb_utils.Tensor("server_total_ns", np.array([total], dtype=np.int64)),
+                pb_utils.Tensor("variant",
+                                np.array([self.model.variant.encode("utf-8")], dtype=np.object_)),
+                pb_utils.Tensor("fallback", np.array([False], dtype=np.bool_)),
+            ]
+            flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self.sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
+
+    # -- generation ----------------------------------------------------------
+    def run(self) -> None:
+        prompt, self.end_id, self.pad_id = self.tokenize()
+        if self.model.mode in DRAFT_LOOP_MODES:
+            self.draft_loop(prompt)
+        else:
+            self.forward_streaming(prompt)
+        self.send(self.text.flush(), final=True, prompt_tokens=len(prompt))
+
+    def draft_loop(self, prompt: list[int]) -> None:
+        m, p = self.model, self.params
+        num_draft = p.num_draft_tokens if p.num_draft_tokens is not None else m.num_draft_tokens
+        if not 0 <= num_draft <= m.max_draft_len:
+            raise ValueError(
+                f"num_draft_tokens {num_draft} is outside 0..{m.max_draft_len} "
+                f"(the max_draft_len of variant {m.variant!r})"
+            )
+        sequence = list(prompt)
+        while self.completion < p.max_tokens:
+            remaining = p.max_tokens - self.completion
+            k = draft_budget(num_draft, m.max_draft_len, remaining)
+            draft: list[int] = []
+            if k > 0 and m.mode == "ngram":
+                draft = propose_ngram(sequence, k, m.max_matching_ngram_size)
+            elif k > 0:
+                response = self._call(
+                    m.draft_model, self.engine_inputs(sequence, k, streaming=False),
+                    self.engine_outputs(),
+                )
+                draft = (self.tokens_of(response) or [])[:k]
+            response = self._call(
+                m.target_model,
+                self.engine_inputs(sequence, len(draft) + 1, streaming=False, draft=draft),
+                self.engine_outputs(),
+            )
+            verified = self.tokens_of(response) or []
+            self.stats.record(len(draft), min(accepted_count(draft, verified), len(draft)))
+            kept = _cut_at_end(verified, self.end_id)[:remaining]
+            sequence.extend(kept)
+            self.emit(kept)
+            if round_finished(draft, verified, self.end_id):
+                break
+
+    def forward_streaming(self, prompt: list[int]) -> None:
+        m, p = self.model, self.params
+        request = pb_utils.InferenceRequest(
+            model_name=m.target_model,
+            inputs=self.engine_inputs(prompt, p.max_tokens, streaming=True),
+            requested_output_names=self.engine_outputs(),
+        )
+        for response in request.exec(decoupled=True):
+            if response.has_error():
+                raise RuntimeError(f"{m.target_model}: {response.error().message()}")
+            ids = self.tokens_of(response)
+            if not ids:
+                continue
+            remaining = p.max_tokens - self.completion
+            kept = _cut_at_end(ids, self.end_id)[:remaining]
+            if kept:
+                self.stats.rounds += 1
+                self.emit(kept)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        self.variant = params["variant"]
+        self.mode = params["mode"]
+        self.preprocessing_model = params["preprocessing_model"]
+        self.postprocessing_model = params["postprocessing_model"]
+        self.target_model = params["target_model"]
+        self.draft_model = params.get("draft_model") or None
+        self.max_draft_len = int(params.get("max_draft_len") or 0)
+        self.num_draft_tokens = int(params.get("num_draft_tokens") or self.max_draft_len)
+        self.max_matching_ngram_size = int(params.get("max_matching_ngram_size") or 3)
+        self.seed_input = params.get("seed_input") or "seed"
+        self.perf_metrics = params.get("perf_metrics", "true").lower() == "true"
+        if self.mode == "draft_model" and not self.draft_model:
+            raise pb_utils.TritonModelException(
+                f"{config.get('name')}: mode draft_model needs the draft_model parameter"
+            )
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def execute(self, requests: list) -> None:
+        # Decoupled: answer through each request's sender from a thread, so a
+        # long generation does not block the requests queued behind it.
+        for request in requests:
+            thread = threading.Thread(target=self._serve, args=(request,), daemon=True)
+            with self._lock:
+                self._threads.add(thread)
+            thread.start()
+
+    def _serve(self, request: Any) -> None:
+        start_ns = time.monotonic_ns()
+        sender = request.get_response_sender()
+        try:
+            params = RequestParams.from_request(request)
+            _Generation(self, params, sender, start_ns).run()
+        except Exception as exc:
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.variant}: {exc}")),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def finalize(self) -> None:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=10)

@@ -1,0 +1,127 @@
+"""The ``router`` Python model (decoupled): the same inputs and outputs as an
+orchestrator; it picks the variant for the request's ``route`` from the
+routing table next to its config (``routing.json``), sends ``canary_percent``
+of a route's traffic to the route's variant (deterministic from the request
+id), forwards every response of that orchestrator, and — when the chosen
+variant fails before producing any output — retries the request on the
+route's fallback variant and marks the final response ``fallback: true``.
+A failure after text was already streamed is returned as an error rather
+than retried, because the client has already received part of the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.repo.routing import choose, load_routing
+
+INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
+OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.sent = 0
+
+
+class VariantFailed(RuntimeError):
+    pass
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        routing_file = params.get("routing_file") or "routing.json"
+        self.table = load_routing(Path(args["model_repository"]) / routing_file)
+        self.variants = {v for v in params.get("variants", "").split(",") if v}
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def execute(self, requests: list) -> None:
+        for request in requests:
+            thread = threading.Thread(target=self._serve, args=(request,), daemon=True)
+            with self._lock:
+                self._threads.add(thread)
+            thread.start()
+
+    def _serve(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        progress = _Progress()
+        try:
+            inputs: dict[str, np.ndarray] = {}
+            for name in INPUT_NAMES:
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    inputs[name] = tensor.as_numpy()
+            route = _text(inputs["route"].reshape(-1)[0]) if "route" in inputs else None
+            if "request_id" in inputs:
+                request_id = _text(inputs["request_id"].reshape(-1)[0])
+            else:
+                request_id = request.request_id() or uuid.uuid4().hex
+            choice = choose(self.table, route, request_id)
+            if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
+                inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
+            try:
+                self._forward(choice.variant, inputs, sender, progress, fallback=False)
+            except Exception as exc:
+                if progress.sent or choice.variant == choice.fallback_variant:
+                    raise
+                pb_utils.Logger.log_warn(
+                    f"router: variant {choice.variant!r} failed for route {route!r} "
+                    f"({exc}); retrying on {choice.fallback_variant!r}"
+                )
+                inputs.pop("num_draft_tokens", None)
+                self._forward(choice.fallback_variant, inputs, sender, progress, fallback=True)
+        except Exception as exc:
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"router: {exc}")),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def _forward(self, variant: str, inputs: dict[str, np.ndarray], sender: Any,
+                 progress: _Progress, *, fallback: bool) -> None:
+        request = pb_utils.InferenceRequest(
+            model_name=variant,
+            inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
+            requested_output_names=OUTPUT_NAMES,
+        )
+        final_sent = False
+        for response in request.exec(decoupled=True):
+            if response.has_error():
+                raise VariantFailed(f"{variant}: {response.error().message()}")
+            tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
+            if not tensors:
+                continue
+            is_final = bool(tensors.get("is_final", np.array([False])).reshape(-1)[0])
+            if is_final:
+                tensors["variant"] = np.array([variant.encode("utf-8")], dtype=np.object_)
+                tensors["fallback"] = np.array([fallback], dtype=np.bool_)
+            out = [pb_utils.Tensor(name, array) for name, array in tensors.items()]
+            flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if is_final else 0
+            sender.send(pb_utils.InferenceResponse(output_tensors=out), flags=flags)
+            progress.sent += 1
+            final_sent = final_sent or is_final
+        if not final_sent:
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def finalize(self) -> None:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=10)

@@ -1,0 +1,103 @@
+"""Tokenizer loading and incremental detokenization for the Python models.
+
+Owns the two text concerns the served models share: loading the target
+engine's ``tokenizer/`` folder with the light ``tokenizers`` library when a
+``tokenizer.json`` is there (a stub that imports transformers pays seconds and
+hundreds of MB; transformers is the fallback for folders without one), and
+``IncrementalText``, which turns a growing list of token ids into text deltas
+that never split a multi-byte character (text ending in U+FFFD is held back
+until the next token completes it). No Triton imports: unit-testable as is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+class Tokenizer:
+    """``encode(text) -> ids`` and ``decode(ids) -> text`` plus end/pad ids."""
+
+    def __init__(self, folder: str | Path, *, add_special_tokens: bool = True,
+                 skip_special_tokens: bool = True) -> None:
+        self.folder = Path(folder)
+        self.add_special_tokens = add_special_tokens
+        self.skip_special_tokens = skip_special_tokens
+        config_path = self.folder / "tokenizer_config.json"
+        config: dict[str, Any] = {}
+        if config_path.is_file():
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        self._fast: Any = None
+        self._hf: Any = None
+        if (self.folder / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer as FastTokenizer
+
+            self._fast = FastTokenizer.from_file(str(self.folder / "tokenizer.json"))
+        else:
+            from transformers import AutoTokenizer
+
+            self._hf = AutoTokenizer.from_pretrained(str(self.folder))
+        eos = _token_text(config.get("eos_token"))
+        pad = _token_text(config.get("pad_token"))
+        self.end_id = self._id_of(eos) if eos else self._hf_attr("eos_token_id")
+        pad_id = self._id_of(pad) if pad else self._hf_attr("pad_token_id")
+        self.pad_id = pad_id if pad_id is not None else self.end_id
+
+    def _hf_attr(self, name: str) -> int | None:
+        return getattr(self._hf, name, None) if self._hf is not None else None
+
+    def _id_of(self, token: str) -> int | None:
+        if self._fast is not None:
+            return self._fast.token_to_id(token)
+        return int(self._hf.convert_tokens_to_ids(token))
+
+    def encode(self, text: str) -> list[int]:
+        if self._fast is not None:
+            return list(self._fast.encode(text, add_special_tokens=self.add_special_tokens).ids)
+        return list(self._hf.encode(text, add_special_tokens=self.add_special_tokens))
+
+    def decode(self, ids: list[int]) -> str:
+        if self._fast is not None:
+            return str(self._fast.decode(ids, skip_special_tokens=self.skip_special_tokens))
+        return str(self._hf.decode(ids, skip_special_tokens=self.skip_special_tokens))
+
+
+@dataclass
+class IncrementalText:
+    """Streaming detokenization by full decode + delta. ``push(ids)`` returns
+    the text that became final; ``flush()`` returns whatever is left."""
+
+    decode: Any  # Callable[[list[int]], str]
+    ids: list[int] = field(default_factory=list)
+    sent: str = ""
+
+    def push(self, new_ids: list[int]) -> str:
+        self.ids.extend(new_ids)
+        text = self.decode(self.ids)
+        if text.endswith(REPLACEMENT):
+            # An incomplete UTF-8 sequence: wait for the bytes that finish it.
+            return ""
+        return self._advance(text)
+
+    def flush(self) -> str:
+        return self._advance(self.decode(self.ids))
+
+    def _advance(self, text: str) -> str:
+        if text.startswith(self.sent):
+            delta = text[len(self.sent) :]
+        else:
+            # A tokenizer whose earlier text changed with more context (rare):
+            # emit only what extends beyond the characters already sent.
+            delta = text[len(self.sent) :] if len(text) > len(self.sent) else ""
+        self.sent += delta
+        return delta

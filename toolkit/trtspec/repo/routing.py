@@ -1,0 +1,175 @@
+"""The routing table (docs/internals.md §8): loading and validating
+``routing.yaml``, the fallback table derived from a spec's ``rollout`` when
+there is none, and the router's deterministic choice of a variant per request
+(canary bucket from a hash of the request id). Pure and stdlib-only at import
+time, because the router model imports it inside a Python backend stub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import RepoError
+
+SCHEMA_VERSION = 1
+ROUTE_KEYS = ("variant", "num_draft_tokens", "canary_percent", "decision", "fallback_variant")
+DECISIONS = ("promote", "exclude", "inconclusive")
+
+
+@dataclass(frozen=True)
+class RouteRule:
+    variant: str
+    num_draft_tokens: int | None = None
+    canary_percent: float = 100.0
+    decision: str | None = None
+    fallback_variant: str = "baseline"
+
+
+@dataclass(frozen=True)
+class RoutingTable:
+    default_variant: str = "baseline"
+    routes: dict[str, RouteRule] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        routes: dict[str, Any] = {}
+        for name, rule in self.routes.items():
+            entry: dict[str, Any] = {"variant": rule.variant}
+            if rule.num_draft_tokens is not None:
+                entry["num_draft_tokens"] = rule.num_draft_tokens
+            entry["canary_percent"] = rule.canary_percent
+            if rule.decision is not None:
+                entry["decision"] = rule.decision
+            entry["fallback_variant"] = rule.fallback_variant
+            routes[name] = entry
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "default_variant": self.default_variant,
+            "routes": routes,
+        }
+
+    def variants(self) -> set[str]:
+        names = {self.default_variant}
+        for rule in self.routes.values():
+            names.update((rule.variant, rule.fallback_variant))
+        return names
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the router does with one request."""
+
+    variant: str
+    fallback_variant: str
+    num_draft_tokens: int | None
+    canary: bool  # True when the route's (speculative) variant was picked
+
+
+def _bad(source: str, field_path: str, message: str, hint: str) -> RepoError:
+    return RepoError(f"{source}: {field_path}: {message}", hint)
+
+
+def parse_routing(
+    data: Any, source: str = "routing.yaml", *, default_canary_percent: float = 100.0
+) -> RoutingTable:
+    """Validate a loaded routing document; errors name ``source`` and the field."""
+    if not isinstance(data, dict):
+        raise _bad(source, "<root>", "expected a mapping", "See docs/internals.md §8.")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise _bad(
+            source, "schema_version", f"unsupported version {version!r}",
+            f"Write schema_version: {SCHEMA_VERSION}.",
+        )
+    unknown = sorted(set(data) - {"schema_version", "default_variant", "routes"})
+    if unknown:
+        raise _bad(
+            source, unknown[0], "unknown key",
+            "Allowed keys: schema_version, default_variant, routes.",
+        )
+    default = data.get("default_variant", "baseline")
+    if not isinstance(default, str) or not default:
+        raise _bad(source, "default_variant", "must be a variant name", "e.g. baseline")
+    raw_routes = data.get("routes") or {}
+    if not isinstance(raw_routes, dict):
+        raise _bad(source, "routes", "expected a mapping of route name to settings",
+                   "e.g. routes: {chat: {variant: ngram}}")
+    routes: dict[str, RouteRule] = {}
+    for name, entry in raw_routes.items():
+        where = f"routes.{name}"
+        if not isinstance(entry, dict):
+            raise _bad(source, where, "expected a mapping", "e.g. {variant: ngram}")
+        extra = sorted(set(entry) - set(ROUTE_KEYS))
+        if extra:
+            raise _bad(source, f"{where}.{extra[0]}", "unknown key",
+                       "Allowed keys: " + ", ".join(ROUTE_KEYS) + ".")
+        variant = entry.get("variant")
+        if not isinstance(variant, str) or not variant:
+            raise _bad(source, f"{where}.variant", "missing or not a variant name",
+                       "Name the variant that serves this route, e.g. variant: baseline.")
+        ndt = entry.get("num_draft_tokens")
+        if ndt is not None and (isinstance(ndt, bool) or not isinstance(ndt, int) or ndt < 1):
+            raise _bad(source, f"{where}.num_draft_tokens",
+                       f"must be a positive integer, got {ndt!r}",
+                       "Remove it to use the variant's default.")
+        pct = entry.get("canary_percent", default_canary_percent)
+        if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 <= pct <= 100:
+            raise _bad(source, f"{where}.canary_percent", f"must be between 0 and 100, got {pct!r}",
+                       "Use 100 to send all of the route's traffic to its variant.")
+        decision = entry.get("decision")
+        if decision is not None and decision not in DECISIONS:
+            raise _bad(source, f"{where}.decision", f"unknown decision {decision!r}",
+                       "Use one of: " + ", ".join(DECISIONS) + ".")
+        fallback = entry.get("fallback_variant", default)
+        if not isinstance(fallback, str) or not fallback:
+            raise _bad(source, f"{where}.fallback_variant", "must be a variant name",
+                       "e.g. fallback_variant: baseline")
+        routes[str(name)] = RouteRule(variant, ndt, float(pct), decision, fallback)
+    return RoutingTable(default, routes)
+
+
+def load_routing(path: Path, *, default_canary_percent: float = 100.0) -> RoutingTable:
+    """Read ``routing.yaml`` (or the ``routing.json`` the router model reads)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RepoError(f"{path}: cannot read the routing file: {exc.strerror}",
+                        "Pass an existing file with --routing.") from exc
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except (ValueError, Exception) as exc:  # yaml.YAMLError is an Exception
+        raise RepoError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}",
+                        "Fix the syntax or regenerate it with `trtspec bench`.") from exc
+    return parse_routing(data, str(path), default_canary_percent=default_canary_percent)
+
+
+def routing_from_rollout(fallback_variant: str = "baseline") -> RoutingTable:
+    """Without a routing file nothing is promoted yet: every route is served
+    by the rollout's fallback variant until ``trtspec bench`` writes one."""
+    return RoutingTable(default_variant=fallback_variant, routes={})
+
+
+def canary_bucket(request_id: str) -> int:
+    """A stable bucket in [0, 10000) for ``request_id`` (hundredths of a percent)."""
+    digest = hashlib.sha256(request_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % 10000
+
+
+def choose(table: RoutingTable, route: str | None, request_id: str) -> Choice:
+    """The variant for one request: the route's variant for ``canary_percent``
+    of request ids, its fallback for the rest; the default for unknown routes."""
+    rule = table.routes.get(route or "")
+    if rule is None:
+        return Choice(table.default_variant, table.default_variant, None, canary=False)
+    if canary_bucket(request_id) < round(rule.canary_percent * 100):
+        return Choice(rule.variant, rule.fallback_variant, rule.num_draft_tokens, canary=True)
+    return Choice(rule.fallback_variant, rule.fallback_variant, None, canary=False)

@@ -1,0 +1,517 @@
+"""Turns pydantic errors into located, fix-bearing messages and runs the
+cross-field rules TensorRT-LLM only enforces late: version range, beam width,
+lookahead/EAGLE/Medusa limits, draft lengths, draft/target vocabulary (with a
+chat-template mismatch warning), missing local paths, route files."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trtspec.spec.schema import (
+    EAGLE_FAMILIES,
+    IMAGE_TRTLLM,
+    MAX_TRTLLM_EXCLUSIVE,
+    MIN_TRTLLM,
+    MODES,
+    RESERVED_NAMES,
+    Backend,
+    Bench,
+    Decision,
+    DraftModel,
+    DraftModelVariant,
+    EagleVariant,
+    KvCache,
+    LookaheadVariant,
+    MedusaVariant,
+    ModelLocation,
+    NgramVariant,
+    Quantization,
+    Rollout,
+    Route,
+    Spec,
+    Stack,
+    Target,
+    lookahead_draft_len,
+    parse_version,
+)
+from trtspec.spec.yamlmarks import Path_, format_path
+
+_SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
+    (): Spec,
+    ("stack",): Stack,
+    ("target",): Target,
+    ("target", "kv_cache"): KvCache,
+    ("variants", "*", "draft"): DraftModel,
+    ("routes", "*"): Route,
+    ("bench",): Bench,
+    ("bench", "decision"): Decision,
+    ("rollout",): Rollout,
+}
+
+
+class _Issues:
+    """Collects problems, each placed at the line/column of the offending field."""
+
+    def __init__(self, filename: str, marks: dict[Path_, tuple[int, int]]) -> None:
+        self.filename = filename
+        self.marks = marks
+        self.lines: list[str] = []
+
+    def where(self, path: Path_, key: bool = False) -> str:
+        probe = path
+        if key and ("__key__", *path) in self.marks:
+            line, col = self.marks[("__key__", *path)]
+            return f"{self.filename}:{line}:{col}"
+        while probe not in self.marks and probe:
+            probe = probe[:-1]
+        line, col = self.marks.get(probe, (1, 1))
+        return f"{self.filename}:{line}:{col}"
+
+    def add(self, path: Path_, message: str, key: bool = False) -> None:
+        self.lines.append(f"{self.where(path, key)}: {format_path(path)}: {message}")
+
+    def in_file_order(self) -> list[str]:
+        """Problems sorted by line and column, so they read top to bottom."""
+
+        def position(text: str) -> tuple[int, int]:
+            rest = text[len(self.filename) + 1 :].split(":", 2)
+            try:
+                return int(rest[0]), int(rest[1])
+            except (ValueError, IndexError):
+                return 0, 0
+
+        return sorted(self.lines, key=position)
+
+
+def _model_at(path: Path_, data: Any) -> type[BaseModel] | None:
+    norm: list[str] = []
+    node = data
+    for i, part in enumerate(path):
+        if path[0] in ("variants", "routes") and i == 1:
+            norm.append("*")
+        else:
+            norm.append(str(part))
+        node = node[part] if isinstance(node, dict | list) and _has(node, part) else None
+    if len(norm) == 2 and norm[0] == "variants" and isinstance(node, dict):
+        return MODES.get(node.get("mode"))  # type: ignore[arg-type]
+    return _SECTIONS.get(tuple(norm))
+
+
+def _has(node: Any, part: Any) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(part, int) and 0 <= part < len(node)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _pydantic_issues(exc: ValidationError, data: Any, issues: _Issues) -> None:
+    for err in exc.errors(include_url=False):
+        loc: list[Any] = list(err["loc"])
+        # Discriminated unions put the tag in the location: variants.1.ngram.x.
+        if len(loc) >= 3 and loc[0] == "variants" and loc[2] in MODES:
+            del loc[2]
+        path = tuple(loc)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            model = _model_at(path[:-1], data)
+            known = list(model.model_fields) if model else []
+            close = difflib.get_close_matches(str(path[-1]), known, n=1)
+            fix = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else "remove it; allowed keys: " + ", ".join(known)
+            )
+            issues.add(path, f"unknown key {path[-1]!r}; {fix}", key=True)
+        elif kind == "missing":
+            issues.add(path[:-1], f"missing required key {path[-1]!r}; add it", key=True)
+        elif kind == "union_tag_not_found":
+            issues.add(path, "missing key 'mode'; set mode to one of: " + ", ".join(MODES))
+        elif kind == "union_tag_invalid":
+            tag = err.get("ctx", {}).get("tag")
+            close = difflib.get_close_matches(str(tag), list(MODES), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else "use one of: " + ", ".join(MODES)
+            issues.add((*path, "mode"), f"unknown mode {tag!r}; {fix}")
+        elif kind in {"enum", "literal_error"}:
+            expected = err.get("ctx", {}).get("expected", "")
+            issues.add(path, f"{_short(err.get('input'))} is not allowed; use one of {expected}")
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
+            issues.add(path, f"expected a mapping, got {_short(err.get('input'))}")
+        else:
+            msg = err["msg"]
+            msg = msg[0].lower() + msg[1:] if msg else msg
+            issues.add(path, f"{msg} (got {_short(err.get('input'))})")
+
+
+def _tree_problems(choices: list[list[int]]) -> str | None:
+    seen = {tuple(c) for c in choices}
+    if len(seen) != len(choices):
+        return "contains a duplicate path; list each path once"
+    for c in choices:
+        if not c:
+            return "contains an empty path; every path needs at least one index"
+        if len(c) > 1 and tuple(c[:-1]) not in seen:
+            return f"path {c} has no parent {c[:-1]}; add the parent path"
+    return None
+
+
+def _check(spec: Spec, issues: _Issues) -> list[str]:
+    warnings: list[str] = []
+    t = spec.target
+    ver = parse_version(spec.stack.trtllm_version)
+    vpath = ("stack", "trtllm_version")
+    if ver is None:
+        issues.add(vpath, f'{spec.stack.trtllm_version!r} is not a version; write it like "1.1.0"')
+    elif ver[:2] >= MAX_TRTLLM_EXCLUSIVE:
+        issues.add(
+            vpath,
+            f"TensorRT-LLM {spec.stack.trtllm_version} is refused: the engine flow "
+            "(convert_checkpoint.py + trtllm-build + the tensorrtllm Triton backend) was removed "
+            "upstream in 1.3; pin a version below 1.3 (default 1.1.0)",
+        )
+    elif ver[:2] < MIN_TRTLLM:
+        issues.add(
+            vpath,
+            f"TensorRT-LLM {spec.stack.trtllm_version} is refused: versions below 0.17 "
+            "are not supported (different examples layout and speculative flags); "
+            "use 0.17 or later",
+        )
+    tag = spec.stack.triton_image.rsplit(":", 1)[-1].split("-")[0]
+    shipped = IMAGE_TRTLLM.get(tag)
+    if ver and shipped and parse_version(shipped)[:2] != ver[:2]:  # type: ignore[index]
+        warnings.append(
+            f"stack.triton_image {spec.stack.triton_image} ships TensorRT-LLM {shipped}, "
+            f"not {spec.stack.trtllm_version}"
+        )
+
+    if t.max_input_len >= t.max_seq_len:
+        issues.add(
+            ("target", "max_seq_len"),
+            f"must be greater than max_input_len ({t.max_input_len}); "
+            f"raise max_seq_len or lower max_input_len",
+        )
+    if t.kv_cache.tokens_per_block & (t.kv_cache.tokens_per_block - 1):
+        issues.add(
+            ("target", "kv_cache", "tokens_per_block"),
+            f"{t.kv_cache.tokens_per_block} is not a power of two; use 16, 32 or 64",
+        )
+    if spec.backend is Backend.reference:
+        if t.tp * t.pp != 1:
+            issues.add(
+                ("target", "tp"), "the reference backend runs one process; set tp: 1 and pp: 1"
+            )
+        if t.quantization not in (Quantization.none, Quantization.int8):
+            issues.add(
+                ("target", "quantization"),
+                f"{t.quantization.value!r} needs the tensorrt_llm backend; "
+                "the reference backend supports none or int8",
+            )
+    elif t.quantization is Quantization.int8:
+        issues.add(
+            ("target", "quantization"),
+            "'int8' is the reference backend's dynamic int8; on "
+            "tensorrt_llm use int8_wo (weight-only) or int8_sq (SmoothQuant)",
+        )
+    _check_location(spec, t.model, ("target", "model"), issues)
+
+    names: dict[str, int] = {}
+    for i, v in enumerate(spec.variants):
+        base = ("variants", i)
+        if v.name in names:
+            issues.add(
+                (*base, "name"),
+                f"duplicate variant name {v.name!r} (also variants[{names[v.name]}]); "
+                "give each variant a unique name",
+            )
+        names.setdefault(v.name, i)
+        if v.name in RESERVED_NAMES or v.name.startswith(("draft_", "target_")):
+            issues.add(
+                (*base, "name"),
+                f"{v.name!r} is reserved for trtspec's own models; pick another name",
+            )
+        if t.max_beam_width != 1:
+            issues.add(
+                ("target", "max_beam_width"),
+                f"must be 1 with speculative variant {v.name!r} "
+                f"(mode {v.mode}); TensorRT-LLM speculative decoding has no beam search",
+            )
+        if isinstance(v, DraftModelVariant | NgramVariant):
+            sweep = v.num_draft_tokens or [v.max_draft_len]
+            over = [k for k in sweep if k > v.max_draft_len]
+            if over:
+                issues.add(
+                    (*base, "max_draft_len"),
+                    f"{v.max_draft_len} is smaller than num_draft_tokens "
+                    f"{over}; set max_draft_len to at least {max(over)}",
+                )
+            if v.num_draft_tokens is None:
+                v.num_draft_tokens = [v.max_draft_len]
+        if isinstance(v, DraftModelVariant):
+            _check_draft(spec, v, base, issues, warnings)
+        elif isinstance(v, MedusaVariant):
+            _check_medusa(spec, v, base, issues)
+        elif isinstance(v, EagleVariant):
+            _check_eagle(spec, v, base, issues)
+        elif isinstance(v, LookaheadVariant):
+            w, n, g = v.window_size, v.ngram_size, v.verification_set_size
+            if n == 1 and (w != 1 or g != 0):
+                issues.add(
+                    (*base, "ngram_size"),
+                    "ngram_size 1 requires window_size 1 and "
+                    "verification_set_size 0; raise ngram_size or set W=1, G=0",
+                )
+            derived = lookahead_draft_len(w, n, g)
+            if n == 1 and (w != 1 or g != 0):
+                pass
+            elif derived == 0:
+                issues.add(
+                    (*base, "ngram_size"),
+                    "(W=1, N=1, G=0) drafts nothing (max_draft_len 0); use ngram_size >= 2",
+                )
+            elif v.max_draft_len is not None and v.max_draft_len != derived:
+                issues.add(
+                    (*base, "max_draft_len"),
+                    f"{v.max_draft_len} conflicts with (W={w}, N={n}, G={g}), "
+                    f"which needs exactly {derived}; remove max_draft_len or set it to {derived}",
+                )
+            v.max_draft_len = derived
+        greedy_only = isinstance(v, MedusaVariant | EagleVariant)
+        if greedy_only and any(temp > 0 for temp in spec.bench.temperatures):
+            issues.add(
+                ("bench", "temperatures"),
+                f"variant {v.name!r} ({v.mode}) decodes greedily only in "
+                "TensorRT-LLM; use temperatures: [0.0] or drop the variant",
+            )
+
+    for name, route in spec.routes.items():
+        p = spec.resolve_path(route.prompts)
+        if not p.is_file():
+            issues.add(
+                ("routes", name, "prompts"), f"file not found: {p}; create it or fix the path"
+            )
+    fb = spec.rollout.fallback_variant
+    if fb != "baseline" and fb not in names:
+        close = difflib.get_close_matches(fb, ["baseline", *names], n=1)
+        fix = f"did you mean {close[0]!r}?" if close else "use 'baseline' or a variant name"
+        issues.add(("rollout", "fallback_variant"), f"no variant named {fb!r}; {fix}")
+    return warnings
+
+
+def _check_location(spec: Spec, value: str, path: Path_, issues: _Issues) -> ModelLocation:
+    loc = spec.model_location(value)
+    if loc.kind == "missing":
+        issues.add(
+            path,
+            f"local path not found: {loc.ref}; fix the path (relative paths resolve "
+            f"against {spec.base_dir}) or use a hub id like org/name",
+        )
+    elif loc.kind == "gguf" and spec.backend is Backend.tensorrt_llm:
+        issues.add(
+            path, "a .gguf file can only feed the reference backend; point to a Hugging Face folder"
+        )
+    return loc
+
+
+def _check_draft(
+    spec: Spec, v: DraftModelVariant, base: Path_, issues: _Issues, warnings: list[str]
+) -> None:
+    d = v.draft
+    q = d.quantization
+    if spec.backend is Backend.reference and q not in (Quantization.none, Quantization.int8):
+        issues.add(
+            (*base, "draft", "quantization"),
+            f"{q.value!r} needs the tensorrt_llm backend; "
+            "the reference backend supports none or int8",
+        )
+    if spec.backend is Backend.tensorrt_llm and q is Quantization.int8:
+        issues.add(
+            (*base, "draft", "quantization"),
+            "'int8' is the reference backend's dynamic int8; "
+            "on tensorrt_llm use int8_wo or int8_sq",
+        )
+    loc = _check_location(spec, d.model, (*base, "draft", "model"), issues)
+    tloc = spec.model_location(spec.target.model)
+    if loc.kind == "local" and tloc.kind == "local":
+        _compare_vocab(
+            Path(tloc.ref),
+            Path(loc.ref),
+            (*base, "draft", "model"),
+            issues,
+            warnings,
+            variant=v.name,
+        )
+
+
+def _check_medusa(spec: Spec, v: MedusaVariant, base: Path_, issues: _Issues) -> None:
+    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues)
+    problem = _tree_problems(v.medusa_choices)
+    if problem:
+        issues.add((*base, "medusa_choices"), problem)
+    deep = max(len(c) for c in v.medusa_choices)
+    if deep > v.num_medusa_heads:
+        issues.add(
+            (*base, "medusa_choices"),
+            f"a path is {deep} deep but there are only "
+            f"{v.num_medusa_heads} heads; shorten it or raise num_medusa_heads",
+        )
+    n = len(v.medusa_choices)
+    if v.max_draft_len is not None and v.max_draft_len < n:
+        issues.add(
+            (*base, "max_draft_len"),
+            f"{v.max_draft_len} is smaller than the {n} medusa_choices "
+            f"nodes; remove it (derived = {n}) or set it to at least {n}",
+        )
+    v.max_draft_len = v.max_draft_len or n
+
+
+def _check_eagle(spec: Spec, v: EagleVariant, base: Path_, issues: _Issues) -> None:
+    t = spec.target
+    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues)
+    if t.family.value not in EAGLE_FAMILIES:
+        issues.add(
+            (*base, "mode"),
+            f"EAGLE needs a Llama-family target (TensorRT-LLM's EAGLE converter "
+            f"reads Llama configs only), but target.family is {t.family.value!r}; drop the variant "
+            "or use a Llama target",
+        )
+    if t.pp != 1:
+        issues.add(
+            ("target", "pp"),
+            f"EAGLE variant {v.name!r} needs pp: 1 (the EAGLE converter "
+            "supports tensor parallelism only)",
+        )
+    if t.max_batch_size > 512:
+        issues.add(
+            ("target", "max_batch_size"),
+            f"{t.max_batch_size} exceeds EAGLE's limit of 512 "
+            f"(variant {v.name!r}); set max_batch_size <= 512",
+        )
+    if spec.backend is Backend.tensorrt_llm and t.quantization is not Quantization.none:
+        issues.add(
+            ("target", "quantization"),
+            f"EAGLE variant {v.name!r} is converted unquantized by "
+            "examples/eagle/convert_checkpoint.py; set quantization: none or drop the variant",
+        )
+    problem = _tree_problems(v.eagle_choices)
+    if problem:
+        issues.add((*base, "eagle_choices"), problem)
+    deep = max(len(c) for c in v.eagle_choices)
+    if deep > v.num_eagle_layers:
+        issues.add(
+            (*base, "eagle_choices"),
+            f"a path is {deep} deep but num_eagle_layers is "
+            f"{v.num_eagle_layers}; shorten it or raise num_eagle_layers",
+        )
+    non_leaves: dict[int, int] = {}
+    prefixes = {tuple(c[:-1]) for c in v.eagle_choices if len(c) > 1}
+    for p in prefixes:
+        non_leaves[len(p)] = non_leaves.get(len(p), 0) + 1
+    worst = max(non_leaves.values(), default=0)
+    if worst > v.max_non_leaves_per_layer:
+        issues.add(
+            (*base, "eagle_choices"),
+            f"a level has {worst} non-leaf nodes, more than "
+            f"max_non_leaves_per_layer {v.max_non_leaves_per_layer}; raise it or prune the tree",
+        )
+    n = len(v.eagle_choices)
+    mdl = v.max_draft_len if v.max_draft_len is not None else n
+    if mdl > 256:
+        issues.add(
+            (*base, "max_draft_len"), f"{mdl} exceeds EAGLE's limit of 256; use a smaller tree"
+        )
+    elif mdl < n:
+        issues.add(
+            (*base, "max_draft_len"),
+            f"{mdl} is smaller than the {n} eagle_choices nodes; "
+            f"remove it (derived = {n}) or set it to at least {n}",
+        )
+    v.max_draft_len = mdl
+
+
+# --------------------------------------------------------- draft vocabulary
+
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "merges.txt")
+
+
+def _vocab_identity(folder: Path) -> tuple[str, str] | None:
+    """(file it came from, digest of the token->id mapping) or None when absent."""
+    tj = folder / "tokenizer.json"
+    if tj.is_file():
+        try:
+            data = json.loads(tj.read_text(encoding="utf-8"))
+            model_vocab = data.get("model", {}).get("vocab")
+            added = sorted((t.get("content"), t.get("id")) for t in data.get("added_tokens", []))
+            blob = json.dumps(
+                [model_vocab, added, data.get("model", {}).get("merges")], sort_keys=True
+            )
+            return "tokenizer.json", hashlib.sha256(blob.encode()).hexdigest()
+        except (ValueError, AttributeError):
+            return "tokenizer.json", hashlib.sha256(tj.read_bytes()).hexdigest()
+    for name in _TOKENIZER_FILES[1:]:
+        f = folder / name
+        if f.is_file():
+            return name, hashlib.sha256(f.read_bytes()).hexdigest()
+    return None
+
+
+def _vocab_size(folder: Path) -> int | None:
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    size = cfg.get("vocab_size", cfg.get("text_config", {}).get("vocab_size"))
+    return size if isinstance(size, int) else None
+
+
+def has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        cfg = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(cfg.get("chat_template"))
+
+
+def _compare_vocab(
+    target: Path, draft: Path, path: Path_, issues: _Issues, warnings: list[str], *, variant: str
+) -> None:
+    if not (target.is_dir() and draft.is_dir()):
+        return
+    tv, dv = _vocab_identity(target), _vocab_identity(draft)
+    ts, ds = _vocab_size(target), _vocab_size(draft)
+    if tv and dv:
+        if tv[0] != dv[0] or tv[1] != dv[1]:
+            issues.add(
+                path,
+                f"the draft's tokenizer ({dv[0]}) differs from the target's ({tv[0]}); "
+                "draft and target must share a vocabulary: pick a draft from the target's "
+                "model family",
+            )
+            return
+        if ts is not None and ds is not None and ts != ds:
+            warnings.append(
+                f"variant {variant!r}: draft vocab_size {ds} != target vocab_size {ts}; the "
+                "tokenizers are identical, so this is embedding padding and token ids agree"
+            )
+    elif ts is not None and ds is not None and ts != ds:
+        issues.add(
+            path,
+            f"the draft's vocab_size {ds} differs from the target's {ts}; draft and target "
+            "must share a vocabulary",
+        )
+    if has_chat_template(target) != has_chat_template(draft):
+        which, other = ("target", "draft") if has_chat_template(target) else ("draft", "target")
+        warnings.append(
+            f"variant {variant!r}: the {which} has a chat template and the {other} does not "
+            "(base vs instruct mismatch?); acceptance rates may be low"
+        )

@@ -1,0 +1,431 @@
+"""The spec's pydantic schema: enums for every choice, ranges on every number,
+unknown keys forbidden, one class per section and per variant mode, plus the small
+pure helpers the schema needs (model locations, version parsing, the lookahead
+draft-length formula). Field descriptions feed docs/spec-reference.md."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+DEFAULT_TRTLLM_VERSION = "1.1.0"
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+DEFAULT_EXAMPLES_DIR = "/app/examples"
+MIN_TRTLLM = (0, 17)
+MAX_TRTLLM_EXCLUSIVE = (1, 3)
+
+# Triton container tag -> TRT-LLM version it ships (NVIDIA's compatibility table).
+IMAGE_TRTLLM = {
+    "25.01": "0.17.0",
+    "25.03": "0.18.0",
+    "25.06": "0.20.0",
+    "25.07": "0.20.0",
+    "25.08": "0.21.0",
+    "25.09": "1.0.0",
+    "25.10": "1.0.0",
+    "25.11": "1.0.3",
+    "25.12": "1.1.0",
+}
+
+RESERVED_NAMES = {"baseline", "preprocessing", "postprocessing", "router", "target", "target_dte"}
+EAGLE_FAMILIES = {"llama"}
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Backend(str, Enum):
+    tensorrt_llm = "tensorrt_llm"
+    reference = "reference"
+
+
+class Family(str, Enum):
+    llama = "llama"
+    mistral = "mistral"
+    mixtral = "mixtral"
+    qwen2 = "qwen2"
+
+
+class DType(str, Enum):
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+    float32 = "float32"
+
+
+class Quantization(str, Enum):
+    none = "none"
+    fp8 = "fp8"
+    int8_sq = "int8_sq"
+    int4_awq = "int4_awq"
+    int8_wo = "int8_wo"
+    int4_wo = "int4_wo"
+    int8 = "int8"  # reference backend only: dynamic int8 on CPU
+
+
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, use_enum_values=False)
+
+
+class Stack(_Strict):
+    trtllm_version: str = Field(
+        DEFAULT_TRTLLM_VERSION,
+        description="TensorRT-LLM version of the build container; 0.17 <= v < 1.3.",
+    )
+    triton_image: str = Field(
+        DEFAULT_TRITON_IMAGE,
+        description="Triton TRT-LLM container image the engines are built and served in.",
+    )
+    examples_dir: str = Field(
+        DEFAULT_EXAMPLES_DIR,
+        description="Where TensorRT-LLM's examples/ live in the container "
+        "(convert_checkpoint.py, quantize.py).",
+    )
+
+
+class KvCache(_Strict):
+    tokens_per_block: int = Field(
+        32,
+        ge=8,
+        le=256,
+        description="Paged KV block size in tokens (a power of two); passed explicitly "
+        "since the default drifted (64 in 0.17, 32 in 1.x).",
+    )
+    free_gpu_mem_fraction: float = Field(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="Fraction of free GPU memory the KV cache may take "
+        "(Triton kv_cache_free_gpu_mem_fraction).",
+    )
+    enable_reuse: bool = Field(
+        True, description="KV-cache block reuse across requests (Triton enable_kv_cache_reuse)."
+    )
+
+
+class Target(_Strict):
+    model: str = Field(
+        min_length=1,
+        description="Local HF folder, .gguf file, or hub id (org/name); relative paths "
+        "resolve against the spec's folder.",
+    )
+    family: Family = Field(description="Model family; picks the convert_checkpoint.py folder.")
+    dtype: DType | None = Field(
+        None, description="Compute dtype; null = float16 on tensorrt_llm, float32 on reference."
+    )
+    quantization: Quantization = Field(
+        Quantization.none,
+        description="none | fp8 | int8_sq | int4_awq | int8_wo | int4_wo (GPU, via "
+        "quantize.py) | int8 (reference only).",
+    )
+    tp: int = Field(
+        1, ge=1, le=64, description="Tensor parallel size (fixed at checkpoint conversion)."
+    )
+    pp: int = Field(
+        1, ge=1, le=64, description="Pipeline parallel size (fixed at checkpoint conversion)."
+    )
+    max_batch_size: int = Field(8, ge=1, le=4096, description="trtllm-build --max_batch_size.")
+    max_input_len: int = Field(
+        2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len."
+    )
+    max_seq_len: int = Field(
+        4096, ge=2, le=1_048_576, description="trtllm-build --max_seq_len (prompt + output)."
+    )
+    max_num_tokens: int = Field(
+        8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens."
+    )
+    max_beam_width: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="trtllm-build --max_beam_width; must be 1 with any speculative variant.",
+    )
+    instances: int = Field(
+        1, ge=1, le=64, description="Triton instance count of the engine models."
+    )
+    kv_cache: KvCache = Field(default_factory=KvCache, description="KV-cache settings.")
+
+
+class DraftModel(_Strict):
+    model: str = Field(
+        min_length=1, description="Draft model: local HF folder, .gguf file, or hub id."
+    )
+    family: Family = Field(description="Draft model family.")
+    dtype: DType | None = Field(None, description="Draft dtype; null = the target's.")
+    quantization: Quantization = Field(Quantization.none, description="Draft quantization.")
+
+
+class _Variant(_Strict):
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        max_length=64,
+        description="Unique variant name; also its Triton orchestrator model name.",
+    )
+
+
+class DraftModelVariant(_Variant):
+    mode: Literal["draft_model"] = "draft_model"
+    draft: DraftModel = Field(
+        description="The draft model, built once per distinct model + quantization."
+    )
+    max_draft_len: int = Field(
+        ge=1,
+        le=1024,
+        description="Most draft tokens per round; the shared target_dte engine uses the largest.",
+    )
+    num_draft_tokens: list[PosInt] | None = Field(
+        None,
+        min_length=1,
+        description="Draft lengths k swept at bench time; null = [max_draft_len].",
+    )
+    use_draft_logits: bool = Field(
+        False,
+        description="Accept by draft logits (draft engine built with --gather_generation_logits).",
+    )
+
+
+class NgramVariant(_Variant):
+    mode: Literal["ngram"] = "ngram"
+    max_draft_len: int = Field(ge=1, le=1024, description="Most tokens proposed per round.")
+    max_matching_ngram_size: int = Field(
+        3, ge=1, le=64, description="Longest suffix n-gram looked up in prompt + output."
+    )
+    num_draft_tokens: list[PosInt] | None = Field(
+        None,
+        min_length=1,
+        description="Draft lengths k swept at bench time; null = [max_draft_len].",
+    )
+
+
+class MedusaVariant(_Variant):
+    mode: Literal["medusa"] = "medusa"
+    checkpoint: str = Field(
+        min_length=1, description="Medusa heads checkpoint (local folder or hub id)."
+    )
+    num_medusa_heads: int = Field(4, ge=1, le=64, description="Number of Medusa heads.")
+    medusa_choices: list[list[Annotated[int, Field(ge=0)]]] = Field(
+        min_length=1, description="Medusa tree: paths of top-k indices, one level per head."
+    )
+    max_draft_len: int | None = Field(
+        None, ge=1, le=1024, description="null = len(medusa_choices); a value must be >= that."
+    )
+
+
+class EagleVariant(_Variant):
+    mode: Literal["eagle"] = "eagle"
+    checkpoint: str = Field(min_length=1, description="EAGLE checkpoint (local folder or hub id).")
+    num_eagle_layers: int = Field(4, ge=1, le=64, description="Depth of the EAGLE draft tree.")
+    max_non_leaves_per_layer: int = Field(
+        10, ge=1, le=256, description="Most non-leaf nodes per tree level."
+    )
+    eagle_choices: list[list[Annotated[int, Field(ge=0)]]] = Field(
+        min_length=1, description="EAGLE-1 static tree: paths of top-k indices."
+    )
+    max_draft_len: int | None = Field(
+        None, ge=1, le=1024, description="null = len(eagle_choices); at most 256."
+    )
+
+
+class LookaheadVariant(_Variant):
+    mode: Literal["lookahead"] = "lookahead"
+    window_size: int = Field(4, ge=1, le=64, description="W: lookahead window.")
+    ngram_size: int = Field(3, ge=1, le=64, description="N: n-gram size.")
+    verification_set_size: int = Field(4, ge=0, le=64, description="G: verification set size.")
+    max_draft_len: int | None = Field(
+        None,
+        ge=0,
+        le=4096,
+        description="null = (N==1 ? 0 : N-2) + (W-1+G)*(N-1); any other value is rejected.",
+    )
+
+
+Variant = Annotated[
+    DraftModelVariant | NgramVariant | MedusaVariant | EagleVariant | LookaheadVariant,
+    Field(discriminator="mode"),
+]
+MODES = {
+    "draft_model": DraftModelVariant,
+    "ngram": NgramVariant,
+    "medusa": MedusaVariant,
+    "eagle": EagleVariant,
+    "lookahead": LookaheadVariant,
+}
+
+
+class Route(_Strict):
+    prompts: str = Field(
+        min_length=1, description="Prompt set (.jsonl), relative to the spec's folder."
+    )
+    max_tokens: int = Field(128, ge=1, le=65536, description="Completion length per request.")
+    checks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
+        default_factory=list,
+        description="Quality checks (python_compile, ruff, json_schema, golden, ...).",
+    )
+    requests: int | None = Field(
+        None, ge=1, description="Requests for this route; null = bench.requests_per_route."
+    )
+
+
+class Decision(_Strict):
+    min_speedup: float = Field(
+        1.05,
+        gt=0.0,
+        le=100.0,
+        description="Promote only when the speedup CI's lower bound exceeds this.",
+    )
+    max_p95_regression: float = Field(
+        0.10, ge=0.0, le=10.0, description="Largest allowed p95 latency regression (fraction)."
+    )
+    min_quality_pass_rate: float = Field(
+        0.95, ge=0.0, le=1.0, description="Least quality-check pass rate."
+    )
+    min_equal_rate: float = Field(
+        1.0, ge=0.0, le=1.0, description="Least rate of baseline-equal outputs at temperature 0."
+    )
+    max_error_rate: float = Field(
+        0.01, ge=0.0, le=1.0, description="Largest allowed request error rate."
+    )
+
+
+class Bench(_Strict):
+    concurrency: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [1], min_length=1, description="Concurrency levels."
+    )
+    temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field(
+        default_factory=lambda: [0.0], min_length=1, description="Sampling temperatures."
+    )
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling p.")
+    top_k: int = Field(0, ge=0, description="Top-k (0 = off).")
+    seed: int = Field(1234, ge=0, description="Base sampling seed.")
+    warmup_requests: int = Field(2, ge=0, description="Requests per variant excluded from stats.")
+    requests_per_route: int = Field(30, ge=1, description="Default requests per route.")
+    request_rate: float | None = Field(
+        None, gt=0.0, description="Open-loop Poisson rate (req/s); null = closed loop."
+    )
+    decision: Decision = Field(default_factory=Decision, description="Decision thresholds.")
+
+
+class Rollout(_Strict):
+    canary_percent: int = Field(
+        100, ge=0, le=100, description="Share of a route's traffic sent to its chosen variant."
+    )
+    fallback_variant: str = Field(
+        "baseline", description="Variant used when the speculative path fails."
+    )
+
+
+class Spec(_Strict):
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9._-]*$",
+        max_length=100,
+        description="Spec name: engines/<name>/, triton_repo/<name>/.",
+    )
+    stack: Stack = Field(
+        default_factory=Stack, description="Pinned TensorRT-LLM / Triton versions."
+    )
+    backend: Backend = Field(
+        Backend.tensorrt_llm,
+        description="tensorrt_llm (GPU engines) or reference (CPU torch engines).",
+    )
+    target: Target = Field(description="The target model and its engine limits.")
+    variants: list[Variant] = Field(
+        default_factory=list,
+        description="Speculative variants; the target-only `baseline` is implicit.",
+    )
+    routes: dict[str, Route] = Field(
+        default_factory=dict, description="Route name -> prompt set and settings."
+    )
+    bench: Bench = Field(default_factory=Bench, description="Benchmark settings.")
+    rollout: Rollout = Field(
+        default_factory=Rollout, description="Router defaults before a benchmark decides."
+    )
+
+    _source_path: Path | None = PrivateAttr(None)
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def source_path(self) -> Path | None:
+        return self._source_path
+
+    @property
+    def warnings(self) -> list[str]:
+        return self._warnings
+
+    @property
+    def base_dir(self) -> Path:
+        return self._source_path.parent if self._source_path else Path.cwd()
+
+    def resolve_path(self, value: str | Path) -> Path:
+        """A spec path made absolute against the spec file's folder."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path).resolve()
+
+    def model_location(self, value: str) -> ModelLocation:
+        return locate(value, self.base_dir)
+
+    @property
+    def dtype(self) -> str:
+        if self.target.dtype is not None:
+            return self.target.dtype.value
+        return "float32" if self.backend is Backend.reference else "float16"
+
+    def variant(self, name: str) -> Any:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def canonical(self) -> dict[str, Any]:
+        """The resolved spec as plain data: paths absolute, derived values filled."""
+        data = self.model_dump(mode="json")
+        data["target"]["model"] = self.model_location(self.target.model).ref
+        for v in data["variants"]:
+            if v["mode"] == "draft_model":
+                v["draft"]["model"] = self.model_location(v["draft"]["model"]).ref
+            if v["mode"] in ("medusa", "eagle"):
+                v["checkpoint"] = self.model_location(v["checkpoint"]).ref
+        for route in data["routes"].values():
+            route["prompts"] = str(self.resolve_path(route["prompts"]))
+        return data
+
+    @property
+    def spec_hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class ModelLocation(BaseModel):
+    """Where a model reference points: a local folder, a .gguf file, or a hub id."""
+
+    kind: Literal["local", "gguf", "hub", "missing"]
+    ref: str  # absolute path for local/gguf/missing, "org/name" for hub
+
+
+def locate(value: str, base: Path) -> ModelLocation:
+    path = Path(value).expanduser()
+    full = path if path.is_absolute() else (base / path)
+    if full.exists():
+        kind = "gguf" if full.is_file() and full.suffix == ".gguf" else "local"
+        return ModelLocation(kind=kind, ref=str(full.resolve()))
+    looks_local = value.startswith(("/", "./", "../", "~")) or value.endswith(".gguf")
+    if not looks_local and HUB_ID.match(value):
+        return ModelLocation(kind="hub", ref=value)
+    return ModelLocation(kind="missing", ref=str(full.resolve()))
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def lookahead_draft_len(w: int, n: int, g: int) -> int:
+    """TensorRT-LLM's engine max_draft_len for lookahead (W, N, G)."""
+    return (0 if n == 1 else n - 2) + (w - 1 + g) * (n - 1)

@@ -1,0 +1,116 @@
+"""Pure speculative-decoding bookkeeping shared by the orchestrator model, the
+benchmark and the tests: the n-gram prompt-lookup proposer (TensorRT-LLM's
+prompt-lookup semantics: the longest suffix of up to ``max_matching_ngram_size``
+tokens is looked up in the earlier prompt + output, the oldest occurrence wins,
+and the up-to-``k`` tokens that followed it are proposed), the per-round draft
+budget, the count of accepted draft tokens from a verifier's reply, and an
+offline simulation of the draft → verify loop against a known greedy output.
+No Triton, torch or numpy here: the orchestrator imports this inside a Python
+backend stub and the engine engineer may import it from a benchmark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+def propose_ngram(tokens: Sequence[int], k: int, max_matching_ngram_size: int) -> list[int]:
+    """Prompt-lookup draft: up to ``k`` tokens that followed the earliest earlier
+    occurrence of the longest matching suffix (length ``max_matching_ngram_size``
+    down to 1). Returns ``[]`` when nothing matches or ``k <= 0``."""
+    if k <= 0 or max_matching_ngram_size <= 0:
+        return []
+    seq = list(tokens)
+    length = len(seq)
+    for n in range(min(max_matching_ngram_size, length - 1), 0, -1):
+        pattern = seq[length - n :]
+        # A match must start before the suffix itself and leave at least one
+        # following token to propose.
+        for start in range(0, length - n):
+            if seq[start : start + n] == pattern:
+                follow = seq[start + n : start + n + k]
+                if follow:
+                    return follow
+    return []
+
+
+def draft_budget(num_draft_tokens: int, max_draft_len: int, remaining: int) -> int:
+    """How many tokens to draft this round. The verifier returns the accepted
+    draft plus one token of its own, so the draft must leave room for it
+    within the ``remaining`` output budget (the upstream BLS rule)."""
+    return max(0, min(num_draft_tokens, max_draft_len, remaining - 1))
+
+
+def accepted_count(draft: Sequence[int], verified: Sequence[int]) -> int:
+    """Draft tokens the verifier kept: the common prefix of the draft and the
+    tokens the verifier returned for this round (accepted prefix + one)."""
+    n = 0
+    for proposed, kept in zip(draft, verified, strict=False):
+        if proposed != kept:
+            break
+        n += 1
+    return n
+
+
+def round_finished(draft: Sequence[int], verified: Sequence[int], end_id: int | None) -> bool:
+    """Whether the verifier stopped the sequence this round: it returned fewer
+    tokens than accepted + 1 (it hit the end token, excluded from its output)
+    or returned the end token itself."""
+    if not verified:
+        return True
+    if end_id is not None and end_id in verified:
+        return True
+    return len(verified) < accepted_count(draft, verified) + 1
+
+
+@dataclass
+class RoundStats:
+    """Running totals of a draft → verify loop; one ``record`` per target call."""
+
+    rounds: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    per_round: list[tuple[int, int]] = field(default_factory=list)
+
+    def record(self, drafted: int, accepted: int) -> None:
+        if accepted > drafted or accepted < 0:
+            raise ValueError(f"accepted {accepted} of {drafted} drafted tokens")
+        self.rounds += 1
+        self.draft_tokens += drafted
+        self.accepted_tokens += accepted
+        self.per_round.append((drafted, accepted))
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+
+Proposer = Callable[[Sequence[int], int], list[int]]
+
+
+def simulate_rounds(
+    prompt: Sequence[int],
+    greedy_output: Sequence[int],
+    propose: Proposer,
+    *,
+    num_draft_tokens: int,
+    max_draft_len: int,
+    max_tokens: int,
+) -> RoundStats:
+    """Replay the draft → verify loop offline against the target's greedy
+    output (what the verifier returns at temperature 0) and count exactly what
+    the orchestrator should report. ``propose(sequence, k)`` is the drafter."""
+    stats = RoundStats()
+    target = list(greedy_output)
+    seq = list(prompt)
+    pos = 0
+    while pos < len(target) and pos < max_tokens:
+        k = draft_budget(num_draft_tokens, max_draft_len, max_tokens - pos)
+        draft = list(propose(seq, k))[:k] if k > 0 else []
+        accepted = accepted_count(draft, target[pos:])
+        kept = target[pos : pos + accepted + 1]
+        stats.record(len(draft), accepted)
+        seq.extend(kept)
+        pos += len(kept)
+    return stats

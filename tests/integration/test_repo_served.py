@@ -227,6 +227,7 @@ def test_ngram_counts_are_exact(served, baseline) -> None:
     from trtspec.speculate import propose_ngram, simulate_rounds
 
     server, _, _, repo = served
+    accepted = 0
     for prompt, expected in zip(PROMPTS, baseline, strict=True):
         prompt_ids = _prompt_ids(repo, prompt)
         assert len(prompt_ids) == expected.final["prompt_tokens"]
@@ -236,6 +237,8 @@ def test_ngram_counts_are_exact(served, baseline) -> None:
         got = reply.final
         assert (got["rounds"], got["draft_tokens"], got["accepted_tokens"]) == (
             want.rounds, want.draft_tokens, want.accepted_tokens), prompt
+        accepted += got["accepted_tokens"]
+    assert accepted > 0  # the prompts repeat themselves: lookups must hit
 
 
 def test_draft_model_counts_are_exact(served, baseline) -> None:
@@ -266,7 +269,9 @@ def test_draft_model_counts_are_exact(served, baseline) -> None:
         want2 = simulate_rounds(_prompt_ids(repo, prompt), expected.ids, propose,
                                 num_draft_tokens=1, max_draft_len=4, max_tokens=MAX_TOKENS)
         got2 = infer(server, "draft", prompt, num_draft_tokens=1).final
-        assert got2["draft_tokens"] == want2.draft_tokens
+        assert (got2["rounds"], got2["draft_tokens"], got2["accepted_tokens"]) == (
+            want2.rounds, want2.draft_tokens, want2.accepted_tokens), prompt
+        assert got["accepted_tokens"] > 0  # the noisy draft agrees with the target often
 
 
 def _end_id(repo: Path) -> int | None:
@@ -317,3 +322,45 @@ def test_router_falls_back_when_the_draft_engine_fails(served, baseline) -> None
         assert reply.text == baseline[1].text
     finally:
         server.load_model(draft_engine)
+
+
+# EAGLE is left out: the served engine's draft count for a prompt depends on
+# what earlier requests left in its KV-reuse cache (43 fresh, 45 after other
+# requests, observed), so a fresh in-process run is not a fair reference.
+@pytest.mark.parametrize("variant", ["medusa", "lookahead"])
+def test_in_engine_counts_are_the_engines_own(served, variant: str) -> None:
+    """The orchestrator reports the engine's total_draft_tokens and
+    total_accepted_draft_tokens; the same engine run in process agrees."""
+    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+
+    server, spec, plan, repo = served
+    spec_variant = spec.variant(variant)
+    options = {
+        "medusa": {"medusa_choices": getattr(spec_variant, "medusa_choices", None)},
+        "lookahead": {"lookahead": (2, 2, 2)},
+    }[variant]
+    engine = ReferenceEngine.load(str(plan.engine(plan.variants[variant].target).dir), **options)
+    accepted_somewhere = 0
+    for prompt in PROMPTS:
+        gen = engine.stream(GenerationRequest(input_ids=_prompt_ids(repo, prompt),
+                                              max_new_tokens=MAX_TOKENS, end_id=_end_id(repo)))
+        steps = sum(1 for delta in gen if delta)
+        got = infer(server, variant, prompt).final
+        assert (got["draft_tokens"], got["accepted_tokens"], got["rounds"]) == (
+            gen.total_draft_tokens, gen.total_accepted_draft_tokens, steps), prompt
+        accepted_somewhere += got["accepted_tokens"]
+    assert accepted_somewhere > 0  # the tiny heads agree with the target sometimes
+
+
+def test_concurrent_requests_are_served_independently(served, baseline) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = served[0]
+    jobs = [("ngram", 0), ("draft", 1), ("lookahead", 2), ("router", 0)]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        replies = list(pool.map(
+            lambda job: infer(server, job[0], PROMPTS[job[1]], route="chat",
+                              request_id=f"c{job[1]}"), jobs))
+    for (_, index), reply in zip(jobs, replies, strict=True):
+        assert reply.error is None, reply.error
+        assert reply.ids == baseline[index].ids

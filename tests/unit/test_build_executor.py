@@ -54,17 +54,51 @@ WRITE_B = textwrap.dedent("""\
 def make_plan_for(root: Path, flag: Path, b_code: str = WRITE_B) -> Plan:
     ckpt, eng = str(root / ".checkpoints" / "target"), str(root / "target_dte")
     steps = [
-        Step(id="convert:target", kind="convert", unit=ckpt,
-             argv=("python", "-c", WRITE_A, ckpt, str(flag)), cwd=None, env={}, inputs=(),
-             outputs=(ckpt,), cache_key="k1", engine=None, description="convert target"),
-        Step(id="build:target_dte", kind="build", unit=eng,
-             argv=("python", "-c", b_code, ckpt, eng), cwd=None, env={"X": "1"}, inputs=(ckpt,),
-             outputs=(eng,), cache_key="k2", engine="target_dte", description="build target_dte"),
-    ]  # fmt: skip
-    engine = EnginePlan(name="target_dte", role="target", mode="draft_tokens_external",
-                        max_draft_len=4, source="m", dir=Path(eng), variants=("ngram",))  # fmt: skip
-    return Plan(spec_name="t", spec_hash="h", backend="reference", root=root, engines=[engine],
-                steps=steps, variants={"ngram": VariantEngines("target_dte", None, "ngram")})  # fmt: skip
+        Step(
+            id="convert:target",
+            kind="convert",
+            unit=ckpt,
+            argv=("python", "-c", WRITE_A, ckpt, str(flag)),
+            cwd=None,
+            env={},
+            inputs=(),
+            outputs=(ckpt,),
+            cache_key="k1",
+            engine=None,
+            description="convert target",
+        ),
+        Step(
+            id="build:target_dte",
+            kind="build",
+            unit=eng,
+            argv=("python", "-c", b_code, ckpt, eng),
+            cwd=None,
+            env={"X": "1"},
+            inputs=(ckpt,),
+            outputs=(eng,),
+            cache_key="k2",
+            engine="target_dte",
+            description="build target_dte",
+        ),
+    ]
+    engine = EnginePlan(
+        name="target_dte",
+        role="target",
+        mode="draft_tokens_external",
+        max_draft_len=4,
+        source="m",
+        dir=Path(eng),
+        variants=("ngram",),
+    )
+    return Plan(
+        spec_name="t",
+        spec_hash="h",
+        backend="reference",
+        root=root,
+        engines=[engine],
+        steps=steps,
+        variants={"ngram": VariantEngines("target_dte", None, "ngram")},
+    )
 
 
 class Recorder:
@@ -112,8 +146,15 @@ def test_changed_key_rebuilds_only_that_unit(tmp_path: Path) -> None:
     plan = make_plan_for(root, tmp_path / "no-flag")
     execute(plan, backend=ReferenceBackend())
     steps = list(plan.steps)
-    steps[1] = Step(**{**steps[1].to_dict(), "argv": steps[1].argv, "inputs": steps[1].inputs,
-                       "outputs": steps[1].outputs, "cache_key": "k2-new"})  # fmt: skip
+    steps[1] = Step(
+        **{
+            **steps[1].to_dict(),
+            "argv": steps[1].argv,
+            "inputs": steps[1].inputs,
+            "outputs": steps[1].outputs,
+            "cache_key": "k2-new",
+        }
+    )
     plan.steps = steps
     assert is_cached(plan, steps[0].unit) and not is_cached(plan, steps[1].unit)
     rec = Recorder()
@@ -123,7 +164,10 @@ def test_changed_key_rebuilds_only_that_unit(tmp_path: Path) -> None:
 
 def test_only_selects_needed_units(tmp_path: Path) -> None:
     plan = make_plan_for(tmp_path / "e" / "t", tmp_path / "no-flag")
-    assert [s.id for s, _ in plan_status(plan, only="ngram")] == ["convert:target", "build:target_dte"]
+    assert [s.id for s, _ in plan_status(plan, only="ngram")] == [
+        "convert:target",
+        "build:target_dte",
+    ]
     with pytest.raises(KeyError):
         plan_status(plan, only="nope")
 
@@ -151,17 +195,22 @@ def test_failure_reports_tail_and_leaves_nothing(tmp_path: Path) -> None:
 def test_missing_command_is_a_clean_error(tmp_path: Path) -> None:
     with pytest.raises(StepFailed) as err:
         run_subprocess(["trtspec-no-such-tool", "--x"], log=tmp_path / "log")
-    assert err.value.message == ("cannot run 'trtspec-no-such-tool': command not found "
-                                 "(trtspec-no-such-tool --x)")  # fmt: skip
+    assert err.value.message == (
+        "cannot run 'trtspec-no-such-tool': command not found (trtspec-no-such-tool --x)"
+    )
 
 
-def test_trtllm_preflight_without_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trtllm_preflight_without_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     plan = make_plan_for(tmp_path / "e" / "t", tmp_path / "no-flag")
     with pytest.raises(TrtspecError) as err:
         TrtllmBackend().preflight(plan, list(plan.steps))
-    assert err.value.message == ("trtllm-build is not on PATH; TensorRT-LLM engines can only be "
-                                 "built where TensorRT-LLM is installed")  # fmt: skip
+    assert err.value.message == (
+        "trtllm-build is not on PATH; TensorRT-LLM engines can only be "
+        "built where TensorRT-LLM is installed"
+    )
 
 
 CHILD = """\

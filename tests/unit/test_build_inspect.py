@@ -20,30 +20,63 @@ def engine_017(folder: Path, mode: int = 1, max_draft_len: int = 0) -> Path:
     config = {
         "version": "0.17.0.post1",
         "pretrained_config": {
-            "mlp_bias": False, "attn_bias": False, "rotary_base": 10000.0,
-            "architecture": "LlamaForCausalLM", "dtype": "float16", "vocab_size": 32000,
-            "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-            "num_key_value_heads": 32, "max_position_embeddings": 2048,
-            "mapping": {"world_size": 1, "gpus_per_node": 8, "cp_size": 1, "tp_size": 1,
-                        "pp_size": 1, "moe_tp_size": 1, "moe_ep_size": 1},
-            "quantization": {"quant_algo": None, "kv_cache_quant_algo": None,
-                             "group_size": 128, "has_zero_point": False},
+            "mlp_bias": False,
+            "attn_bias": False,
+            "rotary_base": 10000.0,
+            "architecture": "LlamaForCausalLM",
+            "dtype": "float16",
+            "vocab_size": 32000,
+            "hidden_size": 4096,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "max_position_embeddings": 2048,
+            "mapping": {
+                "world_size": 1,
+                "gpus_per_node": 8,
+                "cp_size": 1,
+                "tp_size": 1,
+                "pp_size": 1,
+                "moe_tp_size": 1,
+                "moe_ep_size": 1,
+            },
+            "quantization": {
+                "quant_algo": None,
+                "kv_cache_quant_algo": None,
+                "group_size": 128,
+                "has_zero_point": False,
+            },
         },
         "build_config": {
-            "max_input_len": 1536, "max_seq_len": 2048 + max_draft_len, "opt_batch_size": 8,
-            "max_batch_size": 4, "max_beam_width": 1, "max_num_tokens": 4096,
-            "opt_num_tokens": 4, "max_prompt_embedding_table_size": 0, "kv_cache_type": "PAGED",
-            "gather_context_logits": False, "gather_generation_logits": False,
-            "strongly_typed": True, "max_draft_len": max_draft_len,
-            "speculative_decoding_mode": mode, "use_refit": False,
+            "max_input_len": 1536,
+            "max_seq_len": 2048 + max_draft_len,
+            "opt_batch_size": 8,
+            "max_batch_size": 4,
+            "max_beam_width": 1,
+            "max_num_tokens": 4096,
+            "opt_num_tokens": 4,
+            "max_prompt_embedding_table_size": 0,
+            "kv_cache_type": "PAGED",
+            "gather_context_logits": False,
+            "gather_generation_logits": False,
+            "strongly_typed": True,
+            "max_draft_len": max_draft_len,
+            "speculative_decoding_mode": mode,
+            "use_refit": False,
             "output_timing_cache": "model.cache",
-            "plugin_config": {"dtype": "float16", "bert_attention_plugin": "auto",
-                              "gpt_attention_plugin": "auto", "gemm_plugin": "float16",
-                              "context_fmha": True, "remove_input_padding": True,
-                              "paged_kv_cache": True, "tokens_per_block": 64,
-                              "use_paged_context_fmha": False},
+            "plugin_config": {
+                "dtype": "float16",
+                "bert_attention_plugin": "auto",
+                "gpt_attention_plugin": "auto",
+                "gemm_plugin": "float16",
+                "context_fmha": True,
+                "remove_input_padding": True,
+                "paged_kv_cache": True,
+                "tokens_per_block": 64,
+                "use_paged_context_fmha": False,
+            },
         },
-    }  # fmt: skip
+    }
     (folder / "config.json").write_text(json.dumps(config, indent=4))
     (folder / "rank0.engine").write_bytes(b"\0" * 16)
     return folder
@@ -61,19 +94,36 @@ def test_read_engine_summary(tmp_path: Path) -> None:
     assert "manifest" not in info
 
 
-@pytest.mark.parametrize(("value", "name"), [(1, "none"), (2, "draft_tokens_external"),
-                                             (4, "medusa"), (8, "lookahead_decoding"),
-                                             (16, "explicit_draft_tokens"), (32, "eagle"),
-                                             (64, "unknown(64)")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        (1, "none"),
+        (2, "draft_tokens_external"),
+        (4, "medusa"),
+        (8, "lookahead_decoding"),
+        (16, "explicit_draft_tokens"),
+        (32, "eagle"),
+        (64, "unknown(64)"),
+    ],
+)
 def test_mode_enum(value: int, name: str) -> None:
     assert mode_name(value) == name
 
 
 def test_inspect_cli_table_and_json(tmp_path: Path) -> None:
     folder = engine_017(tmp_path / "target_medusa_m", mode=4, max_draft_len=63)
-    (folder / "trtspec.json").write_text(json.dumps({
-        "spec": "v", "spec_hash": "abc", "backend": "tensorrt_llm", "built_at": "now",
-        "versions": {"tensorrt_llm": "0.17.0.post1"}, "steps": [{"id": "build:target_medusa_m"}]}))
+    (folder / "trtspec.json").write_text(
+        json.dumps(
+            {
+                "spec": "v",
+                "spec_hash": "abc",
+                "backend": "tensorrt_llm",
+                "built_at": "now",
+                "versions": {"tensorrt_llm": "0.17.0.post1"},
+                "steps": [{"id": "build:target_medusa_m"}],
+            }
+        )
+    )
     runner = CliRunner()
     res = runner.invoke(cli, ["inspect", str(folder)])
     assert res.exit_code == 0, res.output
@@ -97,13 +147,16 @@ def test_inspect_errors(tmp_path: Path) -> None:
     res = runner.invoke(cli, ["inspect", str(tmp_path / "nope")])
     assert res.exit_code == 1
     assert res.stdout == ""
-    assert res.stderr == (f"Error: {tmp_path / 'nope'}: no such engine folder\n"
-                          "Hint: pass a folder under engines/<spec>/\n")  # fmt: skip
+    assert res.stderr == (
+        f"Error: {tmp_path / 'nope'}: no such engine folder\n"
+        "Hint: pass a folder under engines/<spec>/\n"
+    )
     (tmp_path / "empty").mkdir()
     res = runner.invoke(cli, ["inspect", str(tmp_path / "empty")])
     assert res.exit_code == 1
     assert res.stderr.splitlines()[0] == (
-        f"Error: {tmp_path / 'empty'} is not an engine folder: config.json is missing")
+        f"Error: {tmp_path / 'empty'} is not an engine folder: config.json is missing"
+    )
     (tmp_path / "empty" / "config.json").write_text("{nope")
     with pytest.raises(TrtspecError) as err:
         read_engine(tmp_path / "empty")

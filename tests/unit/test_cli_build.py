@@ -15,8 +15,14 @@ from click.testing import CliRunner
 from trtspec.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUTES = ["chat_short", "chat_long", "code_completion", "rag_copy_heavy", "rag_reasoning",
-          "json_output"]  # fmt: skip
+ROUTES = [
+    "chat_short",
+    "chat_long",
+    "code_completion",
+    "rag_copy_heavy",
+    "rag_reasoning",
+    "json_output",
+]
 
 
 def example(tmp_path: Path, name: str) -> Path:
@@ -39,8 +45,15 @@ def test_validate_table(tmp_path: Path) -> None:
     assert res.stderr == ""
     lines = res.stdout.splitlines()
     assert lines[0] == f"{spec}: valid (vicuna-7b, backend tensorrt_llm, TensorRT-LLM 1.1.0)"
-    assert lines[1].split() == ["variant", "mode", "max_draft_len", "target", "engine", "draft",
-                                "engine"]  # fmt: skip
+    assert lines[1].split() == [
+        "variant",
+        "mode",
+        "max_draft_len",
+        "target",
+        "engine",
+        "draft",
+        "engine",
+    ]
     assert lines[3].split() == ["baseline", "none", "-", "target", "-"]
     assert lines[5].split() == ["ngram", "ngram", "8", "target_dte", "-"]
     assert lines[8].split() == ["lookahead", "lookahead", "15", "target_lookahead_lookahead", "-"]
@@ -52,9 +65,13 @@ def test_validate_json(tmp_path: Path) -> None:
     data = json.loads(res.stdout)
     assert data["valid"] is True and data["spec"] == "qwen2.5-7b" and data["warnings"] == []
     assert [v["name"] for v in data["variants"]] == ["baseline", "draft", "ngram", "lookahead"]
-    assert data["variants"][1] == {"name": "draft", "mode": "draft_model", "max_draft_len": 8,
-                                   "target": "target_dte",
-                                   "draft": "draft_qwen2.5-0.5b-instruct"}  # fmt: skip
+    assert data["variants"][1] == {
+        "name": "draft",
+        "mode": "draft_model",
+        "max_draft_len": 8,
+        "target": "target_dte",
+        "draft": "draft_qwen2.5-0.5b-instruct",
+    }
 
 
 def test_validate_error_exit_1(tmp_path: Path) -> None:
@@ -86,11 +103,15 @@ def test_validate_several_errors(tmp_path: Path) -> None:
 
 def test_validate_warning_on_stderr(tmp_path: Path) -> None:
     spec = tmp_path / "w.yaml"
-    spec.write_text('name: x\nstack: {trtllm_version: "1.0.0"}\ntarget: {model: org/m, family: llama}\n')
+    spec.write_text(
+        'name: x\nstack: {trtllm_version: "1.0.0"}\ntarget: {model: org/m, family: llama}\n'
+    )
     res = run("validate", str(spec))
     assert res.exit_code == 0, res.output
-    assert res.stderr == ("Warning: stack.triton_image nvcr.io/nvidia/tritonserver:25.12-trtllm-"
-                          "python-py3 ships TensorRT-LLM 1.1.0, not 1.0.0\n")  # fmt: skip
+    assert res.stderr == (
+        "Warning: stack.triton_image nvcr.io/nvidia/tritonserver:25.12-trtllm-"
+        "python-py3 ships TensorRT-LLM 1.1.0, not 1.0.0\n"
+    )
     assert res.stdout.startswith(f"{spec}: valid (x,")
 
 
@@ -102,8 +123,15 @@ def test_validate_usage_error_exit_2() -> None:
 
 def test_dry_run_json_every_mode(tmp_path: Path) -> None:
     spec = example(tmp_path, "vicuna-7b.yaml")
-    res = run("build", str(spec), "--dry-run", "--format", "json",
-              "--engines-dir", str(tmp_path / "engines"))  # fmt: skip
+    res = run(
+        "build",
+        str(spec),
+        "--dry-run",
+        "--format",
+        "json",
+        "--engines-dir",
+        str(tmp_path / "engines"),
+    )
     assert res.exit_code == 0, res.output
     assert res.stderr == ""
     data = json.loads(res.stdout)
@@ -111,17 +139,50 @@ def test_dry_run_json_every_mode(tmp_path: Path) -> None:
     steps = {s["id"]: s for s in data["steps"]}
     assert not any(s["cached"] for s in data["steps"])
     assert steps["build:target_eagle_eagle"]["argv"] == [
-        "trtllm-build", "--checkpoint_dir", f"{e}/.checkpoints/target_eagle_eagle",
-        "--output_dir", f"{e}/target_eagle_eagle", "--max_batch_size", "4", "--max_input_len",
-        "1536", "--max_seq_len", "2048", "--max_num_tokens", "4096", "--max_beam_width", "1",
-        "--kv_cache_type", "paged", "--tokens_per_block", "32", "--gpt_attention_plugin", "auto",
-        "--gemm_plugin", "float16", "--remove_input_padding", "enable", "--context_fmha",
-        "enable", "--use_paged_context_fmha", "enable", "--output_timing_cache",
-        f"{e}/target_eagle_eagle/model.cache", "--speculative_decoding_mode", "eagle",
-        "--max_draft_len", "10"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        f"{e}/.checkpoints/target_eagle_eagle",
+        "--output_dir",
+        f"{e}/target_eagle_eagle",
+        "--max_batch_size",
+        "4",
+        "--max_input_len",
+        "1536",
+        "--max_seq_len",
+        "2048",
+        "--max_num_tokens",
+        "4096",
+        "--max_beam_width",
+        "1",
+        "--kv_cache_type",
+        "paged",
+        "--tokens_per_block",
+        "32",
+        "--gpt_attention_plugin",
+        "auto",
+        "--gemm_plugin",
+        "float16",
+        "--remove_input_padding",
+        "enable",
+        "--context_fmha",
+        "enable",
+        "--use_paged_context_fmha",
+        "enable",
+        "--output_timing_cache",
+        f"{e}/target_eagle_eagle/model.cache",
+        "--speculative_decoding_mode",
+        "eagle",
+        "--max_draft_len",
+        "10",
+    ]
     assert {e["name"]: e["speculative_decoding_mode"] for e in data["engines"]} == {
-        "target": 1, "target_dte": 2, "draft_vicuna-68m": 1, "target_medusa_medusa": 4,
-        "target_eagle_eagle": 32, "target_lookahead_lookahead": 8}  # fmt: skip
+        "target": 1,
+        "target_dte": 2,
+        "draft_vicuna-68m": 1,
+        "target_medusa_medusa": 4,
+        "target_eagle_eagle": 32,
+        "target_lookahead_lookahead": 8,
+    }
     assert data["variants"]["baseline"] == {"target": "target", "draft": None, "mode": "none"}
 
 
@@ -132,22 +193,33 @@ def test_dry_run_table_and_only(tmp_path: Path) -> None:
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["#", "unit", "kind", "state", "command"]
     assert [ln.split()[1:4] for ln in lines[2:]] == [
-        ["vicuna-7b-v1.3", "download", "run"], ["target", "convert", "run"],
-        ["target_dte", "build", "run"], ["target_dte", "tokenizer", "run"]]  # fmt: skip
+        [".sources/vicuna-7b-v1.3", "download", "run"],
+        [".checkpoints/target", "convert", "run"],
+        ["target_dte", "build", "run"],
+        ["target_dte", "tokenizer", "run"],
+    ]
 
 
 def test_only_unknown_variant_exit_2(tmp_path: Path) -> None:
     res = run("build", str(example(tmp_path, "vicuna-7b.yaml")), "--dry-run", "--only", "ngarm")
     assert res.exit_code == 2
     assert res.stdout == ""
-    assert ("Invalid value for '--only': no variant named 'ngarm' (variants: baseline, draft, "
-            "ngram, medusa, eagle, lookahead). Did you mean 'ngram'?") in res.stderr  # fmt: skip
+    assert (
+        "Invalid value for '--only': no variant named 'ngarm' (variants: baseline, draft, "
+        "ngram, medusa, eagle, lookahead). Did you mean 'ngram'?"
+    ) in res.stderr
 
 
-def test_gpu_build_outside_container_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_build_outside_container_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    res = run("build", str(example(tmp_path, "small-ngram.yaml")),
-              "--engines-dir", str(tmp_path / "engines"))  # fmt: skip
+    res = run(
+        "build",
+        str(example(tmp_path, "small-ngram.yaml")),
+        "--engines-dir",
+        str(tmp_path / "engines"),
+    )
     assert res.exit_code == 1
     assert res.stdout == ""
     assert res.stderr == (
@@ -180,8 +252,10 @@ def test_reference_build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Pa
     res = run("build", str(spec), "--engines-dir", str(engines), "--format", "json")
     assert res.exit_code == 0, res.output
     first = json.loads(res.stdout)
-    assert [(e["name"], e["state"]) for e in first["engines"]] == [("target", "built"),
-                                                                   ("target_dte", "built")]  # fmt: skip
+    assert [(e["name"], e["state"]) for e in first["engines"]] == [
+        ("target", "built"),
+        ("target_dte", "built"),
+    ]
     assert "[1/2] reference engine target ..." in res.stderr
     for name in ("target", "target_dte"):
         assert (engines / "tiny" / name / "config.json").is_file()
@@ -190,8 +264,10 @@ def test_reference_build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Pa
 
     res = run("build", str(spec), "--engines-dir", str(engines))
     assert res.exit_code == 0, res.output
-    assert res.stderr.splitlines() == ["[1/2] reference engine target: cached",
-                                       "[2/2] reference engine target_dte: cached"]  # fmt: skip
+    assert res.stderr.splitlines() == [
+        "[1/2] reference engine target: cached",
+        "[2/2] reference engine target_dte: cached",
+    ]
     assert [ln.split()[3] for ln in res.stdout.splitlines()[2:]] == ["cached", "cached"]
 
     res = run("inspect", str(engines / "tiny" / "target_dte"), "--format", "json")

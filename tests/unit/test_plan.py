@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (exact user-facing messages and argv lists read best on one line)
 """The build plan: engine sharing, exact TensorRT-LLM argv per mode and version,
 reference-backend argv, cache keys, and the plan golden files."""
 
@@ -16,8 +17,14 @@ from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "plan"
-ROUTES = ["chat_short", "chat_long", "code_completion", "rag_copy_heavy", "rag_reasoning",
-          "json_output"]  # fmt: skip
+ROUTES = [
+    "chat_short",
+    "chat_long",
+    "code_completion",
+    "rag_copy_heavy",
+    "rag_reasoning",
+    "json_output",
+]
 
 
 def example(tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
@@ -40,24 +47,47 @@ def argv(plan, step_id: str) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 V = "engines/vicuna-7b"
-LIMITS = ["--max_batch_size", "4", "--max_input_len", "1536", "--max_seq_len", "2048",
-          "--max_num_tokens", "4096", "--max_beam_width", "1", "--kv_cache_type", "paged",
-          "--tokens_per_block", "32", "--gpt_attention_plugin", "auto", "--gemm_plugin", "float16",
-          "--remove_input_padding", "enable", "--context_fmha", "enable",
-          "--use_paged_context_fmha", "enable"]  # fmt: skip
+LIMITS = [
+    "--max_batch_size",
+    "4",
+    "--max_input_len",
+    "1536",
+    "--max_seq_len",
+    "2048",
+    "--max_num_tokens",
+    "4096",
+    "--max_beam_width",
+    "1",
+    "--kv_cache_type",
+    "paged",
+    "--tokens_per_block",
+    "32",
+    "--gpt_attention_plugin",
+    "auto",
+    "--gemm_plugin",
+    "float16",
+    "--remove_input_padding",
+    "enable",
+    "--context_fmha",
+    "enable",
+    "--use_paged_context_fmha",
+    "enable",
+]
 
 
 def test_vicuna_engines_and_variants(tmp_path: Path) -> None:
     plan = make_plan(example(tmp_path, "vicuna-7b.yaml"))
-    assert [(e.name, e.mode, e.max_draft_len, e.speculative_decoding_mode, e.variants)
-            for e in plan.engines] == [
+    assert [
+        (e.name, e.mode, e.max_draft_len, e.speculative_decoding_mode, e.variants)
+        for e in plan.engines
+    ] == [
         ("target", "none", 0, 1, ("baseline",)),
         ("target_dte", "draft_tokens_external", 8, 2, ("draft", "ngram")),
         ("draft_vicuna-68m", "none", 0, 1, ("draft",)),
         ("target_medusa_medusa", "medusa", 10, 4, ("medusa",)),
         ("target_eagle_eagle", "eagle", 10, 32, ("eagle",)),
         ("target_lookahead_lookahead", "lookahead_decoding", 15, 8, ("lookahead",)),
-    ]  # fmt: skip
+    ]
     assert {k: (v.target, v.draft) for k, v in plan.variants.items()} == {
         "baseline": ("target", None),
         "draft": ("target_dte", "draft_vicuna-68m"),
@@ -69,65 +99,184 @@ def test_vicuna_engines_and_variants(tmp_path: Path) -> None:
     assert plan.engine("target").dir == Path(V) / "target"
     # One converted target checkpoint feeds target, target_dte and lookahead.
     assert [s.id for s in plan.steps if s.id.startswith("convert:")] == [
-        "convert:target", "convert:draft_vicuna-68m", "convert:target_medusa_medusa",
-        "convert:target_eagle_eagle"]  # fmt: skip
+        "convert:target",
+        "convert:draft_vicuna-68m",
+        "convert:target_medusa_medusa",
+        "convert:target_eagle_eagle",
+    ]
 
 
 def test_vicuna_full_argv_every_mode(tmp_path: Path) -> None:
     plan = make_plan(example(tmp_path, "vicuna-7b.yaml"))
     src = f"{V}/.sources/vicuna-7b-v1.3"
     assert argv(plan, "download:vicuna-7b-v1.3") == [
-        "python", "-m", "trtspec.build.tools", "download", "--repo-id", "lmsys/vicuna-7b-v1.3",
-        "--output", src]  # fmt: skip
+        "python",
+        "-m",
+        "trtspec.build.tools",
+        "download",
+        "--repo-id",
+        "lmsys/vicuna-7b-v1.3",
+        "--output",
+        src,
+    ]
     assert argv(plan, "convert:target") == [
-        "python", "/app/examples/models/core/llama/convert_checkpoint.py", "--model_dir", src,
-        "--output_dir", f"{V}/.checkpoints/target", "--dtype", "float16", "--tp_size", "1",
-        "--pp_size", "1"]  # fmt: skip
+        "python",
+        "/app/examples/models/core/llama/convert_checkpoint.py",
+        "--model_dir",
+        src,
+        "--output_dir",
+        f"{V}/.checkpoints/target",
+        "--dtype",
+        "float16",
+        "--tp_size",
+        "1",
+        "--pp_size",
+        "1",
+    ]
     assert argv(plan, "build:target") == [
-        "trtllm-build", "--checkpoint_dir", f"{V}/.checkpoints/target", "--output_dir",
-        f"{V}/target", *LIMITS, "--output_timing_cache", f"{V}/target/model.cache"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        f"{V}/.checkpoints/target",
+        "--output_dir",
+        f"{V}/target",
+        *LIMITS,
+        "--output_timing_cache",
+        f"{V}/target/model.cache",
+    ]
     assert argv(plan, "tokenizer:target") == [
-        "python", "-m", "trtspec.build.tools", "copy-tokenizer", "--source", src, "--output",
-        f"{V}/target/tokenizer"]  # fmt: skip
+        "python",
+        "-m",
+        "trtspec.build.tools",
+        "copy-tokenizer",
+        "--source",
+        src,
+        "--output",
+        f"{V}/target/tokenizer",
+    ]
     assert argv(plan, "build:target_dte") == [
-        "trtllm-build", "--checkpoint_dir", f"{V}/.checkpoints/target", "--output_dir",
-        f"{V}/target_dte", *LIMITS, "--output_timing_cache", f"{V}/target_dte/model.cache",
-        "--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", "8"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        f"{V}/.checkpoints/target",
+        "--output_dir",
+        f"{V}/target_dte",
+        *LIMITS,
+        "--output_timing_cache",
+        f"{V}/target_dte/model.cache",
+        "--speculative_decoding_mode",
+        "draft_tokens_external",
+        "--max_draft_len",
+        "8",
+    ]
     assert argv(plan, "convert:draft_vicuna-68m") == [
-        "python", "/app/examples/models/core/llama/convert_checkpoint.py", "--model_dir",
-        f"{V}/.sources/vicuna-68m", "--output_dir", f"{V}/.checkpoints/draft_vicuna-68m",
-        "--dtype", "float16", "--tp_size", "1", "--pp_size", "1"]  # fmt: skip
+        "python",
+        "/app/examples/models/core/llama/convert_checkpoint.py",
+        "--model_dir",
+        f"{V}/.sources/vicuna-68m",
+        "--output_dir",
+        f"{V}/.checkpoints/draft_vicuna-68m",
+        "--dtype",
+        "float16",
+        "--tp_size",
+        "1",
+        "--pp_size",
+        "1",
+    ]
     assert argv(plan, "build:draft_vicuna-68m") == [
-        "trtllm-build", "--checkpoint_dir", f"{V}/.checkpoints/draft_vicuna-68m", "--output_dir",
-        f"{V}/draft_vicuna-68m", *LIMITS, "--output_timing_cache",
-        f"{V}/draft_vicuna-68m/model.cache"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        f"{V}/.checkpoints/draft_vicuna-68m",
+        "--output_dir",
+        f"{V}/draft_vicuna-68m",
+        *LIMITS,
+        "--output_timing_cache",
+        f"{V}/draft_vicuna-68m/model.cache",
+    ]
     assert argv(plan, "convert:target_medusa_medusa") == [
-        "python", "/app/examples/medusa/convert_checkpoint.py", "--model_dir", src,
-        "--medusa_model_dir", f"{V}/.sources/medusa-vicuna-7b-v1.3", "--output_dir",
-        f"{V}/.checkpoints/target_medusa_medusa", "--dtype", "float16", "--model_type", "llama",
-        "--num_medusa_heads", "4", "--max_medusa_token_len", "10", "--tp_size", "1",
-        "--pp_size", "1"]  # fmt: skip
+        "python",
+        "/app/examples/medusa/convert_checkpoint.py",
+        "--model_dir",
+        src,
+        "--medusa_model_dir",
+        f"{V}/.sources/medusa-vicuna-7b-v1.3",
+        "--output_dir",
+        f"{V}/.checkpoints/target_medusa_medusa",
+        "--dtype",
+        "float16",
+        "--model_type",
+        "llama",
+        "--num_medusa_heads",
+        "4",
+        "--max_medusa_token_len",
+        "10",
+        "--tp_size",
+        "1",
+        "--pp_size",
+        "1",
+    ]
     assert argv(plan, "build:target_medusa_medusa") == [
-        "trtllm-build", "--checkpoint_dir", f"{V}/.checkpoints/target_medusa_medusa",
-        "--output_dir", f"{V}/target_medusa_medusa", *LIMITS, "--output_timing_cache",
-        f"{V}/target_medusa_medusa/model.cache", "--speculative_decoding_mode", "medusa",
-        "--max_draft_len", "10"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        f"{V}/.checkpoints/target_medusa_medusa",
+        "--output_dir",
+        f"{V}/target_medusa_medusa",
+        *LIMITS,
+        "--output_timing_cache",
+        f"{V}/target_medusa_medusa/model.cache",
+        "--speculative_decoding_mode",
+        "medusa",
+        "--max_draft_len",
+        "10",
+    ]
     assert argv(plan, "convert:target_eagle_eagle") == [
-        "python", "/app/examples/eagle/convert_checkpoint.py", "--model_dir", src,
-        "--eagle_model_dir", f"{V}/.sources/eagle-vicuna-7b-v1.3", "--output_dir",
-        f"{V}/.checkpoints/target_eagle_eagle", "--dtype", "float16", "--max_draft_len", "10",
-        "--num_eagle_layers", "4", "--max_non_leaves_per_layer", "10", "--tp_size", "1",
-        "--pp_size", "1"]  # fmt: skip
+        "python",
+        "/app/examples/eagle/convert_checkpoint.py",
+        "--model_dir",
+        src,
+        "--eagle_model_dir",
+        f"{V}/.sources/eagle-vicuna-7b-v1.3",
+        "--output_dir",
+        f"{V}/.checkpoints/target_eagle_eagle",
+        "--dtype",
+        "float16",
+        "--max_draft_len",
+        "10",
+        "--num_eagle_layers",
+        "4",
+        "--max_non_leaves_per_layer",
+        "10",
+        "--tp_size",
+        "1",
+        "--pp_size",
+        "1",
+    ]
     assert argv(plan, "build:target_eagle_eagle") == [
-        "trtllm-build", "--checkpoint_dir", f"{V}/.checkpoints/target_eagle_eagle",
-        "--output_dir", f"{V}/target_eagle_eagle", *LIMITS, "--output_timing_cache",
-        f"{V}/target_eagle_eagle/model.cache", "--speculative_decoding_mode", "eagle",
-        "--max_draft_len", "10"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        f"{V}/.checkpoints/target_eagle_eagle",
+        "--output_dir",
+        f"{V}/target_eagle_eagle",
+        *LIMITS,
+        "--output_timing_cache",
+        f"{V}/target_eagle_eagle/model.cache",
+        "--speculative_decoding_mode",
+        "eagle",
+        "--max_draft_len",
+        "10",
+    ]
     assert argv(plan, "build:target_lookahead_lookahead") == [
-        "trtllm-build", "--checkpoint_dir", f"{V}/.checkpoints/target", "--output_dir",
-        f"{V}/target_lookahead_lookahead", *LIMITS, "--output_timing_cache",
-        f"{V}/target_lookahead_lookahead/model.cache", "--speculative_decoding_mode",
-        "lookahead_decoding", "--max_draft_len", "15"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        f"{V}/.checkpoints/target",
+        "--output_dir",
+        f"{V}/target_lookahead_lookahead",
+        *LIMITS,
+        "--output_timing_cache",
+        f"{V}/target_lookahead_lookahead/model.cache",
+        "--speculative_decoding_mode",
+        "lookahead_decoding",
+        "--max_draft_len",
+        "15",
+    ]
 
 
 QUANT = """\
@@ -143,42 +292,114 @@ variants:
 
 
 def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
-    plan = make_plan(spec_from(tmp_path, QUANT.format(version="0.18.0", quant="fp8")),
-                     Path("out"), examples_dir="/opt/ex")  # fmt: skip
+    plan = make_plan(
+        spec_from(tmp_path, QUANT.format(version="0.18.0", quant="fp8")),
+        Path("out"),
+        examples_dir="/opt/ex",
+    )
     src = "out/q/.sources/qwen2.5-7b-instruct"
     assert argv(plan, "quantize:target") == [
-        "python", "/opt/ex/quantization/quantize.py", "--model_dir", src, "--output_dir",
-        "out/q/.checkpoints/target", "--dtype", "float16", "--qformat", "fp8", "--tp_size", "2",
-        "--pp_size", "1", "--calib_size", "512"]  # fmt: skip
+        "python",
+        "/opt/ex/quantization/quantize.py",
+        "--model_dir",
+        src,
+        "--output_dir",
+        "out/q/.checkpoints/target",
+        "--dtype",
+        "float16",
+        "--qformat",
+        "fp8",
+        "--tp_size",
+        "2",
+        "--pp_size",
+        "1",
+        "--calib_size",
+        "512",
+    ]
     assert argv(plan, "quantize:draft_qwen2.5-0.5b-instruct_int4_wo") == [
-        "python", "/opt/ex/quantization/quantize.py", "--model_dir",
-        "out/q/.sources/qwen2.5-0.5b-instruct", "--output_dir",
-        "out/q/.checkpoints/draft_qwen2.5-0.5b-instruct_int4_wo", "--dtype", "bfloat16",
-        "--qformat", "int4_wo", "--tp_size", "2", "--pp_size", "1"]  # fmt: skip
-    limits = ["--max_batch_size", "2", "--max_input_len", "100", "--max_seq_len", "200",
-              "--max_num_tokens", "300", "--max_beam_width", "1", "--kv_cache_type", "paged",
-              "--tokens_per_block", "32", "--gpt_attention_plugin", "auto"]  # fmt: skip
-    fmha = ["--remove_input_padding", "enable", "--context_fmha", "enable",
-            "--use_paged_context_fmha", "enable"]  # fmt: skip
+        "python",
+        "/opt/ex/quantization/quantize.py",
+        "--model_dir",
+        "out/q/.sources/qwen2.5-0.5b-instruct",
+        "--output_dir",
+        "out/q/.checkpoints/draft_qwen2.5-0.5b-instruct_int4_wo",
+        "--dtype",
+        "bfloat16",
+        "--qformat",
+        "int4_wo",
+        "--tp_size",
+        "2",
+        "--pp_size",
+        "1",
+    ]
+    limits = [
+        "--max_batch_size",
+        "2",
+        "--max_input_len",
+        "100",
+        "--max_seq_len",
+        "200",
+        "--max_num_tokens",
+        "300",
+        "--max_beam_width",
+        "1",
+        "--kv_cache_type",
+        "paged",
+        "--tokens_per_block",
+        "32",
+        "--gpt_attention_plugin",
+        "auto",
+    ]
+    fmha = [
+        "--remove_input_padding",
+        "enable",
+        "--context_fmha",
+        "enable",
+        "--use_paged_context_fmha",
+        "enable",
+    ]
     assert argv(plan, "build:target_dte") == [
-        "trtllm-build", "--checkpoint_dir", "out/q/.checkpoints/target", "--output_dir",
-        "out/q/target_dte", *limits, "--gemm_plugin", "disable", *fmha, "--output_timing_cache",
-        "out/q/target_dte/model.cache", "--speculative_decoding_mode", "draft_tokens_external",
-        "--max_draft_len", "5"]  # fmt: skip
+        "trtllm-build",
+        "--checkpoint_dir",
+        "out/q/.checkpoints/target",
+        "--output_dir",
+        "out/q/target_dte",
+        *limits,
+        "--gemm_plugin",
+        "disable",
+        *fmha,
+        "--output_timing_cache",
+        "out/q/target_dte/model.cache",
+        "--speculative_decoding_mode",
+        "draft_tokens_external",
+        "--max_draft_len",
+        "5",
+    ]
     assert argv(plan, "build:draft_qwen2.5-0.5b-instruct_int4_wo") == [
-        "trtllm-build", "--checkpoint_dir", "out/q/.checkpoints/draft_qwen2.5-0.5b-instruct_int4_wo",
-        "--output_dir", "out/q/draft_qwen2.5-0.5b-instruct_int4_wo", *limits, "--gemm_plugin",
-        "bfloat16", *fmha, "--output_timing_cache",
+        "trtllm-build",
+        "--checkpoint_dir",
+        "out/q/.checkpoints/draft_qwen2.5-0.5b-instruct_int4_wo",
+        "--output_dir",
+        "out/q/draft_qwen2.5-0.5b-instruct_int4_wo",
+        *limits,
+        "--gemm_plugin",
+        "bfloat16",
+        *fmha,
+        "--output_timing_cache",
         "out/q/draft_qwen2.5-0.5b-instruct_int4_wo/model.cache",
-        "--gather_generation_logits"]  # fmt: skip
+        "--gather_generation_logits",
+    ]
 
 
-@pytest.mark.parametrize(("version", "script"), [
-    ("0.17.0", "/app/examples/qwen/convert_checkpoint.py"),
-    ("0.19.0", "/app/examples/qwen/convert_checkpoint.py"),
-    ("0.20.0", "/app/examples/models/core/qwen/convert_checkpoint.py"),
-    ("1.2.1", "/app/examples/models/core/qwen/convert_checkpoint.py"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "script"),
+    [
+        ("0.17.0", "/app/examples/qwen/convert_checkpoint.py"),
+        ("0.19.0", "/app/examples/qwen/convert_checkpoint.py"),
+        ("0.20.0", "/app/examples/models/core/qwen/convert_checkpoint.py"),
+        ("1.2.1", "/app/examples/models/core/qwen/convert_checkpoint.py"),
+    ],
+)
 def test_converter_path_per_version(tmp_path: Path, version: str, script: str) -> None:
     plan = make_plan(spec_from(tmp_path, QUANT.format(version=version, quant="none")))
     assert argv(plan, "convert:target")[1] == script
@@ -187,7 +408,9 @@ def test_converter_path_per_version(tmp_path: Path, version: str, script: str) -
 def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Path) -> None:
     heads = tmp_path / "heads"
     heads.mkdir()
-    spec = spec_from(tmp_path, f"""\
+    spec = spec_from(
+        tmp_path,
+        f"""\
         name: tiny
         backend: reference
         target: {{model: {tiny_llama}, family: llama, max_batch_size: 2, max_input_len: 64,
@@ -199,25 +422,88 @@ def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Pa
           - {{name: med, mode: medusa, checkpoint: {heads}, num_medusa_heads: 2,
              medusa_choices: [[0], [0, 0], [1]]}}
           - {{name: la, mode: lookahead, window_size: 3, ngram_size: 3, verification_set_size: 2}}
-        """)  # fmt: skip
+        """,
+    )
     plan = make_plan(spec, tmp_path / "engines")
     e = str(tmp_path / "engines" / "tiny")
-    lim = ["--max-batch-size", "2", "--max-input-len", "64", "--max-seq-len", "128", "--dtype",
-           "float32"]  # fmt: skip
+    lim = [
+        "--max-batch-size",
+        "2",
+        "--max-input-len",
+        "64",
+        "--max-seq-len",
+        "128",
+        "--dtype",
+        "float32",
+    ]
     py = ["python", "-m", "trtspec.build.reference", "--model"]
     assert [list(s.argv) for s in plan.steps] == [
-        [*py, str(tiny_llama), "--output", f"{e}/target", "--mode", "none", "--max-draft-len", "0",
-         *lim],
-        [*py, str(tiny_llama), "--output", f"{e}/target_dte", "--mode", "draft_tokens_external",
-         "--max-draft-len", "6", *lim],
-        [*py, str(tiny_draft), "--output", f"{e}/draft_tiny-draft_int8", "--mode", "none",
-         "--max-draft-len", "0", *lim, "--quantization", "int8"],
-        [*py, str(tiny_llama), "--output", f"{e}/target_medusa_med", "--mode", "medusa",
-         "--max-draft-len", "3", *lim, "--medusa-dir", str(heads), "--num-medusa-heads", "2",
-         "--medusa-choices", "[[0],[0,0],[1]]"],
-        [*py, str(tiny_llama), "--output", f"{e}/target_lookahead_la", "--mode", "lookahead",
-         "--max-draft-len", "9", *lim, "--lookahead", "3,3,2"],
-    ]  # fmt: skip
+        [
+            *py,
+            str(tiny_llama),
+            "--output",
+            f"{e}/target",
+            "--mode",
+            "none",
+            "--max-draft-len",
+            "0",
+            *lim,
+        ],
+        [
+            *py,
+            str(tiny_llama),
+            "--output",
+            f"{e}/target_dte",
+            "--mode",
+            "draft_tokens_external",
+            "--max-draft-len",
+            "6",
+            *lim,
+        ],
+        [
+            *py,
+            str(tiny_draft),
+            "--output",
+            f"{e}/draft_tiny-draft_int8",
+            "--mode",
+            "none",
+            "--max-draft-len",
+            "0",
+            *lim,
+            "--quantization",
+            "int8",
+        ],
+        [
+            *py,
+            str(tiny_llama),
+            "--output",
+            f"{e}/target_medusa_med",
+            "--mode",
+            "medusa",
+            "--max-draft-len",
+            "3",
+            *lim,
+            "--medusa-dir",
+            str(heads),
+            "--num-medusa-heads",
+            "2",
+            "--medusa-choices",
+            "[[0],[0,0],[1]]",
+        ],
+        [
+            *py,
+            str(tiny_llama),
+            "--output",
+            f"{e}/target_lookahead_la",
+            "--mode",
+            "lookahead",
+            "--max-draft-len",
+            "9",
+            *lim,
+            "--lookahead",
+            "3,3,2",
+        ],
+    ]
     assert plan.variants["draft"].draft == "draft_tiny-draft_int8"
     assert plan.units_for("ngram") == {f"{e}/target_dte"}
     assert plan.units_for("draft") == {f"{e}/target_dte", f"{e}/draft_tiny-draft_int8"}
@@ -246,14 +532,17 @@ def test_cache_keys_stable_and_sensitive(tmp_path: Path, tiny_llama: Path) -> No
 
 
 def test_distinct_drafts_built_once(tmp_path: Path) -> None:
-    spec = spec_from(tmp_path, """\
+    spec = spec_from(
+        tmp_path,
+        """\
         name: s
         target: {model: org/t, family: llama}
         variants:
           - {name: a, mode: draft_model, max_draft_len: 4, draft: {model: org/small, family: llama}}
           - {name: b, mode: draft_model, max_draft_len: 6, draft: {model: org/small, family: llama}}
           - {name: c, mode: draft_model, max_draft_len: 2, draft: {model: other/small, family: llama}}
-        """)  # fmt: skip
+        """,
+    )
     plan = make_plan(spec)
     names = [e.name for e in plan.engines]
     assert names[:3] == ["target", "target_dte", "draft_small"]

@@ -8,7 +8,6 @@ reference engines is tests/integration/test_repo_served.py's job."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -370,6 +369,12 @@ def test_check_rejects_router_to_missing_variant(repo: Path) -> None:
     ]
 
 
+def test_check_of_the_parent_folder_points_to_the_repository(repo: Path) -> None:
+    assert [str(p) for p in check_repository(repo.parent)] == [
+        f"{repo.parent}: holds repositories, not models; check {repo}"
+    ]
+
+
 def test_check_of_a_missing_folder(tmp_path: Path) -> None:
     assert [str(p) for p in check_repository(tmp_path / "nope")] == [
         f"{tmp_path / 'nope'}: repository folder does not exist"
@@ -450,8 +455,13 @@ def test_cli_repo_on_a_folder_without_check_is_a_usage_error(tmp_path: Path) -> 
 def test_generated_model_py_files_import_existing_modules(repo: Path) -> None:
     import importlib.util
 
+    modules = set()
     for model_py in repo.glob("*/1/model.py"):
-        module = re.search(r"^from (\S+) import", model_py.read_text(), re.M).group(1)
-        if module == "trtspec.engine.triton_model" and not os.environ.get("TRTSPEC_STRICT"):
-            continue  # the reference engine model is the engine stage's file
+        text = model_py.read_text()
+        compile(text, str(model_py), "exec")
+        modules.update(re.findall(r"^\s*from (\S+) import TritonPythonModel$", text, re.M))
+    assert modules == {f"trtspec.repo.models.{m}" for m in
+                       ("preprocessing", "postprocessing", "orchestrator", "router")} | {
+                       "trtspec.engine.triton_model"}
+    for module in modules:
         assert importlib.util.find_spec(module) is not None, module

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (exact user-facing messages and argv lists read best on one line)
 """Spec loading and validation: every rule has an exact-message test."""
 
 from __future__ import annotations
@@ -13,9 +14,17 @@ from trtspec.errors import SpecError
 from trtspec.spec import load_spec, lookahead_draft_len
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(p.name for p in (ROOT / "build_specs").glob("*.yaml") if p.name != "demo-cpu.yaml")
-ROUTES = ["chat_short", "chat_long", "code_completion", "rag_copy_heavy", "rag_reasoning",
-          "json_output"]  # fmt: skip
+EXAMPLES = sorted(
+    p.name for p in (ROOT / "build_specs").glob("*.yaml") if p.name != "demo-cpu.yaml"
+)
+ROUTES = [
+    "chat_short",
+    "chat_long",
+    "code_completion",
+    "rag_copy_heavy",
+    "rag_reasoning",
+    "json_output",
+]
 
 BASE = """\
 name: t
@@ -83,8 +92,9 @@ def test_defaults_and_hash_stability(tmp_path: Path) -> None:
     assert json.loads(json.dumps(a.canonical()))["target"]["model"] == "org/target"
 
 
-@pytest.mark.parametrize(("w", "n", "g", "d"), [(4, 3, 4, 15), (7, 7, 7, 83), (1, 1, 0, 0),
-                                                (5, 2, 0, 4)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("w", "n", "g", "d"), [(4, 3, 4, 15), (7, 7, 7, 83), (1, 1, 0, 0), (5, 2, 0, 4)]
+)
 def test_lookahead_formula(w: int, n: int, g: int, d: int) -> None:
     assert lookahead_draft_len(w, n, g) == d
 
@@ -106,7 +116,9 @@ def test_unknown_key_in_variant_and_no_suggestion(tmp_path: Path) -> None:
 
 def test_duplicate_yaml_key(tmp_path: Path) -> None:
     p = write(tmp_path, BASE.replace("  family: llama", "  family: llama\n  family: qwen2"))
-    assert issues(p) == [f"{p}:5:3: target.family: duplicate key 'family' (first at line 4); keep only one"]
+    assert issues(p) == [
+        f"{p}:5:3: target.family: duplicate key 'family' (first at line 4); keep only one"
+    ]
 
 
 def test_yaml_syntax_error(tmp_path: Path) -> None:
@@ -127,7 +139,9 @@ def test_missing_file_and_not_mapping(tmp_path: Path) -> None:
 
 
 def test_missing_key_wrong_type_and_enum(tmp_path: Path) -> None:
-    p = write(tmp_path, BASE.replace("  family: llama\n", "  max_batch_size: lots\n  dtype: fp16\n"))
+    p = write(
+        tmp_path, BASE.replace("  family: llama\n", "  max_batch_size: lots\n  dtype: fp16\n")
+    )
     assert issues(p) == [
         f"{p}:2:1: target: missing required key 'family'; add it",
         f"{p}:4:19: target.max_batch_size: input should be a valid integer, unable to parse string "
@@ -145,7 +159,9 @@ def test_range_violation(tmp_path: Path) -> None:
 
 def test_unknown_mode(tmp_path: Path) -> None:
     p = write(tmp_path, BASE.replace("mode: ngram", "mode: ngrams"))
-    assert issues(p) == [f"{p}:7:11: variants[0].mode: unknown mode 'ngrams'; did you mean 'ngram'?"]
+    assert issues(p) == [
+        f"{p}:7:11: variants[0].mode: unknown mode 'ngrams'; did you mean 'ngram'?"
+    ]
 
 
 def test_duplicate_variant_names(tmp_path: Path) -> None:
@@ -154,6 +170,22 @@ def test_duplicate_variant_names(tmp_path: Path) -> None:
         f"{p}:9:12: variants[1].name: duplicate variant name 'ngram' (also variants[0]); "
         "give each variant a unique name"
     ]
+
+
+def test_variant_named_like_a_draft_engine(tmp_path: Path) -> None:
+    spec = load_spec(
+        write(
+            tmp_path,
+            BASE
+            + "  - {name: draft_small, mode: draft_model, max_draft_len: 2,"
+            " draft: {model: org/small, family: llama}}\n",
+        )
+    )
+    from trtspec.plan import make_plan
+
+    plan = make_plan(spec)
+    engine = plan.variants["draft_small"].draft
+    assert engine is not None and engine.startswith("draft_small_") and len(engine) == 18
 
 
 def test_reserved_variant_name(tmp_path: Path) -> None:
@@ -179,7 +211,9 @@ def test_draft_len_below_sweep(tmp_path: Path) -> None:
     ]
 
 
-LOOKAHEAD = BASE + "  - {name: la, mode: lookahead, window_size: 4, ngram_size: 3, verification_set_size: 4"
+LOOKAHEAD = (
+    BASE + "  - {name: la, mode: lookahead, window_size: 4, ngram_size: 3, verification_set_size: 4"
+)
 
 
 def test_lookahead_conflicting_draft_len(tmp_path: Path) -> None:
@@ -192,7 +226,10 @@ def test_lookahead_conflicting_draft_len(tmp_path: Path) -> None:
 
 
 def test_lookahead_n1_rules(tmp_path: Path) -> None:
-    text = BASE + "  - {name: la, mode: lookahead, window_size: 2, ngram_size: 1, verification_set_size: 0}\n"
+    text = (
+        BASE
+        + "  - {name: la, mode: lookahead, window_size: 2, ngram_size: 1, verification_set_size: 0}\n"
+    )
     p = write(tmp_path, text)
     assert issues(p) == [
         f"{p}:9:61: variants[1].ngram_size: ngram_size 1 requires window_size 1 and "
@@ -222,9 +259,18 @@ bench:
 """
 
 
-def eagle(tmp_path: Path, family: str = "llama", pp: int = 1, mbs: int = 8,
-          choices: str = "[[0], [1], [0, 0]]", temps: str = "[0.0]") -> Path:  # fmt: skip
-    return write(tmp_path, EAGLE.format(family=family, pp=pp, mbs=mbs, choices=choices, temps=temps))
+def eagle(
+    tmp_path: Path,
+    *,
+    family: str = "llama",
+    pp: int = 1,
+    mbs: int = 8,
+    choices: str = "[[0], [1], [0, 0]]",
+    temps: str = "[0.0]",
+) -> Path:
+    return write(
+        tmp_path, EAGLE.format(family=family, pp=pp, mbs=mbs, choices=choices, temps=temps)
+    )
 
 
 def test_eagle_rules(tmp_path: Path) -> None:
@@ -257,7 +303,9 @@ def test_eagle_draft_len_limit_and_tree(tmp_path: Path) -> None:
     ]
 
 
-MEDUSA = BASE + """\
+MEDUSA = (
+    BASE
+    + """\
   - name: medusa
     mode: medusa
     checkpoint: org/heads
@@ -265,6 +313,7 @@ MEDUSA = BASE + """\
     medusa_choices: [[0], [0, 0], [0, 0, 0]]
     max_draft_len: 2
 """
+)
 
 
 def test_medusa_rules(tmp_path: Path) -> None:
@@ -279,14 +328,23 @@ def test_medusa_rules(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize(("version", "message"), [
-    ("1.3.0", "TensorRT-LLM 1.3.0 is refused: the engine flow (convert_checkpoint.py + trtllm-build "
-              "+ the tensorrtllm Triton backend) was removed upstream in 1.3; pin a version below "
-              "1.3 (default 1.1.0)"),
-    ("0.16.0", "TensorRT-LLM 0.16.0 is refused: versions below 0.17 are not supported (different "
-               "examples layout and speculative flags); use 0.17 or later"),
-    ("latest", "'latest' is not a version; write it like \"1.1.0\""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (
+            "1.3.0",
+            "TensorRT-LLM 1.3.0 is refused: the engine flow (convert_checkpoint.py + trtllm-build "
+            "+ the tensorrtllm Triton backend) was removed upstream in 1.3; pin a version below "
+            "1.3 (default 1.1.0)",
+        ),
+        (
+            "0.16.0",
+            "TensorRT-LLM 0.16.0 is refused: versions below 0.17 are not supported (different "
+            "examples layout and speculative flags); use 0.17 or later",
+        ),
+        ("latest", "'latest' is not a version; write it like \"1.1.0\""),
+    ],
+)
 def test_version_range(tmp_path: Path, version: str, message: str) -> None:
     p = write(tmp_path, BASE + f'stack: {{trtllm_version: "{version}", triton_image: x:y}}\n')
     assert issues(p) == [f"{p}:9:25: stack.trtllm_version: {message}"]
@@ -301,8 +359,11 @@ def test_image_version_mismatch_warns(tmp_path: Path) -> None:
 
 
 def test_missing_local_path_and_route_file(tmp_path: Path) -> None:
-    p = write(tmp_path, BASE.replace("org/target", "./models/nothere")
-              + "routes:\n  chat: {prompts: routes/chat.jsonl}\n")  # fmt: skip
+    p = write(
+        tmp_path,
+        BASE.replace("org/target", "./models/nothere")
+        + "routes:\n  chat: {prompts: routes/chat.jsonl}\n",
+    )
     assert issues(p) == [
         f"{p}:3:10: target.model: local path not found: {tmp_path}/models/nothere; fix the path "
         f"(relative paths resolve against {tmp_path}) or use a hub id like org/name",
@@ -313,16 +374,35 @@ def test_missing_local_path_and_route_file(tmp_path: Path) -> None:
 
 def test_fallback_variant_must_exist(tmp_path: Path) -> None:
     p = write(tmp_path, BASE + "rollout: {fallback_variant: ngarm}\n")
-    assert issues(p) == [f"{p}:9:29: rollout.fallback_variant: no variant named 'ngarm'; did you mean 'ngram'?"]
+    assert issues(p) == [
+        f"{p}:9:29: rollout.fallback_variant: no variant named 'ngarm'; did you mean 'ngram'?"
+    ]
 
 
 def test_reference_backend_rules(tmp_path: Path) -> None:
-    p = write(tmp_path, BASE.replace("name: t", "name: t\nbackend: reference").replace(
-        "  family: llama", "  family: llama\n  tp: 2\n  quantization: fp8"))  # fmt: skip
+    p = write(
+        tmp_path,
+        BASE.replace("name: t", "name: t\nbackend: reference").replace(
+            "  family: llama", "  family: llama\n  tp: 2\n  quantization: fp8"
+        ),
+    )
     assert issues(p) == [
         f"{p}:6:7: target.tp: the reference backend runs one process; set tp: 1 and pp: 1",
         f"{p}:7:17: target.quantization: 'fp8' needs the tensorrt_llm backend; the reference "
         "backend supports none or int8",
+    ]
+
+
+def test_draft_logits_need_gpu_backend(tmp_path: Path) -> None:
+    p = write(
+        tmp_path,
+        "name: t\nbackend: reference\ntarget: {model: org/t, family: llama}\nvariants:\n"
+        "  - {name: d, mode: draft_model, max_draft_len: 2, use_draft_logits: true,\n"
+        "     draft: {model: org/d, family: llama}}\n",
+    )
+    assert issues(p) == [
+        f"{p}:5:70: variants[0].use_draft_logits: the reference backend accepts draft tokens by "
+        "comparing ids only; set use_draft_logits: false or use the tensorrt_llm backend"
     ]
 
 

@@ -20,18 +20,31 @@ from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "build_specs").glob("*.yaml") if p.name != "demo-cpu.yaml")
-ROUTES = ["chat_short", "chat_long", "code_completion", "rag_copy_heavy", "rag_reasoning",
-          "json_output"]  # fmt: skip
+ROUTES = [
+    "chat_short",
+    "chat_long",
+    "code_completion",
+    "rag_copy_heavy",
+    "rag_reasoning",
+    "json_output",
+]
 DOCS = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
     st.sampled_from(["llama", "qwen2", "medusa", "eagle", "float16", "none", "baseline", "-1"]),
-)  # fmt: skip
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-    max_leaves=6)  # fmt: skip
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -105,7 +118,11 @@ def test_mutated_specs_fail_cleanly(spec_dir: Path, data: st.DataObject) -> None
 def test_damaged_text_fails_cleanly(spec_dir: Path, data: st.DataObject) -> None:
     text = data.draw(st.sampled_from(EXAMPLES)).read_text()
     cut = data.draw(st.integers(0, len(text)))
-    junk = data.draw(st.sampled_from(["", ":", "- ", "{", "]", "\t", "&a", "*a", "!!python/name:os.system", "\n  x: 1\n"]))  # noqa: E501
+    junk = data.draw(
+        st.sampled_from(
+            ["", ":", "- ", "{", "]", "\t", "&a", "*a", "!!python/name:os.system", "\n  x: 1\n"]
+        )
+    )
     path = spec_dir / "damaged.yaml"
     path.write_text(text[:cut] + junk + text[cut:])
     _check(path)

@@ -18,6 +18,7 @@ size/mtime fingerprint of local folders), so an unchanged spec runs nothing.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -80,11 +81,15 @@ class EnginePlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "role": self.role, "mode": self.mode,
+            "name": self.name,
+            "role": self.role,
+            "mode": self.mode,
             "speculative_decoding_mode": self.speculative_decoding_mode,
-            "max_draft_len": self.max_draft_len, "source": self.source, "dir": str(self.dir),
+            "max_draft_len": self.max_draft_len,
+            "source": self.source,
+            "dir": str(self.dir),
             "variants": list(self.variants),
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,13 @@ class Plan:
         }
 
 
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
 def slug(text: str) -> str:
     base = text.rstrip("/").rsplit("/", 1)[-1]
     base = re.sub(r"\.gguf$", "", base)
@@ -192,8 +204,14 @@ class _Builder:
     # -- keys -------------------------------------------------------------
     def _versions(self) -> dict[str, str]:
         if self.gpu:
+            # The container's own versions are pinned by the spec's stack.
             return {"trtllm": self.version, "trtspec": __version__}
-        return {"trtspec": __version__, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+        return {
+            "trtspec": __version__,
+            "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+            "torch": _dist_version("torch"),
+            "transformers": _dist_version("transformers"),
+        }
 
     def _identity(self, inp: str) -> str:
         if inp in self.unit_keys:
@@ -202,19 +220,42 @@ class _Builder:
             return self.external[inp]
         return fingerprint(inp)
 
-    def add(self, *, kind: str, unit: Path, argv: list[str], inputs: list[str], engine: str | None,
-            description: str, step_id: str) -> None:  # fmt: skip
+    def add(
+        self,
+        *,
+        kind: str,
+        unit: Path,
+        argv: list[str],
+        inputs: list[str],
+        engine: str | None,
+        description: str,
+        step_id: str,
+    ) -> None:
         unit_s = str(unit)
         payload = {
-            "kind": kind, "argv": argv, "env": {}, "cwd": None,
-            "inputs": {i: self._identity(i) for i in inputs}, "versions": self._versions(),
-        }  # fmt: skip
+            "kind": kind,
+            "argv": argv,
+            "env": {},
+            "cwd": None,
+            "inputs": {i: self._identity(i) for i in inputs},
+            "versions": self._versions(),
+        }
         key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-        self.steps.append(Step(
-            id=step_id, kind=kind, unit=unit_s, argv=tuple(argv), cwd=None, env={},
-            inputs=tuple(inputs), outputs=(unit_s,), cache_key=key, engine=engine,
-            description=description,
-        ))  # fmt: skip
+        self.steps.append(
+            Step(
+                id=step_id,
+                kind=kind,
+                unit=unit_s,
+                argv=tuple(argv),
+                cwd=None,
+                env={},
+                inputs=tuple(inputs),
+                outputs=(unit_s,),
+                cache_key=key,
+                engine=engine,
+                description=description,
+            )
+        )
         keys = [s.cache_key for s in self.steps if s.unit == unit_s]
         self.unit_keys[unit_s] = hashlib.sha256("".join(keys).encode()).hexdigest()
 
@@ -228,67 +269,167 @@ class _Builder:
         unit = self.root / ".sources" / slug(loc.ref)
         if str(unit) not in self.unit_keys:
             self.external[loc.ref] = "hub:" + loc.ref
-            self.add(kind="download", unit=unit, argv=trtllm.download_argv(loc.ref, str(unit)),
-                     inputs=[loc.ref], engine=None, description=f"download {loc.ref}",
-                     step_id=f"download:{slug(loc.ref)}")  # fmt: skip
+            self.add(
+                kind="download",
+                unit=unit,
+                argv=trtllm.download_argv(loc.ref, str(unit)),
+                inputs=[loc.ref],
+                engine=None,
+                description=f"download {loc.ref}",
+                step_id=f"download:{slug(loc.ref)}",
+            )
         return str(unit)
 
     # -- engines ----------------------------------------------------------
-    def engine(self, name: str, *, role: str, mode: str, max_draft_len: int, source: str,
-               variant: str | None) -> EnginePlan:  # fmt: skip
+    def engine(
+        self,
+        name: str,
+        *,
+        role: str,
+        mode: str,
+        max_draft_len: int,
+        source: str,
+        variant: str | None,
+    ) -> EnginePlan:
         prev = self.engines.get(name)
-        variants = (*prev.variants, variant) if prev and variant else (
-            prev.variants if prev else ((variant,) if variant else ()))
-        e = EnginePlan(name=name, role=role, mode=mode, max_draft_len=max_draft_len, source=source,
-                       dir=self.root / name, variants=variants)  # fmt: skip
+        variants = (
+            (*prev.variants, variant)
+            if prev and variant
+            else (prev.variants if prev else ((variant,) if variant else ()))
+        )
+        e = EnginePlan(
+            name=name,
+            role=role,
+            mode=mode,
+            max_draft_len=max_draft_len,
+            source=source,
+            dir=self.root / name,
+            variants=variants,
+        )
         self.engines[name] = e
         return e
 
-    def checkpoint(self, name: str, argv_for: Any, inputs: list[str], kind: str) -> str:
-        unit = self.root / ".checkpoints" / name
-        if str(unit) not in self.unit_keys:
-            self.add(kind=kind, unit=unit, argv=argv_for(str(unit)), inputs=inputs, engine=None,
-                     description=f"{kind} checkpoint {name}", step_id=f"{kind}:{name}")  # fmt: skip
-        return str(unit)
+    def checkpoint(self, name: str, kind: str, argv: list[str], inputs: list[str]) -> str:
+        """A checkpoint unit (added once even when several engines share it)."""
+        unit = self.ckpt_dir(name)
+        if unit not in self.unit_keys:
+            self.add(
+                kind=kind,
+                unit=Path(unit),
+                argv=argv,
+                inputs=inputs,
+                engine=None,
+                description=f"{kind} checkpoint {name}",
+                step_id=f"{kind}:{name}",
+            )
+        return unit
+
+    def ckpt_dir(self, name: str) -> str:
+        return str(self.root / ".checkpoints" / name)
+
+    def plain_checkpoint(self, name: str, src: str, family: Any, dtype: str, quant: Any) -> str:
+        """Unquantized models go through convert_checkpoint.py, quantized through quantize.py."""
+        t, out = self.spec.target, self.ckpt_dir(name)
+        if quant is Quantization.none:
+            argv = trtllm.convert_argv(
+                examples_dir=self.examples,
+                version=self.version,
+                family=family,
+                source=src,
+                output=out,
+                dtype=dtype,
+                tp=t.tp,
+                pp=t.pp,
+            )
+            return self.checkpoint(name, "convert", argv, [src])
+        argv = trtllm.quantize_argv(
+            examples_dir=self.examples,
+            source=src,
+            output=out,
+            dtype=dtype,
+            quantization=quant,
+            tp=t.tp,
+            pp=t.pp,
+        )
+        return self.checkpoint(name, "quantize", argv, [src])
 
     def target_checkpoint(self, src: str) -> str:
-        t, q = self.spec.target, self.spec.target.quantization
-        if q is Quantization.none:
-            return self.checkpoint("target", lambda out: trtllm.convert_argv(
-                examples_dir=self.examples, version=self.version, family=t.family, source=src,
-                output=out, dtype=self.spec.dtype, tp=t.tp, pp=t.pp), [src], "convert")
-        return self.checkpoint("target", lambda out: trtllm.quantize_argv(
-            examples_dir=self.examples, source=src, output=out, dtype=self.spec.dtype,
-            quantization=q, tp=t.tp, pp=t.pp), [src], "quantize")  # fmt: skip
+        t = self.spec.target
+        return self.plain_checkpoint("target", src, t.family, self.spec.dtype, t.quantization)
 
-    def gpu_engine(self, e: EnginePlan, ckpt: str, tokenizer_src: str | None, quantization: Any,
-                   dtype: str, gather_logits: bool = False) -> None:  # fmt: skip
+    def gpu_engine(  # noqa: PLR0917 - internal helper, called positionally in one module
+        self,
+        e: EnginePlan,
+        ckpt: str,
+        tokenizer_src: str | None,
+        quantization: Any,
+        dtype: str,
+        gather_logits: bool = False,
+    ) -> None:
         out = str(e.dir)
         argv = trtllm.build_argv(
-            checkpoint=ckpt, output=out, target=self.spec.target, dtype=dtype,
-            quantization=quantization, mode=e.mode, max_draft_len=e.max_draft_len,
+            checkpoint=ckpt,
+            output=out,
+            target=self.spec.target,
+            dtype=dtype,
+            quantization=quantization,
+            mode=e.mode,
+            max_draft_len=e.max_draft_len,
             gather_generation_logits=gather_logits,
-        )  # fmt: skip
-        self.add(kind="build", unit=e.dir, argv=argv, inputs=[ckpt], engine=e.name,
-                 description=f"trtllm-build {e.name}", step_id=f"build:{e.name}")  # fmt: skip
+        )
+        self.add(
+            kind="build",
+            unit=e.dir,
+            argv=argv,
+            inputs=[ckpt],
+            engine=e.name,
+            description=f"trtllm-build {e.name}",
+            step_id=f"build:{e.name}",
+        )
         if tokenizer_src is not None:
-            self.add(kind="tokenizer", unit=e.dir,
-                     argv=trtllm.tokenizer_argv(tokenizer_src, f"{out}/tokenizer"),
-                     inputs=[tokenizer_src], engine=e.name,
-                     description=f"copy tokenizer into {e.name}", step_id=f"tokenizer:{e.name}")  # fmt: skip
+            self.add(
+                kind="tokenizer",
+                unit=e.dir,
+                argv=trtllm.tokenizer_argv(tokenizer_src, f"{out}/tokenizer"),
+                inputs=[tokenizer_src],
+                engine=e.name,
+                description=f"copy tokenizer into {e.name}",
+                step_id=f"tokenizer:{e.name}",
+            )
 
-    def reference_engine(self, e: EnginePlan, src: str, quantization: Any, dtype: str,
-                         extra: dict[str, Any], inputs: list[str]) -> None:  # fmt: skip
+    def reference_engine(  # noqa: PLR0917 - internal helper, as gpu_engine
+        self,
+        e: EnginePlan,
+        src: str,
+        quantization: Any,
+        dtype: str,
+        extra: dict[str, Any],
+        inputs: list[str],
+    ) -> None:
         argv = trtllm.reference_argv(
-            source=src, output=str(e.dir), mode=e.mode, max_draft_len=e.max_draft_len,
-            target=self.spec.target, dtype=dtype, quantization=quantization, **extra,
-        )  # fmt: skip
-        self.add(kind="reference", unit=e.dir, argv=argv, inputs=[src, *inputs], engine=e.name,
-                 description=f"reference engine {e.name}", step_id=f"reference:{e.name}")  # fmt: skip
+            source=src,
+            output=str(e.dir),
+            mode=e.mode,
+            max_draft_len=e.max_draft_len,
+            target=self.spec.target,
+            dtype=dtype,
+            quantization=quantization,
+            **extra,
+        )
+        self.add(
+            kind="reference",
+            unit=e.dir,
+            argv=argv,
+            inputs=[src, *inputs],
+            engine=e.name,
+            description=f"reference engine {e.name}",
+            step_id=f"reference:{e.name}",
+        )
 
 
-def make_plan(spec: Spec, engines_root: Path = Path("engines"), *,
-              examples_dir: str | None = None) -> Plan:  # fmt: skip
+def make_plan(
+    spec: Spec, engines_root: Path = Path("engines"), *, examples_dir: str | None = None
+) -> Plan:
     """The ordered build plan for ``spec``; engines land in ``engines_root/<spec>/``."""
     b = _Builder(spec, engines_root, examples_dir)
     t = spec.target
@@ -296,14 +437,20 @@ def make_plan(spec: Spec, engines_root: Path = Path("engines"), *,
     target_src = b.source(t.model)
     variants: dict[str, VariantEngines] = {"baseline": VariantEngines("target", None, "none")}
 
-    base = b.engine("target", role="target", mode="none", max_draft_len=0, source=t.model,
-                    variant="baseline")  # fmt: skip
+    base = b.engine(
+        "target", role="target", mode="none", max_draft_len=0, source=t.model, variant="baseline"
+    )
     dte_users = [v for v in spec.variants if isinstance(v, DraftModelVariant | NgramVariant)]
     dte = None
     if dte_users:
-        dte = b.engine("target_dte", role="target", mode="draft_tokens_external",
-                       max_draft_len=max(v.max_draft_len for v in dte_users), source=t.model,
-                       variant=None)  # fmt: skip
+        dte = b.engine(
+            "target_dte",
+            role="target",
+            mode="draft_tokens_external",
+            max_draft_len=max(v.max_draft_len for v in dte_users),
+            source=t.model,
+            variant=None,
+        )
     if b.gpu:
         ckpt = b.target_checkpoint(target_src)
         b.gpu_engine(base, ckpt, target_src, q, dtype)
@@ -311,12 +458,18 @@ def make_plan(spec: Spec, engines_root: Path = Path("engines"), *,
         b.reference_engine(base, target_src, q, dtype, {}, [])
 
     drafts: dict[tuple[str, str, str], str] = {}
-    taken: set[str] = set()
+    taken: set[str] = {v.name for v in spec.variants}  # Triton model names are shared
     for v in spec.variants:
         if isinstance(v, DraftModelVariant | NgramVariant):
             assert dte is not None
-            dte = b.engine("target_dte", role="target", mode=dte.mode,
-                           max_draft_len=dte.max_draft_len, source=t.model, variant=v.name)  # fmt: skip
+            dte = b.engine(
+                "target_dte",
+                role="target",
+                mode=dte.mode,
+                max_draft_len=dte.max_draft_len,
+                source=t.model,
+                variant=v.name,
+            )
             draft_name = None
             if isinstance(v, DraftModelVariant):
                 d = v.draft
@@ -331,34 +484,66 @@ def make_plan(spec: Spec, engines_root: Path = Path("engines"), *,
                     taken.add(name)
                     drafts[ident] = name
                 draft_name = drafts[ident]
-                b.engine(draft_name, role="draft", mode="none", max_draft_len=0,
-                         source=d.model, variant=v.name)  # fmt: skip
+                b.engine(
+                    draft_name,
+                    role="draft",
+                    mode="none",
+                    max_draft_len=0,
+                    source=d.model,
+                    variant=v.name,
+                )
             variants[v.name] = VariantEngines("target_dte", draft_name, v.mode)
         elif isinstance(v, MedusaVariant):
             name = f"target_medusa_{v.name}"
-            b.engine(name, role="target", mode="medusa", max_draft_len=v.max_draft_len or 0,
-                     source=t.model, variant=v.name)  # fmt: skip
+            b.engine(
+                name,
+                role="target",
+                mode="medusa",
+                max_draft_len=v.max_draft_len or 0,
+                source=t.model,
+                variant=v.name,
+            )
             variants[v.name] = VariantEngines(name, None, v.mode)
         elif isinstance(v, EagleVariant):
             name = f"target_eagle_{v.name}"
-            b.engine(name, role="target", mode="eagle", max_draft_len=v.max_draft_len or 0,
-                     source=t.model, variant=v.name)  # fmt: skip
+            b.engine(
+                name,
+                role="target",
+                mode="eagle",
+                max_draft_len=v.max_draft_len or 0,
+                source=t.model,
+                variant=v.name,
+            )
             variants[v.name] = VariantEngines(name, None, v.mode)
         elif isinstance(v, LookaheadVariant):
             name = f"target_lookahead_{v.name}"
-            b.engine(name, role="target", mode="lookahead_decoding",
-                     max_draft_len=v.max_draft_len or 0, source=t.model, variant=v.name)  # fmt: skip
+            b.engine(
+                name,
+                role="target",
+                mode="lookahead_decoding",
+                max_draft_len=v.max_draft_len or 0,
+                source=t.model,
+                variant=v.name,
+            )
             variants[v.name] = VariantEngines(name, None, v.mode)
 
     _add_engine_steps(b, spec, target_src, drafts)
     ordered = list(b.engines.values())
-    return Plan(spec_name=spec.name, spec_hash=spec.spec_hash, backend=spec.backend.value,
-                root=b.root, engines=ordered, steps=b.steps, variants=variants,
-                unit_keys=dict(b.unit_keys))  # fmt: skip
+    return Plan(
+        spec_name=spec.name,
+        spec_hash=spec.spec_hash,
+        backend=spec.backend.value,
+        root=b.root,
+        engines=ordered,
+        steps=b.steps,
+        variants=variants,
+        unit_keys=dict(b.unit_keys),
+    )
 
 
-def _add_engine_steps(b: _Builder, spec: Spec, target_src: str,
-                      drafts: dict[tuple[str, str, str], str]) -> None:  # fmt: skip
+def _add_engine_steps(
+    b: _Builder, spec: Spec, target_src: str, drafts: dict[tuple[str, str, str], str]
+) -> None:
     """Steps for every engine except the baseline (already added)."""
     t = spec.target
     q, dtype = t.quantization, spec.dtype
@@ -371,59 +556,30 @@ def _add_engine_steps(b: _Builder, spec: Spec, target_src: str,
     done: set[str] = set()
     for v in spec.variants:
         if isinstance(v, DraftModelVariant):
-            d = v.draft
-            ddtype = d.dtype.value if d.dtype else dtype
-            name = drafts[(spec.model_location(d.model).ref, d.quantization.value, ddtype)]
-            if name in done:
-                continue
-            done.add(name)
-            e = b.engines[name]
-            src = b.source(d.model)
-            if b.gpu:
-                if d.quantization is Quantization.none:
-                    ckpt = b.checkpoint(name, lambda out, src=src, d=d, ddtype=ddtype: trtllm.convert_argv(
-                        examples_dir=b.examples, version=b.version, family=d.family, source=src,
-                        output=out, dtype=ddtype, tp=t.tp, pp=t.pp), [src], "convert")  # fmt: skip
-                else:
-                    ckpt = b.checkpoint(name, lambda out, src=src, d=d, ddtype=ddtype: trtllm.quantize_argv(
-                        examples_dir=b.examples, source=src, output=out, dtype=ddtype,
-                        quantization=d.quantization, tp=t.tp, pp=t.pp), [src], "quantize")  # fmt: skip
-                b.gpu_engine(e, ckpt, None, d.quantization, ddtype, gather_logits=v.use_draft_logits)
-            else:
-                b.reference_engine(e, src, d.quantization, ddtype, {}, [])
+            _draft_steps(b, spec, v, drafts, done)
         elif isinstance(v, MedusaVariant):
-            e = b.engines[f"target_medusa_{v.name}"]
-            heads = b.source(v.checkpoint)
-            mdl = v.max_draft_len or len(v.medusa_choices)
-            if b.gpu:
-                if q is Quantization.none:
-                    ckpt = b.checkpoint(e.name, lambda out, v=v, heads=heads, mdl=mdl: trtllm.medusa_convert_argv(
-                        examples_dir=b.examples, family=t.family, source=target_src, heads=heads,
-                        output=out, dtype=dtype, num_medusa_heads=v.num_medusa_heads,
-                        max_draft_len=mdl, tp=t.tp, pp=t.pp), [target_src, heads], "convert")  # fmt: skip
-                else:
-                    ckpt = b.checkpoint(e.name, lambda out, v=v, heads=heads, mdl=mdl: trtllm.quantize_argv(
-                        examples_dir=b.examples, source=target_src, output=out, dtype=dtype,
-                        quantization=q, tp=t.tp, pp=t.pp,
-                        medusa=(heads, v.num_medusa_heads, mdl)), [target_src, heads], "quantize")  # fmt: skip
-                b.gpu_engine(e, ckpt, target_src, q, dtype)
-            else:
-                b.reference_engine(e, target_src, q, dtype,
-                                   {"medusa": (heads, v.num_medusa_heads, v.medusa_choices)}, [heads])  # fmt: skip
+            _medusa_steps(b, spec, v, target_src)
         elif isinstance(v, EagleVariant):
             e = b.engines[f"target_eagle_{v.name}"]
             eagle = b.source(v.checkpoint)
             mdl = v.max_draft_len or len(v.eagle_choices)
-            if b.gpu:
-                ckpt = b.checkpoint(e.name, lambda out, v=v, eagle=eagle, mdl=mdl: trtllm.eagle_convert_argv(
-                    examples_dir=b.examples, source=target_src, eagle=eagle, output=out, dtype=dtype,
-                    max_draft_len=mdl, num_eagle_layers=v.num_eagle_layers,
-                    max_non_leaves_per_layer=v.max_non_leaves_per_layer, tp=t.tp),
-                    [target_src, eagle], "convert")  # fmt: skip
-                b.gpu_engine(e, ckpt, target_src, q, dtype)
-            else:
-                b.reference_engine(e, target_src, q, dtype,
-                                   {"eagle": (eagle, v.num_eagle_layers, v.eagle_choices)}, [eagle])  # fmt: skip
+            if not b.gpu:
+                extra = {"eagle": (eagle, v.num_eagle_layers, v.eagle_choices)}
+                b.reference_engine(e, target_src, q, dtype, extra, [eagle])
+                continue
+            argv = trtllm.eagle_convert_argv(
+                examples_dir=b.examples,
+                source=target_src,
+                eagle=eagle,
+                output=b.ckpt_dir(e.name),
+                dtype=dtype,
+                max_draft_len=mdl,
+                num_eagle_layers=v.num_eagle_layers,
+                max_non_leaves_per_layer=v.max_non_leaves_per_layer,
+                tp=t.tp,
+            )
+            ckpt = b.checkpoint(e.name, "convert", argv, [target_src, eagle])
+            b.gpu_engine(e, ckpt, target_src, q, dtype)
         elif isinstance(v, LookaheadVariant):
             e = b.engines[f"target_lookahead_{v.name}"]
             if b.gpu:
@@ -431,3 +587,65 @@ def _add_engine_steps(b: _Builder, spec: Spec, target_src: str,
             else:
                 wng = (v.window_size, v.ngram_size, v.verification_set_size)
                 b.reference_engine(e, target_src, q, dtype, {"lookahead": wng}, [])
+
+
+def _draft_steps(
+    b: _Builder,
+    spec: Spec,
+    v: DraftModelVariant,
+    drafts: dict[tuple[str, str, str], str],
+    done: set[str],
+) -> None:
+    d = v.draft
+    ddtype = d.dtype.value if d.dtype else spec.dtype
+    name = drafts[(spec.model_location(d.model).ref, d.quantization.value, ddtype)]
+    if name in done:
+        return
+    done.add(name)
+    e = b.engines[name]
+    src = b.source(d.model)
+    if not b.gpu:
+        b.reference_engine(e, src, d.quantization, ddtype, {}, [])
+        return
+    ckpt = b.plain_checkpoint(name, src, d.family, ddtype, d.quantization)
+    b.gpu_engine(e, ckpt, None, d.quantization, ddtype, gather_logits=v.use_draft_logits)
+
+
+def _medusa_steps(b: _Builder, spec: Spec, v: MedusaVariant, target_src: str) -> None:
+    t = spec.target
+    q, dtype = t.quantization, spec.dtype
+    e = b.engines[f"target_medusa_{v.name}"]
+    heads = b.source(v.checkpoint)
+    mdl = v.max_draft_len or len(v.medusa_choices)
+    if not b.gpu:
+        extra = {"medusa": (heads, v.num_medusa_heads, v.medusa_choices)}
+        b.reference_engine(e, target_src, q, dtype, extra, [heads])
+        return
+    out = b.ckpt_dir(e.name)
+    if q is Quantization.none:
+        argv = trtllm.medusa_convert_argv(
+            examples_dir=b.examples,
+            family=t.family,
+            source=target_src,
+            heads=heads,
+            output=out,
+            dtype=dtype,
+            num_medusa_heads=v.num_medusa_heads,
+            max_draft_len=mdl,
+            tp=t.tp,
+            pp=t.pp,
+        )
+        ckpt = b.checkpoint(e.name, "convert", argv, [target_src, heads])
+    else:
+        argv = trtllm.quantize_argv(
+            examples_dir=b.examples,
+            source=target_src,
+            output=out,
+            dtype=dtype,
+            quantization=q,
+            tp=t.tp,
+            pp=t.pp,
+            medusa=(heads, v.num_medusa_heads, mdl),
+        )
+        ckpt = b.checkpoint(e.name, "quantize", argv, [target_src, heads])
+    b.gpu_engine(e, ckpt, target_src, q, dtype)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import hashlib
 import importlib.util
 import json
@@ -30,11 +31,12 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -45,9 +47,27 @@ from trtspec.errors import ServerError
 OPT_BIN = Path("/opt/tritonserver/bin")
 MANIFEST_NAME = "trtspec-repo.json"
 MANIFEST_SCHEMA_VERSION = 1
-# What the stub needs next to libtriton_python.so in a backend folder.
-_PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 _STUB_NAME = "triton_python_backend_stub"
+_UTILS_NAME = "triton_python_backend_utils.py"
+_PATH_HOOK = "_trtspec_stub_path"
+# The wheel's stub embeds Python in isolated mode, so it ignores PYTHONPATH; the
+# stub imports triton_python_backend_utils (from the backend folder) before any
+# model.py, so our copy of it first applies PYTHONPATH, .pth files included (an
+# editable install's lives there), ahead of the base interpreter's site-packages.
+_PATH_HOOK_SOURCE = """\
+\"\"\"Written by trtspec: apply PYTHONPATH, which the isolated stub ignores.\"\"\"
+import os
+import site
+import sys
+
+_entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+for _entry in reversed(_entries):
+    if _entry in sys.path:
+        sys.path.remove(_entry)
+    sys.path.insert(0, _entry)
+for _entry in _entries:
+    site.addsitedir(_entry)
+"""
 # Log lines Triton prints on every CPU-only start; they are not the reason a start failed.
 _BENIGN_ERRORS = (
     "CudaDriverHelper has not been initialized",
@@ -231,9 +251,10 @@ def prepare_backend_dir(root: Path, cache: Path) -> Path:
             hint="run trtspec from a Python version the wheel supports, or use another "
             "tritonserver with --tritonserver",
         )
-    sources = [root / "backends" / "python" / name for name in _PYTHON_BACKEND_FILES] + [stub]
-    digest = hashlib.sha256()
-    for source in sources:
+    library = root / "backends" / "python" / "libtriton_python.so"
+    utils = root / "backends" / "python" / _UTILS_NAME
+    digest = hashlib.sha256(_PATH_HOOK_SOURCE.encode())
+    for source in (library, utils, stub):
         stat = source.stat()
         digest.update(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
     final = cache / "triton-backends" / f"py{version}-{digest.hexdigest()[:16]}"
@@ -242,9 +263,16 @@ def prepare_backend_dir(root: Path, cache: Path) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
     try:
-        (staging / "python").mkdir()
-        for source in sources:
-            shutil.copy2(source, staging / "python" / source.name)
+        target = staging / "python"
+        target.mkdir()
+        shutil.copy2(library, target / library.name)
+        shutil.copy2(stub, target / stub.name)
+        (target / f"{_PATH_HOOK}.py").write_text(_PATH_HOOK_SOURCE, encoding="utf-8")
+        (target / _UTILS_NAME).write_text(
+            f"import {_PATH_HOOK}  # noqa: F401  (added by trtspec, see that module)\n"
+            + utils.read_text(encoding="utf-8"),
+            encoding="utf-8",
+        )
         try:
             os.rename(staging, final)
         except OSError:
@@ -646,6 +674,9 @@ class Server:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                # The child only calls prctl, resolved beforehand: no lock it could
+                # inherit from another thread is taken.
+                preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
             )
         _LIVE.add(self)
         deadline = time.monotonic() + timeout
@@ -779,6 +810,21 @@ class _PortInUse(Exception):
     def __init__(self, error: ServerError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A pre-exec hook asking Linux to SIGTERM the server when the thread that
+    started it dies, so even a SIGKILLed supervisor leaves no server behind.
+    The signal is tied to the forking thread, so only the main thread (which
+    lives as long as the process) uses it."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    term = int(signal.SIGTERM)
+    return lambda: prctl(1, term)  # 1 = PR_SET_PDEATHSIG
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

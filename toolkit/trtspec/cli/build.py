@@ -5,6 +5,7 @@ goes to stdout (``--format table|json``); warnings and progress go to stderr."""
 from __future__ import annotations
 
 import difflib
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -39,20 +40,36 @@ def validate_cmd(spec_path: str, fmt: str) -> None:
     rows = []
     for name, ve in plan.variants.items():
         target = plan.engine(ve.target)
-        rows.append([name, ve.mode, target.max_draft_len if ve.mode != "none" else "-",
-                     ve.target, ve.draft or "-"])  # fmt: skip
+        rows.append(
+            [
+                name,
+                ve.mode,
+                target.max_draft_len if ve.mode != "none" else "-",
+                ve.target,
+                ve.draft or "-",
+            ]
+        )
     if fmt == "json":
-        emit_json({
-            "valid": True, "spec": spec.name, "spec_hash": spec.spec_hash,
-            "backend": spec.backend.value, "trtllm_version": spec.stack.trtllm_version,
-            "warnings": spec.warnings,
-            "variants": [dict(zip(("name", "mode", "max_draft_len", "target", "draft"), r,
-                                  strict=True)) for r in rows],
-            "engines": [e.to_dict() for e in plan.engines],
-        })  # fmt: skip
+        emit_json(
+            {
+                "valid": True,
+                "spec": spec.name,
+                "spec_hash": spec.spec_hash,
+                "backend": spec.backend.value,
+                "trtllm_version": spec.stack.trtllm_version,
+                "warnings": spec.warnings,
+                "variants": [
+                    dict(zip(("name", "mode", "max_draft_len", "target", "draft"), r, strict=True))
+                    for r in rows
+                ],
+                "engines": [e.to_dict() for e in plan.engines],
+            }
+        )
         return
-    click.echo(f"{spec_path}: valid ({spec.name}, backend {spec.backend.value}, "
-               f"TensorRT-LLM {spec.stack.trtllm_version})")  # fmt: skip
+    click.echo(
+        f"{spec_path}: valid ({spec.name}, backend {spec.backend.value}, "
+        f"TensorRT-LLM {spec.stack.trtllm_version})"
+    )
     emit_table(["variant", "mode", "max_draft_len", "target engine", "draft engine"], rows)
 
 
@@ -71,14 +88,31 @@ def _check_only(plan: Any, only: str | None) -> None:
 @click.option("--dry-run", is_flag=True, help="Print every step (argv, cache state) and run none.")
 @click.option("--force", is_flag=True, help="Rebuild even when a step's cache key is unchanged.")
 @click.option("--only", metavar="VARIANT", help="Build only the engines this variant needs.")
-@click.option("--engines-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("engines"), show_default=True, help="Where engine folders go.")  # fmt: skip
-@click.option("--examples-dir", metavar="DIR",
-              help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).")  # fmt: skip
+@click.option(
+    "--engines-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("engines"),
+    show_default=True,
+    help="Where engine folders go.",
+)
+@click.option(
+    "--examples-dir",
+    metavar="DIR",
+    help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Echo each step's output on stderr.")
 @format_option
-def build_cmd(spec_path: str, dry_run: bool, force: bool, only: str | None, engines_dir: Path,
-              examples_dir: str | None, verbose: bool, fmt: str) -> None:  # fmt: skip
+def build_cmd(
+    *,
+    spec_path: str,
+    dry_run: bool,
+    force: bool,
+    only: str | None,
+    engines_dir: Path,
+    examples_dir: str | None,
+    verbose: bool,
+    fmt: str,
+) -> None:
     """Build the engines of a spec (steps whose inputs are unchanged are skipped)."""
     from trtspec.build.executor import backend_for, execute, plan_status, run_subprocess
     from trtspec.plan import make_plan
@@ -93,32 +127,64 @@ def build_cmd(spec_path: str, dry_run: bool, force: bool, only: str | None, engi
             data["steps"] = [{**s.to_dict(), "cached": cached} for s, cached in status]
             emit_json(data)
             return
-        rows = [[i + 1, s.engine or Path(s.unit).name, s.kind, "cached" if c else "run",
-                 shlex.join(s.argv)] for i, (s, c) in enumerate(status)]  # fmt: skip
+        rows = [
+            [
+                i + 1,
+                os.path.relpath(s.unit, plan.root),
+                s.kind,
+                "cached" if c else "run",
+                shlex.join(s.argv),
+            ]
+            for i, (s, c) in enumerate(status)
+        ]
         emit_table(["#", "unit", "kind", "state", "command"], rows)
         return
 
     def runner(argv: Any, cwd: Any, env: Any, log: Path) -> None:
-        run_subprocess(argv, cwd, env, log, echo=(lambda line: click.echo(line, err=True))
-                       if verbose else None)  # fmt: skip
+        run_subprocess(
+            argv, cwd, env, log, echo=(lambda line: click.echo(line, err=True)) if verbose else None
+        )
 
-    result = execute(plan, backend=backend_for(plan.backend), force=force, only=only,
-                     runner=runner, progress=progress)  # fmt: skip
+    result = execute(
+        plan,
+        backend=backend_for(plan.backend),
+        force=force,
+        only=only,
+        runner=runner,
+        progress=progress,
+    )
     selected = {o.step.unit for o in result.outcomes}
     ran = {o.step.unit for o in result.outcomes if o.status == "ran"}
     engines = [e for e in plan.engines if str(e.dir) in selected]
     if fmt == "json":
-        emit_json({
-            "spec": spec.name, "spec_hash": spec.spec_hash,
-            "engines": [{**e.to_dict(), "state": "built" if str(e.dir) in ran else "cached"}
-                        for e in engines],
-            "steps": [{"id": o.step.id, "status": o.status, "seconds": round(o.seconds, 3)}
-                      for o in result.outcomes],
-        })  # fmt: skip
+        emit_json(
+            {
+                "spec": spec.name,
+                "spec_hash": spec.spec_hash,
+                "engines": [
+                    {**e.to_dict(), "state": "built" if str(e.dir) in ran else "cached"}
+                    for e in engines
+                ],
+                "steps": [
+                    {"id": o.step.id, "status": o.status, "seconds": round(o.seconds, 3)}
+                    for o in result.outcomes
+                ],
+            }
+        )
         return
-    emit_table(["engine", "mode", "max_draft_len", "state", "folder"],
-               [[e.name, e.mode, e.max_draft_len, "built" if str(e.dir) in ran else "cached",
-                 str(e.dir)] for e in engines])  # fmt: skip
+    emit_table(
+        ["engine", "mode", "max_draft_len", "state", "folder"],
+        [
+            [
+                e.name,
+                e.mode,
+                e.max_draft_len,
+                "built" if str(e.dir) in ran else "cached",
+                str(e.dir),
+            ]
+            for e in engines
+        ],
+    )
 
 
 @click.command("inspect")
@@ -137,15 +203,24 @@ def inspect_cmd(engine_dir: Path, fmt: str) -> None:
         if key == "plugins":
             rows += [[f"plugin.{k}", v] for k, v in value.items()]
         elif key == "manifest":
-            rows += [[f"manifest.{k}", ", ".join(v) if isinstance(v, list) else v]
-                     for k, v in value.items() if not isinstance(v, dict)]  # fmt: skip
+            rows += [
+                [f"manifest.{k}", ", ".join(v) if isinstance(v, list) else v]
+                for k, v in value.items()
+                if not isinstance(v, dict)
+            ]
         elif key == "files":
             rows.append([key, ", ".join(value)])
         elif key == "speculative_decoding_mode":
             rows.append([key, f"{value} ({info['speculative_mode_name']})"])
         elif key != "speculative_mode_name":
-            rows.append([key, value if not isinstance(value, dict) else
-                         ", ".join(f"{k}={v}" for k, v in value.items())])  # fmt: skip
+            rows.append(
+                [
+                    key,
+                    value
+                    if not isinstance(value, dict)
+                    else ", ".join(f"{k}={v}" for k, v in value.items()),
+                ]
+            )
     emit_table(["field", "value"], rows)
 
 

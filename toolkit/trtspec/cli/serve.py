@@ -18,7 +18,7 @@ _port = click.IntRange(0, 65535)
 
 
 class _StopRequested(Exception):
-    """Raised from the SIGTERM handler so the supervisor's cleanup runs."""
+    """Raised from the SIGINT/SIGTERM handler so the supervisor's cleanup runs."""
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
@@ -87,7 +87,9 @@ def serve_command(
         world_size=ranks,
         engine_models=engine_models(repo, models) if ranks > 1 else (),
     )
-    previous_int = signal.getsignal(signal.SIGINT)
+    # Installed explicitly: a shell starting us in the background ignores SIGINT
+    # for us, and `kill -INT` must still stop the server.
+    previous_int = signal.signal(signal.SIGINT, _raise_stop)
     previous_term = signal.signal(signal.SIGTERM, _raise_stop)
     ready = False
     try:

@@ -259,6 +259,10 @@ class _Checker:
     def run(self) -> list[Problem]:
         if not self.repo.is_dir():
             return [Problem(self.repo, "repository folder does not exist")]
+        nested = sorted(p for p in self.repo.glob("*/trtspec-repo.json"))
+        if nested and not any(self.repo.glob("*/config.pbtxt")):
+            return [Problem(self.repo, "holds repositories, not models; check "
+                            + " or ".join(str(p.parent) for p in nested))]
         self.load()
         if not self.models and not self.problems:
             self.add(self.repo, "no model folders (folders with a config.pbtxt) found")

@@ -91,15 +91,15 @@ class _Issues:
 
 def _model_at(path: Path_, data: Any) -> type[BaseModel] | None:
     norm: list[str] = []
-    node = data
+    node: Any = data
     for i, part in enumerate(path):
         if path[0] in ("variants", "routes") and i == 1:
             norm.append("*")
         else:
             norm.append(str(part))
-        node = node[part] if isinstance(node, dict | list) and _has(node, part) else None
+        node = node[part] if isinstance(node, dict | list) and _has(node, part) else None  # type: ignore[index]
     if len(norm) == 2 and norm[0] == "variants" and isinstance(node, dict):
-        return MODES.get(node.get("mode"))  # type: ignore[arg-type]
+        return MODES.get(str(node.get("mode")))  # type: ignore[return-value]
     return _SECTIONS.get(tuple(norm))
 
 
@@ -233,7 +233,8 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
                 "give each variant a unique name",
             )
         names.setdefault(v.name, i)
-        if v.name in RESERVED_NAMES or v.name.startswith(("draft_", "target_")):
+        # draft_* engine names dodge variant names in the planner; target_* ones cannot.
+        if v.name in RESERVED_NAMES or v.name.startswith("target_"):
             issues.add(
                 (*base, "name"),
                 f"{v.name!r} is reserved for trtspec's own models; pick another name",
@@ -326,6 +327,12 @@ def _check_draft(
 ) -> None:
     d = v.draft
     q = d.quantization
+    if spec.backend is Backend.reference and v.use_draft_logits:
+        issues.add(
+            (*base, "use_draft_logits"),
+            "the reference backend accepts draft tokens by comparing ids only; "
+            "set use_draft_logits: false or use the tensorrt_llm backend",
+        )
     if spec.backend is Backend.reference and q not in (Quantization.none, Quantization.int8):
         issues.add(
             (*base, "draft", "quantization"),

@@ -75,15 +75,15 @@ class _Strict(BaseModel):
 
 class Stack(_Strict):
     trtllm_version: str = Field(
-        DEFAULT_TRTLLM_VERSION,
+        default=DEFAULT_TRTLLM_VERSION,
         description="TensorRT-LLM version of the build container; 0.17 <= v < 1.3.",
     )
     triton_image: str = Field(
-        DEFAULT_TRITON_IMAGE,
+        default=DEFAULT_TRITON_IMAGE,
         description="Triton TRT-LLM container image the engines are built and served in.",
     )
     examples_dir: str = Field(
-        DEFAULT_EXAMPLES_DIR,
+        default=DEFAULT_EXAMPLES_DIR,
         description="Where TensorRT-LLM's examples/ live in the container "
         "(convert_checkpoint.py, quantize.py).",
     )
@@ -91,21 +91,22 @@ class Stack(_Strict):
 
 class KvCache(_Strict):
     tokens_per_block: int = Field(
-        32,
+        default=32,
         ge=8,
         le=256,
         description="Paged KV block size in tokens (a power of two); passed explicitly "
         "since the default drifted (64 in 0.17, 32 in 1.x).",
     )
     free_gpu_mem_fraction: float = Field(
-        0.9,
+        default=0.9,
         gt=0.0,
         le=1.0,
         description="Fraction of free GPU memory the KV cache may take "
         "(Triton kv_cache_free_gpu_mem_fraction).",
     )
     enable_reuse: bool = Field(
-        True, description="KV-cache block reuse across requests (Triton enable_kv_cache_reuse)."
+        default=True,
+        description="KV-cache block reuse across requests (Triton enable_kv_cache_reuse).",
     )
 
 
@@ -117,37 +118,46 @@ class Target(_Strict):
     )
     family: Family = Field(description="Model family; picks the convert_checkpoint.py folder.")
     dtype: DType | None = Field(
-        None, description="Compute dtype; null = float16 on tensorrt_llm, float32 on reference."
+        default=None,
+        description="Compute dtype; null = float16 on tensorrt_llm, float32 on reference.",
     )
     quantization: Quantization = Field(
-        Quantization.none,
+        default=Quantization.none,
         description="none | fp8 | int8_sq | int4_awq | int8_wo | int4_wo (GPU, via "
         "quantize.py) | int8 (reference only).",
     )
     tp: int = Field(
-        1, ge=1, le=64, description="Tensor parallel size (fixed at checkpoint conversion)."
+        default=1, ge=1, le=64, description="Tensor parallel size (fixed at checkpoint conversion)."
     )
     pp: int = Field(
-        1, ge=1, le=64, description="Pipeline parallel size (fixed at checkpoint conversion)."
+        default=1,
+        ge=1,
+        le=64,
+        description="Pipeline parallel size (fixed at checkpoint conversion).",
     )
-    max_batch_size: int = Field(8, ge=1, le=4096, description="trtllm-build --max_batch_size.")
+    max_batch_size: int = Field(
+        default=8, ge=1, le=4096, description="trtllm-build --max_batch_size."
+    )
     max_input_len: int = Field(
-        2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len."
+        default=2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len."
     )
     max_seq_len: int = Field(
-        4096, ge=2, le=1_048_576, description="trtllm-build --max_seq_len (prompt + output)."
+        default=4096,
+        ge=2,
+        le=1_048_576,
+        description="trtllm-build --max_seq_len (prompt + output).",
     )
     max_num_tokens: int = Field(
-        8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens."
+        default=8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens."
     )
     max_beam_width: int = Field(
-        1,
+        default=1,
         ge=1,
         le=64,
         description="trtllm-build --max_beam_width; must be 1 with any speculative variant.",
     )
     instances: int = Field(
-        1, ge=1, le=64, description="Triton instance count of the engine models."
+        default=1, ge=1, le=64, description="Triton instance count of the engine models."
     )
     kv_cache: KvCache = Field(default_factory=KvCache, description="KV-cache settings.")
 
@@ -157,8 +167,8 @@ class DraftModel(_Strict):
         min_length=1, description="Draft model: local HF folder, .gguf file, or hub id."
     )
     family: Family = Field(description="Draft model family.")
-    dtype: DType | None = Field(None, description="Draft dtype; null = the target's.")
-    quantization: Quantization = Field(Quantization.none, description="Draft quantization.")
+    dtype: DType | None = Field(default=None, description="Draft dtype; null = the target's.")
+    quantization: Quantization = Field(default=Quantization.none, description="Draft quantization.")
 
 
 class _Variant(_Strict):
@@ -180,12 +190,12 @@ class DraftModelVariant(_Variant):
         description="Most draft tokens per round; the shared target_dte engine uses the largest.",
     )
     num_draft_tokens: list[PosInt] | None = Field(
-        None,
+        default=None,
         min_length=1,
         description="Draft lengths k swept at bench time; null = [max_draft_len].",
     )
     use_draft_logits: bool = Field(
-        False,
+        default=False,
         description="Accept by draft logits (draft engine built with --gather_generation_logits).",
     )
 
@@ -194,10 +204,10 @@ class NgramVariant(_Variant):
     mode: Literal["ngram"] = "ngram"
     max_draft_len: int = Field(ge=1, le=1024, description="Most tokens proposed per round.")
     max_matching_ngram_size: int = Field(
-        3, ge=1, le=64, description="Longest suffix n-gram looked up in prompt + output."
+        default=3, ge=1, le=64, description="Longest suffix n-gram looked up in prompt + output."
     )
     num_draft_tokens: list[PosInt] | None = Field(
-        None,
+        default=None,
         min_length=1,
         description="Draft lengths k swept at bench time; null = [max_draft_len].",
     )
@@ -208,37 +218,44 @@ class MedusaVariant(_Variant):
     checkpoint: str = Field(
         min_length=1, description="Medusa heads checkpoint (local folder or hub id)."
     )
-    num_medusa_heads: int = Field(4, ge=1, le=64, description="Number of Medusa heads.")
+    num_medusa_heads: int = Field(default=4, ge=1, le=64, description="Number of Medusa heads.")
     medusa_choices: list[list[Annotated[int, Field(ge=0)]]] = Field(
         min_length=1, description="Medusa tree: paths of top-k indices, one level per head."
     )
     max_draft_len: int | None = Field(
-        None, ge=1, le=1024, description="null = len(medusa_choices); a value must be >= that."
+        default=None,
+        ge=1,
+        le=1024,
+        description="null = len(medusa_choices); a value must be >= that.",
     )
 
 
 class EagleVariant(_Variant):
     mode: Literal["eagle"] = "eagle"
     checkpoint: str = Field(min_length=1, description="EAGLE checkpoint (local folder or hub id).")
-    num_eagle_layers: int = Field(4, ge=1, le=64, description="Depth of the EAGLE draft tree.")
+    num_eagle_layers: int = Field(
+        default=4, ge=1, le=64, description="Depth of the EAGLE draft tree."
+    )
     max_non_leaves_per_layer: int = Field(
-        10, ge=1, le=256, description="Most non-leaf nodes per tree level."
+        default=10, ge=1, le=256, description="Most non-leaf nodes per tree level."
     )
     eagle_choices: list[list[Annotated[int, Field(ge=0)]]] = Field(
         min_length=1, description="EAGLE-1 static tree: paths of top-k indices."
     )
     max_draft_len: int | None = Field(
-        None, ge=1, le=1024, description="null = len(eagle_choices); at most 256."
+        default=None, ge=1, le=1024, description="null = len(eagle_choices); at most 256."
     )
 
 
 class LookaheadVariant(_Variant):
     mode: Literal["lookahead"] = "lookahead"
-    window_size: int = Field(4, ge=1, le=64, description="W: lookahead window.")
-    ngram_size: int = Field(3, ge=1, le=64, description="N: n-gram size.")
-    verification_set_size: int = Field(4, ge=0, le=64, description="G: verification set size.")
+    window_size: int = Field(default=4, ge=1, le=64, description="W: lookahead window.")
+    ngram_size: int = Field(default=3, ge=1, le=64, description="N: n-gram size.")
+    verification_set_size: int = Field(
+        default=4, ge=0, le=64, description="G: verification set size."
+    )
     max_draft_len: int | None = Field(
-        None,
+        default=None,
         ge=0,
         le=4096,
         description="null = (N==1 ? 0 : N-2) + (W-1+G)*(N-1); any other value is rejected.",
@@ -262,34 +279,42 @@ class Route(_Strict):
     prompts: str = Field(
         min_length=1, description="Prompt set (.jsonl), relative to the spec's folder."
     )
-    max_tokens: int = Field(128, ge=1, le=65536, description="Completion length per request.")
+    max_tokens: int = Field(
+        default=128, ge=1, le=65536, description="Completion length per request."
+    )
     checks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
         default_factory=list,
         description="Quality checks (python_compile, ruff, json_schema, golden, ...).",
     )
     requests: int | None = Field(
-        None, ge=1, description="Requests for this route; null = bench.requests_per_route."
+        default=None, ge=1, description="Requests for this route; null = bench.requests_per_route."
     )
 
 
 class Decision(_Strict):
     min_speedup: float = Field(
-        1.05,
+        default=1.05,
         gt=0.0,
         le=100.0,
         description="Promote only when the speedup CI's lower bound exceeds this.",
     )
     max_p95_regression: float = Field(
-        0.10, ge=0.0, le=10.0, description="Largest allowed p95 latency regression (fraction)."
+        default=0.10,
+        ge=0.0,
+        le=10.0,
+        description="Largest allowed p95 latency regression (fraction).",
     )
     min_quality_pass_rate: float = Field(
-        0.95, ge=0.0, le=1.0, description="Least quality-check pass rate."
+        default=0.95, ge=0.0, le=1.0, description="Least quality-check pass rate."
     )
     min_equal_rate: float = Field(
-        1.0, ge=0.0, le=1.0, description="Least rate of baseline-equal outputs at temperature 0."
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Least rate of baseline-equal outputs at temperature 0.",
     )
     max_error_rate: float = Field(
-        0.01, ge=0.0, le=1.0, description="Largest allowed request error rate."
+        default=0.01, ge=0.0, le=1.0, description="Largest allowed request error rate."
     )
 
 
@@ -300,23 +325,28 @@ class Bench(_Strict):
     temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field(
         default_factory=lambda: [0.0], min_length=1, description="Sampling temperatures."
     )
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling p.")
-    top_k: int = Field(0, ge=0, description="Top-k (0 = off).")
-    seed: int = Field(1234, ge=0, description="Base sampling seed.")
-    warmup_requests: int = Field(2, ge=0, description="Requests per variant excluded from stats.")
-    requests_per_route: int = Field(30, ge=1, description="Default requests per route.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling p.")
+    top_k: int = Field(default=0, ge=0, description="Top-k (0 = off).")
+    seed: int = Field(default=1234, ge=0, description="Base sampling seed.")
+    warmup_requests: int = Field(
+        default=2, ge=0, description="Requests per variant excluded from stats."
+    )
+    requests_per_route: int = Field(default=30, ge=1, description="Default requests per route.")
     request_rate: float | None = Field(
-        None, gt=0.0, description="Open-loop Poisson rate (req/s); null = closed loop."
+        default=None, gt=0.0, description="Open-loop Poisson rate (req/s); null = closed loop."
     )
     decision: Decision = Field(default_factory=Decision, description="Decision thresholds.")
 
 
 class Rollout(_Strict):
     canary_percent: int = Field(
-        100, ge=0, le=100, description="Share of a route's traffic sent to its chosen variant."
+        default=100,
+        ge=0,
+        le=100,
+        description="Share of a route's traffic sent to its chosen variant.",
     )
     fallback_variant: str = Field(
-        "baseline", description="Variant used when the speculative path fails."
+        default="baseline", description="Variant used when the speculative path fails."
     )
 
 
@@ -330,7 +360,7 @@ class Spec(_Strict):
         default_factory=Stack, description="Pinned TensorRT-LLM / Triton versions."
     )
     backend: Backend = Field(
-        Backend.tensorrt_llm,
+        default=Backend.tensorrt_llm,
         description="tensorrt_llm (GPU engines) or reference (CPU torch engines).",
     )
     target: Target = Field(description="The target model and its engine limits.")
@@ -411,8 +441,9 @@ def locate(value: str, base: Path) -> ModelLocation:
     path = Path(value).expanduser()
     full = path if path.is_absolute() else (base / path)
     if full.exists():
-        kind = "gguf" if full.is_file() and full.suffix == ".gguf" else "local"
-        return ModelLocation(kind=kind, ref=str(full.resolve()))
+        if full.is_file() and full.suffix == ".gguf":
+            return ModelLocation(kind="gguf", ref=str(full.resolve()))
+        return ModelLocation(kind="local", ref=str(full.resolve()))
     looks_local = value.startswith(("/", "./", "../", "~")) or value.endswith(".gguf")
     if not looks_local and HUB_ID.match(value):
         return ModelLocation(kind="hub", ref=value)

@@ -282,7 +282,7 @@ class _Generation:
             draft: list[int] = []
             if k > 0 and m.mode == "ngram":
                 draft = propose_ngram(sequence, k, m.max_matching_ngram_size)
-            elif k > 0:
+            elif k > 0 and m.draft_model is not None:
                 response = self._call(
                     m.draft_model, self.engine_inputs(sequence, k, streaming=False),
                     self.engine_outputs(),

@@ -1,0 +1,270 @@
+"""`trtspec bench` against a real tritonserver (the nvidia-pytriton binary)
+serving echo orchestrators with the docs/internals.md §5 contract: a baseline,
+a faster lossless variant swept over k, and a lossy variant. Checks the JSONL
+rows, the summary recomputed from them, equality at temperature 0, the
+decisions, routing.yaml, the HTML report with its images, open-loop load,
+--isolate, and that Ctrl-C or kill -9 mid-run keeps every completed request
+for `trtspec report`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from trtspec.bench import stats
+from trtspec.bench.echo_model import write_echo_repository
+from trtspec.bench.records import read_requests
+from trtspec.bench.report import console_lines
+from trtspec.bench.runner import run_benchmark
+from trtspec.cli.main import cli
+from trtspec.spec import load_spec
+
+pytestmark = pytest.mark.slow
+
+COPY_PROMPTS = ["The bridge opened in 1932 and is 503 metres long. ",
+                "Tomatoes and basil share bed one this year. ",
+                "Flight KL1234 departs at 09:15 from gate D7. ",
+                "Sample B7 has a pH of 6.8 at four metres. "]
+JSON_DOCS = ['{"a": 1, "b": "xy"}', '{"a": 22, "b": "north"}', '{"a": 3, "b": "q"}']
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+          "required": ["a", "b"], "additionalProperties": False}
+MODELS: dict[str, dict[str, object]] = {
+    "baseline": {"round_ms": 8},
+    "fast": {"round_ms": 8, "max_accept": 3},
+    "lossy": {"round_ms": 8, "max_accept": 3, "corrupt": True},
+}
+
+
+def _write_spec(root: Path, *, requests: int = 6, concurrency: str = "[2]") -> Path:
+    routes = root / "routes"
+    routes.mkdir(parents=True, exist_ok=True)
+    with open(routes / "copy.jsonl", "w") as fh:
+        for p in COPY_PROMPTS:
+            # the echo model repeats the prompt, so its first 16 characters are the answer
+            fh.write(json.dumps({"prompt": p, "golden": p[:16]}) + "\n")
+    with open(routes / "json.jsonl", "w") as fh:
+        for doc in JSON_DOCS:
+            fh.write(json.dumps({"prompt": doc, "max_tokens": len(doc), "schema": SCHEMA}) + "\n")
+    spec = root / "echo.yaml"
+    spec.write_text(f"""\
+name: echo
+backend: reference
+target: {{model: example-org/tiny, family: llama}}
+variants:
+  - {{name: fast, mode: ngram, max_draft_len: 4, num_draft_tokens: [1, 3]}}
+  - {{name: lossy, mode: draft_model, draft: {{model: example-org/tiny, family: llama}},
+     max_draft_len: 4, num_draft_tokens: [2]}}
+routes:
+  copy: {{prompts: routes/copy.jsonl, max_tokens: 16, checks: [golden]}}
+  json: {{prompts: routes/json.jsonl, max_tokens: 32, checks: [json_schema]}}
+bench:
+  concurrency: {concurrency}
+  temperatures: [0.0]
+  warmup_requests: 1
+  requests_per_route: {requests}
+""")
+    return spec
+
+
+@pytest.fixture(scope="module")
+def echo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = write_echo_repository(tmp_path_factory.mktemp("echo") / "repo", MODELS)
+    manifest = {"schema_version": 1, "spec": "echo", "spec_hash": None, "backend": "reference",
+                "trtllm_version": None, "variants": ["baseline", "fast", "lossy"],
+                "models": {n: {"role": "orchestrator", "calls": [], "variant": n, "mode": None}
+                           for n in MODELS}}
+    (repo / "trtspec-repo.json").write_text(json.dumps(manifest))
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(echo_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from trtspec.serve import Server
+
+    log = tmp_path_factory.mktemp("log") / "tritonserver.log"
+    with Server(echo_repo, log_path=log) as srv:
+        yield srv
+    assert "Traceback" not in log.read_text(errors="replace")
+
+
+def _by(rows: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
+    return [r for r in rows if not r["warmup"] and all(r[k] == v for k, v in match.items())]
+
+
+def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
+    spec = _write_spec(tmp_path)
+    run = tmp_path / "run"
+    res = CliRunner().invoke(cli, [
+        "bench", str(spec), "--endpoint", server.grpc_url, "--metrics-url", server.metrics_url,
+        "--run-dir", str(run), "--fail-on", "speedup<1.0@copy/fast"])
+    assert res.exit_code == 0, res.output
+    rows = read_requests(run / "requests.jsonl")
+    measured = [r for r in rows if not r["warmup"]]
+    # 2 routes x 6 samples x 4 arms (baseline, fast k=1, fast k=3, lossy k=2)
+    assert len(measured) == 48
+    assert len(rows) - len(measured) == 2 * 1 * 4
+    assert all(r["error"] is None for r in rows)
+    r0 = _by(rows, route="copy", variant="fast", num_speculative_tokens=3)[0]
+    assert r0["output_text"] == COPY_PROMPTS[0][:16]
+    assert (r0["completion_tokens"], r0["prompt_tokens"], r0["rounds"]) == (
+        16, len(COPY_PROMPTS[0]), 4)
+    assert (r0["draft_tokens"], r0["accepted_tokens"]) == (12, 12)
+    assert r0["speculative"] is True and r0["mode"] == "ngram"
+    assert r0["served_variant"] == "fast" and r0["fallback"] is False
+    assert r0["ttft_ms"] < r0["latency_ms"]
+    assert r0["tpot_ms"] == pytest.approx((r0["latency_ms"] - r0["ttft_ms"]) / 15)
+    assert r0["quality"] == {"golden": {"status": "pass",
+                                        "detail": "similarity 1.00 (threshold 0.60)"}}
+    # paired: every sample went to every arm with the same seed, in ABBA order
+    for s in range(6):
+        seen = _by(rows, route="json", sample_index=s)
+        assert {(r["variant"], r["num_speculative_tokens"]) for r in seen} == {
+            ("baseline", None), ("fast", 1), ("fast", 3), ("lossy", 2)}
+        assert len({r["seed"] for r in seen}) == 1
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["schema_version"] == 1 and summary["complete"] is True
+    assert summary["spec"]["name"] == "echo" and summary["spec"]["hash"]
+    cells = {(c["route"], c["variant"], c["num_speculative_tokens"]): c
+             for c in summary["cells"]}
+    for (route, variant, k), cell in cells.items():
+        mine = _by(rows, route=route, variant=variant, num_speculative_tokens=k)
+        assert cell["count"] == len(mine) == 6
+        assert cell["ttft_ms"]["p50"] == pytest.approx(
+            stats.percentile([r["ttft_ms"] for r in mine], 50))
+        assert cell["latency_ms"]["p95"] == pytest.approx(
+            stats.percentile([r["latency_ms"] for r in mine], 95))
+        if variant != "baseline":
+            base = {r["sample_index"]: r for r in _by(rows, route=route, variant="baseline")}
+            ratios = [(base[r["sample_index"]]["latency_ms"] / base[r["sample_index"]][
+                "completion_tokens"]) / (r["latency_ms"] / r["completion_tokens"]) for r in mine]
+            assert cell["speedup"]["point"] == pytest.approx(stats.paired_speedup(
+                ratios, [1.0] * len(ratios)).point)
+            drafted = sum(r["draft_tokens"] for r in mine)
+            assert cell["acceptance_rate"] == pytest.approx(
+                sum(r["accepted_tokens"] for r in mine) / drafted)
+    assert cells[("copy", "fast", 3)]["equal_rate"] == 1.0
+    assert cells[("json", "fast", 1)]["equal_rate"] == 1.0
+    assert cells[("json", "lossy", 2)]["equal_rate"] == 0.0
+    assert cells[("json", "lossy", 2)]["quality_pass_rate"] == 0.0
+    assert cells[("json", "baseline", None)]["quality_pass_rate"] == 1.0
+    assert cells[("copy", "fast", 3)]["speedup"]["ci_low"] > 1.5
+    assert cells[("copy", "baseline", None)]["server_memory_bytes"] > 0
+
+    decisions = {(d["route"], d["variant"], d["num_speculative_tokens"]): d
+                 for d in summary["decisions"]}
+    assert decisions[("copy", "fast", 3)]["decision"] == "promote"
+    assert decisions[("copy", "fast", 3)]["best_k"] is True
+    assert decisions[("json", "lossy", 2)]["decision"] == "exclude"
+    routing = yaml.safe_load((run / "routing.yaml").read_text())
+    assert routing["routes"]["copy"] == {"variant": "fast", "num_draft_tokens": 3,
+                                         "canary_percent": 100, "decision": "promote",
+                                         "fallback_variant": "baseline"}
+    assert res.stdout.splitlines() == console_lines(summary)
+    assert any(line.startswith("route=copy  baseline ") and "fast(k=3)" in line
+               and line.endswith("quality pass  → promote  (short outputs)")
+               for line in res.stdout.splitlines())
+    assert "bench: route=copy concurrency=2 T=0 24 requests over 4 arm(s)" in res.stderr
+    html = (run / "report.html").read_text()
+    for png in ("speedup.png", "latency_copy.png", "latency_json.png", "acceptance_vs_k.png"):
+        assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
+        assert f"src='plots/{png}'" in html
+
+
+def test_bench_open_loop_and_gate_exit(server: Any, tmp_path: Path) -> None:
+    spec = load_spec(_write_spec(tmp_path, requests=4, concurrency="[1]"))
+    result = run_benchmark(spec, output_dir=tmp_path / "run", endpoint=server.grpc_url,
+                           routes=["copy"], variants=["fast"], num_draft_tokens=[2],
+                           request_rate=40.0, temperatures=[0.0, 0.8], plots=False)
+    loads = {(c["load"], c["temperature"]) for c in result.summary["cells"]}
+    assert loads == {("concurrency=1", 0.0), ("rate=40/s", 0.0), ("concurrency=1", 0.8),
+                     ("rate=40/s", 0.8)}
+    rows = read_requests(tmp_path / "run" / "requests.jsonl")
+    open_rows = _by(rows, load="rate=40/s")
+    assert len(open_rows) == 2 * 4 * 2 and all(r["send_lag_ms"] is not None for r in open_rows)
+    hot = [c for c in result.summary["cells"] if c["temperature"] == 0.8]
+    assert all(c["equal_rate"] is None for c in hot)
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-plots",
+                                   "--fail-on", "speedup<100@copy"])
+    assert res.exit_code == 3
+    assert res.stderr.count("speedup<100@copy: speedup=") == 4
+
+
+def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: Path) -> None:
+    spec = load_spec(_write_spec(tmp_path, requests=2, concurrency="[1]"))
+    result = run_benchmark(spec, output_dir=tmp_path / "run", repo=echo_repo, isolate=True,
+                           routes=["copy"], variants=["fast"], num_draft_tokens=[3],
+                           warmup_requests=0, plots=False)
+    logs = sorted(p.name for p in (tmp_path / "run").glob("tritonserver-*.log"))
+    assert logs == ["tritonserver-baseline.log", "tritonserver-fast.log"]
+    # each server loaded only its own variant
+    fast_log = (tmp_path / "run" / "tritonserver-fast.log").read_text()
+    assert "successfully loaded 'fast'" in fast_log
+    assert "successfully loaded 'baseline'" not in fast_log
+    cell = next(c for c in result.summary["cells"] if c["variant"] == "fast")
+    assert cell["count"] == 2 and cell["equal_rate"] == 1.0
+    assert result.summary["server"]["isolate"] is True
+
+
+def _start_bench(spec: Path, run: Path, url: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "toolkit")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "trtspec.cli.main", "bench", str(spec), "--endpoint", url,
+         "--run-dir", str(run), "--routes", "copy", "--requests", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def _wait_rows(path: Path, n: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if path.is_file() and len(path.read_text().splitlines()) >= n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read().decode() if proc.stderr else "exited")
+        time.sleep(0.05)
+    raise AssertionError("bench produced no rows in time")
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigint"])
+def test_interrupted_bench_keeps_completed_requests(server: Any, tmp_path: Path,
+                                                    how: str) -> None:
+    spec = _write_spec(tmp_path)
+    run = tmp_path / "run"
+    proc = _start_bench(spec, run, server.grpc_url)
+    try:
+        _wait_rows(run / "requests.jsonl", 20, proc)
+        proc.send_signal(signal.SIGKILL if how == "sigkill" else signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = (run / "requests.jsonl").read_text().splitlines()
+    assert 20 <= len(lines) < 60 * 4
+    rows = read_requests(run / "requests.jsonl")
+    assert len(rows) >= len(lines) - 1  # at most a torn last line after kill -9
+    assert all(r["error"] is None for r in rows)
+    if how == "sigint":
+        assert proc.returncode == 130
+        assert b"Interrupted." in err
+        assert json.loads((run / "run.json").read_text())["complete"] is False
+        assert (run / "report.html").is_file()  # rendered on the way out
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    res = CliRunner().invoke(cli, ["report", str(run), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] is False
+    assert summary["totals"]["requests"] + summary["totals"]["warmup_requests"] == len(rows)
+    assert (run / "report.html").is_file()

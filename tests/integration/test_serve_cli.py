@@ -1,0 +1,137 @@
+"""``trtspec serve`` as a real subprocess: endpoints on stdout once ready, the
+variant's models served, and after SIGINT (or a SIGKILL of the CLI itself) no
+tritonserver or stub process it started is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ADD_ONE, TIMES_TEN_VIA
+
+pytestmark = pytest.mark.slow
+
+
+def _launch(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "trtspec.cli.main", "serve", *args]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=open(tmp_path / "cli.err", "w"),
+                            text=True)
+
+
+def _read_json(process: subprocess.Popen[str], tmp_path: Path, timeout: float = 90) -> dict:
+    """Read stdout until one JSON document is complete, with a deadline."""
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    text = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if selector.select(timeout=0.5):
+            line = process.stdout.readline()
+            if not line:
+                break
+            text += line
+            if line.rstrip() == "}":
+                return json.loads(text)
+        elif process.poll() is not None:
+            break
+    process.kill()
+    pytest.fail(f"no endpoints from trtspec serve; stdout={text!r}\n"
+                f"stderr={(tmp_path / 'cli.err').read_text()}")
+
+
+def _repo(model_repo) -> Path:
+    repo = model_repo("cli_repo")
+    repo.add_python_model("add_one", ADD_ONE)
+    repo.add_python_model("fast", TIMES_TEN_VIA.format(callee="add_one"))
+    repo.add_python_model("other", ADD_ONE)
+    repo.write_manifest(
+        {
+            "add_one": {"role": "engine", "calls": [], "variant": None, "mode": None},
+            "fast": {"role": "orchestrator", "calls": ["add_one"], "variant": "fast",
+                     "mode": "ngram"},
+            "other": {"role": "orchestrator", "calls": [], "variant": "baseline",
+                      "mode": "none"},
+        },
+        ["fast", "baseline"],
+    )
+    return repo.path
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_sigint_stops_server_and_stubs(model_repo, tmp_path, group_pids, triton_install) -> None:
+    log = tmp_path / "serve.log"
+    process = _launch([str(_repo(model_repo)), "--variant", "fast", "--http-port", "0",
+                       "--grpc-port", "0", "--metrics-port", "0", "--log-file", str(log),
+                       "--format", "json"], tmp_path)
+    try:
+        info = _read_json(process, tmp_path)
+        assert info["models"] == ["add_one", "fast"]
+        assert info["log"] == str(log) and info["world_size"] == 1
+        assert info["grpc"].startswith("127.0.0.1:")
+        assert _status(f"{info['http']}/v2/health/ready") == 200
+        assert _status(f"{info['http']}/v2/models/fast/ready") == 200
+        assert _status(f"{info['http']}/v2/models/other/ready") == 400  # not in the variant
+        pgid = _server_pgid(process.pid)
+        assert pgid, "trtspec serve started no tritonserver"
+        assert len(group_pids(pgid)) >= 3  # the server and a stub per loaded model
+        process.send_signal(signal.SIGINT)
+        rc = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stderr = (tmp_path / "cli.err").read_text()
+    assert rc == 0, stderr
+    assert stderr.endswith("Ready. Press Ctrl-C to stop.\nStopping tritonserver…\nStopped.\n")
+    assert group_pids(pgid) == []
+    assert "Traceback" not in log.read_text()
+
+
+def test_sigkill_of_the_cli_still_takes_the_server_down(model_repo, tmp_path, group_pids,
+                                                        triton_install) -> None:
+    repo = model_repo("solo")
+    repo.add_python_model("add_one", ADD_ONE)
+    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
+                       "--metrics-port", "0", "--format", "json"], tmp_path)
+    try:
+        _read_json(process, tmp_path)
+        pgid = _server_pgid(process.pid)
+        assert pgid and group_pids(pgid)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while group_pids(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert group_pids(pgid) == []
+
+
+def _server_pgid(cli_pid: int) -> int | None:
+    """The tritonserver child of the CLI process leads its own group."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) == cli_pid and "tritonserver" in stat:
+                return int(fields[2])
+    return None

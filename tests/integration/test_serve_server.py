@@ -1,0 +1,211 @@
+"""``trtspec.serve.Server`` against the real tritonserver bundled in
+nvidia-pytriton: explicit loading of one variant's closure, inference through
+tritonclient, the repository API, metrics, the log file, failures that name the
+broken model, deadlines, taken ports, and a teardown that leaves no server or
+stub process. Server start-ups are few: one shared server for the happy path,
+then one short-lived server per failure mode (most on an empty repository)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.integration.conftest import ADD_ONE, BROKEN, SLOW_INIT, TIMES_TEN_VIA, ModelRepo
+from trtspec.errors import ServerError
+from trtspec.serve import Server, variant_models
+
+pytestmark = pytest.mark.slow
+
+
+def _variant_repo(repo: ModelRepo) -> ModelRepo:
+    """Variants `fast` (fast → add_one) and `baseline` (baseline → twice → add_one)."""
+    repo.add_python_model("add_one", ADD_ONE)
+    repo.add_python_model("fast", TIMES_TEN_VIA.format(callee="add_one"))
+    repo.add_python_model("baseline", TIMES_TEN_VIA.format(callee="twice"))
+    repo.add_python_model("twice", TIMES_TEN_VIA.format(callee="add_one"))
+    repo.write_manifest(
+        {
+            "add_one": {"role": "engine", "calls": [], "variant": None, "mode": None},
+            "twice": {"role": "engine", "calls": ["add_one"], "variant": None, "mode": None},
+            "fast": {"role": "orchestrator", "calls": ["add_one"], "variant": "fast",
+                     "mode": "ngram"},
+            "baseline": {"role": "orchestrator", "calls": ["twice"], "variant": "baseline",
+                         "mode": "none"},
+        },
+        ["fast", "baseline"],
+    )
+    return repo
+
+
+@pytest.fixture(scope="module")
+def served(triton_install, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("serve")
+    repo = _variant_repo(ModelRepo(root / "repo"))
+    server = Server(repo.path, install=triton_install, log_path=root / "logs" / "server.log",
+                    models=variant_models(repo.path, "fast"))
+    server.start(timeout=90)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _infer(url: str, model: str, values: list[int]) -> list[int]:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    tensor = grpcclient.InferInput("X", [len(values)], "INT32")
+    tensor.set_data_from_numpy(np.array(values, dtype=np.int32))
+    result = client.infer(model, [tensor])
+    client.close()
+    return result.as_numpy("Y").tolist()
+
+
+def test_ready_on_loopback_with_picked_ports(served: Server) -> None:
+    host, port = served.grpc_url.split(":")
+    assert host == "127.0.0.1"
+    ports = {served.http_port, served.grpc_port, served.metrics_port}
+    assert len(ports) == 3 and 0 not in ports
+    assert served.http_url == f"127.0.0.1:{served.http_port}"
+    with urllib.request.urlopen(f"http://{served.http_url}/v2/health/ready", timeout=5) as r:
+        assert r.status == 200
+    argv = Path(f"/proc/{served.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"--http-address=127.0.0.1" in argv and b"--grpc-address=127.0.0.1" in argv
+
+
+def test_variant_closure_serves_through_bls(served: Server) -> None:
+    # fast calls add_one over BLS: both must have been loaded explicitly.
+    assert _infer(served.grpc_url, "fast", [1, 2, 3]) == [20, 30, 40]
+
+
+def test_only_the_variant_closure_is_loaded(served: Server) -> None:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    index = {m.name: m.state for m in client.get_model_repository_index().models}
+    client.close()
+    assert index["fast"] == "READY" and index["add_one"] == "READY"
+    assert index.get("baseline", "") != "READY" and index.get("twice", "") != "READY"
+
+
+def test_load_and_unload_through_the_repository_api(served: Server) -> None:
+    served.load_model("twice")
+    assert served.model_ready("twice")
+    assert _infer(served.grpc_url, "twice", [0]) == [10]
+    served.unload_model("twice")
+    assert not served.model_ready("twice")
+    with pytest.raises(ServerError) as err:
+        served.load_model("no_such_model")
+    assert err.value.message.startswith("loading model 'no_such_model' failed: ")
+    assert "no_such_model" in err.value.message[len("loading model 'no_such_model' failed"):]
+
+
+def test_metrics_are_prometheus_text(served: Server) -> None:
+    text = served.metrics()
+    assert 'nv_inference_request_success{model="fast",version="1"}' in text
+
+
+def test_log_file_is_written(served: Server) -> None:
+    assert served.log_path.parent.name == "logs"
+    log = served.log_path.read_text()
+    assert "successfully loaded 'fast'" in log and "successfully loaded 'add_one'" in log
+    assert served.log_tail(3).splitlines() == log.splitlines()[-3:]
+
+
+def test_stop_is_clean_and_idempotent(served: Server, group_pids) -> None:
+    # Runs last in this module: stops the shared server.
+    pgid = served.pid
+    assert pgid is not None
+    assert len(group_pids(pgid)) >= 3  # the server and one stub per loaded model
+    assert served.stop() == 0
+    assert group_pids(pgid) == []
+    assert served.stop() == 0
+    assert "Traceback" not in served.log_text(), served.log_tail(40)
+
+
+def test_broken_model_fails_start_naming_the_model(model_repo, triton_install, tmp_path,
+                                                   group_pids) -> None:
+    repo = model_repo("broken_repo")
+    repo.add_python_model("add_one", ADD_ONE)
+    repo.add_python_model("broken", BROKEN)
+    log = tmp_path / "broken.log"
+    server = Server(repo.path, install=triton_install, log_path=log)
+    with pytest.raises(ServerError) as err:
+        server.start(timeout=60)
+    message = err.value.message
+    assert message.startswith(
+        "tritonserver exited with code 1 before it was ready\n"
+        "errors in the log:\n"
+        "  failed to load 'broken' version 1: Internal: RuntimeError: weights missing on purpose\n"
+    ), message
+    assert f"log tail ({log}):\n" in message
+    assert err.value.hint == f"full log: {log}"
+    assert group_pids(server.pid) == []
+    assert not server.running
+
+
+def test_start_deadline_stops_the_server(model_repo, triton_install, tmp_path,
+                                         group_pids) -> None:
+    repo = model_repo("slow_repo")
+    repo.add_python_model("slow", SLOW_INIT)
+    server = Server(repo.path, install=triton_install, log_path=tmp_path / "slow.log")
+    with pytest.raises(ServerError) as err:
+        server.start(timeout=1.5)
+    assert err.value.message.startswith("tritonserver was not ready after 1.5 s\n")
+    assert group_pids(server.pid) == []
+
+
+def test_taken_explicit_port_is_reported(model_repo, triton_install, tmp_path) -> None:
+    repo = model_repo("empty")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = Server(repo.path, install=triton_install, grpc_port=port,
+                        log_path=tmp_path / "busy.log")
+        with pytest.raises(ServerError) as err:
+            server.start(timeout=60)
+    assert err.value.message.startswith("tritonserver exited with code 1 before it was ready\n")
+    assert f"127.0.0.1:{port}" in err.value.message and "already in use" in err.value.message
+
+
+def test_picked_port_taken_meanwhile_is_repicked(model_repo, start_server, tmp_path,
+                                                 monkeypatch) -> None:
+    import trtspec.serve as serve_module
+
+    real = serve_module.free_ports
+    calls: list[list[int]] = []
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+
+        def racy(count: int, host: str = "127.0.0.1") -> list[int]:
+            ports = real(count, host)
+            if not calls:  # someone grabs the gRPC port between pick and bind
+                ports[1] = busy.getsockname()[1]
+            calls.append(ports)
+            return ports
+
+        monkeypatch.setattr(serve_module, "free_ports", racy)
+        server = start_server(model_repo("empty").path, log_path=tmp_path / "race.log")
+    assert len(calls) == 2
+    assert server.grpc_port == calls[1][1] != calls[0][1]
+
+
+def test_check_alive_reports_a_dead_server(model_repo, start_server, tmp_path) -> None:
+    server = start_server(model_repo("empty").path, log_path=tmp_path / "dead.log")
+    server.check_alive()
+    os.kill(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(ServerError) as err:
+        server.check_alive()
+    assert err.value.message.startswith("tritonserver exited unexpectedly with code -9\n")

@@ -1,0 +1,139 @@
+"""Golden trees for the example GPU specs (``tensorrt_llm`` backend, every
+mode between them) and the structural check that every tensor name we give
+the ``tensorrtllm`` backend exists in that version's official template.
+
+Refresh the golden files with ``TRTSPEC_UPDATE_GOLDEN=1 pytest
+tests/unit/test_repo_golden.py`` and review the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from trtspec.plan import make_plan
+from trtspec.repo.assemble import assemble
+from trtspec.repo.contract import LOOKAHEAD_INPUTS, PERF_OUTPUTS, engine_contract
+from trtspec.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "repo"
+DATA = ROOT / "tests" / "data"
+UPDATE = os.environ.get("TRTSPEC_UPDATE_GOLDEN", "") not in ("", "0")
+GPU_SPECS = ["qwen2.5-7b", "vicuna-7b"]
+# Inside the Triton TRT-LLM container the engines are mounted here.
+ENGINES = Path("/engines")
+
+
+def template_names(version_file: str) -> tuple[set[str], set[str]]:
+    inputs, outputs = set(), set()
+    for line in (DATA / version_file).read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        kind, name = line.split()
+        (inputs if kind == "input" else outputs).add(name)
+    return inputs, outputs
+
+
+def generate(spec_name: str, output: Path) -> Path:
+    source = ROOT / "build_specs" / f"{spec_name}.yaml"
+    data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    # Routes only feed the benchmark; dropping them keeps this test independent
+    # of the prompt files.
+    data.pop("routes", None)
+    spec = parse_spec(data, str(source), source_path=source)
+    plan = make_plan(spec, ENGINES)
+    return assemble(spec, plan, ENGINES, output, require_engines=False)
+
+
+def normalized(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    if path.name == "trtspec-repo.json":
+        data = json.loads(text)
+        data["spec_hash"] = "<spec hash>"
+        text = json.dumps(data, indent=2) + "\n"
+    return text
+
+
+def tree(repo: Path) -> dict[str, str]:
+    return {str(p.relative_to(repo)): normalized(p) for p in sorted(repo.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("spec_name", GPU_SPECS)
+def test_generated_tree_matches_golden(spec_name: str, tmp_path: Path) -> None:
+    repo = generate(spec_name, tmp_path)
+    got = tree(repo)
+    golden = GOLDEN / spec_name
+    if UPDATE:
+        shutil.rmtree(golden, ignore_errors=True)
+        for rel, text in got.items():
+            (golden / rel).parent.mkdir(parents=True, exist_ok=True)
+            (golden / rel).write_text(text, encoding="utf-8")
+    want = {str(p.relative_to(golden)): p.read_text(encoding="utf-8")
+            for p in sorted(golden.rglob("*")) if p.is_file()}
+    assert sorted(got) == sorted(want), "run with TRTSPEC_UPDATE_GOLDEN=1 and review the diff"
+    for rel, text in want.items():
+        assert got[rel] == text, f"{rel} differs from tests/golden/repo/{spec_name}/{rel}"
+
+
+@pytest.mark.parametrize("spec_name", GPU_SPECS)
+def test_golden_engine_models_use_only_template_names(spec_name: str, tmp_path: Path) -> None:
+    repo = generate(spec_name, tmp_path)
+    inputs, outputs = template_names("tensorrtllm_template_names_0.20.txt")
+    engines = 0
+    for path in repo.glob("*/config.pbtxt"):
+        config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+        if config.backend != "tensorrtllm":
+            continue
+        engines += 1
+        assert "${" not in path.read_text()
+        assert {t.name for t in config.input} <= inputs, path
+        assert {t.name for t in config.output} <= outputs, path
+        params = {k: v.string_value for k, v in config.parameters.items()}
+        assert params["gpt_model_type"] == "inflight_fused_batching"
+        assert params["gpt_model_path"] == str(ENGINES / spec_name / config.name)
+    assert engines >= 4
+
+
+@pytest.mark.parametrize(
+    ("version", "template"),
+    [("0.17.0", "0.19"), ("0.18.2", "0.19"), ("0.19.0", "0.19"), ("0.20.0", "0.20"),
+     ("0.21.0", "0.20"), ("1.0.0", "1.0"), ("1.1.0", "0.20"), ("1.2.1", "0.20")],
+)
+def test_contract_names_exist_in_the_official_template(version: str, template: str) -> None:
+    template = "0.20" if template == "1.0" else template
+    inputs, outputs = template_names(f"tensorrtllm_template_names_{template}.txt")
+    contract = engine_contract(version)
+    assert set(contract.input_names()) <= inputs
+    assert set(contract.output_names()) <= outputs
+    seed, min_tokens = (("seed", "min_tokens") if template == "0.20"
+                        else ("random_seed", "min_length"))
+    assert {seed, min_tokens} <= set(contract.input_names())
+    since_019 = {*LOOKAHEAD_INPUTS, "return_perf_metrics"}
+    if version.startswith(("0.17", "0.18")):
+        # first shipped in v0.19 (reference §2, drift item 4)
+        assert not since_019 & set(contract.input_names())
+        assert not set(PERF_OUTPUTS) & set(contract.output_names())
+    else:
+        assert since_019 <= set(contract.input_names())
+        assert set(PERF_OUTPUTS) <= set(contract.output_names())
+
+
+def test_template_name_files_have_the_documented_counts() -> None:
+    # [B-0.19]: 60 inputs / 19 outputs; [T] adds two of each (reference §2, §10)
+    assert tuple(map(len, template_names("tensorrtllm_template_names_0.19.txt"))) == (60, 19)
+    assert tuple(map(len, template_names("tensorrtllm_template_names_0.20.txt"))) == (62, 21)
+
+
+def test_unsupported_version_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"TensorRT-LLM 1\.3\.0 is outside the supported range"):
+        engine_contract("1.3.0")
+    with pytest.raises(ValueError, match="not a TensorRT-LLM version: 'latest'"):
+        engine_contract("latest")

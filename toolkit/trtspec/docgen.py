@@ -1,10 +1,11 @@
-"""Generates the two reference pages in ``docs/`` from the code itself.
+"""Generates the README's two reference sections from the code itself.
 
-``docs/spec-reference.md`` is rendered from the pydantic schema of
-``trtspec.spec.Spec`` (field paths, types, defaults, descriptions), and
-``docs/cli-reference.md`` from every command's ``--help``. A test regenerates
-both and fails when the committed pages are stale;
-``python -m trtspec.docgen --write`` refreshes them.
+The spec reference is rendered from the pydantic schema of
+``trtspec.spec.Spec`` (field paths, types, defaults, descriptions), the CLI
+reference from every command's ``--help``. Each lives in README.md between
+``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` markers. A test regenerates
+both and fails when the README is stale; ``python -m trtspec.docgen --write``
+refreshes them in place.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC_DOC = ROOT / "docs" / "spec-reference.md"
-CLI_DOC = ROOT / "docs" / "cli-reference.md"
+README = ROOT / "README.md"
+SECTIONS = ("spec-reference", "cli-reference")
 
 
 def _type_name(annotation: Any) -> str:
@@ -64,7 +65,9 @@ def _default(field: Any) -> str:
             value = field.default_factory()
         except TypeError:
             return "(derived)"
-        return "(defaults)" if hasattr(value, "model_fields") else f"`{value!r}`"
+        from pydantic import BaseModel
+
+        return "(defaults)" if isinstance(value, BaseModel) else f"`{value!r}`"
     if field.default is PydanticUndefined:
         return ""
     value = field.default.value if isinstance(field.default, Enum) else field.default
@@ -98,7 +101,7 @@ def spec_reference() -> str:
     rows: list[tuple[str, str, str, str]] = []
     _walk(Spec, "", rows, set())
     lines = [
-        "# Build spec reference",
+        "### Build spec reference",
         "",
         "Generated from `trtspec.spec.Spec` by `python -m trtspec.docgen --write`;",
         "a test fails when this page is stale. Unknown keys are errors; relative",
@@ -128,7 +131,7 @@ def cli_reference() -> str:
     from trtspec.cli.main import cli
 
     lines = [
-        "# CLI reference",
+        "### CLI reference",
         "",
         "Generated from each command's `--help` by `python -m trtspec.docgen --write`;",
         "a test fails when this page is stale. Exit codes: 0 success, 1 an expected",
@@ -136,24 +139,43 @@ def cli_reference() -> str:
         "Set `TRTSPEC_DEBUG=1` for tracebacks.",
     ]
     for name, text in _command_help(cli, ["trtspec"]):
-        lines += ["", f"## `{name}`", "", "```", text.rstrip(), "```"]
+        lines += ["", f"#### `{name}`", "", "```", text.rstrip(), "```"]
     return "\n".join(lines) + "\n"
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
+
+
+def render_readme(text: str) -> str:
+    """Return ``text`` with every generated section replaced by fresh output."""
+    fresh = {"spec-reference": spec_reference(), "cli-reference": cli_reference()}
+    for name in SECTIONS:
+        begin, end = _markers(name)
+        if begin not in text or end not in text:
+            raise SystemExit(f"README.md lacks the {begin.strip()} … {end} markers")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = head + begin + fresh[name] + end + tail
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trtspec.docgen")
-    parser.add_argument("--write", action="store_true", help="rewrite the pages in docs/")
+    parser.add_argument("--write", action="store_true", help="rewrite README.md's generated sections")
     args = parser.parse_args(argv)
-    pages = {SPEC_DOC: spec_reference(), CLI_DOC: cli_reference()}
-    stale = [p for p, text in pages.items() if not p.is_file() or p.read_text() != text]
+    current = README.read_text()
+    fresh = render_readme(current)
     if args.write:
-        for path, text in pages.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+        if fresh != current:
+            tmp = README.with_suffix(".md.tmp")
+            tmp.write_text(fresh)
+            tmp.replace(README)
         return 0
-    for path in stale:
-        print(f"stale: {path.relative_to(ROOT)} (run python -m trtspec.docgen --write)")
-    return 1 if stale else 0
+    if fresh != current:
+        print("stale: README.md (run python -m trtspec.docgen --write)")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def test_dry_run_json_every_mode(tmp_path: Path) -> None:
         "--dry-run",
         "--format",
         "json",
-        "--engines-dir",
+        "--engines",
         str(tmp_path / "engines"),
     )
     assert res.exit_code == 0, res.output
@@ -217,7 +217,7 @@ def test_gpu_build_outside_container_exit_1(
     res = run(
         "build",
         str(example(tmp_path, "small-ngram.yaml")),
-        "--engines-dir",
+        "--engines",
         str(tmp_path / "engines"),
     )
     assert res.exit_code == 1
@@ -249,7 +249,7 @@ def test_reference_build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Pa
         "variants:\n  - {name: ngram, mode: ngram, max_draft_len: 4}\n"
     )
     engines = tmp_path / "engines"
-    res = run("build", str(spec), "--engines-dir", str(engines), "--format", "json")
+    res = run("build", str(spec), "--engines", str(engines), "--format", "json")
     assert res.exit_code == 0, res.output
     first = json.loads(res.stdout)
     assert [(e["name"], e["state"]) for e in first["engines"]] == [
@@ -262,7 +262,7 @@ def test_reference_build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Pa
         assert (engines / "tiny" / name / "trtspec.json").is_file()
         assert (engines / "tiny" / name / "build.log").is_file()
 
-    res = run("build", str(spec), "--engines-dir", str(engines))
+    res = run("build", str(spec), "--engines", str(engines))
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines() == [
         "[1/2] reference engine target: cached",

@@ -89,11 +89,13 @@ def _check_only(plan: Any, only: str | None) -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when a step's cache key is unchanged.")
 @click.option("--only", metavar="VARIANT", help="Build only the engines this variant needs.")
 @click.option(
+    "--engines",
     "--engines-dir",
+    "engines_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("engines"),
     show_default=True,
-    help="Where engine folders go.",
+    help="Engines root; the spec's engines go to ENGINES/<spec>/.",
 )
 @click.option(
     "--examples-dir",

@@ -217,6 +217,20 @@ def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: P
     assert result.summary["server"]["isolate"] is True
 
 
+def test_bench_starts_its_own_server(echo_repo: Path, tmp_path: Path) -> None:
+    spec = load_spec(_write_spec(tmp_path, requests=2, concurrency="[1]"))
+    result = run_benchmark(spec, output_dir=tmp_path / "run", repo=echo_repo, routes=["json"],
+                           variants=["lossy"], warmup_requests=0, plots=False)
+    assert (tmp_path / "run" / "tritonserver.log").is_file()
+    cells = {c["variant"]: c for c in result.summary["cells"]}
+    # CPU: memory is the RSS of the server process and its Python backend stubs
+    assert cells["baseline"]["server_memory_kind"] == "process_rss"
+    assert cells["baseline"]["server_memory_bytes"] > 10 * 2**20
+    assert [d["decision"] for d in result.summary["decisions"]] == ["exclude"]
+    assert result.summary["routing"]["routes"]["json"] == {"variant": "baseline",
+                                                           "decision": "exclude"}
+
+
 def _start_bench(spec: Path, run: Path, url: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "toolkit")}
     return subprocess.Popen(

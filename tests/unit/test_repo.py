@@ -369,6 +369,22 @@ def test_check_rejects_router_to_missing_variant(repo: Path) -> None:
     ]
 
 
+def test_check_covers_engines_nobody_calls(repo: Path, built) -> None:
+    _, _, engines, _ = built
+    (repo / "spare").mkdir()
+    text = (repo / "target" / "config.pbtxt").read_text().replace('name: "target"',
+                                                                   'name: "spare"')
+    missing = engines.resolve() / "tiny-all" / "spare"
+    text = text.replace(str(engines.resolve() / "tiny-all" / "target"), str(missing))
+    (repo / "spare" / "config.pbtxt").write_text(text)
+    (repo / "spare" / "1").mkdir()
+    (repo / "spare" / "1" / "model.py").write_text("")
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{repo / 'spare' / 'config.pbtxt'}: gpt_model_path {missing} does not exist "
+        "(engine spare is not built)"
+    ]
+
+
 def test_check_of_the_parent_folder_points_to_the_repository(repo: Path) -> None:
     assert [str(p) for p in check_repository(repo.parent)] == [
         f"{repo.parent}: holds repositories, not models; check {repo}"

@@ -138,7 +138,14 @@ def _header_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("requests", f"{totals['requests']} measured, {totals['errors']} errors, "
                      f"{totals['warmup_requests']} warmup"),
         ("complete", "yes" if summary["complete"] else "no (interrupted or still running)"),
+        ("server memory", ", ".join(sorted({_MEMORY_KINDS.get(c.get("server_memory_kind"), "-")
+                                            for c in summary["cells"]}))),
     ]
+
+
+_MEMORY_KINDS = {"gpu": "GPU memory used (Triton metrics)",
+                 "process_rss": "RSS of the tritonserver process tree",
+                 "host_used": "host memory in use (Triton metrics, whole machine)"}
 
 
 def _client_notes(summary: dict[str, Any]) -> list[str]:
@@ -253,7 +260,7 @@ def write_plots(run_dir: Path, summary: dict[str, Any],
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.axhline(summary["settings"]["decision"]["min_speedup"], color="green",
                    linestyle=":", linewidth=1)
-        ax.set_xticks(range(len(pts)), labels, fontsize=7)
+        ax.set_xticks(range(len(pts)), labels, fontsize=7, rotation=35, ha="right")
         ax.set_ylabel("speedup vs baseline (95% CI)")
         ax.set_title("Speedup per route")
         images.append(("Speedup per route with 95% CI", _save(fig, run_dir, "speedup.png")))

@@ -171,7 +171,16 @@ def summarize_rows(rows: list[dict[str, Any]], *, bootstrap_seed: int =
         base = groups.get((route, BASELINE, None, load, temp))
         cells.append(summarize_cell(group, None if variant == BASELINE else base,
                                     bootstrap_seed=bootstrap_seed))
-    return cells
+    # route, load and variant in order of first appearance; baseline first in each block
+    order = {name: {v: i for i, v in enumerate(dict.fromkeys(k[n] for k in groups))}
+             for n, name in enumerate(("route", "variant", "k", "load"))}
+
+    def position(c: dict[str, Any]) -> tuple[Any, ...]:
+        k = c.get("num_speculative_tokens")
+        return (order["route"][c["route"]], order["load"][c["load"]], c["temperature"],
+                c["variant"] != BASELINE, order["variant"][c["variant"]],
+                -1 if k is None else int(k))
+    return sorted(cells, key=position)
 
 
 def attach_memory(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:

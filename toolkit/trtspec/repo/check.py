@@ -79,6 +79,7 @@ class _Checker:
         self.repo = repo
         self.problems: list[Problem] = []
         self.models: dict[str, _Model] = {}
+        self.checked_engines: set[str] = set()
 
     def add(self, path: Path, message: str) -> None:
         self.problems.append(Problem(path, message))
@@ -157,6 +158,7 @@ class _Checker:
 
     def check_engine(self, engine: _Model, expected_mode: str | None,
                      max_draft_len: int | None) -> None:
+        self.checked_engines.add(engine.name)
         data = self.engine_folder(engine)
         decoding = engine.params.get("decoding_mode", "")
         mode = expected_mode or DECODING_TO_MODE.get(decoding)
@@ -272,6 +274,12 @@ class _Checker:
                 self.check_orchestrator(model)
             elif "routing_file" in params or "variants" in params:
                 self.check_router(model)
+        # Engines no orchestrator calls still have to point at a built engine.
+        for model in self.models.values():
+            if model.name not in self.checked_engines and (
+                model.config.backend == "tensorrtllm" or "gpt_model_path" in model.params
+            ):
+                self.check_engine(model, None, None)
         manifest = self.repo / "trtspec-repo.json"
         if manifest.is_file():
             try:

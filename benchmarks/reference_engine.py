@@ -113,7 +113,7 @@ def main() -> None:
 
     from trtspec.engine import GenerationRequest, ReferenceEngine
     from trtspec.engine.loader import quantize_int8
-    from trtspec.speculate import propose_ngram
+    from trtspec.speculate import propose_ngram, round_finished
 
     torch.set_num_threads(2)
     paths = engines(find_gguf(args.gguf))
@@ -130,9 +130,11 @@ def main() -> None:
     def no_reuse(engine: ReferenceEngine) -> None:
         engine.prefix_cache._entries.clear()  # every timed run starts cold
 
+    eos = tok.eos_token_id
+
     def ours_target(ids: list[int]) -> list[int]:
         no_reuse(target)
-        return target.generate(GenerationRequest(ids, n)).output_ids
+        return target.generate(GenerationRequest(ids, n, end_id=eos)).output_ids
 
     def ours_loop(ids: list[int], propose) -> list[int]:
         no_reuse(dte)
@@ -141,9 +143,11 @@ def main() -> None:
         while len(seq) < len(ids) + n:
             k = min(args.ngram_k, len(ids) + n - len(seq) - 1)
             proposal = propose(seq, k) if k > 0 else []
-            gen = dte.generate(GenerationRequest(seq, len(proposal) + 1,
+            gen = dte.generate(GenerationRequest(seq, len(proposal) + 1, end_id=eos,
                                                  draft_ids=proposal or None))
             seq += gen.output_ids
+            if round_finished(proposal, gen.output_ids, eos):
+                break
         return seq[len(ids):]
 
     def ngram(seq: list[int], k: int) -> list[int]:
@@ -151,19 +155,20 @@ def main() -> None:
 
     def draft_model(seq: list[int], k: int) -> list[int]:
         k = min(k, args.draft_k)
-        return draft.generate(GenerationRequest(seq, k)).output_ids if k > 0 else []
+        return draft.generate(GenerationRequest(seq, k, end_id=eos)).output_ids if k > 0 else []
 
     def ours_lookahead(ids: list[int]) -> list[int]:
         no_reuse(lookahead)
-        return lookahead.generate(GenerationRequest(ids, n)).output_ids
+        return lookahead.generate(GenerationRequest(ids, n, end_id=eos)).output_ids
 
     def hf_run(ids: list[int], **kw) -> list[int]:
         x = torch.tensor([ids])
         with torch.inference_mode():
             out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
-                              min_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id,
-                              **kw)
-        return out[0, len(ids):].tolist()
+                              do_sample=False, pad_token_id=eos, **kw)
+        tokens = out[0, len(ids):].tolist()
+        # HF keeps the end token; the engine (like TRT-LLM's output) does not.
+        return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
     rows = []
     for route, text in PROMPTS.items():
@@ -182,22 +187,23 @@ def main() -> None:
         ng_t, ng = timed(lambda ids=ids: ours_loop(ids, ngram), args.repeats)
         dm_t, dm = timed(lambda ids=ids: ours_loop(ids, draft_model), args.repeats)
         la_t, la = timed(lambda ids=ids: ours_lookahead(ids), args.repeats)
-        # HF stops at EOS only if asked; ours stops at nothing here either.
         rows.append({
             "route": route, "prompt_tokens": len(ids),
-            "hf_tok_s": n / hf_base_t, "ours_tok_s": n / base_t,
+            "new_tokens": len(base),
+            "hf_tok_s": len(hf_base) / hf_base_t, "ours_tok_s": len(base) / base_t,
             "hf_pld": hf_base_t / hf_pld_t, "ours_ngram": base_t / ng_t,
             "hf_assistant": hf_base_t / hf_asst_t, "ours_draft": base_t / dm_t,
             "ours_lookahead": base_t / la_t,
             "equal": all(x == base for x in (ng, dm, la)) and base == hf_base,
             "hf_equal": hf_pld == hf_base and hf_asst == hf_base,
         })
-    head = (f"{'route':6} {'prompt':>6} {'HF tok/s':>9} {'ours tok/s':>10} {'HF PLD':>7} "
-            f"{'ours ngram':>10} {'HF asst':>8} {'ours draft':>10} {'ours LA':>8} "
+    head = (f"{'route':6} {'prompt':>6} {'new':>4} {'HF tok/s':>9} {'ours tok/s':>10} "
+            f"{'HF PLD':>7} {'ours ngram':>10} {'HF asst':>8} {'ours draft':>10} {'ours LA':>8} "
             f"{'equal':>6} {'HF eq':>6}")
     print(head)
     for r in rows:
-        print(f"{r['route']:6} {r['prompt_tokens']:>6} {r['hf_tok_s']:>9.1f} "
+        print(f"{r['route']:6} {r['prompt_tokens']:>6} {r['new_tokens']:>4} "
+              f"{r['hf_tok_s']:>9.1f} "
               f"{r['ours_tok_s']:>10.1f} {r['hf_pld']:>6.2f}× {r['ours_ngram']:>9.2f}× "
               f"{r['hf_assistant']:>7.2f}× {r['ours_draft']:>9.2f}× {r['ours_lookahead']:>7.2f}× "
               f"{r['equal']!s:>6} {r['hf_equal']!s:>6}")

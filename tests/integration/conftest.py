@@ -20,7 +20,6 @@ the stub that ``trtspec.serve`` sets up, and then imports ``trtspec``.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -187,23 +186,9 @@ def start_server(triton_install: Any) -> Iterator[Callable[..., Any]]:
         server.stop()
 
 
-def _group_pids(pgid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state ppid pgrp ...
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry))
-    return pids
-
-
 @pytest.fixture
 def group_pids() -> Callable[[int], list[int]]:
     """``group_pids(pgid)`` → live (non-zombie) pids in that process group."""
-    return _group_pids
+    from trtspec.serve import group_members
+
+    return group_members

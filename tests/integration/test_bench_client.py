@@ -136,6 +136,7 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["schema_version"] == 1 and summary["complete"] is True
     assert summary["spec"]["name"] == "echo" and summary["spec"]["hash"]
+    assert summary["versions"]["tritonserver"] == "2.51.0"
     cells = {(c["route"], c["variant"], c["num_speculative_tokens"]): c
              for c in summary["cells"]}
     for (route, variant, k), cell in cells.items():

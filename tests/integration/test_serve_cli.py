@@ -10,6 +10,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,31 +23,36 @@ from tests.integration.conftest import ADD_ONE, TIMES_TEN_VIA
 pytestmark = pytest.mark.slow
 
 
-def _launch(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+def _launch(args: list[str], tmp_path: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "trtspec.cli.main", "serve", *args]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=open(tmp_path / "cli.err", "w"),
-                            text=True)
+    with open(tmp_path / "cli.err", "wb") as stderr:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr)
 
 
-def _read_json(process: subprocess.Popen[str], tmp_path: Path, timeout: float = 90) -> dict:
-    """Read stdout until one JSON document is complete, with a deadline."""
+def _read_json(process: subprocess.Popen[bytes], tmp_path: Path, timeout: float = 90) -> dict:
+    """Read stdout until one JSON document is complete, with a deadline (raw
+    reads: a buffered reader would hide lines from the selector)."""
     assert process.stdout is not None
+    fd = process.stdout.fileno()
     selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    text = ""
+    selector.register(fd, selectors.EVENT_READ)
+    data = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if selector.select(timeout=0.5):
-            line = process.stdout.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 break
-            text += line
-            if line.rstrip() == "}":
-                return json.loads(text)
+            data += chunk
+            if data.rstrip().endswith(b"}"):
+                selector.close()
+                return json.loads(data)
         elif process.poll() is not None:
             break
+    selector.close()
     process.kill()
-    pytest.fail(f"no endpoints from trtspec serve; stdout={text!r}\n"
+    process.wait()
+    pytest.fail(f"no endpoints from trtspec serve; stdout={data!r}\n"
                 f"stderr={(tmp_path / 'cli.err').read_text()}")
 
 
@@ -97,6 +103,8 @@ def test_sigint_stops_server_and_stubs(model_repo, tmp_path, group_pids, triton_
     finally:
         if process.poll() is None:
             process.kill()
+            process.wait()
+        process.stdout.close()
     stderr = (tmp_path / "cli.err").read_text()
     assert rc == 0, stderr
     assert stderr.endswith("Ready. Press Ctrl-C to stop.\nStopping tritonserver…\nStopped.\n")
@@ -117,6 +125,7 @@ def test_sigkill_of_the_cli_still_takes_the_server_down(model_repo, tmp_path, gr
     finally:
         process.kill()
         process.wait(timeout=10)
+        process.stdout.close()
     deadline = time.monotonic() + 30
     while group_pids(pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -132,6 +141,67 @@ def _server_pgid(cli_pid: int) -> int | None:
             except OSError:
                 continue
             fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) == cli_pid and "tritonserver" in stat:
+            if int(fields[1]) == cli_pid and "(tritonserver)" in stat:
                 return int(fields[2])
     return None
+
+
+def test_table_output_and_sigterm_in_process(model_repo, tmp_path, triton_install,
+                                             monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    import trtspec.cli.serve as serve_cli
+    from trtspec.cli.main import cli
+    from trtspec.serve import free_ports
+
+    repo = model_repo("table")
+    repo.add_python_model("add_one", ADD_ONE)
+    http, grpc, metrics = free_ports(3)
+    log = tmp_path / "table.log"
+    ready = threading.Event()
+    sent: list[bool] = []
+    real_progress = serve_cli.progress
+
+    def progress(message: str) -> None:
+        real_progress(message)
+        if message.startswith("Ready."):
+            ready.set()
+
+    monkeypatch.setattr(serve_cli, "progress", progress)
+
+    def stop_when_ready() -> None:
+        # "Ready." is printed inside the command, with its SIGTERM handler
+        # installed, so the signal reaches that handler and not pytest.
+        if ready.wait(timeout=60):
+            os.kill(os.getpid(), signal.SIGTERM)
+            sent.append(True)
+
+    watcher = threading.Thread(target=stop_when_ready, daemon=True)
+    watcher.start()
+    result = CliRunner().invoke(cli, [
+        "serve", str(repo.path), "--http-port", str(http), "--grpc-port", str(grpc),
+        "--metrics-port", str(metrics), "--log-file", str(log),
+    ])
+    watcher.join(timeout=5)
+    assert sent == [True]
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "endpoint  address",
+        "--------  " + "-" * max(len(str(log)), len(f"http://127.0.0.1:{metrics}/metrics")),
+        f"http      http://127.0.0.1:{http}",
+        f"grpc      127.0.0.1:{grpc}",
+        f"metrics   http://127.0.0.1:{metrics}/metrics",
+        f"log       {log}",
+    ]
+    assert result.stderr == (
+        f"Starting tritonserver (nvidia-pytriton); log: {log}\n"
+        "Ready. Press Ctrl-C to stop.\nStopping tritonserver…\nStopped.\n"
+    )
+    assert _status_or_none(f"http://127.0.0.1:{http}/v2/health/ready") is None
+
+
+def _status_or_none(url: str) -> int | None:
+    try:
+        return _status(url)
+    except OSError:
+        return None

@@ -179,6 +179,12 @@ def test_render_run_writes_every_artefact(tmp_path: Path) -> None:
     assert on_disk["complete"] is False  # no run.json: an interrupted run
     assert on_disk["totals"]["requests"] == 64
     assert yaml.safe_load((run / "routing.yaml").read_text()) == summary["routing"]
+    # the router's own loader (trtspec repo --routing) accepts what bench writes
+    from trtspec.repo.routing import load_routing
+
+    table = load_routing(run / "routing.yaml")
+    assert table.routes["code"].variant == "fast"
+    assert table.routes["code"].num_draft_tokens == 4
     md = (run / "report.md").read_text()
     assert "route=code  baseline" in md
     assert not list(run.glob("**/.*.tmp"))

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from trtspec.engine import GenerationRequest, ReferenceEngine, RequestError, SamplingParams
 
@@ -83,6 +85,30 @@ def test_greedy_is_lossless(loaded, mode: str, prompt_index: int) -> None:
     assert gen.steps == 40 - gen.total_accepted_draft_tokens or gen.steps < 40
 
 
+def test_medusa_tree_and_eagle_chain_are_drafted_every_step(loaded) -> None:
+    # After the prefill step every step drafts the whole choice tree (6 nodes)
+    # or the EAGLE chain (3 tokens), except where the output budget cuts it.
+    gen = loaded["medusa"].generate(GenerationRequest(PROMPTS[0], 40))
+    assert 6 * (gen.steps - 3) <= gen.total_draft_tokens <= 6 * (gen.steps - 1)
+    gen = loaded["eagle"].generate(GenerationRequest(PROMPTS[0], 40))
+    assert 3 * (gen.steps - 3) <= gen.total_draft_tokens <= 3 * (gen.steps - 1)
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_external_draft_accounting_property(loaded, data) -> None:
+    prompt = PROMPTS[0]
+    expected = truth(loaded, prompt, 5)
+    # Each draft position is the true token or a random one: agreement varies.
+    draft = [data.draw(st.sampled_from([expected[i], (expected[i] + 7) % 384]))
+             for i in range(data.draw(st.integers(1, 4)))]
+    gen = loaded["dte"].generate(GenerationRequest(prompt, len(draft) + 1, draft_ids=draft))
+    agree = next((i for i, t in enumerate(draft) if t != expected[i]), len(draft))
+    assert gen.total_accepted_draft_tokens == agree <= gen.total_draft_tokens == len(draft)
+    assert gen.output_ids == expected[: agree + 1]
+
+
 def test_lookahead_accepts_on_repetitive_text(loaded) -> None:
     gen = loaded["lookahead"].generate(GenerationRequest(PROMPTS[1], 40))
     assert gen.total_accepted_draft_tokens > 5
@@ -121,7 +147,8 @@ def test_draft_loop_with_a_partly_agreeing_draft_model(tiny_draft: Path, loaded,
         # Exact by construction: the accepted count is the proposal's agreement
         # with the target-only continuation.
         ref = expected[len(seq) - len(prompt):]
-        agree = next((i for i, (a, b) in enumerate(zip(proposal, ref)) if a != b), len(proposal))
+        pairs = enumerate(zip(proposal, ref, strict=False))
+        agree = next((i for i, (a, b) in pairs if a != b), len(proposal))
         assert gen.total_accepted_draft_tokens == agree
         assert gen.output_ids == ref[: agree + 1]
         drafted += gen.total_draft_tokens
@@ -301,4 +328,4 @@ def test_int8_draft_engine_mostly_agrees(tiny_llama: Path, loaded, tmp_path) -> 
         engine.model.lm_head).__module__
     expected = truth(loaded, PROMPTS[0], 20)
     got = engine.generate(GenerationRequest(PROMPTS[0], 20)).output_ids
-    assert sum(a == b for a, b in zip(got, expected)) >= 5
+    assert sum(a == b for a, b in zip(got, expected, strict=True)) >= 5

@@ -135,7 +135,7 @@ def test_speculative_engine_configs(tiny_llama: Path, tmp_path: Path, capsys) ->
      "Error: --mode medusa needs --medusa-dir (a medusa_lm_head checkpoint folder)\n"),
     (["--lookahead", "4,3,4"], "none", "Error: --lookahead is only valid with --mode lookahead\n"),
 ])
-def test_bad_flags(tiny_llama: Path, tmp_path: Path, capsys, extra, mode, message) -> None:
+def test_bad_flags(tiny_llama: Path, tmp_path: Path, capsys, *, extra, mode, message) -> None:
     out = tmp_path / "out"
     code, stdout, stderr = run(capsys, *base(tiny_llama, out, mode, *extra))
     assert (code, stdout, stderr) == (1, "", message)

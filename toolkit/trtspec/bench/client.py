@@ -76,7 +76,8 @@ class Outcome:
     ids: list[int] = field(default_factory=list)
     final: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    overhead_ns: int = 0
+    overhead_ns: int = 0  # CPU time of this thread in our code (build, send, parse)
+    overhead_wall_ns: int = 0  # the same spans in wall time (includes being descheduled)
     responses: int = 0
     send_lag_ns: int | None = None
 
@@ -146,7 +147,7 @@ class StreamWorker:
 
     def run(self, job: Job, stop: threading.Event | None = None) -> Outcome:
         out = Outcome(job)
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         inputs = build_inputs(job)
         out.send_time_unix = time.time()
         out.send_ns = time.perf_counter_ns()
@@ -156,10 +157,10 @@ class StreamWorker:
             self._client.async_stream_infer(job.arm.model, inputs, request_id=job.request_id)
         except Exception as exc:  # a client-side failure is a failed request, not a crash
             out.error = f"send failed: {exc}"
-            out.overhead_ns = time.perf_counter_ns() - t0
             self._restart_stream()
             return out
-        out.overhead_ns = time.perf_counter_ns() - t0
+        out.overhead_wall_ns = time.perf_counter_ns() - t0
+        out.overhead_ns = time.thread_time_ns() - c0
         deadline = out.send_ns + int(self.request_timeout_s * 1e9)
         while True:
             remaining = (deadline - time.perf_counter_ns()) / 1e9
@@ -173,11 +174,10 @@ class StreamWorker:
                 arrived, result, error = self._responses.get(timeout=min(remaining, _POLL_S))
             except queue.Empty:
                 continue
-            p0 = time.perf_counter_ns()
+            p0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             if error is not None:
                 out.error = str(error).strip() or type(error).__name__
                 out.end_ns = arrived
-                out.overhead_ns += time.perf_counter_ns() - p0
                 self._restart_stream()
                 return out
             resp_id = result.get_response().id
@@ -205,9 +205,11 @@ class StreamWorker:
                 fb = _scalar(result, "fallback")
                 out.final["fallback"] = None if fb is None else bool(fb)
                 out.end_ns = arrived
-                out.overhead_ns += time.perf_counter_ns() - p0
+                out.overhead_wall_ns += time.perf_counter_ns() - p0
+                out.overhead_ns += time.thread_time_ns() - c0
                 return out
-            out.overhead_ns += time.perf_counter_ns() - p0
+            out.overhead_wall_ns += time.perf_counter_ns() - p0
+            out.overhead_ns += time.thread_time_ns() - c0
 
 
 class LagProbe:

@@ -90,7 +90,8 @@ def check_python_compile(text: str, item: dict[str, Any]) -> CheckResult:
         Path(tmp + "c").unlink(missing_ok=True)
     if proc.returncode == 0:
         return CheckResult(PASS, "compiles")
-    return CheckResult(FAIL, _last_line(proc.stderr or proc.stdout).replace(tmp, "<output>"))
+    detail = _last_line(proc.stderr or proc.stdout)
+    return CheckResult(FAIL, detail.replace(tmp, "<output>").replace(Path(tmp).name, "<output>"))
 
 
 def find_ruff() -> str | None:

@@ -32,7 +32,7 @@ REQUEST_FIELDS = (
     "ttft_ms", "latency_ms", "tpot_ms", "tokens_per_second", "accepted_tokens",
     "draft_tokens", "rounds", "server_ttft_ms", "server_total_ms", "served_variant",
     "fallback", "error", "text_hash", "output_ids_hash", "output_text", "quality",
-    "client_overhead_ms", "send_lag_ms", "responses",
+    "client_overhead_ms", "client_overhead_wall_ms", "send_lag_ms", "responses",
 )
 
 

@@ -44,7 +44,12 @@ def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
         return "quality differs"
     if any("quality pass" in r for r in dec["reasons"]):
         return "quality fail"
-    return "quality n/a" if q is None else "quality pass"
+    if q is None:
+        return "quality n/a"
+    if q >= decision["min_quality_pass_rate"]:
+        return "quality pass"
+    # below the bar but no worse than the baseline: the target's own quality
+    return f"quality {q:.0%} as baseline"
 
 
 def console_lines(summary: dict[str, Any]) -> list[str]:
@@ -153,8 +158,9 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
     notes = list(client.get("warnings") or [])
     if client.get("overhead_ms_p50") is not None:
         notes.insert(0, (
-            f"client overhead per request p50 {client['overhead_ms_p50']:.3f} ms, "
-            f"p95 {client['overhead_ms_p95']:.3f} ms; lag probe p95 "
+            f"client CPU time in trtspec code per request p50 {client['overhead_ms_p50']:.3f} ms, "
+            f"p95 {client['overhead_ms_p95']:.3f} ms (wall p95 "
+            f"{_fmt(client.get('overhead_wall_ms_p95'), '.3f')} ms); lag probe p95 "
             f"{_fmt(client.get('lag_ms_p95'), '.2f')} ms, "
             f"max {_fmt(client.get('lag_ms_max'), '.2f')} ms"
         ))

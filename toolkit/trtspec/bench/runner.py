@@ -325,6 +325,7 @@ class _Recorder:
             "error": out.error, "text_hash": text_hash(out.text),
             "output_ids_hash": ids_hash(out.ids), "output_text": out.text, "quality": quality,
             "client_overhead_ms": out.overhead_ns / 1e6,
+            "client_overhead_wall_ms": out.overhead_wall_ns / 1e6,
             "send_lag_ms": None if out.send_lag_ns is None else out.send_lag_ns / 1e6,
             "responses": out.responses,
         }
@@ -345,7 +346,8 @@ class _Run:
         self.texts = {(r.name, i): render_prompt(it, self.tokenizer)
                       for r in plan.routes for i, it in enumerate(r.items)}
         self._counter = 0
-        self.memory = RequestLog(run_dir / METRICS_FILE)
+        self.memory: RequestLog | None = None  # opened once the run folder exists
+        self.triton_version: str | None = None
 
     def _jobs(self, route: RouteSet, arms: list[Arm], load: tuple[str, int | None, float | None],
               temperature: float, *, samples: list[int] | None, warmup: bool) -> list[Job]:
@@ -391,13 +393,15 @@ class _Run:
                              on_done=recorder.put, stop=self.stop,
                              request_timeout_s=s.request_timeout_s, schedule_s=schedule)
                     mem, kind = server_memory(target.metrics_url, target.pid)
+                    assert self.memory is not None
                     self.memory.append({"route": route.name, "load": label,
                                         "temperature": temp, "variants": sorted(
                                             {a.variant for a in arms}),
                                         "bytes": mem, "kind": kind, "time": time.time()})
 
 
-def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> None:
+def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> str | None:
+    """Wait until every model is ready; return the server's Triton version."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -408,7 +412,7 @@ def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> None:
             try:
                 missing = [m for m in models if not client.is_model_ready(m)]
                 if not missing:
-                    return
+                    return str(client.get_server_metadata().version)
                 problem = "not ready: " + ", ".join(missing)
             except InferenceServerException as exc:
                 problem = f"unreachable ({exc.message() if hasattr(exc, 'message') else exc})"
@@ -475,11 +479,14 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
         raise BenchError("--isolate starts one server per variant and cannot use --endpoint",
                          hint="leave out --endpoint, or leave out --isolate")
     run_dir = Path(output_dir)
+    # prompts are rendered (tokenizer loaded) before anything is written
+    run = _Run(plan, run_dir, run_dir.name or uuid.uuid4().hex[:8], say)
     if (run_dir / REQUESTS_FILE).exists():
         raise BenchError(f"{run_dir}: already holds a run ({REQUESTS_FILE} exists)",
                          hint="choose a new --run-dir, or delete the old run first")
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = run_dir.name or uuid.uuid4().hex[:8]
+    say(f"bench: writing {run_dir}")
+    run_id = run.run_id
     repo = repo or Path("triton_repo") / plan.spec_name
     run_info: dict[str, Any] = {
         "run_id": run_id, "git_commit": git_commit(Path(__file__).parent),
@@ -496,19 +503,20 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                      "arms": [a.label for a in plan.arms]},
     }
     atomic_write_json(run_dir / RUN_FILE, run_info)
-    run = _Run(plan, run_dir, run_id, say)
+    run.memory = RequestLog(run_dir / METRICS_FILE)
     interrupted = False
     with RequestLog(run_dir / REQUESTS_FILE) as log, _sigterm_as_interrupt():
         recorder = _Recorder(log, run_id, {r.name: r for r in plan.routes})
         probe = LagProbe()
         try:
             with probe:
+                models = sorted({a.model for a in plan.arms})
                 if endpoint:
-                    _wait_ready(endpoint, sorted({a.model for a in plan.arms}))
+                    run.triton_version = _wait_ready(endpoint, models)
                     run.phase(_Target(endpoint, metrics_url, None), recorder, plan.arms)
                 elif not isolate:
                     with _serve(repo, None, run_dir / "tritonserver.log") as target:
-                        _wait_ready(target.url, sorted({a.model for a in plan.arms}))
+                        run.triton_version = _wait_ready(target.url, models)
                         run.phase(target, recorder, plan.arms)
                 else:
                     _run_isolated(run, plan, repo, recorder)
@@ -520,6 +528,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
             recorder.close()
             run.memory.close()
             run_info["client"] = client_stats(probe)
+            run_info["versions"]["tritonserver"] = run.triton_version
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             run_info["complete"] = not interrupted
             atomic_write_json(run_dir / RUN_FILE, run_info)
@@ -551,5 +560,5 @@ def _run_isolated(run: _Run, plan: BenchPlan, repo: Path, recorder: _Recorder) -
             run.progress(f"bench: --isolate: serving {name} ({', '.join(models)})")
             log_path = run.run_dir / f"tritonserver-{name}.log"
             with _serve(repo, models, log_path) as target:
-                _wait_ready(target.url, [per_variant[name][0].model])
+                run.triton_version = _wait_ready(target.url, [per_variant[name][0].model])
                 run.phase(target, recorder, per_variant[name], samples=half)

@@ -89,7 +89,7 @@ def load_source(src: str) -> tuple[Any, Any]:
     except (OSError, ValueError, KeyError) as exc:
         raise BuildError(f"--model {src}: cannot load: {exc}") from None
     # A GGUF load leaves a dequantization marker that save_pretrained would persist.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return model.eval(), tokenizer

@@ -145,7 +145,6 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
     spec = load_spec(spec_path)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = run_dir or output / f"{spec.name}-{stamp}"
-    progress(f"bench: writing {run_dir}")
     result = run_benchmark(
         spec, output_dir=run_dir, endpoint=endpoint, metrics_url=metrics_url, repo=repo,
         variants=variants, routes=routes, concurrency=concurrency, request_rate=request_rate,

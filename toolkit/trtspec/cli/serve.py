@@ -12,7 +12,13 @@ from types import FrameType
 import click
 
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
-from trtspec.serve import Server, detect_world_size, engine_models, variant_models
+from trtspec.serve import (
+    Server,
+    detect_world_size,
+    engine_models,
+    resolve_repo,
+    variant_models,
+)
 
 _port = click.IntRange(0, 65535)
 
@@ -72,7 +78,11 @@ def serve_command(
     world_size: int | None,
     fmt: str,
 ) -> None:
-    """Serve the Triton model repository REPO until Ctrl-C or SIGTERM."""
+    """Serve the Triton model repository REPO until Ctrl-C or SIGTERM.
+
+    REPO is the folder `trtspec repo` wrote (triton_repo/<spec>) or its parent
+    when that holds one spec. Endpoints go to stdout once the server is ready."""
+    repo = resolve_repo(repo)
     models = variant_models(repo, variant) if variant else None
     ranks = world_size or detect_world_size(repo)
     server = Server(

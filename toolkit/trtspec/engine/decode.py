@@ -126,9 +126,9 @@ class ReferenceEngine:
              medusa_choices: list[list[int]] | None = None,
              eagle_choices: list[list[int]] | None = None,
              kv_reuse: int = 4) -> ReferenceEngine:
-        from trtspec.engine.loader import load_heads, load_target
-
         import torch
+
+        from trtspec.engine.loader import load_heads, load_target
 
         torch.set_num_threads(threads or default_threads())
         config = read_engine_config(engine_dir)
@@ -155,8 +155,8 @@ class ReferenceEngine:
             raise RequestError("input_ids is empty: a request needs at least one prompt token")
         bad = [t for t in req.input_ids if not 0 <= t < cfg.vocab_size]
         if bad:
-            raise RequestError(
-                f"input_ids contains token id {bad[0]} outside the vocabulary [0, {cfg.vocab_size})")
+            raise RequestError(f"input_ids contains token id {bad[0]} outside the vocabulary "
+                               f"[0, {cfg.vocab_size})")
         if n > cfg.max_input_len:
             raise RequestError(
                 f"Prompt length ({n}) exceeds maximum input length ({cfg.max_input_len}).")
@@ -210,7 +210,7 @@ class ReferenceEngine:
         return gen
 
     # --------------------------------------------------------------- internals
-    def _forward(self, tokens: list[int], past: int, n_pending: int, depths: list[int],
+    def _forward(self, tokens: list[int], past: int, n_pending: int, *, depths: list[int],
                  attend: list[list[int]] | None, cache: Any, logits_from: int,
                  ) -> tuple[Any, Any]:
         """Run pending + node tokens; (logits rows from ``logits_from``, hidden rows)."""
@@ -248,7 +248,7 @@ class ReferenceEngine:
     def _loop(self, gen: Generation) -> Iterator[list[int]]:
         import torch
 
-        req, cfg = gen.request, self.config
+        req = gen.request
         sampler = Sampler(req.sampling)
         prompt = list(req.input_ids)
         gen.first_scheduled_time_ns = time.time_ns()
@@ -284,7 +284,8 @@ class ReferenceEngine:
                 nodes, parents = self._propose_medusa(root_hidden, budget)
             elif self.eagle is not None and feats is not None and budget > 0:
                 chain, eagle_cache, eagle_len = self._propose_eagle(
-                    committed, root, feats, eagle_cache, eagle_len, min(self.eagle_depth, budget))
+                    committed, root, feats, eagle_cache, fed=eagle_len,
+                    depth=min(self.eagle_depth, budget))
                 nodes, parents = chain, list(range(-1, len(chain) - 1))
             elif la_state is not None and budget > 0:
                 nodes, parents = self._lookahead_candidates(la_state, root, budget)
@@ -314,8 +315,8 @@ class ReferenceEngine:
                     attend += [[n_verify + s for s in seen] for seen in b_attend]
             past = cache_len(cache)
             p = len(pending)
-            logits, hidden = self._forward(tokens, past, p, depths, attend, cache,
-                                           logits_from=p - 1)
+            logits, hidden = self._forward(tokens, past, p, depths=depths, attend=attend,
+                                           cache=cache, logits_from=p - 1)
             gen.encoded_tokens += len(tokens)
             gen.steps += 1
             # ---- verify: walk the tree from the root while the target's pick has a child
@@ -360,7 +361,7 @@ class ReferenceEngine:
                 new_feats = hidden[torch.tensor(keep_rows)]
                 feats = new_feats if feats is None else torch.cat([feats, new_feats])
             if la_state is not None:
-                la_state.observe(committed + [bonus])
+                la_state.observe([*committed, bonus])
             pending = [bonus]
             emitted = [*accepted, bonus][: req.max_new_tokens - len(out)]
             stop = False
@@ -396,7 +397,8 @@ class ReferenceEngine:
         head_logits = self.medusa(root_hidden)  # [K, vocab]
         k = max(max(c) for c, _ in self.medusa_tree) + 1
         top = torch.topk(head_logits, k, dim=-1).indices.tolist()
-        nodes, parents = [], []
+        nodes: list[int] = []
+        parents: list[int] = []
         kept: dict[int, int] = {}
         for i, (choice, parent) in enumerate(self.medusa_tree):
             depth = len(choice)
@@ -409,13 +411,13 @@ class ReferenceEngine:
             parents.append(-1 if parent < 0 else kept[parent])
         return nodes, parents
 
-    def _propose_eagle(self, committed: list[int], root: int, feats: Any, cache: Any,
+    def _propose_eagle(self, committed: list[int], root: int, feats: Any, cache: Any, *,
                        fed: int, depth: int) -> tuple[list[int], Any, int]:
         """Top-1 EAGLE chain of ``depth`` tokens after ``root`` (committed pairs kept)."""
         import torch
 
         m = len(committed)
-        nxt = committed[fed + 1:m] + [root]
+        nxt = [*committed[fed + 1:m], root]
         tokens = torch.tensor([nxt], dtype=torch.long)
         pos = torch.arange(fed, m, dtype=torch.long)[None]
         h, logits = self.eagle.forward(tokens, feats[fed:m][None], pos, cache)

@@ -84,5 +84,6 @@ class LookaheadState:
         if not self.rows:
             return
         for c in range(self.W):
-            self._add(tuple(self.rows[r][c] for r in range(len(self.rows))) + (last_row_outputs[c],))
+            column = [row[c] for row in self.rows]
+            self._add((*column, last_row_outputs[c]))
         self.rows = [*self.rows[1:], list(last_row_outputs)]

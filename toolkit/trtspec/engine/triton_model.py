@@ -133,6 +133,10 @@ class TritonPythonModel:
         if n > ids.size or n < 0:
             raise InputError(f"input_lengths ({n}) is larger than the number of input_ids "
                              f"({ids.size})")
+        beam = int(_first(request, ("beam_width",), 1))
+        if beam != 1:
+            raise InputError(f"beam_width {beam} is not supported by the reference engine "
+                             "(speculative decoding needs beam width 1)")
         draft = pb_utils.get_input_tensor_by_name(request, "draft_input_ids")
         draft_ids = [int(t) for t in draft.as_numpy().reshape(-1)] if draft is not None else []
         la = [_first(request, (k,), None) for k in (
@@ -190,6 +194,7 @@ class TritonPythonModel:
             req, options = self._request(request)
             gen = self.engine.stream(req)
             if options["streaming"]:
+                assert sender is not None  # streaming is refused unless decoupled
                 sent_final = False
                 for delta in gen:
                     flags = final if gen.finished else 0
@@ -224,4 +229,4 @@ class TritonPythonModel:
         return None if self.decoupled else responses
 
     def finalize(self) -> None:
-        self.engine = None
+        del self.engine

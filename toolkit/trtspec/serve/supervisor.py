@@ -1,16 +1,12 @@
-"""The tritonserver supervisor: one way to find, start, watch and stop Triton.
+"""The tritonserver supervisor: argv, start, readiness, logs and teardown.
 
-This module owns everything between a model repository on disk and a ready
-server: locating a ``tritonserver`` binary (explicit path › ``PATH`` ›
-``/opt/tritonserver/bin`` › the binary bundled in the ``nvidia-pytriton`` wheel,
-which on a CPU machine needs an assembled backend folder, ``LD_LIBRARY_PATH``
-and ``PYTHONPATH``), building its argv (free ports, 127.0.0.1 unless told
-otherwise, explicit model loading for one variant's closure read from
-``trtspec-repo.json``, the ``mpirun`` leader-mode command for TP×PP > 1),
-starting it in its own process group with its log in a file, waiting for
-``/v2/health/ready`` with a deadline, and tearing it down with SIGTERM then
-SIGKILL so no server or Python-backend stub outlives it. The CLI, the
-benchmark and the tests all use this one ``Server``.
+Owns the command lines (one server, or ``mpirun`` leader mode for TP×PP > 1,
+ports picked free, 127.0.0.1 unless told otherwise, explicit loading of a model
+list) and ``Server``: it starts tritonserver in its own process group with its
+log in a file, waits for ``/v2/health/ready`` with a deadline (failing with the
+log's errors and tail), and stops it with SIGTERM then SIGKILL so that no
+server or Python-backend stub outlives it — also when the supervising process
+is killed, through the parent-death signal.
 """
 
 from __future__ import annotations
@@ -18,399 +14,31 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import hashlib
-import importlib.util
 import json
 import os
 import re
-import shutil
 import signal
-import site
 import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-import trtspec
 from trtspec.errors import ServerError
+from trtspec.serve.discovery import TritonInstall, find_tritonserver
 
-OPT_BIN = Path("/opt/tritonserver/bin")
-MANIFEST_NAME = "trtspec-repo.json"
-MANIFEST_SCHEMA_VERSION = 1
-_STUB_NAME = "triton_python_backend_stub"
-_UTILS_NAME = "triton_python_backend_utils.py"
-_PATH_HOOK = "_trtspec_stub_path"
-# The wheel's stub embeds Python in isolated mode, so it ignores PYTHONPATH; the
-# stub imports triton_python_backend_utils (from the backend folder) before any
-# model.py, so our copy of it first applies PYTHONPATH, .pth files included (an
-# editable install's lives there), ahead of the base interpreter's site-packages.
-_PATH_HOOK_SOURCE = """\
-\"\"\"Written by trtspec: apply PYTHONPATH, which the isolated stub ignores.\"\"\"
-import os
-import site
-import sys
-
-_entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-for _entry in reversed(_entries):
-    if _entry in sys.path:
-        sys.path.remove(_entry)
-    sys.path.insert(0, _entry)
-for _entry in _entries:
-    site.addsitedir(_entry)
-"""
 # Log lines Triton prints on every CPU-only start; they are not the reason a start failed.
 _BENIGN_ERRORS = (
     "CudaDriverHelper has not been initialized",
     "Failed to initialize NVML",
 )
 _ERROR_LINE = re.compile(r"^E\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]+\] ?(.*)$")
-
-
-# ---------------------------------------------------------------------------
-# Finding tritonserver
-
-
-@dataclass(frozen=True)
-class TritonInstall:
-    """A runnable tritonserver: the binary, the ``--backend-directory`` to pass
-    (``None``: the binary's built-in default) and the environment variables it
-    needs on top of ``os.environ``. ``source`` says where it was found."""
-
-    binary: Path
-    backend_dir: Path | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    source: str = "explicit"
-
-
-def cache_root() -> Path:
-    """Where trtspec keeps machine-local derived files (``TRTSPEC_CACHE_DIR``,
-    else ``$XDG_CACHE_HOME/trtspec``, else ``~/.cache/trtspec``)."""
-    explicit = os.environ.get("TRTSPEC_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "trtspec"
-
-
-def pytriton_server_dir() -> Path | None:
-    """The ``pytriton/tritonserver`` folder of the installed nvidia-pytriton
-    wheel, found without importing pytriton (its import is slow)."""
-    try:
-        spec = importlib.util.find_spec("pytriton")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "tritonserver"
-        if (candidate / "bin" / "tritonserver").is_file():
-            return candidate
-    return None
-
-
-def _wheel_root_of(binary: Path) -> Path | None:
-    """The wheel's ``tritonserver`` folder when ``binary`` is the wheel's bundled
-    server (recognised by its layout, so an explicit path to it works too)."""
-    root = binary.resolve().parent.parent
-    if (root / "python_backend_stubs").is_dir() and (
-        root / "backends" / "python" / "libtriton_python.so"
-    ).is_file():
-        return root
-    return None
-
-
-def find_tritonserver(
-    explicit: str | os.PathLike[str] | None = None,
-    *,
-    search_path: str | None = None,
-    opt_dir: Path = OPT_BIN,
-    wheel_dir: Path | bool | None = True,
-    cache_dir: Path | None = None,
-) -> TritonInstall:
-    """Locate tritonserver: ``explicit`` › ``PATH`` › ``opt_dir`` › the
-    nvidia-pytriton wheel. ``search_path`` replaces ``$PATH`` and ``wheel_dir``
-    the wheel's folder (``True``: look it up, ``None``/``False``: skip); both
-    exist for tests. Raises ``ServerError`` naming what was tried."""
-    if explicit is not None:
-        binary = Path(explicit).expanduser()
-        if not binary.is_file():
-            raise ServerError(
-                f"tritonserver binary not found: {binary}",
-                hint="pass the path of an executable tritonserver, or leave it out to "
-                "search PATH, /opt/tritonserver/bin and the nvidia-pytriton wheel",
-            )
-        if not os.access(binary, os.X_OK):
-            raise ServerError(
-                f"tritonserver binary is not executable: {binary}",
-                hint=f"chmod +x {binary}",
-            )
-        return _install_for(binary.absolute(), "explicit", cache_dir)
-    on_path = shutil.which("tritonserver", path=search_path)
-    if on_path:
-        return _install_for(Path(on_path).absolute(), "PATH", cache_dir)
-    opt_binary = opt_dir / "tritonserver"
-    if opt_binary.is_file() and os.access(opt_binary, os.X_OK):
-        return _install_for(opt_binary, str(opt_dir), cache_dir)
-    root = pytriton_server_dir() if wheel_dir is True else (wheel_dir or None)
-    if root is not None and (root / "bin" / "tritonserver").is_file():
-        return _install_for(root / "bin" / "tritonserver", "nvidia-pytriton", cache_dir)
-    raise ServerError(
-        f"tritonserver not found on PATH, in {opt_dir} or in the nvidia-pytriton wheel",
-        hint="run inside the Triton TRT-LLM container, `pip install nvidia-pytriton` "
-        "(bundles a CPU-capable tritonserver), or pass the binary with --tritonserver",
-    )
-
-
-def _install_for(binary: Path, source: str, cache_dir: Path | None) -> TritonInstall:
-    root = _wheel_root_of(binary)
-    if root is None:
-        env = {}
-        package_parent = _trtspec_import_dir()
-        # The stub of a foreign install runs its own Python; give it trtspec only
-        # when trtspec is not sitting inside this interpreter's site-packages,
-        # whose compiled packages would not match that Python.
-        if package_parent.name not in ("site-packages", "dist-packages"):
-            env["PYTHONPATH"] = _join_paths([str(package_parent)], "PYTHONPATH")
-        return TritonInstall(binary=binary, backend_dir=None, env=env, source=source)
-    backend_dir = prepare_backend_dir(root, cache_dir or cache_root())
-    return TritonInstall(
-        binary=binary, backend_dir=backend_dir, env=wheel_env(root), source=source
-    )
-
-
-def _trtspec_import_dir() -> Path:
-    return Path(trtspec.__file__).resolve().parent.parent
-
-
-def _join_paths(first: Iterable[str], variable: str) -> str:
-    """``first`` (deduplicated, order kept) followed by the current value of
-    ``variable``, so a user's own setting still applies after ours."""
-    parts: list[str] = []
-    for entry in [*first, *os.environ.get(variable, "").split(os.pathsep)]:
-        if entry and entry not in parts:
-            parts.append(entry)
-    return os.pathsep.join(parts)
-
-
-def _libpython_dir() -> Path:
-    libdir = sysconfig.get_config_var("LIBDIR")
-    soname = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY")
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if not libdir or not soname or not (Path(libdir) / soname).is_file():
-        raise ServerError(
-            f"Python {version} at {sys.executable} has no shared libpython "
-            f"({soname or 'libpython'} not in {libdir}); the Python backend stub links against it",
-            hint="use a Python built with --enable-shared (distribution or python.org builds; "
-            "pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared)",
-        )
-    return Path(libdir)
-
-
-def wheel_env(root: Path) -> dict[str, str]:
-    """Environment for the wheel's tritonserver and its stubs. The running
-    interpreter's libpython comes first because the stub links ``libpythonX.Y``
-    and a system copy of another patch release may otherwise win; the wheel's
-    vendored libraries come next. ``PYTHONPATH`` carries this venv's
-    site-packages and the folder holding ``trtspec`` because an editable
-    install's ``.pth`` file is not read for ``PYTHONPATH`` entries."""
-    site_dirs = [str(root.parent.parent)]
-    site_dirs += [d for d in site.getsitepackages() if Path(d).is_dir()]
-    return {
-        "LD_LIBRARY_PATH": _join_paths(
-            [str(_libpython_dir()), str(root.parent.parent / "nvidia_pytriton.libs")],
-            "LD_LIBRARY_PATH",
-        ),
-        "PYTHONPATH": _join_paths([str(_trtspec_import_dir()), *site_dirs], "PYTHONPATH"),
-    }
-
-
-def prepare_backend_dir(root: Path, cache: Path) -> Path:
-    """Assemble ``<cache>/triton-backends/pyX.Y-<digest>/python/`` from the
-    wheel (the backend library and the stub built for the running Python) and
-    return the folder to pass as ``--backend-directory``. Built in a temp dir
-    and renamed into place, so concurrent callers and interrupted runs never
-    see a half-copied folder; the digest changes when the wheel does."""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = root / "python_backend_stubs" / version / _STUB_NAME
-    if not stub.is_file():
-        stubs_dir = root / "python_backend_stubs"
-        have = sorted(p.name for p in stubs_dir.iterdir() if (p / _STUB_NAME).is_file())
-        raise ServerError(
-            f"the nvidia-pytriton wheel at {root} has no Python backend stub for Python "
-            f"{version} (it has: {', '.join(have) or 'none'})",
-            hint="run trtspec from a Python version the wheel supports, or use another "
-            "tritonserver with --tritonserver",
-        )
-    library = root / "backends" / "python" / "libtriton_python.so"
-    utils = root / "backends" / "python" / _UTILS_NAME
-    digest = hashlib.sha256(_PATH_HOOK_SOURCE.encode())
-    for source in (library, utils, stub):
-        stat = source.stat()
-        digest.update(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
-    final = cache / "triton-backends" / f"py{version}-{digest.hexdigest()[:16]}"
-    if (final / "python" / _STUB_NAME).is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
-    try:
-        target = staging / "python"
-        target.mkdir()
-        shutil.copy2(library, target / library.name)
-        shutil.copy2(stub, target / stub.name)
-        (target / f"{_PATH_HOOK}.py").write_text(_PATH_HOOK_SOURCE, encoding="utf-8")
-        (target / _UTILS_NAME).write_text(
-            f"import {_PATH_HOOK}  # noqa: F401  (added by trtspec, see that module)\n"
-            + utils.read_text(encoding="utf-8"),
-            encoding="utf-8",
-        )
-        try:
-            os.rename(staging, final)
-        except OSError:
-            # Another process renamed its copy first; theirs is complete, use it.
-            if not (final / "python" / _STUB_NAME).is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return final
-
-
-# ---------------------------------------------------------------------------
-# Repository manifest: which models a variant needs
-
-
-def read_manifest(repo: Path) -> dict:
-    """Load ``trtspec-repo.json`` from ``repo`` with errors naming the file."""
-    path = repo / MANIFEST_NAME
-    if not path.is_file():
-        raise ServerError(
-            f"{path}: not found; --variant needs the manifest that `trtspec repo` writes",
-            hint="serve the folder `trtspec repo` wrote, or leave out --variant to load all models",
-        )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ServerError(
-            f"{path}: not a readable JSON manifest: {exc}",
-            hint="rewrite it with `trtspec repo`",
-        ) from exc
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise ServerError(
-            f"{path}: models: missing or not an object",
-            hint="rewrite it with `trtspec repo`",
-        )
-    version = data.get("schema_version")
-    if version != MANIFEST_SCHEMA_VERSION:
-        raise ServerError(
-            f"{path}: schema_version: {version!r} is not supported "
-            f"(this trtspec reads {MANIFEST_SCHEMA_VERSION})",
-            hint="rewrite it with this version of `trtspec repo`",
-        )
-    return data
-
-
-def variant_models(repo: Path, variant: str) -> list[str]:
-    """The models ``--variant`` must load: the variant's orchestrator and the
-    closure of its ``calls`` in the manifest, sorted."""
-    manifest = read_manifest(repo)
-    path = repo / MANIFEST_NAME
-    models: dict = manifest["models"]
-    variants = [str(v) for v in manifest.get("variants") or []]
-    orchestrators = [
-        name
-        for name, info in models.items()
-        if isinstance(info, dict)
-        and info.get("role") == "orchestrator"
-        and (info.get("variant") or name) == variant
-    ]
-    if variant not in variants or not orchestrators:
-        raise ServerError(
-            f"{path}: unknown variant {variant!r}; valid variants: "
-            f"{', '.join(variants) or '(none)'}",
-            hint="pass one of the valid variants to --variant",
-        )
-    seen: set[str] = set()
-    pending = list(orchestrators)
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        info = models.get(name)
-        if not isinstance(info, dict):
-            caller = next(
-                (m for m in sorted(seen) if name in (models.get(m) or {}).get("calls", [])),
-                variant,
-            )
-            raise ServerError(
-                f"{path}: models.{caller}.calls: {name!r} is not a model in the manifest",
-                hint="rewrite the manifest with `trtspec repo`",
-            )
-        pending.extend(str(callee) for callee in info.get("calls") or [])
-    return sorted(seen)
-
-
-def engine_models(repo: Path, among: Iterable[str] | None = None) -> list[str]:
-    """Models with role ``engine`` in the manifest (optionally only ``among``)."""
-    models = read_manifest(repo)["models"]
-    wanted = set(among) if among is not None else None
-    return sorted(
-        name
-        for name, info in models.items()
-        if isinstance(info, dict)
-        and info.get("role") == "engine"
-        and (wanted is None or name in wanted)
-    )
-
-
-def detect_world_size(repo: Path) -> int:
-    """TP×PP of the repository's TensorRT-LLM engines, read from each engine
-    model's ``gpt_model_path``/``config.json``; 1 without a manifest or for
-    reference engines."""
-    if not (repo / MANIFEST_NAME).is_file():
-        return 1
-    if read_manifest(repo).get("backend") != "tensorrt_llm":
-        return 1
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    sizes: set[int] = set()
-    for name in engine_models(repo):
-        config = model_config_pb2.ModelConfig()
-        try:
-            text = (repo / name / "config.pbtxt").read_text(encoding="utf-8")
-            text_format.Parse(text, config)
-            engine_dir = Path(config.parameters["gpt_model_path"].string_value)
-            engine = json.loads((repo / engine_dir / "config.json").read_text(encoding="utf-8"))
-            mapping = engine["pretrained_config"]["mapping"]
-            size = mapping.get("world_size") or mapping.get("tp_size", 1) * mapping.get(
-                "pp_size", 1
-            )
-        except (OSError, ValueError, KeyError, TypeError, text_format.ParseError):
-            continue  # tritonserver itself reports a broken engine model precisely
-        sizes.add(int(size))
-    if len(sizes) > 1:
-        raise ServerError(
-            f"{repo}: engine models need different TP×PP world sizes ({sorted(sizes)}); "
-            "one leader-mode launch runs one world size",
-            hint="build every engine with the same tp and pp, or pass --world-size",
-        )
-    return sizes.pop() if sizes else 1
-
-
-# ---------------------------------------------------------------------------
-# Command lines
-
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct ports the OS says are free now (bind to port 0). The
@@ -618,18 +246,19 @@ class Server:
         """The command ``start()`` runs, with the ports chosen so far."""
         if self._ports is None:
             self._ports = self._choose_ports()
-        http_port, grpc_port, metrics_port = self._ports
-        common = {
-            "host": self.host, "http_port": http_port, "grpc_port": grpc_port,
-            "metrics_port": metrics_port, "binary": self.install.binary,
-            "backend_dir": self.install.backend_dir, "models": self.models,
-            "extra_args": self.extra_args,
-        }  # fmt: skip
+        http, grpc, metrics = self._ports
+        binary, backend_dir = self.install.binary, self.install.backend_dir
         if self.world_size > 1:
             return leader_mode_argv(
-                self.world_size, self.repo, engine_model=self.engine_models, **common
-            )
-        return server_argv(common.pop("binary"), self.repo, **common)
+                self.world_size, self.repo, engine_model=self.engine_models, host=self.host,
+                http_port=http, grpc_port=grpc, metrics_port=metrics, binary=binary,
+                backend_dir=backend_dir, models=self.models, extra_args=self.extra_args,
+            )  # fmt: skip
+        return server_argv(
+            binary, self.repo, host=self.host, http_port=http, grpc_port=grpc,
+            metrics_port=metrics, backend_dir=backend_dir, models=self.models,
+            extra_args=self.extra_args,
+        )  # fmt: skip
 
     def _choose_ports(self) -> tuple[int, int, int]:
         wanted = list(self._requested)
@@ -743,6 +372,9 @@ class Server:
                 process.wait()
         # A server that exited can leave stubs behind for a moment; none may outlive it.
         _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
         return process.returncode
 
     def __enter__(self) -> Server:
@@ -832,6 +464,22 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, group = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(group) == pgid and state not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
 def _http_status(url: str, timeout: float) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -858,4 +506,4 @@ def log_errors(text: str) -> list[str]:
         message = message.strip().strip('"').split("\\n")[0].strip()
         if message and message not in found:
             found.append(message)
-    return sorted(found, key=lambda m: "failed to load" not in m)
+    return sorted(found, key=lambda m: "failed to load '" not in m)

@@ -1,0 +1,91 @@
+"""``trtspec serve`` through Click's CliRunner: the errors a user meets before
+any server starts (exit 1, ``Error:``/``Hint:`` on stderr, nothing on stdout)
+and usage errors (exit 2). The running command is tested as a real
+subprocess in tests/integration/test_serve_cli.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from trtspec.cli.main import cli
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, ["serve", *args])
+
+
+def _manifest(repo: Path) -> Path:
+    repo.mkdir()
+    path = repo / "trtspec-repo.json"
+    path.write_text(json.dumps({
+        "schema_version": 1, "spec": "s", "backend": "reference",
+        "models": {"baseline": {"role": "orchestrator", "variant": "baseline", "calls": []},
+                   "ngram": {"role": "orchestrator", "variant": "ngram", "calls": []}},
+        "variants": ["ngram", "baseline"],
+    }))
+    return path
+
+
+def test_unknown_variant(tmp_path: Path) -> None:
+    path = _manifest(tmp_path / "repo")
+    result = _run(str(tmp_path / "repo"), "--variant", "medusa")
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"Error: {path}: unknown variant 'medusa'; valid variants: ngram, baseline\n"
+        "Hint: pass one of the valid variants to --variant\n"
+    )
+
+
+def test_missing_repository(tmp_path: Path) -> None:
+    for extra in ([], ["--variant", "ngram"]):
+        result = _run(str(tmp_path / "nope"), *extra)
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert result.stderr == (
+            f"Error: model repository not found: {tmp_path / 'nope'}\n"
+            "Hint: pass the folder `trtspec repo` wrote (e.g. triton_repo/<spec>)\n"
+        )
+
+
+def test_variant_without_manifest(tmp_path: Path) -> None:
+    result = _run(str(tmp_path), "--variant", "ngram")
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"Error: {tmp_path / 'trtspec-repo.json'}: not found; --variant needs the manifest "
+        "that `trtspec repo` writes\n"
+        "Hint: serve the folder `trtspec repo` wrote, or leave out --variant to load all models\n"
+    )
+
+
+def test_missing_tritonserver_binary(tmp_path: Path) -> None:
+    result = _run(str(tmp_path), "--tritonserver", str(tmp_path / "ts"))
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"Error: tritonserver binary not found: {tmp_path / 'ts'}\n"
+        "Hint: pass the path of an executable tritonserver, or leave it out to search PATH, "
+        "/opt/tritonserver/bin and the nvidia-pytriton wheel\n"
+    )
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    result = _run(str(tmp_path), "--grpc-port", "70000")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "Invalid value for '--grpc-port': 70000 is not in the range 0<=x<=65535." in (
+        result.stderr)
+    result = _run(str(tmp_path), "--timeout", "0")
+    assert result.exit_code == 2
+    assert "Invalid value for '--timeout'" in result.stderr
+
+
+def test_help_lists_the_options() -> None:
+    result = CliRunner().invoke(cli, ["serve", "--help"])
+    assert result.exit_code == 0
+    for option in ("--variant", "--host", "--http-port", "--grpc-port", "--metrics-port",
+                   "--tritonserver", "--log-file", "--timeout", "--world-size", "--format"):
+        assert option in result.stdout

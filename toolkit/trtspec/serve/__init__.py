@@ -1,0 +1,58 @@
+"""Serving a model repository under tritonserver (``trtspec.serve``).
+
+One supervisor for the CLI, the benchmark and the tests: ``discovery`` finds
+tritonserver and prepares what the nvidia-pytriton build needs on a CPU
+machine, ``manifest`` reads which models a variant needs from
+``trtspec-repo.json``, and ``supervisor`` builds the command line and runs,
+watches and stops the server. This module re-exports the public names.
+"""
+
+from trtspec.serve.discovery import (
+    OPT_BIN,
+    TritonInstall,
+    cache_root,
+    find_tritonserver,
+    prepare_backend_dir,
+    pytriton_server_dir,
+    wheel_env,
+)
+from trtspec.serve.manifest import (
+    MANIFEST_NAME,
+    MANIFEST_SCHEMA_VERSION,
+    detect_world_size,
+    engine_models,
+    read_manifest,
+    resolve_repo,
+    variant_models,
+)
+from trtspec.serve.supervisor import (
+    Server,
+    free_ports,
+    group_members,
+    leader_mode_argv,
+    log_errors,
+    server_argv,
+)
+
+__all__ = [
+    "MANIFEST_NAME",
+    "MANIFEST_SCHEMA_VERSION",
+    "OPT_BIN",
+    "Server",
+    "TritonInstall",
+    "cache_root",
+    "detect_world_size",
+    "engine_models",
+    "find_tritonserver",
+    "free_ports",
+    "group_members",
+    "leader_mode_argv",
+    "log_errors",
+    "prepare_backend_dir",
+    "pytriton_server_dir",
+    "read_manifest",
+    "resolve_repo",
+    "server_argv",
+    "variant_models",
+    "wheel_env",
+]

@@ -1,0 +1,164 @@
+"""What to serve from a repository folder, read from ``trtspec-repo.json``.
+
+Owns resolving ``triton_repo/`` to the one spec repository inside it, reading
+the manifest (docs/internals.md §7) with errors naming the file and field, the
+closure of models a ``--variant`` needs, the engine models among them, and the
+TP×PP world size of TensorRT-LLM engines (which decides leader mode).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from trtspec.errors import ServerError
+
+MANIFEST_NAME = "trtspec-repo.json"
+MANIFEST_SCHEMA_VERSION = 1
+
+def resolve_repo(path: str | os.PathLike[str]) -> Path:
+    """The repository to serve: ``path`` itself, or the one spec repository
+    inside it (``trtspec repo`` writes ``triton_repo/<spec>/``), so both
+    ``triton_repo/`` and ``triton_repo/<spec>`` work."""
+    repo = Path(path)
+    if not repo.is_dir():
+        raise ServerError(
+            f"model repository not found: {repo}",
+            hint="pass the folder `trtspec repo` wrote (e.g. triton_repo/<spec>)",
+        )
+    if (repo / MANIFEST_NAME).is_file():
+        return repo
+    nested = sorted(p.parent for p in repo.glob(f"*/{MANIFEST_NAME}"))
+    if len(nested) > 1:
+        raise ServerError(
+            f"{repo} holds {len(nested)} model repositories: "
+            + ", ".join(p.name for p in nested),
+            hint=f"pass one of them, e.g. {nested[0]}",
+        )
+    return nested[0] if nested else repo
+
+
+def read_manifest(repo: Path) -> dict:
+    """Load ``trtspec-repo.json`` from ``repo`` with errors naming the file."""
+    path = repo / MANIFEST_NAME
+    if not repo.is_dir():
+        raise ServerError(
+            f"model repository not found: {repo}",
+            hint="pass the folder `trtspec repo` wrote (e.g. triton_repo/<spec>)",
+        )
+    if not path.is_file():
+        raise ServerError(
+            f"{path}: not found; --variant needs the manifest that `trtspec repo` writes",
+            hint="serve the folder `trtspec repo` wrote, or leave out --variant to load all models",
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ServerError(
+            f"{path}: not a readable JSON manifest: {exc}",
+            hint="rewrite it with `trtspec repo`",
+        ) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+        raise ServerError(
+            f"{path}: models: missing or not an object",
+            hint="rewrite it with `trtspec repo`",
+        )
+    version = data.get("schema_version")
+    if version != MANIFEST_SCHEMA_VERSION:
+        raise ServerError(
+            f"{path}: schema_version: {version!r} is not supported "
+            f"(this trtspec reads {MANIFEST_SCHEMA_VERSION})",
+            hint="rewrite it with this version of `trtspec repo`",
+        )
+    return data
+
+
+def variant_models(repo: Path, variant: str) -> list[str]:
+    """The models ``--variant`` must load: the variant's orchestrator and the
+    closure of its ``calls`` in the manifest, sorted."""
+    manifest = read_manifest(repo)
+    path = repo / MANIFEST_NAME
+    models: dict = manifest["models"]
+    variants = [str(v) for v in manifest.get("variants") or []]
+    orchestrators = [
+        name
+        for name, info in models.items()
+        if isinstance(info, dict)
+        and info.get("role") == "orchestrator"
+        and (info.get("variant") or name) == variant
+    ]
+    if variant not in variants or not orchestrators:
+        raise ServerError(
+            f"{path}: unknown variant {variant!r}; valid variants: "
+            f"{', '.join(variants) or '(none)'}",
+            hint="pass one of the valid variants to --variant",
+        )
+    seen: set[str] = set()
+    pending = list(orchestrators)
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        info = models.get(name)
+        if not isinstance(info, dict):
+            caller = next(
+                (m for m in sorted(seen) if name in (models.get(m) or {}).get("calls", [])),
+                variant,
+            )
+            raise ServerError(
+                f"{path}: models.{caller}.calls: {name!r} is not a model in the manifest",
+                hint="rewrite the manifest with `trtspec repo`",
+            )
+        pending.extend(str(callee) for callee in info.get("calls") or [])
+    return sorted(seen)
+
+
+def engine_models(repo: Path, among: Iterable[str] | None = None) -> list[str]:
+    """Models with role ``engine`` in the manifest (optionally only ``among``)."""
+    models = read_manifest(repo)["models"]
+    wanted = set(among) if among is not None else None
+    return sorted(
+        name
+        for name, info in models.items()
+        if isinstance(info, dict)
+        and info.get("role") == "engine"
+        and (wanted is None or name in wanted)
+    )
+
+
+def detect_world_size(repo: Path) -> int:
+    """TP×PP of the repository's TensorRT-LLM engines, read from each engine
+    model's ``gpt_model_path``/``config.json``; 1 without a manifest or for
+    reference engines."""
+    if not (repo / MANIFEST_NAME).is_file():
+        return 1
+    if read_manifest(repo).get("backend") != "tensorrt_llm":
+        return 1
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    sizes: set[int] = set()
+    for name in engine_models(repo):
+        config = model_config_pb2.ModelConfig()
+        try:
+            text = (repo / name / "config.pbtxt").read_text(encoding="utf-8")
+            text_format.Parse(text, config)
+            engine_dir = Path(config.parameters["gpt_model_path"].string_value)
+            engine = json.loads((repo / engine_dir / "config.json").read_text(encoding="utf-8"))
+            mapping = engine["pretrained_config"]["mapping"]
+            size = mapping.get("world_size") or mapping.get("tp_size", 1) * mapping.get(
+                "pp_size", 1
+            )
+        except (OSError, ValueError, KeyError, TypeError, text_format.ParseError):
+            continue  # tritonserver itself reports a broken engine model precisely
+        sizes.add(int(size))
+    if len(sizes) > 1:
+        raise ServerError(
+            f"{repo}: engine models need different TP×PP world sizes ({sorted(sizes)}); "
+            "one leader-mode launch runs one world size",
+            hint="build every engine with the same tp and pp, or pass --world-size",
+        )
+    return sizes.pop() if sizes else 1

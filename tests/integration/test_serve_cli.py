@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ADD_ONE, TIMES_TEN_VIA
+from tests.integration.conftest import ADD_ONE, SLOW_INIT, TIMES_TEN_VIA
 
 pytestmark = pytest.mark.slow
 
@@ -130,6 +130,80 @@ def test_sigkill_of_the_cli_still_takes_the_server_down(model_repo, tmp_path, gr
     while group_pids(pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert group_pids(pgid) == []
+
+
+def test_sigint_while_starting_stops_everything(model_repo, tmp_path, group_pids,
+                                               triton_install) -> None:
+    repo = model_repo("slow")
+    repo.add_python_model("slow", SLOW_INIT)
+    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
+                       "--metrics-port", "0"], tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        pgid = None
+        while pgid is None and time.monotonic() < deadline:
+            pgid = _server_pgid(process.pid)
+            time.sleep(0.1)
+        assert pgid, (tmp_path / "cli.err").read_text()
+        while len(group_pids(pgid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the stub is up and sleeping in initialize()
+        process.send_signal(signal.SIGINT)
+        rc = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+    stderr = (tmp_path / "cli.err").read_text()
+    assert rc == 130, stderr
+    assert stderr.endswith("\nInterrupted.\n")
+    assert group_pids(pgid) == []
+
+
+def test_server_dying_ends_the_cli_with_the_log_tail(model_repo, tmp_path, group_pids,
+                                                     triton_install) -> None:
+    repo = model_repo("dies")
+    repo.add_python_model("add_one", ADD_ONE)
+    log = tmp_path / "dies.log"
+    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
+                       "--metrics-port", "0", "--log-file", str(log)], tmp_path)
+    try:
+        _read_table(process, tmp_path)
+        pgid = _server_pgid(process.pid)
+        assert pgid
+        os.kill(pgid, signal.SIGKILL)  # the tritonserver process itself
+        rc = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+    stderr = (tmp_path / "cli.err").read_text()
+    assert rc == 1, stderr
+    assert "Error: tritonserver exited unexpectedly with code -9\n" in stderr
+    assert f"log tail ({log}):\n" in stderr and stderr.endswith(f"Hint: full log: {log}\n")
+    assert group_pids(pgid) == []  # its stubs went with it
+
+
+def _read_table(process: subprocess.Popen[bytes], tmp_path: Path, timeout: float = 90) -> str:
+    """Read stdout until the endpoint table's last row (the log) has arrived."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    data = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while time.monotonic() < deadline and b"\nlog " not in data:
+            if selector.select(timeout=0.5):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+            elif process.poll() is not None:
+                break
+    if b"\nlog " not in data:
+        pytest.fail(f"no endpoint table; stdout={data!r}\n{(tmp_path / 'cli.err').read_text()}")
+    return data.decode()
 
 
 def _server_pgid(cli_pid: int) -> int | None:

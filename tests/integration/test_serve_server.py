@@ -102,8 +102,11 @@ def test_load_and_unload_through_the_repository_api(served: Server) -> None:
     assert not served.model_ready("twice")
     with pytest.raises(ServerError) as err:
         served.load_model("no_such_model")
-    assert err.value.message.startswith("loading model 'no_such_model' failed: ")
-    assert "no_such_model" in err.value.message[len("loading model 'no_such_model' failed"):]
+    assert err.value.message == (
+        "loading model 'no_such_model' failed: failed to load 'no_such_model', failed to poll "
+        "from model repository"
+    )
+    assert err.value.hint == f"log: {served.log_path}"
 
 
 def test_metrics_are_prometheus_text(served: Server) -> None:
@@ -173,11 +176,15 @@ def test_taken_explicit_port_is_reported(model_repo, triton_install, tmp_path) -
             server.start(timeout=60)
     assert err.value.message.startswith("tritonserver exited with code 1 before it was ready\n")
     assert f"127.0.0.1:{port}" in err.value.message and "already in use" in err.value.message
+    assert err.value.hint == (
+        "another process holds one of the ports; pick others with --http-port, --grpc-port and "
+        f"--metrics-port (0 = any free port); full log: {tmp_path / 'busy.log'}"
+    )
 
 
 def test_picked_port_taken_meanwhile_is_repicked(model_repo, start_server, tmp_path,
                                                  monkeypatch) -> None:
-    import trtspec.serve as serve_module
+    import trtspec.serve.supervisor as serve_module
 
     real = serve_module.free_ports
     calls: list[list[int]] = []
@@ -201,6 +208,17 @@ def test_picked_port_taken_meanwhile_is_repicked(model_repo, start_server, tmp_p
 def test_check_alive_reports_a_dead_server(model_repo, start_server, tmp_path) -> None:
     server = start_server(model_repo("empty").path, log_path=tmp_path / "dead.log")
     server.check_alive()
+    # Without explicit model control the repository API refuses, and says how to get it.
+    with pytest.raises(ServerError) as err:
+        server.load_model("x")
+    assert err.value.message == (
+        "loading model 'x' failed: explicit model load / unload is not allowed if polling is "
+        "enabled"
+    )
+    assert err.value.hint == (
+        "loading and unloading need explicit model control: start the Server with models=[...] "
+        f"(trtspec serve --variant); log: {tmp_path / 'dead.log'}"
+    )
     os.kill(server.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while server.poll() is None and time.monotonic() < deadline:

@@ -525,6 +525,56 @@ def test_log_errors_first_lines_load_failures_first() -> None:
     ])
     assert log_errors(log) == [
         "failed to load 'm' version 1: Internal: boom",
-        "ERROR: Failed to create instance: boom",
         "error: creating server: Internal - failed to load all models",
+        "ERROR: Failed to create instance: boom",
     ]
+
+
+# --- start failures before any server runs -------------------------------------
+
+
+def test_missing_mpirun_is_reported(tmp_path) -> None:
+    server = Server(tmp_path, install=FAKE, world_size=2, engine_models=["target"],
+                    env={"PATH": str(tmp_path)}, log_path=tmp_path / "s.log")
+    with pytest.raises(ServerError) as err:
+        server.start(timeout=5)
+    assert err.value.message == "cannot start mpirun: No such file or directory"
+    assert err.value.hint == "install Open MPI (the Triton TRT-LLM container ships it)"
+    assert not server.running
+
+
+def test_vanished_binary_is_reported(tmp_path) -> None:
+    install = TritonInstall(binary=tmp_path / "gone")
+    server = Server(tmp_path, install=install, log_path=tmp_path / "s.log")
+    with pytest.raises(ServerError) as err:
+        server.start(timeout=5)
+    assert err.value.message == f"cannot start {tmp_path / 'gone'}: No such file or directory"
+
+
+def test_unwritable_log_is_reported(tmp_path) -> None:
+    (tmp_path / "file").write_text("")
+    log = tmp_path / "file" / "s.log"
+    server = Server(tmp_path, install=FAKE, log_path=log)
+    with pytest.raises(ServerError) as err:
+        server.start(timeout=5)
+    assert err.value.message == f"cannot write the server log {log}: File exists"
+    assert err.value.hint == "pick another log file (--log-file)"
+
+
+def test_deadline_kills_the_whole_group_once(tmp_path, monkeypatch) -> None:
+    from trtspec.serve import supervisor
+
+    # A "server" that never answers HTTP and has a child of its own, like the stubs.
+    script = tmp_path / "fake_server"
+    script.write_text("#!/bin/sh\nsleep 30 &\nwait\n")
+    script.chmod(0o755)
+    server = Server(tmp_path, install=TritonInstall(binary=script), log_path=tmp_path / "s.log")
+    with pytest.raises(ServerError) as err:
+        server.start(timeout=0.3)
+    assert err.value.message.startswith("tritonserver was not ready after 0.3 s\n")
+    assert err.value.hint == f"full log: {tmp_path / 's.log'}"
+    assert server.pid is not None and supervisor.group_members(server.pid) == []
+    signals: list[int] = []
+    monkeypatch.setattr(supervisor, "_signal_group", lambda pgid, sig: signals.append(sig))
+    assert server.stop() == server.poll() is not None
+    assert signals == []  # torn down already: the group number may be someone else's now

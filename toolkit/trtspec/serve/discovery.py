@@ -10,31 +10,17 @@ the environment (``LD_LIBRARY_PATH`` with this interpreter's libpython first,
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import ctypes
 import hashlib
 import importlib.util
-import json
 import os
-import re
 import shutil
-import signal
 import site
-import socket
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
-import time
-import urllib.error
-import urllib.request
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import trtspec
 from trtspec.errors import ServerError
@@ -43,10 +29,12 @@ OPT_BIN = Path("/opt/tritonserver/bin")
 _STUB_NAME = "triton_python_backend_stub"
 _UTILS_NAME = "triton_python_backend_utils.py"
 _PATH_HOOK = "_trtspec_stub_path"
-# The wheel's stub embeds Python in isolated mode, so it ignores PYTHONPATH; the
-# stub imports triton_python_backend_utils (from the backend folder) before any
-# model.py, so our copy of it first applies PYTHONPATH, .pth files included (an
-# editable install's lives there), ahead of the base interpreter's site-packages.
+# The wheel's stub embeds Python in isolated mode, so it ignores PYTHONPATH. Our
+# copy of triton_python_backend_utils (in the backend folder, on the stub's path)
+# applies PYTHONPATH, .pth files included (an editable install's lives there),
+# ahead of the base interpreter's site-packages when a model.py imports it; a
+# model.py that needs the venv therefore imports it first. The stub imports
+# model.py before that module, so this cannot happen earlier.
 _PATH_HOOK_SOURCE = """\
 \"\"\"Written by trtspec: apply PYTHONPATH, which the isolated stub ignores.\"\"\"
 import os
@@ -60,6 +48,8 @@ for _entry in reversed(_entries):
     sys.path.insert(0, _entry)
 for _entry in _entries:
     site.addsitedir(_entry)
+"""
+
 
 @dataclass(frozen=True)
 class TritonInstall:

@@ -40,6 +40,7 @@ _BENIGN_ERRORS = (
 )
 _ERROR_LINE = re.compile(r"^E\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]+\] ?(.*)$")
 
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct ports the OS says are free now (bind to port 0). The
     sockets stay bound until all are chosen so none is handed out twice."""
@@ -197,6 +198,7 @@ class Server:
             log_path = name
         self.log_path = Path(log_path).absolute()
         self._process: subprocess.Popen[bytes] | None = None
+        self._torn_down = False
 
     # -- addresses ---------------------------------------------------------
     def _port(self, index: int) -> int:
@@ -292,8 +294,16 @@ class Server:
     def _launch_and_wait(self, timeout: float) -> None:
         argv = self.argv()
         env = {**os.environ, **self.install.env, **self.env}
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log = open(self.log_path, "wb")  # noqa: SIM115 (closed below, after Popen)
+        except OSError as exc:
+            raise ServerError(
+                f"cannot write the server log {self.log_path}: {exc.strerror}",
+                hint="pick another log file (--log-file)",
+            ) from exc
+        self._process, self._torn_down = None, False
+        try:
             # Own session: the server and its stubs form one process group that
             # stop() can signal, and a terminal's Ctrl-C reaches only us.
             self._process = subprocess.Popen(
@@ -307,6 +317,15 @@ class Server:
                 # inherit from another thread is taken.
                 preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
             )
+        except OSError as exc:
+            raise ServerError(
+                f"cannot start {argv[0]}: {exc.strerror}",
+                hint="install Open MPI (the Triton TRT-LLM container ships it)"
+                if argv[0] == "mpirun"
+                else "check the tritonserver binary (--tritonserver)",
+            ) from exc
+        finally:
+            log.close()
         _LIVE.add(self)
         deadline = time.monotonic() + timeout
         ready_url = f"http://{self.http_url}/v2/health/ready"
@@ -334,10 +353,16 @@ class Server:
         if errors:
             parts.append("errors in the log:\n  " + "\n  ".join(errors[:10]))
         # Triton's option tables fill a tail without saying anything about the failure.
-        lines = [ln for ln in text.splitlines() if not ln.startswith(("|", "+"))]
+        lines = [ln for ln in text.splitlines() if ln.strip() and ln[0] not in "|+"]
         tail = "\n".join(lines[-15:])
         parts.append(f"log tail ({self.log_path}):\n{tail}" if tail else "the log is empty")
-        return ServerError("\n".join(parts), hint=f"full log: {self.log_path}")
+        hint = f"full log: {self.log_path}"
+        if "already in use" in text:
+            hint = (
+                "another process holds one of the ports; pick others with --http-port, "
+                f"--grpc-port and --metrics-port (0 = any free port); {hint}"
+            )
+        return ServerError("\n".join(parts), hint=hint)
 
     @property
     def running(self) -> bool:
@@ -361,6 +386,9 @@ class Server:
         process = self._process
         if process is None:
             return None
+        if self._torn_down:
+            # The group is gone and its number may now belong to someone else.
+            return process.returncode
         _LIVE.discard(self)
         pgid = process.pid  # start_new_session made the server a group leader
         if process.poll() is None:
@@ -375,6 +403,7 @@ class Server:
         deadline = time.monotonic() + 10.0
         while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.02)
+        self._torn_down = True
         return process.returncode
 
     def __enter__(self) -> Server:
@@ -402,6 +431,12 @@ class Server:
 
     def _post(self, path: str, what: str) -> None:
         url = f"http://{self.http_url}{path}"
+        hint = f"log: {self.log_path}"
+        if self.models is None:
+            hint = (
+                "loading and unloading need explicit model control: start the Server with "
+                f"models=[...] (trtspec serve --variant); {hint}"
+            )
         request = urllib.request.Request(url, data=b"{}", method="POST")
         request.add_header("Content-Type", "application/json")
         try:
@@ -413,9 +448,9 @@ class Server:
                 detail = json.loads(body).get("error", body)
             except (json.JSONDecodeError, AttributeError):
                 detail = body
-            raise ServerError(f"{what} failed: {detail}", hint=f"log: {self.log_path}") from exc
+            raise ServerError(f"{what} failed: {detail}", hint=hint) from exc
         except OSError as exc:
-            raise ServerError(f"{what} failed: {exc}", hint=f"log: {self.log_path}") from exc
+            raise ServerError(f"{what} failed: {exc}", hint=hint) from exc
 
     def load_model(self, name: str) -> None:
         """Load (or reload) ``name`` through the repository API (explicit mode)."""
@@ -492,8 +527,8 @@ def _http_status(url: str, timeout: float) -> int | None:
 
 def log_errors(text: str) -> list[str]:
     """Triton's error messages (``E…`` glog lines and ``error:`` summaries)
-    from a log, first line of each, model load failures first, without the
-    ones every CPU-only start prints."""
+    from a log, first line of each, model load failures first and other
+    "failed to" lines next, without the ones every CPU-only start prints."""
     found: list[str] = []
     for line in text.splitlines():
         match = _ERROR_LINE.match(line)
@@ -506,4 +541,4 @@ def log_errors(text: str) -> list[str]:
         message = message.strip().strip('"').split("\\n")[0].strip()
         if message and message not in found:
             found.append(message)
-    return sorted(found, key=lambda m: "failed to load '" not in m)
+    return sorted(found, key=lambda m: ("failed to load '" not in m, "failed to" not in m))

@@ -90,13 +90,16 @@ def engines(gguf: Path) -> dict[str, Path]:
     return out
 
 
-def timed(fn, repeats: int) -> tuple[float, list[int]]:
-    best, result = float("inf"), []
+def timed(runs: dict, repeats: int) -> tuple[dict[str, float], dict[str, list[int]]]:
+    """Best-of-``repeats`` wall time per run, interleaved so load bursts hit all alike."""
+    best = dict.fromkeys(runs, float("inf"))
+    outputs: dict[str, list[int]] = {}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            outputs[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best, outputs
 
 
 def main() -> None:
@@ -177,16 +180,22 @@ def main() -> None:
         if not isinstance(ids, list):
             ids = ids["input_ids"]
         ids = [int(t) for t in ids]
-        hf_base_t, hf_base = timed(lambda ids=ids: hf_run(ids), args.repeats)
-        hf_pld_t, hf_pld = timed(lambda ids=ids: hf_run(ids, prompt_lookup_num_tokens=10),
-                                 args.repeats)
-        hf_asst_t, hf_asst = timed(lambda ids=ids: hf_run(
-            ids, assistant_model=hf_int8, num_assistant_tokens=args.draft_k,
-            num_assistant_tokens_schedule="constant"), args.repeats)
-        base_t, base = timed(lambda ids=ids: ours_target(ids), args.repeats)
-        ng_t, ng = timed(lambda ids=ids: ours_loop(ids, ngram), args.repeats)
-        dm_t, dm = timed(lambda ids=ids: ours_loop(ids, draft_model), args.repeats)
-        la_t, la = timed(lambda ids=ids: ours_lookahead(ids), args.repeats)
+        runs = {
+            "hf_base": lambda ids=ids: hf_run(ids),
+            "hf_pld": lambda ids=ids: hf_run(ids, prompt_lookup_num_tokens=10),
+            "hf_asst": lambda ids=ids: hf_run(
+                ids, assistant_model=hf_int8, num_assistant_tokens=args.draft_k,
+                num_assistant_tokens_schedule="constant"),
+            "base": lambda ids=ids: ours_target(ids),
+            "ngram": lambda ids=ids: ours_loop(ids, ngram),
+            "draft": lambda ids=ids: ours_loop(ids, draft_model),
+            "lookahead": lambda ids=ids: ours_lookahead(ids),
+        }
+        t, out = timed(runs, args.repeats)
+        hf_base_t, hf_pld_t, hf_asst_t = t["hf_base"], t["hf_pld"], t["hf_asst"]
+        base_t, ng_t, dm_t, la_t = t["base"], t["ngram"], t["draft"], t["lookahead"]
+        hf_base, hf_pld, hf_asst = out["hf_base"], out["hf_pld"], out["hf_asst"]
+        base, ng, dm, la = out["base"], out["ngram"], out["draft"], out["lookahead"]
         rows.append({
             "route": route, "prompt_tokens": len(ids),
             "new_tokens": len(base),

@@ -29,6 +29,15 @@ def test_extract_code_prefers_fenced_block_then_prompt_plus_completion() -> None
     assert extract_code("plain", CHAT_ITEM) == "plain"
 
 
+def test_extract_code_of_a_completion_stops_at_a_fence_and_drops_a_cut_line() -> None:
+    prompt = COMPLETION_ITEM["prompt"]
+    closed = "    return a + b\n```\n\nThis adds two numbers."
+    assert extract_code(closed, COMPLETION_ITEM) == prompt + "    return a + b\n"
+    cut = "    total = a + b\n    return tot"
+    assert extract_code(cut, COMPLETION_ITEM) == prompt + "    total = a + b\n"
+    assert check_python_compile(closed, COMPLETION_ITEM).status == "pass"
+
+
 def test_python_compile_pass_and_fail() -> None:
     ok = check_python_compile("    return a + b\n", COMPLETION_ITEM)
     assert ok.status == "pass"

@@ -39,7 +39,8 @@ def engines(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
             "--medusa-dir", str(medusa), "--num-medusa-heads", "3",
             "--medusa-choices", "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"]),
         "eagle": build_engine(tiny_llama, root / "eagle", "eagle", extra=[
-            "--eagle-dir", str(eagle), "--num-eagle-layers", "3"]),
+            "--eagle-dir", str(eagle), "--num-eagle-layers", "3",
+            "--eagle-choices", "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"]),
         "lookahead": build_engine(tiny_llama, root / "lookahead", "lookahead",
                                   extra=["--lookahead", "4,3,4"]),
     }
@@ -52,7 +53,7 @@ def loaded(engines: dict[str, Path]) -> dict[str, ReferenceEngine]:
 
 def truth(loaded: dict[str, ReferenceEngine], prompt: list[int], n: int) -> list[int]:
     fresh = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
-                            medusa_choices=None, eagle_depth=0, kv_reuse=0)
+                            medusa_choices=None, kv_reuse=0)
     return fresh.generate(GenerationRequest(prompt, n)).output_ids
 
 
@@ -65,7 +66,7 @@ def test_target_only_matches_hf_generate_and_never_reencodes(tiny_llama: Path, l
     hf = model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
                         eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
     engine = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
-                             medusa_choices=None, eagle_depth=0, kv_reuse=0)
+                             medusa_choices=None, kv_reuse=0)
     gen = engine.generate(GenerationRequest(prompt, 24))
     assert gen.output_ids == hf
     # The prompt once, then one new token per step: no prefix re-encoding.
@@ -85,13 +86,45 @@ def test_greedy_is_lossless(loaded, mode: str, prompt_index: int) -> None:
     assert gen.steps == 40 - gen.total_accepted_draft_tokens or gen.steps < 40
 
 
-def test_medusa_tree_and_eagle_chain_are_drafted_every_step(loaded) -> None:
-    # After the prefill step every step drafts the whole choice tree (6 nodes)
-    # or the EAGLE chain (3 tokens), except where the output budget cuts it.
-    gen = loaded["medusa"].generate(GenerationRequest(PROMPTS[0], 40))
-    assert 6 * (gen.steps - 3) <= gen.total_draft_tokens <= 6 * (gen.steps - 1)
-    gen = loaded["eagle"].generate(GenerationRequest(PROMPTS[0], 40))
-    assert 3 * (gen.steps - 3) <= gen.total_draft_tokens <= 3 * (gen.steps - 1)
+def test_medusa_and_eagle_trees_are_drafted_every_step(loaded) -> None:
+    # After the prefill step every step drafts the whole choice tree (6 nodes),
+    # except where the output budget cuts it.
+    for mode in ("medusa", "eagle"):
+        gen = loaded[mode].generate(GenerationRequest(PROMPTS[0], 40))
+        assert 6 * (gen.steps - 3) <= gen.total_draft_tokens <= 6 * (gen.steps - 1), mode
+
+
+def test_eagle_tree_siblings_do_not_leak_into_the_chain(loaded) -> None:
+    """The [0]-path of a tree equals the pure top-1 chain: the tree mask isolates branches."""
+    import torch
+
+    from trtspec.engine.kv_reuse import make_cache
+
+    tree = loaded["eagle"]
+    chain = ReferenceEngine(tree.config, tree.model, lookahead=None, medusa_choices=None,
+                            eagle_choices=[[0], [0, 0], [0, 0, 0]], eagle=tree.eagle, kv_reuse=0)
+    prompt = PROMPTS[0]
+    with torch.inference_mode():
+        feats = tree.model.model(input_ids=torch.tensor([prompt[:-1]])).last_hidden_state[0]
+        args = (prompt[:-1], prompt[-1], feats)
+        n1, p1, _, _ = chain._propose_eagle(*args, make_cache(), fed=0, budget=10)
+        n2, p2, _, fed = tree._propose_eagle(*args, make_cache(), fed=0, budget=10)
+        # The chain by hand: one plain causal EAGLE step at a time.
+        cache, m = make_cache(), len(prompt) - 1
+        h, lg = tree.eagle.forward(torch.tensor([prompt[1:]]), feats[None],
+                                   torch.arange(m)[None], cache)
+        manual, last = [], h[:, -1:]
+        for j in range(3):
+            manual.append(int(torch.argmax(lg[0, -1])))
+            last, lg = tree.eagle.forward(torch.tensor([[manual[-1]]]), last,
+                                          torch.tensor([[m + j]]), cache)
+    assert n1 == manual
+    # tree order: [0], [1], [0,0], [0,1], [1,0], [0,0,0]
+    assert p1 == [-1, 0, 1]
+    assert p2 == [-1, -1, 0, 0, 1, 2]
+    assert [n2[0], n2[2], n2[5]] == n1
+    assert n2[0] != n2[1] and n2[2] != n2[3]
+    assert fed == len(prompt) - 1
 
 
 @settings(max_examples=30, deadline=None,

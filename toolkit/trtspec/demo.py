@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +28,19 @@ def _stage(title: str, argv: list[str], cwd: Path) -> None:
     print(f"\n==> {title}\n    $ {' '.join(argv)}", file=sys.stderr, flush=True)
     started = time.monotonic()
     cmd = [sys.executable, "-m", "trtspec.cli.main", *argv[1:]]
-    proc = subprocess.run(cmd, cwd=cwd, check=False)
+    proc = subprocess.Popen(cmd, cwd=cwd)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        # Let the stage finish its own Ctrl-C handling (the benchmark renders
+        # what completed; the server is torn down) instead of killing it.
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
     took = time.monotonic() - started
     if proc.returncode != 0:
         raise TrtspecError(

@@ -45,15 +45,23 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOT
 
 
 def extract_code(text: str, item: dict[str, Any]) -> str:
-    """The code a completion stands for: the first fenced block of a chat
-    answer, else the plain prompt continued by the output (a completion
-    continues the prompt's code), else the output itself."""
-    m = _FENCE.search(text)
-    if m:
-        return m.group(2)
+    """The code a completion stands for.
+
+    A chat answer stands for its first fenced block (else the whole text). A
+    plain-prompt completion continues the prompt's code, so the code is the
+    prompt plus the output up to the first fence (instruct models often close
+    an imagined block and go on in prose); when ``max_tokens`` cut the output
+    mid-line, that partial last line is dropped rather than counted as a
+    syntax error the model did not make.
+    """
     if item.get("prompt") is not None and not item.get("messages"):
-        return str(item["prompt"]) + text
-    return text
+        fence = text.find("```")
+        body = text if fence < 0 else text[:fence]
+        if fence < 0 and body and not body.endswith("\n"):
+            body = body[: body.rfind("\n") + 1]
+        return str(item["prompt"]) + body
+    m = _FENCE.search(text)
+    return m.group(2) if m else text
 
 
 def extract_json(text: str) -> str:

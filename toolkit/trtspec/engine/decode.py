@@ -12,7 +12,8 @@ The accepted path plus the final pick are emitted, the cache is cut to the
 committed tokens, and the next step begins. Modes differ only in who proposes
 the tree: nobody (target-only), the request (``draft_tokens_external``: one
 verification step, returning the accepted prefix plus one token), the
-Medusa heads, the EAGLE layer (a top-1 chain), or lookahead's n-gram pool
+Medusa heads (along ``medusa_choices``), the EAGLE layer (along
+``eagle_choices``, one depth per EAGLE forward), or lookahead's n-gram pool
 (with the Jacobi branch riding along in the same forward pass).
 """
 
@@ -107,7 +108,8 @@ class ReferenceEngine:
     """A loaded reference engine folder (target model, optional heads)."""
 
     def __init__(self, config: EngineConfig, model: Any, *, lookahead: tuple[int, int, int] | None,
-                 medusa_choices: list[list[int]] | None, eagle_depth: int,
+                 medusa_choices: list[list[int]] | None,
+                 eagle_choices: list[list[int]] | None = None,
                  medusa: Any = None, eagle: Any = None, kv_reuse: int = 4) -> None:
         self.config = config
         self.model = model
@@ -115,7 +117,7 @@ class ReferenceEngine:
         self.medusa = medusa
         self.medusa_tree = _medusa_tree(medusa_choices) if medusa_choices else []
         self.eagle = eagle
-        self.eagle_depth = eagle_depth
+        self.eagle_tree = _medusa_tree(eagle_choices) if eagle_choices else []
         self.prefix_cache = PrefixCache(kv_reuse)
         self._cache_kw = cache_kwarg(model.model)
 
@@ -141,10 +143,12 @@ class ReferenceEngine:
         if config.mode == "medusa" and not mchoices:
             mchoices = [[0] * d for d in range(1, config.num_medusa_heads + 1)]
         echoices = eagle_choices or config.eagle_choices
-        depth = max((len(c) for c in echoices), default=0) if echoices else config.num_eagle_layers
+        if config.mode == "eagle" and not echoices:
+            echoices = [[0] * d for d in range(1, max(config.num_eagle_layers, 1) + 1)]
         return cls(config, model, lookahead=la if config.mode == "lookahead" else None,
                    medusa_choices=mchoices if config.mode == "medusa" else None,
-                   eagle_depth=depth, medusa=medusa, eagle=eagle, kv_reuse=kv_reuse)
+                   eagle_choices=echoices if config.mode == "eagle" else None,
+                   medusa=medusa, eagle=eagle, kv_reuse=kv_reuse)
 
     # -------------------------------------------------------------- validation
     def validate(self, req: GenerationRequest) -> None:
@@ -211,9 +215,12 @@ class ReferenceEngine:
 
     # --------------------------------------------------------------- internals
     def _forward(self, tokens: list[int], past: int, n_pending: int, *, depths: list[int],
-                 attend: list[list[int]] | None, cache: Any, logits_from: int,
+                 attend: list[list[int]] | None, cache: Any, logit_rows: list[int],
                  ) -> tuple[Any, Any]:
-        """Run pending + node tokens; (logits rows from ``logits_from``, hidden rows)."""
+        """Run pending + node tokens; (logits of ``logit_rows`` only, all hidden rows).
+
+        The vocabulary projection is a large share of a small model's step, so
+        rows nobody reads (the prompt, the lookahead branch's inner rows) skip it."""
         import torch
 
         q = len(tokens)
@@ -236,7 +243,12 @@ class ReferenceEngine:
         kwargs[self._cache_kw] = cache
         out = self.model.model(input_ids=ids, use_cache=True, **kwargs)
         hidden = out.last_hidden_state[0]
-        logits = self.model.lm_head(hidden[logits_from:]).float()
+        first = logit_rows[0]
+        if logit_rows == list(range(first, first + len(logit_rows))):
+            rows = hidden[first:first + len(logit_rows)]
+        else:
+            rows = hidden[torch.tensor(logit_rows)]
+        logits = self.model.lm_head(rows).float()
         return logits, hidden
 
     def _run(self, gen: Generation) -> Iterator[list[int]]:
@@ -283,10 +295,8 @@ class ReferenceEngine:
             elif self.medusa_tree and root_hidden is not None and budget > 0:
                 nodes, parents = self._propose_medusa(root_hidden, budget)
             elif self.eagle is not None and feats is not None and budget > 0:
-                chain, eagle_cache, eagle_len = self._propose_eagle(
-                    committed, root, feats, eagle_cache, fed=eagle_len,
-                    depth=min(self.eagle_depth, budget))
-                nodes, parents = chain, list(range(-1, len(chain) - 1))
+                nodes, parents, eagle_cache, eagle_len = self._propose_eagle(
+                    committed, root, feats, eagle_cache, fed=eagle_len, budget=budget)
             elif la_state is not None and budget > 0:
                 nodes, parents = self._lookahead_candidates(la_state, root, budget)
             depths: list[int] = []
@@ -315,8 +325,13 @@ class ReferenceEngine:
                     attend += [[n_verify + s for s in seen] for seen in b_attend]
             past = cache_len(cache)
             p = len(pending)
+            # root + verification nodes, then (lookahead) the branch's last row
+            logit_rows = list(range(p - 1, p + n_verify))
+            if branch_rows:
+                last = p + n_verify + (len(la_state.rows) - 1) * la_state.W  # type: ignore[union-attr]
+                logit_rows += list(range(last, last + la_state.W))  # type: ignore[union-attr]
             logits, hidden = self._forward(tokens, past, p, depths=depths, attend=attend,
-                                           cache=cache, logits_from=p - 1)
+                                           cache=cache, logit_rows=logit_rows)
             gen.encoded_tokens += len(tokens)
             gen.steps += 1
             # ---- verify: walk the tree from the root while the target's pick has a child
@@ -341,9 +356,7 @@ class ReferenceEngine:
             gen.total_draft_tokens += n_verify
             gen.total_accepted_draft_tokens += len(path_nodes)
             if la_state is not None and branch_rows:
-                last_row = len(la_state.rows) - 1
-                start = 1 + n_verify + last_row * la_state.W
-                outs = torch.argmax(logits[start:start + la_state.W], dim=-1).tolist()
+                outs = torch.argmax(logits[1 + n_verify:], dim=-1).tolist()
                 la_state.advance(outs)
             # ---- commit: keep pending rows + the accepted path in the cache
             keep_rows = list(range(p)) + [p + i for i in path_nodes]
@@ -412,8 +425,14 @@ class ReferenceEngine:
         return nodes, parents
 
     def _propose_eagle(self, committed: list[int], root: int, feats: Any, cache: Any, *,
-                       fed: int, depth: int) -> tuple[list[int], Any, int]:
-        """Top-1 EAGLE chain of ``depth`` tokens after ``root`` (committed pairs kept)."""
+                       fed: int, budget: int) -> tuple[list[int], list[int], Any, int]:
+        """EAGLE-1 draft tree along ``eagle_choices``, expanded one depth per forward.
+
+        The pairs (token_{i+1}, feature_i) of newly committed positions extend
+        the EAGLE layer's own cache first; then each depth's nodes run together
+        (each attending to the committed pairs and its ancestors), and a node's
+        k-th best next token becomes the child at choice index k. Draft pairs
+        are cropped away afterwards; committed ones stay."""
         import torch
 
         m = len(committed)
@@ -421,19 +440,50 @@ class ReferenceEngine:
         tokens = torch.tensor([nxt], dtype=torch.long)
         pos = torch.arange(fed, m, dtype=torch.long)[None]
         h, logits = self.eagle.forward(tokens, feats[fed:m][None], pos, cache)
-        chain: list[int] = []
-        tok = int(torch.argmax(logits[0, -1]).item())
-        last_h = h[:, -1:]
-        for j in range(depth):
-            chain.append(tok)
-            if j == depth - 1:
-                break
-            h2, lg = self.eagle.forward(torch.tensor([[tok]]), last_h,
-                                        torch.tensor([[m + j]]), cache)
-            tok = int(torch.argmax(lg[0, -1]).item())
-            last_h = h2
-        cache = crop_cache(cache, m)
-        return chain, cache, m
+        top_k = max(c[-1] for c, _ in self.eagle_tree) + 1
+        # per tree node: (top-k next tokens, hidden) once the node has been run
+        node_top: dict[int, list[int]] = {-1: torch.topk(logits[0, -1], top_k).indices.tolist()}
+        node_h: dict[int, Any] = {}
+        slot: dict[int, int] = {}
+        kept: dict[int, int] = {}
+        nodes: list[int] = []
+        parents: list[int] = []
+        has_child = {p for _, p in self.eagle_tree}
+        max_depth = min(budget, max(len(c) for c, _ in self.eagle_tree))
+        for depth in range(1, max_depth + 1):
+            level = [i for i, (c, p) in enumerate(self.eagle_tree)
+                     if len(c) == depth and (p < 0 or p in kept)]
+            for i in level:
+                choice, parent = self.eagle_tree[i]
+                kept[i] = len(nodes)
+                nodes.append(node_top[parent][choice[-1]])
+                parents.append(-1 if parent < 0 else kept[parent])
+            run = [i for i in level if i in has_child] if depth < max_depth else []
+            if not run:
+                continue
+            past = cache_len(cache)
+            q = len(run)
+            allowed = torch.zeros(q, past + q, dtype=torch.bool)
+            allowed[:, :m] = True
+            for r, i in enumerate(run):
+                allowed[r, past + r] = True
+                parent = self.eagle_tree[i][1]
+                while parent >= 0:
+                    allowed[r, slot[parent]] = True
+                    parent = self.eagle_tree[parent][1]
+            mask = torch.zeros(q, past + q).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+            toks = torch.tensor([[nodes[kept[i]] for i in run]], dtype=torch.long)
+            parent_h = torch.stack([node_h[self.eagle_tree[i][1]]
+                                    if self.eagle_tree[i][1] >= 0 else h[0, -1] for i in run])
+            positions = torch.full((1, q), m - 1 + depth, dtype=torch.long)
+            hs, lg = self.eagle.forward(toks, parent_h[None], positions, cache,
+                                        mask=mask[None, None])
+            top = torch.topk(lg[0], top_k, dim=-1).indices.tolist()
+            for r, i in enumerate(run):
+                slot[i] = past + r
+                node_h[i] = hs[0, r]
+                node_top[i] = top[r]
+        return nodes, parents, crop_cache(cache, m), m
 
     @staticmethod
     def _lookahead_candidates(state: LookaheadState, root: int,

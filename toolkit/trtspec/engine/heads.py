@@ -160,12 +160,16 @@ class EagleDrafter:
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
 
-    def forward(self, tokens: Any, features: Any, positions: Any, cache: Any) -> tuple[Any, Any]:
-        """Run pairs (token_{i+1}, feature_i) at ``positions``; returns (hidden, logits)."""
+    def forward(self, tokens: Any, features: Any, positions: Any, cache: Any,
+                mask: Any = None) -> tuple[Any, Any]:
+        """Run pairs (token_{i+1}, feature_i) at ``positions``; returns (hidden, logits).
+
+        ``mask`` is an optional additive 4-D attention mask (tree drafting)."""
         import torch
 
         x = self.fc(torch.cat([self.embed(tokens), features], dim=-1))
+        extra = {} if mask is None else {"attention_mask": mask}
         out = self.layer_model(inputs_embeds=x, position_ids=positions, use_cache=True,
-                               **{self._cache_kw: cache})
+                               **{self._cache_kw: cache}, **extra)
         h = out.last_hidden_state
         return h, self.lm_head(h)

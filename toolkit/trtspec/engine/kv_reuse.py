@@ -33,10 +33,22 @@ def kv_tensors(cache: Any) -> list[tuple[Any, Any]]:
 
 
 def make_cache(kv: list[tuple[Any, Any]] | None = None) -> Any:
+    """A dynamic cache holding ``kv`` (views are fine: layers grow by concatenation)."""
     from transformers import DynamicCache
 
     if not kv:
         return DynamicCache()
+    cache = DynamicCache()
+    layer_cls = getattr(cache, "layer_class_to_replicate", None)
+    if layer_cls is not None and hasattr(layer_cls, "lazy_initialization"):
+        # Adopt the tensors without the copy that ``update`` (cat onto empty) makes.
+        cache.layers = []
+        for keys, values in kv:
+            layer = layer_cls()
+            layer.lazy_initialization(keys, values)
+            layer.keys, layer.values = keys, values
+            cache.layers.append(layer)
+        return cache
     return DynamicCache(ddp_cache_data=kv)
 
 

@@ -173,7 +173,7 @@ def test_every_stage_in_order(in_workdir: Path) -> None:
         endpoints = _wait_ready(proc, 240)
         grpc = endpoints.get("grpc") or endpoints.get("grpc_url")
         assert grpc and grpc.startswith("127.0.0.1:"), endpoints
-        out, err = _run("bench", spec, "--endpoint", grpc, "--run-dir", "results/run1",
+        out, _ = _run("bench", spec, "--endpoint", grpc, "--run-dir", "results/run1",
                         "--no-plots", "--format", "table")
     finally:
         proc.send_signal(signal.SIGINT)

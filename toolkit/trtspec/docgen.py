@@ -162,7 +162,7 @@ def render_readme(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trtspec.docgen")
-    parser.add_argument("--write", action="store_true", help="rewrite README.md's generated sections")
+    parser.add_argument("--write", action="store_true", help="rewrite the generated sections")
     args = parser.parse_args(argv)
     current = README.read_text()
     fresh = render_readme(current)

@@ -12,7 +12,8 @@ then on three chat prompts (a quote-the-passage RAG prompt, a code prompt,
   ``prompt_lookup_num_tokens``;
 * our draft model (the int8 dynamically quantized copy, 3 tokens a round)
   beside HF ``assistant_model`` with the same int8 copy;
-* our lookahead engine;
+* our lookahead engine (per-request W,N,G = 2,4,2 by default: on two CPU
+  cores a wide window costs more compute per step than it saves in steps);
 
 each speculative figure as a speedup over its own baseline, and whether every
 output equals its baseline token for token. Usage:
@@ -109,6 +110,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ngram-k", type=int, default=10)
     parser.add_argument("--draft-k", type=int, default=3)
+    parser.add_argument("--lookahead", default="2,4,2",
+                        help="per-request W,N,G (<= the engine's 4,4,4)")
     args = parser.parse_args()
 
     import torch
@@ -129,6 +132,8 @@ def main() -> None:
     hf.eval()
     hf_int8 = quantize_int8(copy.deepcopy(hf))
     n = args.tokens
+    w, ng_size, g = (int(x) for x in args.lookahead.split(","))
+    wng = (w, ng_size, g)
 
     def no_reuse(engine: ReferenceEngine) -> None:
         engine.prefix_cache._entries.clear()  # every timed run starts cold
@@ -162,7 +167,8 @@ def main() -> None:
 
     def ours_lookahead(ids: list[int]) -> list[int]:
         no_reuse(lookahead)
-        return lookahead.generate(GenerationRequest(ids, n, end_id=eos)).output_ids
+        return lookahead.generate(GenerationRequest(ids, n, end_id=eos,
+                                                    lookahead=wng)).output_ids
 
     def hf_run(ids: list[int], **kw) -> list[int]:
         x = torch.tensor([ids])

@@ -165,7 +165,14 @@ def test_draft_verification_and_stats(served) -> None:
     seq = PROMPT + truth[:3]
     result = client.infer("target_dte", _inputs(seq, 4, draft=truth[3:6]))
     assert result.as_numpy("output_ids").reshape(-1).tolist() == truth[3:7]
-    assert result.as_numpy("kv_cache_reused_blocks").reshape(-1).tolist() == [0]  # < 1 block
+    # 12 prompt + 2 accepted tokens were cached: less than one 32-token block.
+    assert result.as_numpy("kv_cache_reused_blocks").reshape(-1).tolist() == [0]
+    long_prompt = [3 + (i * 7) % 300 for i in range(70)]
+    first = client.infer("target_dte", _inputs(long_prompt, 1))
+    again = client.infer("target_dte", _inputs(
+        long_prompt + first.as_numpy("output_ids").reshape(-1).tolist(), 1))
+    assert again.as_numpy("kv_cache_reused_blocks").reshape(-1).tolist() == [70 // 32]
+    assert again.as_numpy("kv_cache_alloc_total_blocks").reshape(-1).tolist() == [3]
     client.close()
 
 

@@ -234,6 +234,10 @@ def test_sampling_is_reproducible_per_seed(loaded) -> None:
 
     assert run(3) == run(3)
     assert len({tuple(run(s)) for s in range(4)}) > 1
+    # TRT-LLM's rule: top_k 0 with top_p 0 is greedy, whatever the temperature.
+    greedy = loaded["none"].generate(GenerationRequest(PROMPTS[0], 8, sampling=SamplingParams(
+        temperature=1.0, top_k=0, top_p=0.0, seed=5))).output_ids
+    assert greedy == truth(loaded, PROMPTS[0], 8)
 
 
 def _exact_pair_probs(model, prompt: list[int], sampler_params: SamplingParams) -> dict:

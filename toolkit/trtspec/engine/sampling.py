@@ -7,8 +7,8 @@ temperature / top-k / top-p distribution using the request's seeded
 Because each pick is drawn from the target's exact conditional distribution
 given the accepted prefix, speculative output is distributed exactly like
 target-only sampling at any temperature. Parameter conventions follow TRT-LLM:
-``top_k == 0`` and ``top_p`` outside (0, 1) mean "off"; temperature 0 or
-``top_k == 1`` mean greedy.
+``top_k == 0`` and ``top_p`` outside (0, 1) mean "off"; temperature 0,
+``top_k == 1``, or ``top_k == 0`` together with ``top_p == 0`` mean greedy.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0 or self.top_k == 1
+        return (self.temperature <= 0.0 or self.top_k == 1
+                or (self.top_k == 0 and self.top_p == 0.0))
 
 
 class Sampler:

@@ -70,6 +70,16 @@ def test_json_schema_checks() -> None:
     assert extract_json('noise {"b": [1, 2]} tail') == '{"b": [1, 2]}'
 
 
+def test_golden_found_inside_a_longer_answer_passes() -> None:
+    item = {"prompt": "q", "golden": "It was completed in 1987."}
+    quoted = ("The passage describes the bridge. It mentions that Harlow Footbridge was "
+              "completed in 1987, a milestone.")
+    result = check_golden(quoted, item)
+    assert result.status == "pass", result.detail
+    unrelated = "The bridge is long and made of larch wood, linking the mill to the station."
+    assert check_golden(unrelated, item).status == "fail"
+
+
 def test_golden_similarity_threshold() -> None:
     item = {"prompt": "q", "golden": "It was completed in 1987."}
     assert check_golden("It was completed in 1987.", item).detail == (

@@ -145,7 +145,22 @@ def check_json_schema(text: str, item: dict[str, Any]) -> CheckResult:
 
 
 def golden_similarity(text: str, golden: str) -> float:
-    return difflib.SequenceMatcher(None, text.strip(), golden.strip(), autojunk=False).ratio()
+    """Similarity of ``text`` to ``golden``: the better of the whole-text ratio
+    and the best ratio of any run of words in ``text`` about as long as
+    ``golden``. An answer that quotes the golden sentence inside a longer reply
+    (what a quote-the-passage route asks for) scores near 1; a paraphrase scores
+    what difflib says."""
+    text, golden = text.strip(), golden.strip()
+    best = difflib.SequenceMatcher(None, text, golden, autojunk=False).ratio()
+    words, span = text.split(), len(golden.split())
+    if len(words) <= span or span == 0:
+        return best
+    for width in range(max(1, span - 2), span + 3):
+        for start in range(0, len(words) - width + 1):
+            window = " ".join(words[start : start + width])
+            ratio = difflib.SequenceMatcher(None, window, golden, autojunk=False).ratio()
+            best = max(best, ratio)
+    return best
 
 
 def check_golden(text: str, item: dict[str, Any]) -> CheckResult:

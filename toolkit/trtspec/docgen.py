@@ -114,16 +114,22 @@ def spec_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _command_help(cli: Any, path: list[str]) -> list[tuple[str, str]]:
+def _command_help(cli: Any, path: list[str], parent: Any = None) -> list[tuple[str, str]]:
     import click
 
-    ctx = click.Context(cli, info_name=" ".join(path), terminal_width=88, max_content_width=88)
+    # Built like Click builds them at run time (root settings, children
+    # inheriting from their parent), with a fixed width so the text does not
+    # depend on the terminal that regenerates it.
+    settings = {} if parent is not None else dict(cli.context_settings)
+    settings.update(terminal_width=88, max_content_width=88)
+    ctx = click.Context(cli, info_name=path[-1] if parent is not None else " ".join(path),
+                        parent=parent, **settings)
     out = [(" ".join(path), cli.get_help(ctx))]
     if isinstance(cli, click.Group):
         for name in sorted(cli.list_commands(ctx)):
             sub = cli.get_command(ctx, name)
             if sub is not None and not getattr(sub, "hidden", False):
-                out.extend(_command_help(sub, [*path, name]))
+                out.extend(_command_help(sub, [*path, name], ctx))
     return out
 
 

@@ -36,6 +36,11 @@ from trtspec.speculate import (
 
 DRAFT_LOOP_MODES = ("draft_model", "ngram")
 PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
+# BLS calls carry a deadline so a callee that never answers fails this request
+# with an error instead of hanging it (and the client) forever. One call is a
+# single verify/draft/detokenize step; a stream is a whole generation.
+CALL_TIMEOUT_US = 120 * 1_000_000
+STREAM_TIMEOUT_US = 1800 * 1_000_000
 
 
 def _text(value: Any) -> str:
@@ -114,7 +119,8 @@ class _Generation:
     # -- BLS helpers -------------------------------------------------------
     def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
         request = pb_utils.InferenceRequest(
-            model_name=model_name, inputs=tensors, requested_output_names=outputs
+            model_name=model_name, inputs=tensors, requested_output_names=outputs,
+            timeout=CALL_TIMEOUT_US,
         )
         response = request.exec()
         if response.has_error():
@@ -307,6 +313,7 @@ class _Generation:
             model_name=m.target_model,
             inputs=self.engine_inputs(prompt, p.max_tokens, streaming=True),
             requested_output_names=self.engine_outputs(),
+            timeout=STREAM_TIMEOUT_US,
         )
         for response in request.exec(decoupled=True):
             if response.has_error():

@@ -6,16 +6,15 @@ goes through (temp file in the same folder + ``os.replace``)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trtspec import fsutil
 from trtspec.errors import BenchError
 
 REQUEST_SCHEMA_VERSION = 1
@@ -45,37 +44,17 @@ def ids_hash(ids: Iterable[int]) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader sees the old file or the new
-    one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Results files are flushed to disk before the rename: a crash right
+    after a run must not leave an empty summary behind."""
+    fsutil.atomic_write_text(path, text, fsync=True)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    fsutil.atomic_write_bytes(path, data)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    fsutil.atomic_write_json(path, data, fsync=True)
 
 
 class RequestLog:

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from trtspec import __version__
 from trtspec.build.inspect import summarize_config
 from trtspec.errors import StepFailed, TrtspecError
+from trtspec.fsutil import atomic_write_json
 from trtspec.plan import Plan, Step
 
 MANIFEST = "trtspec.json"
@@ -320,12 +321,6 @@ def _build_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _replace_dir(staging: Path, final: Path, trash: Path) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():
@@ -422,7 +417,7 @@ def execute(
                     }
                 )
                 result.outcomes.append(StepOutcome(s, "ran", seconds))
-            _write_json_atomic(staging / MANIFEST, _manifest(plan, unit, records, backend, staging))
+            atomic_write_json(staging / MANIFEST, _manifest(plan, unit, records, backend, staging))
             trash = plan.root / ".staging" / f"{name}.old.{os.getpid()}"
             _replace_dir(staging, Path(unit), trash)
     return result

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from trtspec.engine.config import (
     parse_choices,
 )
 from trtspec.errors import TrtspecError
+from trtspec.fsutil import atomic_write_json
 
 
 class BuildError(TrtspecError):
@@ -219,11 +218,7 @@ def build(args: argparse.Namespace) -> Path:
         num_eagle_layers=eagle_layers,
         eagle_net_config=net,
     )
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".config.", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, out / "config.json")
+    atomic_write_json(out / "config.json", doc)
     return out
 
 

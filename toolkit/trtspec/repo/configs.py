@@ -7,8 +7,6 @@ can reach disk; ``write_config`` refuses one anyway as a last guard.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtspec.fsutil import atomic_write_text
 from trtspec.repo.contract import TensorSpec
 
 ModelConfig = mc.ModelConfig
@@ -99,15 +98,7 @@ def write_config(path: Path, config: Any) -> None:
         raise ValueError(f"{path}: an unfilled ${{…}} placeholder would reach disk")
     # Round-trip before writing so a malformed message never lands.
     text_format.Parse(text, ModelConfig())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text)
 
 
 def read_config(path: Path) -> Any:

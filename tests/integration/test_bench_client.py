@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -283,3 +284,61 @@ def test_interrupted_bench_keeps_completed_requests(server: Any, tmp_path: Path,
     assert summary["complete"] is False
     assert summary["totals"]["requests"] + summary["totals"]["warmup_requests"] == len(rows)
     assert (run / "report.html").is_file()
+
+
+def test_bench_restarts_its_server_when_a_stub_dies(echo_repo: Path, tmp_path: Path) -> None:
+    """A Python-backend stub that stops answering (here: killed) makes every
+    later request to it fail; a server the bench started is restarted on the
+    same ports, the failed request is sent again, and the run says so."""
+    from trtspec.serve import group_members
+
+    spec = load_spec(_write_spec(tmp_path, requests=6, concurrency="[1]"))
+    run_dir = tmp_path / "run"
+    rows_file = run_dir / "requests.jsonl"
+    killed: list[int] = []
+    other_servers = set(_server_pids())  # e.g. this module's shared server: not ours to kill
+
+    def kill_baseline_stub() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if rows_file.is_file() and len(rows_file.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.05)
+        for pid in set(_server_pids()) - other_servers:
+            for member in group_members(pid):
+                cmd = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ")
+                if b"triton_python_backend_stub" in cmd and b"/baseline/" in cmd:
+                    os.kill(member, signal.SIGKILL)
+                    killed.append(member)
+                    return
+
+    killer = threading.Thread(target=kill_baseline_stub, daemon=True)
+    killer.start()
+    result = run_benchmark(spec, output_dir=run_dir, repo=echo_repo, routes=["copy"],
+                           variants=["fast"], num_draft_tokens=[3], warmup_requests=0,
+                           request_timeout_s=20, plots=False)
+    killer.join(timeout=5)
+    assert killed, "the test found no baseline stub to kill"
+    incidents = result.summary["incidents"]
+    assert len(incidents) == 1, incidents
+    assert incidents[0]["model"] == "baseline"
+    assert "is not healthy" in incidents[0]["error"] or "timeout" in incidents[0]["error"]
+    assert incidents[0]["action"] == "server restarted, request sent again"
+    rows = read_requests(rows_file)
+    assert len(rows) == 12 and all(r["error"] is None for r in rows), rows
+    assert (run_dir / "tritonserver.restart1.log").is_file()
+    assert "server incident: baseline (copy)" in (run_dir / "report.md").read_text()
+
+
+def _server_pids() -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"tritonserver" in cmd and b"--model-repository" in cmd:
+            pids.append(int(proc.name))
+    return pids

@@ -58,7 +58,9 @@ def run(root: Path, spec: Path, results: Path) -> int:
     _stage("assemble the Triton repository", ["trtspec", "repo", rel_spec], root)
     _stage(
         "serve + benchmark every variant against the baseline, per route",
-        ["trtspec", "bench", rel_spec, "--output", os.path.relpath(results, root)],
+        # A request here takes seconds; a stalled one should cost a minute, not five.
+        ["trtspec", "bench", rel_spec, "--output", os.path.relpath(results, root),
+         "--timeout", "60"],
         root,
     )
     return 0

@@ -139,6 +139,9 @@ class StreamWorker:
         self._responses = queue.Queue()
         self._client.start_stream(callback=self._callback)
 
+    def reconnect(self) -> None:
+        self._restart_stream()
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._client.stop_stream(cancel_requests=True)
@@ -262,10 +265,13 @@ def _join_all(threads: list[threading.Thread], stop: threading.Event) -> None:
 
 def run_jobs(url: str, jobs: list[Job], *, workers: int, on_done: Callable[[Outcome], None],
              stop: threading.Event, request_timeout_s: float,
-             schedule_s: list[float] | None = None) -> None:
+             schedule_s: list[float] | None = None,
+             recover: Callable[[Outcome], bool] | None = None) -> None:
     """Run ``jobs`` with ``workers`` streams. Without ``schedule_s`` it is a
     closed loop (each worker sends its next job when the last one finished);
-    with it, job i is released ``schedule_s[i]`` seconds after the start."""
+    with it, job i is released ``schedule_s[i]`` seconds after the start.
+    When a request fails and ``recover(outcome)`` says the server was brought
+    back, that job is sent once more and only the second attempt is reported."""
     pending: queue.Queue[Job | None] = queue.Queue()
     pool = [StreamWorker(url, request_timeout_s) for _ in range(max(1, workers))]
 
@@ -277,7 +283,12 @@ def run_jobs(url: str, jobs: list[Job], *, workers: int, on_done: Callable[[Outc
                 continue
             if job is None:
                 return
-            on_done(worker.run(job, stop))
+            outcome = worker.run(job, stop)
+            if outcome.error is not None and recover is not None and not stop.is_set() \
+                    and recover(outcome):
+                worker.reconnect()  # its stream went down with the old server
+                outcome = worker.run(job, stop)
+            on_done(outcome)
 
     threads = [threading.Thread(target=work, args=(w,), daemon=True, name=f"trtspec-worker-{i}")
                for i, w in enumerate(pool)]

@@ -156,6 +156,8 @@ _MEMORY_KINDS = {"gpu": "GPU memory used (Triton metrics)",
 def _client_notes(summary: dict[str, Any]) -> list[str]:
     client = summary.get("client") or {}
     notes = list(client.get("warnings") or [])
+    notes += [f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}"
+              for i in summary.get("incidents") or []]
     if client.get("overhead_ms_p50") is not None:
         notes.insert(0, (
             f"client CPU time in trtspec code per request p50 {client['overhead_ms_p50']:.3f} ms, "

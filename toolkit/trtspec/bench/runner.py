@@ -260,6 +260,16 @@ class _Target:
     url: str
     metrics_url: str | None
     pid: int | None
+    # Brings a server this run started back on the same ports (None for
+    # --endpoint: somebody else's server is not ours to restart).
+    restart: Callable[[], int | None] | None = None
+
+
+# Errors after which the server this run owns is restarted and the request
+# sent again: a Python-backend stub that stopped answering (seen with the
+# tritonserver 2.51 bundled in nvidia-pytriton: a decoupled BLS stream stalls,
+# then the stub is reported unhealthy for every later request).
+_RECOVERABLE = ("is not healthy", "timeout: no final response")
 
 
 class _Recorder:
@@ -348,6 +358,36 @@ class _Run:
         self._counter = 0
         self.memory: RequestLog | None = None  # opened once the run folder exists
         self.triton_version: str | None = None
+        self.incidents: list[dict[str, Any]] = []
+        self._restart_lock = threading.Lock()
+
+    def recovery(self, target: _Target) -> Callable[[Outcome], bool] | None:
+        """A ``recover`` hook for run_jobs that restarts a server this run owns
+        after a stub stopped answering; every restart is kept as an incident."""
+        if target.restart is None:
+            return None
+        restart = target.restart
+
+        def recover(outcome: Outcome) -> bool:
+            error = outcome.error or ""
+            if not any(marker in error for marker in _RECOVERABLE):
+                return False
+            with self._restart_lock:
+                # One restart serves every request that failed before it.
+                if any(i["time_ns"] >= outcome.send_ns for i in self.incidents):
+                    return True
+                self.progress(f"bench: {outcome.job.arm.model}: {error}; restarting the server "
+                              "and sending the request again")
+                target.pid = restart()
+                self.incidents.append({
+                    "time_ns": time.perf_counter_ns(), "time": time.time(),
+                    "model": outcome.job.arm.model, "route": outcome.job.route,
+                    "request_id": outcome.job.request_id, "error": error,
+                    "action": "server restarted, request sent again",
+                })
+                return True
+
+        return recover
 
     def _jobs(self, route: RouteSet, arms: list[Arm], load: tuple[str, int | None, float | None],
               temperature: float, *, samples: list[int] | None, warmup: bool) -> list[Job]:
@@ -383,7 +423,8 @@ class _Run:
                     warm = self._jobs(route, arms, load, temp, samples=None, warmup=True)
                     if warm:
                         run_jobs(target.url, warm, workers=conc or 1, on_done=recorder.put,
-                                 stop=self.stop, request_timeout_s=s.request_timeout_s)
+                                 stop=self.stop, request_timeout_s=s.request_timeout_s,
+                                 recover=self.recovery(target))
                     jobs = self._jobs(route, arms, load, temp, samples=samples, warmup=False)
                     self.progress(f"bench: route={route.name} {label} T={temp:g} "
                                   f"{len(jobs)} requests over {len(arms)} arm(s)")
@@ -391,7 +432,8 @@ class _Run:
                     run_jobs(target.url, jobs,
                              workers=conc or min(s.max_inflight, max(1, len(jobs))),
                              on_done=recorder.put, stop=self.stop,
-                             request_timeout_s=s.request_timeout_s, schedule_s=schedule)
+                             request_timeout_s=s.request_timeout_s, schedule_s=schedule,
+                             recover=self.recovery(target))
                     mem, kind = server_memory(target.metrics_url, target.pid)
                     assert self.memory is not None
                     self.memory.append({"route": route.name, "load": label,
@@ -429,8 +471,25 @@ def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> str | N
 def _serve(repo: Path, models: list[str] | None, log_path: Path) -> Iterator[_Target]:
     from trtspec.serve import Server
 
-    with Server(repo, models=models, log_path=log_path) as server:
-        yield _Target(server.grpc_url, server.metrics_url, server.pid)
+    servers = [Server(repo, models=models, log_path=log_path)]
+
+    def restart() -> int | None:
+        old = servers[-1]
+        http, grpc, metrics = (int(u.rsplit(":", 1)[1])
+                               for u in (old.http_url, old.grpc_url, old.metrics_url))
+        old.stop()
+        fresh = Server(repo, models=models, log_path=log_path.with_name(
+            f"{log_path.stem}.restart{len(servers)}{log_path.suffix}"),
+            http_port=http, grpc_port=grpc, metrics_port=metrics)
+        servers.append(fresh)
+        fresh.start()
+        return fresh.pid
+
+    try:
+        server = servers[0].start()
+        yield _Target(server.grpc_url, server.metrics_url, server.pid, restart)
+    finally:
+        servers[-1].stop()
 
 
 @contextlib.contextmanager
@@ -529,6 +588,8 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
             run.memory.close()
             run_info["client"] = client_stats(probe)
             run_info["versions"]["tritonserver"] = run.triton_version
+            run_info["incidents"] = [{k: v for k, v in i.items() if k != "time_ns"}
+                                     for i in run.incidents]
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             run_info["complete"] = not interrupted
             atomic_write_json(run_dir / RUN_FILE, run_info)

@@ -286,6 +286,9 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
                    "error_rate": stats.rate(failed, len(measured)),
                    "warmup_requests": len(rows) - len(measured)},
         "client": client_summary(measured, run_info.get("client") or {}),
+        # Server restarts the run needed (a stub that stopped answering); the
+        # requests they hit were sent again, so they are not in the error counts.
+        "incidents": run_info.get("incidents") or [],
         "cells": cells,
         "decisions": decisions,
         "routing": routing,

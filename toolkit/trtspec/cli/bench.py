@@ -83,6 +83,9 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
     progress(f"report: {run_dir / 'report.html'}  routing: {run_dir / 'routing.yaml'}")
     for warning in (summary.get("client") or {}).get("warnings") or []:
         progress(f"Warning: {warning}")
+    for incident in summary.get("incidents") or []:
+        progress(f"Warning: {incident['model']} ({incident['route']}): {incident['error']} — "
+                 f"{incident['action']}")
     totals = summary["totals"]
     if totals["error_rate"] is not None and totals["error_rate"] > max_error_rate:
         raise BenchError(

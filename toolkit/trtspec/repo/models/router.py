@@ -21,6 +21,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.repo.models.orchestrator import STREAM_TIMEOUT_US
 from trtspec.repo.routing import choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
@@ -100,6 +101,7 @@ class TritonPythonModel:
             model_name=variant,
             inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
             requested_output_names=OUTPUT_NAMES,
+            timeout=STREAM_TIMEOUT_US,
         )
         final_sent = False
         for response in request.exec(decoupled=True):

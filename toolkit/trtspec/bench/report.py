@@ -258,18 +258,20 @@ def write_plots(run_dir: Path, summary: dict[str, Any],
     cells = summary["cells"]
     sp_cells = [c for c in cells if c.get("speedup")]
     if sp_cells:
-        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(sp_cells)), 4))
-        labels = [f"{c['route']}\n{arm_name(c['variant'], c.get('num_speculative_tokens'))}"
-                  f"\n{c['load']} T={c['temperature']:g}" for c in sp_cells]
+        # Horizontal: one row per cell, so long route/variant labels stay legible.
+        fig, ax = plt.subplots(figsize=(7, max(2.5, 0.35 * len(sp_cells) + 1)))
+        labels = [f"{c['route']}  {arm_name(c['variant'], c.get('num_speculative_tokens'))}"
+                  f"  {c['load']} T={c['temperature']:g}" for c in sp_cells]
         pts = [c["speedup"]["point"] for c in sp_cells]
         lo = [p - c["speedup"]["ci_low"] for p, c in zip(pts, sp_cells, strict=True)]
         hi = [c["speedup"]["ci_high"] - p for p, c in zip(pts, sp_cells, strict=True)]
-        ax.errorbar(range(len(pts)), pts, yerr=[lo, hi], fmt="o", capsize=4)
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-        ax.axhline(summary["settings"]["decision"]["min_speedup"], color="green",
+        ys = list(range(len(pts)))[::-1]
+        ax.errorbar(pts, ys, xerr=[lo, hi], fmt="o", capsize=4)
+        ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.axvline(summary["settings"]["decision"]["min_speedup"], color="green",
                    linestyle=":", linewidth=1)
-        ax.set_xticks(range(len(pts)), labels, fontsize=7, rotation=35, ha="right")
-        ax.set_ylabel("speedup vs baseline (95% CI)")
+        ax.set_yticks(ys, labels, fontsize=7)
+        ax.set_xlabel("speedup vs baseline (95% CI)")
         ax.set_title("Speedup per route")
         images.append(("Speedup per route with 95% CI", _save(fig, run_dir, "speedup.png")))
         plt.close(fig)

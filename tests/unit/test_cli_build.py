@@ -6,32 +6,19 @@ from __future__ import annotations
 
 import importlib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.fixtures.specs import copy_example
 
 from trtspec.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUTES = [
-    "chat_short",
-    "chat_long",
-    "code_completion",
-    "rag_copy_heavy",
-    "rag_reasoning",
-    "json_output",
-]
 
 
 def example(tmp_path: Path, name: str) -> Path:
-    folder = tmp_path / "build_specs"
-    (folder / "routes").mkdir(parents=True, exist_ok=True)
-    for r in ROUTES:
-        (folder / "routes" / f"{r}.jsonl").write_text('{"prompt": "hi"}\n')
-    shutil.copy(ROOT / "build_specs" / name, folder / name)
-    return folder / name
+    return copy_example(tmp_path, name)
 
 
 def run(*args: str):  # type: ignore[no-untyped-def]

@@ -6,34 +6,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+from tests.fixtures.specs import copy_example
 
 from trtspec.plan import make_plan
 from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "plan"
-ROUTES = [
-    "chat_short",
-    "chat_long",
-    "code_completion",
-    "rag_copy_heavy",
-    "rag_reasoning",
-    "json_output",
-]
 
 
 def example(tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
-    folder = tmp_path / "build_specs"
-    (folder / "routes").mkdir(parents=True, exist_ok=True)
-    for r in ROUTES:
-        (folder / "routes" / f"{r}.jsonl").write_text('{"prompt": "hi"}\n')
-    shutil.copy(ROOT / "build_specs" / name, folder / name)
-    return load_spec(folder / name)
+    return load_spec(copy_example(tmp_path, name))
 
 
 def spec_from(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]

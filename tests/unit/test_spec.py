@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.fixtures.specs import copy_example
 
 from trtspec.errors import SpecError
 from trtspec.spec import load_spec, lookahead_draft_len
@@ -17,14 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(
     p.name for p in (ROOT / "build_specs").glob("*.yaml") if p.name != "demo-cpu.yaml"
 )
-ROUTES = [
-    "chat_short",
-    "chat_long",
-    "code_completion",
-    "rag_copy_heavy",
-    "rag_reasoning",
-    "json_output",
-]
 
 BASE = """\
 name: t
@@ -38,14 +31,6 @@ variants:
 """
 
 
-def copy_example(tmp_path: Path, name: str) -> Path:
-    """An example spec next to stub prompt files, so tests don't depend on routes/ content."""
-    folder = tmp_path / "build_specs"
-    (folder / "routes").mkdir(parents=True, exist_ok=True)
-    for r in ROUTES:
-        (folder / "routes" / f"{r}.jsonl").write_text('{"prompt": "hi"}\n')
-    shutil.copy(ROOT / "build_specs" / name, folder / name)
-    return folder / name
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.fixtures.specs import stub_routes
 
 from trtspec.errors import SpecError
 from trtspec.plan import make_plan
@@ -20,14 +21,6 @@ from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "build_specs").glob("*.yaml") if p.name != "demo-cpu.yaml")
-ROUTES = [
-    "chat_short",
-    "chat_long",
-    "code_completion",
-    "rag_copy_heavy",
-    "rag_reasoning",
-    "json_output",
-]
 DOCS = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
 
 scalars = st.one_of(
@@ -85,10 +78,7 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
 
 @pytest.fixture(scope="module")
 def spec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("prop") / "build_specs"
-    (folder / "routes").mkdir(parents=True)
-    for r in ROUTES:
-        (folder / "routes" / f"{r}.jsonl").write_text('{"prompt": "hi"}\n')
+    folder = stub_routes(tmp_path_factory.mktemp("prop") / "build_specs")
     for p in EXAMPLES:
         shutil.copy(p, folder / p.name)
     return folder

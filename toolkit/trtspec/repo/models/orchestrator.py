@@ -17,7 +17,6 @@ models only by the names in its config ``parameters`` (no host, no port).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.repo.models.text import IncrementalText
+from trtspec.repo.models.threads import RequestThreads, string_params
 from trtspec.speculate import (
     RoundStats,
     accepted_count,
@@ -331,7 +331,7 @@ class _Generation:
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
-        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        params = string_params(config)
         self.variant = params["variant"]
         self.mode = params["mode"]
         self.preprocessing_model = params["preprocessing_model"]
@@ -347,17 +347,13 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: mode draft_model needs the draft_model parameter"
             )
-        self._threads: set[threading.Thread] = set()
-        self._lock = threading.Lock()
+        self._requests = RequestThreads()
 
     def execute(self, requests: list) -> None:
         # Decoupled: answer through each request's sender from a thread, so a
         # long generation does not block the requests queued behind it.
         for request in requests:
-            thread = threading.Thread(target=self._serve, args=(request,), daemon=True)
-            with self._lock:
-                self._threads.add(thread)
-            thread.start()
+            self._requests.start(self._serve, request)
 
     def _serve(self, request: Any) -> None:
         start_ns = time.monotonic_ns()
@@ -370,12 +366,6 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.variant}: {exc}")),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
-        finally:
-            with self._lock:
-                self._threads.discard(threading.current_thread())
 
     def finalize(self) -> None:
-        with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(timeout=10)
+        self._requests.join()

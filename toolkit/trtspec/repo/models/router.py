@@ -12,7 +12,6 @@ than retried, because the client has already received part of the answer.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import triton_python_backend_utils as pb_utils
 
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.orchestrator import STREAM_TIMEOUT_US
+from trtspec.repo.models.threads import RequestThreads, string_params
 from trtspec.repo.routing import choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
@@ -44,19 +44,15 @@ def _text(value: Any) -> str:
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
-        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        params = string_params(config)
         routing_file = params.get("routing_file") or "routing.json"
         self.table = load_routing(Path(args["model_repository"]) / routing_file)
         self.variants = {v for v in params.get("variants", "").split(",") if v}
-        self._threads: set[threading.Thread] = set()
-        self._lock = threading.Lock()
+        self._requests = RequestThreads()
 
     def execute(self, requests: list) -> None:
         for request in requests:
-            thread = threading.Thread(target=self._serve, args=(request,), daemon=True)
-            with self._lock:
-                self._threads.add(thread)
-            thread.start()
+            self._requests.start(self._serve, request)
 
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
@@ -91,9 +87,6 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"router: {exc}")),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
-        finally:
-            with self._lock:
-                self._threads.discard(threading.current_thread())
 
     def _forward(self, variant: str, inputs: dict[str, np.ndarray], sender: Any,
                  progress: _Progress, *, fallback: bool) -> None:
@@ -123,7 +116,4 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finalize(self) -> None:
-        with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(timeout=10)
+        self._requests.join()

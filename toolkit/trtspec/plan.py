@@ -155,6 +155,14 @@ class Plan:
         }
 
 
+
+# Engine name prefix and TRT-LLM speculative_decoding_mode of the in-engine modes.
+_IN_ENGINE: dict[type, tuple[str, str]] = {
+    MedusaVariant: ("medusa", "medusa"),
+    EagleVariant: ("eagle", "eagle"),
+    LookaheadVariant: ("lookahead", "lookahead_decoding"),
+}
+
 def _dist_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
@@ -493,34 +501,14 @@ def make_plan(
                     variant=v.name,
                 )
             variants[v.name] = VariantEngines("target_dte", draft_name, v.mode)
-        elif isinstance(v, MedusaVariant):
-            name = f"target_medusa_{v.name}"
+        else:
+            # medusa / eagle / lookahead: one target engine that drafts inside itself
+            prefix, mode = _IN_ENGINE[type(v)]
+            name = f"target_{prefix}_{v.name}"
             b.engine(
                 name,
                 role="target",
-                mode="medusa",
-                max_draft_len=v.max_draft_len or 0,
-                source=t.model,
-                variant=v.name,
-            )
-            variants[v.name] = VariantEngines(name, None, v.mode)
-        elif isinstance(v, EagleVariant):
-            name = f"target_eagle_{v.name}"
-            b.engine(
-                name,
-                role="target",
-                mode="eagle",
-                max_draft_len=v.max_draft_len or 0,
-                source=t.model,
-                variant=v.name,
-            )
-            variants[v.name] = VariantEngines(name, None, v.mode)
-        elif isinstance(v, LookaheadVariant):
-            name = f"target_lookahead_{v.name}"
-            b.engine(
-                name,
-                role="target",
-                mode="lookahead_decoding",
+                mode=mode,
                 max_draft_len=v.max_draft_len or 0,
                 source=t.model,
                 variant=v.name,

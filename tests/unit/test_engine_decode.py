@@ -51,19 +51,26 @@ def loaded(engines: dict[str, Path]) -> dict[str, ReferenceEngine]:
     return {name: ReferenceEngine.load(path, threads=1) for name, path in engines.items()}
 
 
+@pytest.fixture(scope="module")
+def hf_model(tiny_llama: Path):
+    """The tiny Llama as plain Hugging Face loads it: the engine's independent reference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_llama), dtype=torch.float32).eval()
+
+
 def truth(loaded: dict[str, ReferenceEngine], prompt: list[int], n: int) -> list[int]:
     fresh = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
                             medusa_choices=None, kv_reuse=0)
     return fresh.generate(GenerationRequest(prompt, n)).output_ids
 
 
-def test_target_only_matches_hf_generate_and_never_reencodes(tiny_llama: Path, loaded) -> None:
+def test_target_only_matches_hf_generate_and_never_reencodes(hf_model, loaded) -> None:
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_llama), dtype=torch.float32)
     prompt = PROMPTS[0]
-    hf = model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
+    hf = hf_model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
                         eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
     engine = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
                              medusa_choices=None, kv_reuse=0)
@@ -105,7 +112,7 @@ def test_eagle_tree_siblings_do_not_leak_into_the_chain(loaded) -> None:
                             eagle_choices=[[0], [0, 0], [0, 0, 0]], eagle=tree.eagle, kv_reuse=0)
     prompt = PROMPTS[0]
     with torch.inference_mode():
-        feats = tree.model.model(input_ids=torch.tensor([prompt[:-1]])).last_hidden_state[0]
+        feats = tree.hidden_states(prompt[:-1])
         args = (prompt[:-1], prompt[-1], feats)
         n1, p1, _, _ = chain._propose_eagle(*args, make_cache(), fed=0, budget=10)
         n2, p2, _, fed = tree._propose_eagle(*args, make_cache(), fed=0, budget=10)
@@ -280,10 +287,10 @@ _CHI2_999 = [10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.5
 
 
 @pytest.mark.parametrize("mode", ["dte", "medusa", "lookahead"])
-def test_sampling_distribution_matches_target(loaded, mode: str) -> None:
+def test_sampling_distribution_matches_target(loaded, hf_model, mode: str) -> None:
     prompt = PROMPTS[2]
     params = SamplingParams(temperature=1.5, top_k=3)
-    probs = _exact_pair_probs(loaded["none"].model, prompt, params)
+    probs = _exact_pair_probs(hf_model, prompt, params)
     greedy = truth(loaded, prompt, 2)
     n, counts, firsts, accepted = 600, {}, {}, 0
     for seed in range(n):

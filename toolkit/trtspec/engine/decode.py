@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.engine import fastpath
 from trtspec.engine.config import EngineConfig, read_engine_config
 from trtspec.engine.kv_reuse import (
     PrefixCache,
@@ -120,6 +121,7 @@ class ReferenceEngine:
         self.eagle_tree = _medusa_tree(eagle_choices) if eagle_choices else []
         self.prefix_cache = PrefixCache(kv_reuse)
         self._cache_kw = cache_kwarg(model.model)
+        self._fastpath = fastpath.is_fused(model)
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -213,6 +215,15 @@ class ReferenceEngine:
             pass
         return gen
 
+    def hidden_states(self, ids: list[int]) -> Any:
+        """The target's final hidden states [len(ids), hidden] for ``ids`` from an empty cache."""
+        import torch
+
+        with torch.inference_mode():
+            _, hidden = self._forward(list(ids), 0, len(ids), depths=[], attend=None,
+                                      cache=make_cache(), logit_rows=[len(ids) - 1])
+        return hidden
+
     # --------------------------------------------------------------- internals
     def _forward(self, tokens: list[int], past: int, n_pending: int, *, depths: list[int],
                  attend: list[list[int]] | None, cache: Any, logit_rows: list[int],
@@ -240,9 +251,11 @@ class ReferenceEngine:
             kwargs["attention_mask"] = mask[None, None]
             pos = list(range(past, past + n_pending)) + [past + n_pending - 1 + d for d in depths]
             kwargs["position_ids"] = torch.tensor([pos], dtype=torch.long)
-        kwargs[self._cache_kw] = cache
-        out = self.model.model(input_ids=ids, use_cache=True, **kwargs)
-        hidden = out.last_hidden_state[0]
+        if self._fastpath:
+            hidden = fastpath.forward(self.model, ids, cache, **kwargs)
+        else:
+            kwargs[self._cache_kw] = cache
+            hidden = self.model.model(input_ids=ids, use_cache=True, **kwargs).last_hidden_state[0]
         first = logit_rows[0]
         if logit_rows == list(range(first, first + len(logit_rows))):
             rows = hidden[first:first + len(logit_rows)]

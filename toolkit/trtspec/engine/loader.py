@@ -6,10 +6,23 @@ at load by a dynamically int8-quantized one (``quantize_dynamic``, qint8): a
 cheap draft on CPU that agrees with the float model on most tokens. Medusa
 heads (``medusa/``) and the EAGLE layer (``eagle/``) are loaded by
 ``heads.py``. Attention runs through SDPA so custom 4-D tree masks apply.
+
+Float32 ``nn.Linear`` layers are swapped for ``PackedLinear``: the weight is
+reordered once into oneDNN's blocked layout and every call goes straight to
+oneDNN with at least ``PAD_ROWS`` rows (fewer are zero-padded). On two CPU
+cores torch's default ``F.linear`` (MKL sgemm) costs ~60 % more for 2–4 rows
+than for one, and that is the verification step of every speculative mode;
+the packed path runs 1–4 rows in the same time, faster than ``F.linear`` does
+one, which is what makes speculation pay on a CPU at all. Rows are computed
+independently, so padding changes no value, and every step of up to
+``PAD_ROWS`` tokens uses the same kernel. ``TRTSPEC_ENGINE_ONEDNN=0`` turns it
+off (benchmarks/reference_engine.py measures both).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import warnings
 from typing import Any
 
@@ -24,9 +37,94 @@ def quantize_int8(model: Any) -> Any:
         # torch.ao.quantization warns that it moves to torchao; it still works
         # and is the only dependency-free dynamic int8 path in torch itself.
         warnings.simplefilter("ignore", DeprecationWarning)
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig},
+                                dtype=torch.qint8)
+
+
+def onednn_enabled() -> bool:
+    """Whether ``pack_linears`` will pack (oneDNN present and not switched off)."""
+    if os.environ.get("TRTSPEC_ENGINE_ONEDNN", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    import torch
+
+    return bool(torch.backends.mkldnn.is_available()) and all(
+        hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight"))
+
+
+PAD_ROWS = 4  # rows the packed layout is chosen for; fewer rows are padded up to it
+
+
+@functools.cache
+def _packed_linear_class() -> type:
+    import torch
+    from torch import nn
+
+    _op = torch.ops.mkldnn._linear_pointwise.default
+
+    class PackedLinear(nn.Module):
+        """``nn.Linear`` computed by oneDNN from a weight reordered once at load.
+
+        ``weight`` stays the original parameter when another module shares it
+        (tied embeddings) and otherwise becomes a shape-only ``meta`` tensor,
+        so packing does not double the model's memory."""
+
+        def __init__(self, linear: nn.Linear, *, keep_dense: bool) -> None:
+            super().__init__()
+            self.in_features = linear.in_features
+            self.out_features = linear.out_features
+            weight = linear.weight.detach()
+            self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(
+                weight, PAD_ROWS), persistent=False)
+            self.bias = linear.bias
+            self.weight = linear.weight if keep_dense else nn.Parameter(
+                torch.empty_like(weight, device="meta"), requires_grad=False)
+
+        def forward(self, x: Any) -> Any:
+            if x.dim() == 1:
+                return self.forward(x[None])[0]
+            rows = x.shape[-2]
+            if rows >= PAD_ROWS:
+                return _op(x, self.packed, self.bias, "none", [], "")
+            pad = x.new_zeros(*x.shape[:-2], PAD_ROWS - rows, x.shape[-1])
+            out = _op(torch.cat([x, pad], dim=-2), self.packed, self.bias, "none", [], "")
+            return out[..., :rows, :]
+
+        def extra_repr(self) -> str:
+            return f"in_features={self.in_features}, out_features={self.out_features}, onednn"
+
+    return PackedLinear
+
+
+def pack_linear(linear: Any) -> Any:
+    """One float32 ``nn.Linear`` owned by nobody else, packed (or returned as is)."""
+    import torch
+
+    if not onednn_enabled() or linear.weight.dtype != torch.float32:
+        return linear
+    return _packed_linear_class()(linear, keep_dense=False)
+
+
+def pack_linears(model: Any) -> int:
+    """Swap every float32 ``nn.Linear`` in ``model`` for a ``PackedLinear``;
+    returns how many were swapped (0 when oneDNN is off or unavailable)."""
+    import torch
+    from torch import nn
+
+    if not onednn_enabled():
+        return 0
+    packed_cls = _packed_linear_class()
+    linears = [(parent, name, child) for parent in model.modules()
+               for name, child in parent.named_children()
+               if type(child) is nn.Linear and child.weight.dtype == torch.float32]
+    swapped = {id(child) for _, _, child in linears}
+    # weights some other (non-swapped) module also holds, e.g. a tied embedding
+    shared = {id(p) for module in model.modules() if id(module) not in swapped
+              for p in module.parameters(recurse=False)}
+    for parent, name, child in linears:
+        setattr(parent, name, packed_cls(child, keep_dense=id(child.weight) in shared))
+    return len(linears)
 
 
 def load_target(config: EngineConfig) -> Any:
@@ -47,8 +145,13 @@ def load_target(config: EngineConfig) -> Any:
     except (OSError, ValueError) as exc:
         raise EngineError(f"{hf}: cannot load the model: {exc}") from None
     model.eval()
+    from trtspec.engine.fastpath import fuse
+
+    fuse(model)
     if config.quantization == "int8":
         model = quantize_int8(model)
+    else:
+        pack_linears(model)
     return model
 
 
@@ -68,4 +171,8 @@ def load_heads(config: EngineConfig, model: Any) -> tuple[Any, Any]:
         if not folder.is_dir():
             raise EngineError(f"{folder}: eagle engine without its eagle/ folder")
         eagle = EagleDrafter(folder, model)
+        pack_linears(eagle.layer_model)
+        eagle.fc = pack_linear(eagle.fc)
+    if medusa is not None:
+        pack_linears(medusa)
     return medusa, eagle

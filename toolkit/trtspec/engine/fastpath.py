@@ -1,0 +1,189 @@
+"""A lean decoder forward for Llama-shaped models (Llama, Mistral, Qwen2).
+
+The reference engine's step is small (one to a few dozen tokens over a cached
+prefix), and on two CPU cores Hugging Face's module-by-module forward spends
+about a sixth of such a step in Python (mask construction, cache objects,
+module dispatch). This forward runs the same layers with the same weights and
+the same torch operations straight over the model's own parameters, and reads
+and writes the same ``DynamicCache``. ``fuse`` (at load, before any
+quantization) stacks q/k/v and gate/up into one projection each, so a layer
+makes four matrix calls instead of seven; stacking output rows does not change
+any output element, and the tests check the fused forward's logits against
+the model's own forward. Models it does not recognise (other architectures,
+sliding windows, non-SiLU MLPs) keep the Hugging Face forward; ``supports``
+says which. ``TRTSPEC_ENGINE_FASTPATH=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trtspec.engine.kv_reuse import kv_tensors, make_cache
+
+FAMILIES = ("llama", "mistral", "qwen2")
+
+
+def supports(model: Any) -> bool:
+    """Whether ``forward`` reproduces ``model.model``'s forward for this model."""
+    if os.environ.get("TRTSPEC_ENGINE_FASTPATH", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    cfg = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    if cfg is None or inner is None or getattr(cfg, "model_type", None) not in FAMILIES:
+        return False
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return False
+    if getattr(cfg, "sliding_window", None) and (
+            cfg.model_type == "mistral" or getattr(cfg, "use_sliding_window", False)):
+        return False
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        return False
+    needed = ("embed_tokens", "layers", "norm", "rotary_emb")
+    if not all(hasattr(inner, name) for name in needed):
+        return False
+    layer = inner.layers[0]
+    attn = getattr(layer, "self_attn", None)
+    mlp = getattr(layer, "mlp", None)
+    return (attn is not None and mlp is not None
+            and all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
+            and all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")))
+
+
+def _stack(linears: list[Any]) -> Any:
+    """One ``nn.Linear`` whose output is the concatenation of ``linears``' outputs."""
+    import torch
+    from torch import nn
+
+    weight = torch.cat([m.weight.detach() for m in linears])
+    has_bias = any(m.bias is not None for m in linears)
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=has_bias)
+    with torch.no_grad():
+        fused.weight.copy_(weight)
+        if has_bias:
+            fused.bias.copy_(torch.cat([
+                m.bias.detach() if m.bias is not None else torch.zeros(m.out_features)
+                for m in linears]))
+    return fused.eval()
+
+
+def fuse(model: Any) -> bool:
+    """Stack each layer's q/k/v and gate/up projections (in place) when the
+    fast path ``supports`` the model; returns whether it did. The model's own
+    forward cannot run afterwards, only ``forward`` here."""
+    if not supports(model):
+        return False
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        attn.qkv_proj = _stack([attn.q_proj, attn.k_proj, attn.v_proj])
+        mlp.gate_up_proj = _stack([mlp.gate_proj, mlp.up_proj])
+        for owner, name in ((attn, "q_proj"), (attn, "k_proj"), (attn, "v_proj"),
+                            (mlp, "gate_proj"), (mlp, "up_proj")):
+            delattr(owner, name)
+    model._trtspec_fused = True
+    return True
+
+
+def is_fused(model: Any) -> bool:
+    return bool(getattr(model, "_trtspec_fused", False))
+
+
+def _linear_fn(module: Any) -> Any:
+    """The cheapest call computing ``module(x)``: the packed or quantized op
+    itself, without the module's Python dispatch (a draft step makes ~120)."""
+    import torch
+
+    if getattr(module, "packed", None) is not None:
+        return module.forward  # PackedLinear: already a direct op call
+    params = getattr(getattr(module, "_packed_params", None), "_packed_params", None)
+    if (params is not None and getattr(module, "version", None) == 4
+            and module._packed_params.dtype == torch.qint8):
+        op = torch.ops.quantized.linear_dynamic.default
+        return lambda x: op(x, params, True)
+    return module
+
+
+def _layer_plan(model: Any) -> list[tuple[Any, ...]]:
+    """Per layer: (input norm weight, qkv, o, post norm weight, gate_up, down), built once."""
+    plan = getattr(model, "_trtspec_plan", None)
+    if plan is None:
+        plan = [(layer.input_layernorm.weight, _linear_fn(layer.self_attn.qkv_proj),
+                 _linear_fn(layer.self_attn.o_proj), layer.post_attention_layernorm.weight,
+                 _linear_fn(layer.mlp.gate_up_proj), _linear_fn(layer.mlp.down_proj))
+                for layer in model.model.layers]
+        model._trtspec_plan = plan
+    return plan
+
+
+def _rms(x: Any, weight: Any, eps: float) -> Any:
+    import torch.nn.functional as F
+
+    # One op for HF's pow/mean/rsqrt/mul/mul (same arithmetic, same result).
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def _rotate_half(x: Any) -> Any:
+    import torch
+
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def forward(model: Any, ids: Any, cache: Any, *, position_ids: Any = None,
+            attention_mask: Any = None) -> Any:
+    """Run ``ids`` [1, T] through a ``fuse``d model after the ``cache``'s positions;
+    returns the final hidden states [T, hidden] and appends the new keys/values
+    to ``cache``.
+
+    ``attention_mask`` is an additive or boolean 4-D mask [1, 1, T, past + T]
+    (tree verification); without one, attention is causal. ``position_ids``
+    default to ``past .. past + T - 1``."""
+    import torch
+    import torch.nn.functional as F
+
+    inner = model.model
+    cfg = model.config
+    n_heads = int(cfg.num_attention_heads)
+    n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
+    eps = float(cfg.rms_norm_eps)
+    split_qkv = ((n_heads + n_kv) * head_dim, n_kv * head_dim)
+    split_mlp = (int(cfg.intermediate_size),) * 2
+    gqa = n_kv != n_heads
+    past_kv = kv_tensors(cache) if cache.layers else []
+    past = int(past_kv[0][0].shape[-2]) if past_kv else 0
+    q_len = int(ids.shape[1])
+    if position_ids is None:
+        position_ids = torch.arange(past, past + q_len, dtype=torch.long)[None]
+    x = inner.embed_tokens(ids)
+    cos, sin = inner.rotary_emb(x, position_ids)
+    cos, sin = cos[:, None], sin[:, None]
+    mask = attention_mask
+    causal = False
+    if mask is None and q_len > 1:
+        if past:
+            mask = torch.ones(q_len, past + q_len, dtype=torch.bool).tril(past)
+        else:
+            causal = True
+    new_kv = []
+    for i, (w_in, qkv_proj, o_proj, w_post, gate_up_proj, down_proj) in enumerate(
+            _layer_plan(model)):
+        h = _rms(x, w_in, eps)
+        qk, v = qkv_proj(h).split(split_qkv, dim=-1)
+        # queries and keys rotated together: one set of element-wise ops per layer
+        qk = qk.reshape(1, q_len, n_heads + n_kv, head_dim).transpose(1, 2)
+        qk = qk * cos + _rotate_half(qk) * sin
+        q, k = qk[:, :n_heads], qk[:, n_heads:]
+        v = v.reshape(1, q_len, n_kv, head_dim).transpose(1, 2)
+        if past_kv:
+            k = torch.cat([past_kv[i][0], k], dim=-2)
+            v = torch.cat([past_kv[i][1], v], dim=-2)
+        new_kv.append((k, v))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                           enable_gqa=gqa)
+        x = x + o_proj(o.transpose(1, 2).reshape(1, q_len, n_heads * head_dim))
+        gate, up = gate_up_proj(_rms(x, w_post, eps)).split(split_mlp, dim=-1)
+        x = x + down_proj(F.silu(gate) * up)
+    cache.layers = make_cache(new_kv).layers
+    return _rms(x, inner.norm.weight, eps)[0]

@@ -2,7 +2,8 @@
 
 ``hf/`` holds a Hugging Face causal-LM folder (float32 safetensors); when the
 engine config records ``quantization: int8`` every ``nn.Linear`` is replaced
-at load by a dynamically int8-quantized one (``quantize_dynamic``, qint8): a
+at load by a dynamically int8-quantized one (``quantize_dynamic``, qint8, one
+weight scale per output channel, so stacking q/k/v changes no scale): a
 cheap draft on CPU that agrees with the float model on most tokens. Medusa
 heads (``medusa/``) and the EAGLE layer (``eagle/``) are loaded by
 ``heads.py``. Attention runs through SDPA so custom 4-D tree masks apply.

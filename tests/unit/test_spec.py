@@ -95,7 +95,7 @@ def test_unknown_key_in_variant_and_no_suggestion(tmp_path: Path) -> None:
     p = write(tmp_path, BASE + "    zzz: 1\n")
     assert issues(p) == [
         f"{p}:9:5: variants[0].zzz: unknown key 'zzz'; remove it; allowed keys: name, mode, "
-        "max_draft_len, max_matching_ngram_size, num_draft_tokens"
+        "max_draft_len, max_matching_ngram_size, num_draft_tokens, draft_schedule"
     ]
 
 
@@ -146,6 +146,17 @@ def test_unknown_mode(tmp_path: Path) -> None:
     p = write(tmp_path, BASE.replace("mode: ngram", "mode: ngrams"))
     assert issues(p) == [
         f"{p}:7:11: variants[0].mode: unknown mode 'ngrams'; did you mean 'ngram'?"
+    ]
+
+
+def test_draft_schedule_values(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, BASE, "ok.yaml"))
+    assert spec.variants[0].draft_schedule == "constant"
+    spec = load_spec(write(tmp_path, BASE + "    draft_schedule: adaptive\n", "ok2.yaml"))
+    assert spec.variants[0].draft_schedule == "adaptive"
+    p = write(tmp_path, BASE + "    draft_schedule: heuristic\n")
+    assert issues(p) == [
+        f"{p}:9:21: variants[0].draft_schedule: 'heuristic' is not allowed; use one of 'constant' or 'adaptive'"
     ]
 
 

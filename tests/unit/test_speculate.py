@@ -1,5 +1,5 @@
-"""trtspec.speculate: prompt lookup, draft budget, acceptance counting and the
-offline replay of the draft → verify loop."""
+"""trtspec.speculate: prompt lookup, draft budget, the draft-length schedule,
+acceptance counting and the offline replay of the draft → verify loop."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trtspec.speculate import (
+    DRAFT_SCHEDULES,
+    DraftSchedule,
     RoundStats,
     accepted_count,
     draft_budget,
@@ -120,3 +122,95 @@ def test_simulation_with_ngram_counts_exactly() -> None:
     # round 4: 2 tokens left, k=1: [1] first at 0 -> draft [2]; target 2, 3 -> done
     assert stats.per_round == [(3, 2), (0, 0), (1, 0), (1, 1)]
     assert stats.rounds == 4
+
+
+def test_constant_schedule_never_changes() -> None:
+    schedule = DraftSchedule(4)
+    assert schedule.kind == "constant"
+    for drafted, accepted in [(4, 0), (4, 4), (0, 0), (4, 1), (2, 2)]:
+        schedule.update(drafted, accepted)
+        assert schedule.next() == 4
+
+
+def test_adaptive_schedule_shrinks_to_one_and_grows_back_to_the_cap() -> None:
+    schedule = DraftSchedule(5, "adaptive")
+    assert schedule.next() == 5
+    lengths = []
+    for _ in range(6):  # every round rejects: 5 -> 4 -> 3 -> 2 -> 1, floored at 1
+        schedule.update(schedule.next(), 0)
+        lengths.append(schedule.next())
+    assert lengths == [4, 3, 2, 1, 1, 1]
+    schedule.update(1, 1)  # fully accepted: +2
+    assert schedule.next() == 3
+    schedule.update(3, 2)  # a rejection after two accepted: -1
+    assert schedule.next() == 2
+    schedule.update(2, 2)
+    schedule.update(4, 4)
+    assert schedule.next() == 5  # 2 + 2 + 2 capped at 5
+    schedule.update(5, 5)
+    assert schedule.next() == 5
+
+
+def test_adaptive_schedule_ignores_rounds_without_a_draft() -> None:
+    schedule = DraftSchedule(4, "adaptive")
+    schedule.update(4, 1)
+    assert schedule.next() == 3
+    schedule.update(0, 0)  # an n-gram miss: nothing was drafted
+    assert schedule.next() == 3
+
+
+def test_draft_schedule_rejects_unknown_kinds_and_negative_caps() -> None:
+    assert DRAFT_SCHEDULES == ("constant", "adaptive")
+    with pytest.raises(ValueError,
+                       match="draft schedule 'heuristic' is not one of constant, adaptive"):
+        DraftSchedule(4, "heuristic")
+    with pytest.raises(ValueError, match="draft length cap -1 is negative"):
+        DraftSchedule(-1, "adaptive")
+    assert DraftSchedule(0, "adaptive").next() == 0
+
+
+def test_adaptive_simulation_with_a_wrong_drafter_drafts_one_token_per_round() -> None:
+    output = list(range(100, 120))
+
+    def wrong(seq: list[int], k: int) -> list[int]:
+        return [7] * k  # never in the output
+
+    stats = simulate_rounds([1, 2], output, wrong, num_draft_tokens=4, max_draft_len=4,
+                            max_tokens=12, schedule="adaptive")
+    # every round keeps only the verifier's own token; k goes 4, 3, 2, 1, 1, ...
+    # (the last round has one token left, all of it the verifier's)
+    assert stats.per_round == [(4, 0), (3, 0), (2, 0), *[(1, 0)] * 8, (0, 0)]
+    constant = simulate_rounds([1, 2], output, wrong, num_draft_tokens=4, max_draft_len=4,
+                               max_tokens=12)
+    # the remaining budget still caps k near the end (room for the verifier's token)
+    assert constant.per_round == [(4, 0)] * 8 + [(3, 0), (2, 0), (1, 0), (0, 0)]
+    assert stats.rounds == constant.rounds == 12
+
+
+def test_adaptive_simulation_with_a_perfect_drafter_keeps_the_cap() -> None:
+    output = list(range(100, 120))
+    prompt = [1, 2, 3]
+
+    def oracle(seq: list[int], k: int) -> list[int]:
+        pos = len(seq) - len(prompt)
+        return output[pos : pos + k]
+
+    stats = simulate_rounds(prompt, output, oracle, num_draft_tokens=4, max_draft_len=4,
+                            max_tokens=20, schedule="adaptive")
+    assert stats.per_round == [(4, 4), (4, 4), (4, 4), (4, 4)]
+
+
+def test_adaptive_simulation_recovers_after_a_rejection() -> None:
+    output = list(range(100, 130))
+    prompt = [1, 2, 3]
+
+    def mostly_right(seq: list[int], k: int) -> list[int]:
+        pos = len(seq) - len(prompt)
+        draft = output[pos : pos + k]
+        # one wrong token at output position 2 (the first round's third draft)
+        return [7 if pos + i == 2 else t for i, t in enumerate(draft)]
+
+    stats = simulate_rounds(prompt, output, mostly_right, num_draft_tokens=6, max_draft_len=8,
+                            max_tokens=30, schedule="adaptive")
+    # round 1: 6 drafted, 2 accepted (+1 own) -> k 5; then all accepted -> k 6 (capped)
+    assert stats.per_round[:3] == [(6, 2), (5, 5), (6, 6)]

@@ -3,8 +3,10 @@ benchmark and the tests: the n-gram prompt-lookup proposer (TensorRT-LLM's
 prompt-lookup semantics: the longest suffix of up to ``max_matching_ngram_size``
 tokens is looked up in the earlier prompt + output, the oldest occurrence wins,
 and the up-to-``k`` tokens that followed it are proposed), the per-round draft
-budget, the count of accepted draft tokens from a verifier's reply, and an
-offline simulation of the draft → verify loop against a known greedy output.
+budget, the draft-length schedule (constant, or adaptive like Hugging Face's
+``num_assistant_tokens_schedule="heuristic"``), the count of accepted draft
+tokens from a verifier's reply, and an offline simulation of the draft →
+verify loop against a known greedy output.
 No Triton, torch or numpy here: the orchestrator imports this inside a Python
 backend stub and the engine engineer may import it from a benchmark.
 """
@@ -40,6 +42,41 @@ def draft_budget(num_draft_tokens: int, max_draft_len: int, remaining: int) -> i
     draft plus one token of its own, so the draft must leave room for it
     within the ``remaining`` output budget (the upstream BLS rule)."""
     return max(0, min(num_draft_tokens, max_draft_len, remaining - 1))
+
+
+DRAFT_SCHEDULES = ("constant", "adaptive")
+
+
+class DraftSchedule:
+    """How many tokens to draft next round, for one request.
+
+    ``constant`` drafts ``cap`` tokens every round (TensorRT-LLM's BLS with a
+    fixed ``num_draft_tokens``). ``adaptive`` starts at ``cap``; a round whose
+    whole draft was accepted raises k by 2 (never above ``cap``), a round with
+    a rejection lowers it by 1 (never below 1), a round with no draft (an
+    n-gram miss) leaves it alone. Verifying k tokens is nearly free on a GPU
+    but not on a CPU, and a run of rejections then costs more than it saves;
+    the schedule is the orchestrator's policy and never changes the output."""
+
+    def __init__(self, cap: int, kind: str = "constant") -> None:
+        if kind not in DRAFT_SCHEDULES:
+            raise ValueError(f"draft schedule {kind!r} is not one of {', '.join(DRAFT_SCHEDULES)}")
+        if cap < 0:
+            raise ValueError(f"draft length cap {cap} is negative")
+        self.cap = cap
+        self.kind = kind
+        self.k = cap
+
+    def next(self) -> int:
+        return self.k
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if self.kind != "adaptive" or drafted <= 0:
+            return
+        if accepted >= drafted:
+            self.k = min(self.cap, self.k + 2)
+        else:
+            self.k = max(1, self.k - 1)
 
 
 def accepted_count(draft: Sequence[int], verified: Sequence[int]) -> int:
@@ -97,20 +134,24 @@ def simulate_rounds(
     num_draft_tokens: int,
     max_draft_len: int,
     max_tokens: int,
+    schedule: str = "constant",
 ) -> RoundStats:
     """Replay the draft → verify loop offline against the target's greedy
     output (what the verifier returns at temperature 0) and count exactly what
-    the orchestrator should report. ``propose(sequence, k)`` is the drafter."""
+    the orchestrator should report. ``propose(sequence, k)`` is the drafter;
+    ``schedule`` is the draft-length schedule (``DraftSchedule``)."""
     stats = RoundStats()
+    lengths = DraftSchedule(num_draft_tokens, schedule)
     target = list(greedy_output)
     seq = list(prompt)
     pos = 0
     while pos < len(target) and pos < max_tokens:
-        k = draft_budget(num_draft_tokens, max_draft_len, max_tokens - pos)
+        k = draft_budget(lengths.next(), max_draft_len, max_tokens - pos)
         draft = list(propose(seq, k))[:k] if k > 0 else []
         accepted = accepted_count(draft, target[pos:])
         kept = target[pos : pos + accepted + 1]
         stats.record(len(draft), accepted)
+        lengths.update(len(draft), accepted)
         seq.extend(kept)
         pos += len(kept)
     return stats

@@ -94,6 +94,7 @@ class VariantModel:
     max_draft_len: int = 0
     num_draft_tokens: int = 0
     max_matching_ngram_size: int = 3
+    draft_schedule: str = "constant"
     calls: list[str] = field(default_factory=list)
 
 
@@ -146,6 +147,7 @@ def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
             sweep = list(spec_variant.num_draft_tokens or [model.max_draft_len])
             model.num_draft_tokens = max(sweep)
             model.max_matching_ngram_size = int(getattr(spec_variant, "max_matching_ngram_size", 3))
+            model.draft_schedule = str(getattr(spec_variant, "draft_schedule", "constant"))
             for engine_name in filter(None, (target, draft)):
                 engines[engine_name].decoupled = False
         elif mode != "none":
@@ -266,6 +268,7 @@ def orchestrator_config(layout: Layout, variant: VariantModel) -> Any:
     if variant.mode in DRAFT_LOOP_MODES:
         params["max_draft_len"] = variant.max_draft_len
         params["num_draft_tokens"] = variant.num_draft_tokens
+        params["draft_schedule"] = variant.draft_schedule
     if variant.mode == "ngram":
         params["max_matching_ngram_size"] = variant.max_matching_ngram_size
     return configs.base_config(

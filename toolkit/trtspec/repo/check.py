@@ -24,6 +24,7 @@ from trtspec.repo.contract import (
     PERF_OUTPUTS,
 )
 from trtspec.repo.routing import load_routing
+from trtspec.speculate import DRAFT_SCHEDULES
 
 # speculative_decoding_mode integers in engine config.json (TRT-LLM's enum).
 MODE_INTS = {"none": 1, "draft_tokens_external": 2, "medusa": 4, "lookahead": 8, "eagle": 32}
@@ -218,6 +219,10 @@ class _Checker:
         except ValueError:
             self.add(model.path, "parameter max_draft_len is not an integer")
             max_draft_len = None
+        schedule = params.get("draft_schedule") or "constant"
+        if loop and schedule not in DRAFT_SCHEDULES:
+            self.add(model.path, f"parameter draft_schedule {schedule!r} is not one of "
+                     + ", ".join(DRAFT_SCHEDULES))
         if target is not None:
             self.tensors(model, target, [*sends, "draft_input_ids"] if loop else sends, reads)
             if loop:

@@ -198,6 +198,13 @@ class DraftModelVariant(_Variant):
         default=False,
         description="Accept by draft logits (draft engine built with --gather_generation_logits).",
     )
+    draft_schedule: Literal["constant", "adaptive"] = Field(
+        default="constant",
+        description="Per-request draft length: constant = num_draft_tokens every round "
+        "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
+        "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
+        "never changes the output.",
+    )
 
 
 class NgramVariant(_Variant):
@@ -210,6 +217,13 @@ class NgramVariant(_Variant):
         default=None,
         min_length=1,
         description="Draft lengths k swept at bench time; null = [max_draft_len].",
+    )
+    draft_schedule: Literal["constant", "adaptive"] = Field(
+        default="constant",
+        description="Per-request draft length: constant = num_draft_tokens every round "
+        "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
+        "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
+        "never changes the output.",
     )
 
 

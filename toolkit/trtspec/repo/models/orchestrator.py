@@ -5,13 +5,14 @@ final response carrying the stats of docs/internals.md §5.
 
 For ``draft_model`` and ``ngram`` it runs the draft → verify loop itself over
 BLS (non-decoupled engines): each round drafts ``k`` tokens (draft engine or
-prompt lookup), asks the target to verify them, counts drafted and accepted
-tokens, and streams that round's accepted tokens — the upstream BLS can do
-neither. For the baseline and the in-engine modes (medusa, eagle, lookahead)
-it forwards one streaming request to the decoupled engine with
-``return_perf_metrics`` and reads the engine's draft/accepted totals. It always
-sends ``exclude_input_in_output`` and tracks the sequence itself, and calls
-models only by the names in its config ``parameters`` (no host, no port).
+prompt lookup; ``k`` follows the variant's ``draft_schedule``), asks the
+target to verify them, counts drafted and accepted tokens, and streams that
+round's accepted tokens — the upstream BLS can do neither. For the baseline
+and the in-engine modes (medusa, eagle, lookahead) it forwards one streaming
+request to the decoupled engine with ``return_perf_metrics`` and reads the
+engine's draft/accepted totals. It always sends ``exclude_input_in_output``
+and tracks the sequence itself, and calls models only by the names in its
+config ``parameters`` (no host, no port).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import triton_python_backend_utils as pb_utils
 from trtspec.repo.models.text import IncrementalText
 from trtspec.repo.models.threads import RequestThreads, string_params
 from trtspec.speculate import (
+    DRAFT_SCHEDULES,
+    DraftSchedule,
     RoundStats,
     accepted_count,
     draft_budget,
@@ -281,10 +284,11 @@ class _Generation:
                 f"num_draft_tokens {num_draft} is outside 0..{m.max_draft_len} "
                 f"(the max_draft_len of variant {m.variant!r})"
             )
+        schedule = DraftSchedule(num_draft, m.draft_schedule)
         sequence = list(prompt)
         while self.completion < p.max_tokens:
             remaining = p.max_tokens - self.completion
-            k = draft_budget(num_draft, m.max_draft_len, remaining)
+            k = draft_budget(schedule.next(), m.max_draft_len, remaining)
             draft: list[int] = []
             if k > 0 and m.mode == "ngram":
                 draft = propose_ngram(sequence, k, m.max_matching_ngram_size)
@@ -300,7 +304,9 @@ class _Generation:
                 self.engine_outputs(),
             )
             verified = self.tokens_of(response) or []
-            self.stats.record(len(draft), min(accepted_count(draft, verified), len(draft)))
+            accepted = min(accepted_count(draft, verified), len(draft))
+            self.stats.record(len(draft), accepted)
+            schedule.update(len(draft), accepted)
             kept = _cut_at_end(verified, self.end_id)[:remaining]
             sequence.extend(kept)
             self.emit(kept)
@@ -341,11 +347,17 @@ class TritonPythonModel:
         self.max_draft_len = int(params.get("max_draft_len") or 0)
         self.num_draft_tokens = int(params.get("num_draft_tokens") or self.max_draft_len)
         self.max_matching_ngram_size = int(params.get("max_matching_ngram_size") or 3)
+        self.draft_schedule = params.get("draft_schedule") or "constant"
         self.seed_input = params.get("seed_input") or "seed"
         self.perf_metrics = params.get("perf_metrics", "true").lower() == "true"
         if self.mode == "draft_model" and not self.draft_model:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: mode draft_model needs the draft_model parameter"
+            )
+        if self.draft_schedule not in DRAFT_SCHEDULES:
+            raise pb_utils.TritonModelException(
+                f"{config.get('name')}: parameter draft_schedule {self.draft_schedule!r} is not "
+                f"one of {', '.join(DRAFT_SCHEDULES)}"
             )
         self._requests = RequestThreads()
 

@@ -95,7 +95,8 @@ def test_round_stats_totals_and_rejects_impossible_rounds() -> None:
         stats.record(4, 5)
 
 
-def test_simulation_with_a_perfect_drafter_accepts_everything() -> None:
+@pytest.mark.parametrize("schedule", ["constant", "adaptive"])
+def test_simulation_with_a_perfect_drafter_accepts_everything(schedule: str) -> None:
     output = list(range(100, 120))
     prompt = [1, 2, 3]
 
@@ -104,8 +105,8 @@ def test_simulation_with_a_perfect_drafter_accepts_everything() -> None:
         return output[pos : pos + k]
 
     stats = simulate_rounds(prompt, output, oracle, num_draft_tokens=4, max_draft_len=4,
-                            max_tokens=20)
-    # rounds of 4 drafted + 1 own token: 5 tokens per round
+                            max_tokens=20, schedule=schedule)
+    # rounds of 4 drafted + 1 own token: 5 tokens per round; adaptive keeps the cap
     assert stats.per_round == [(4, 4), (4, 4), (4, 4), (4, 4)]
 
 
@@ -185,19 +186,6 @@ def test_adaptive_simulation_with_a_wrong_drafter_drafts_one_token_per_round() -
     # the remaining budget still caps k near the end (room for the verifier's token)
     assert constant.per_round == [(4, 0)] * 8 + [(3, 0), (2, 0), (1, 0), (0, 0)]
     assert stats.rounds == constant.rounds == 12
-
-
-def test_adaptive_simulation_with_a_perfect_drafter_keeps_the_cap() -> None:
-    output = list(range(100, 120))
-    prompt = [1, 2, 3]
-
-    def oracle(seq: list[int], k: int) -> list[int]:
-        pos = len(seq) - len(prompt)
-        return output[pos : pos + k]
-
-    stats = simulate_rounds(prompt, output, oracle, num_draft_tokens=4, max_draft_len=4,
-                            max_tokens=20, schedule="adaptive")
-    assert stats.per_round == [(4, 4), (4, 4), (4, 4), (4, 4)]
 
 
 def test_adaptive_simulation_recovers_after_a_rejection() -> None:

@@ -179,6 +179,14 @@ class _Variant(_Strict):
     )
 
 
+DraftScheduleName = Annotated[Literal["constant", "adaptive"], Field(
+    description="Per-request draft length: constant = num_draft_tokens every round "
+    "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
+    "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
+    "never changes the output.",
+)]
+
+
 class DraftModelVariant(_Variant):
     mode: Literal["draft_model"] = "draft_model"
     draft: DraftModel = Field(
@@ -198,13 +206,7 @@ class DraftModelVariant(_Variant):
         default=False,
         description="Accept by draft logits (draft engine built with --gather_generation_logits).",
     )
-    draft_schedule: Literal["constant", "adaptive"] = Field(
-        default="constant",
-        description="Per-request draft length: constant = num_draft_tokens every round "
-        "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
-        "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
-        "never changes the output.",
-    )
+    draft_schedule: DraftScheduleName = "constant"
 
 
 class NgramVariant(_Variant):
@@ -218,13 +220,7 @@ class NgramVariant(_Variant):
         min_length=1,
         description="Draft lengths k swept at bench time; null = [max_draft_len].",
     )
-    draft_schedule: Literal["constant", "adaptive"] = Field(
-        default="constant",
-        description="Per-request draft length: constant = num_draft_tokens every round "
-        "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
-        "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
-        "never changes the output.",
-    )
+    draft_schedule: DraftScheduleName = "constant"
 
 
 class MedusaVariant(_Variant):

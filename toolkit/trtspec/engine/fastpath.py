@@ -1,9 +1,10 @@
 """A lean decoder forward for Llama-shaped models (Llama, Mistral, Qwen2).
 
 The reference engine's step is small (one to a few dozen tokens over a cached
-prefix), and on two CPU cores Hugging Face's module-by-module forward spends
-about a sixth of such a step in Python (mask construction, cache objects,
-module dispatch). This forward runs the same layers with the same weights and
+prefix), and on two CPU cores Hugging Face's module-by-module forward spends a
+large share of such a step in Python (mask construction, cache objects, module
+dispatch): about a third of an int8 draft step of SmolLM2-135M, a tenth of a
+float32 one. This forward runs the same layers with the same weights and
 the same torch operations straight over the model's own parameters, and reads
 and writes the same ``DynamicCache``. ``fuse`` (at load, before any
 quantization) stacks q/k/v and gate/up into one projection each, so a layer

@@ -205,6 +205,24 @@ def test_picked_port_taken_meanwhile_is_repicked(model_repo, start_server, tmp_p
     assert server.grpc_port == calls[1][1] != calls[0][1]
 
 
+def test_stop_after_sigkill_removes_the_shared_memory_left_behind(model_repo, start_server,
+                                                                   tmp_path) -> None:
+    repo = model_repo("shm")
+    repo.add_python_model("add_one", ADD_ONE)
+    server = start_server(repo.path, log_path=tmp_path / "shm.log")
+    prefix = server.shm_prefix
+    assert prefix and _infer(server.grpc_url, "add_one", [1]) == [2]
+    ours = sorted(p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix))
+    assert ours, "the Python backend made no region under the server's prefix"
+    os.killpg(server.pid, signal.SIGKILL)  # no graceful teardown: the regions stay behind
+    deadline = time.monotonic() + 10
+    while server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all((Path("/dev/shm") / name).exists() for name in ours)
+    server.stop()
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix)]
+
+
 def test_check_alive_reports_a_dead_server(model_repo, start_server, tmp_path) -> None:
     server = start_server(model_repo("empty").path, log_path=tmp_path / "dead.log")
     server.check_alive()

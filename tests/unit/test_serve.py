@@ -7,6 +7,7 @@ assembled backend folder, the environment for the wheel's stub, argv building
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 import sysconfig
@@ -27,6 +28,7 @@ from trtspec.serve import (
     leader_mode_argv,
     log_errors,
     prepare_backend_dir,
+    remove_shm_regions,
     resolve_repo,
     server_argv,
     variant_models,
@@ -305,7 +307,9 @@ def test_server_argv_uses_install_and_fixed_ports(tmp_path) -> None:
         "--http-address=127.0.0.1", "--http-port=18000", "--grpc-address=127.0.0.1",
         "--grpc-port=18001", "--metrics-address=127.0.0.1", "--metrics-port=18002",
         "--model-control-mode=explicit", "--load-model=m", "--strict-readiness=true",
+        f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
     ]
+    assert server.shm_prefix.startswith(f"trtspec_{os.getpid()}_")
     assert server.grpc_url == "127.0.0.1:18001"
     assert server.endpoints()["http"] == "http://127.0.0.1:18000"
 
@@ -331,6 +335,28 @@ def test_world_size_builds_leader_mode(tmp_path) -> None:
     argv = server.argv()
     assert argv[:4] == ["mpirun", "--allow-run-as-root", "-n", "1"]
     assert argv.count("/x/tritonserver") == 2 and "--load-model=target" in argv
+    # one shared-memory prefix per rank, all under this server's own prefix
+    assert [a for a in argv if "shm-region-prefix-name" in a] == [
+        f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}{rank}_"
+        for rank in range(2)]
+
+
+def test_every_server_gets_its_own_shm_prefix_unless_given_one(tmp_path) -> None:
+    a, b = Server(tmp_path, install=FAKE), Server(tmp_path, install=FAKE)
+    assert a.shm_prefix and b.shm_prefix and a.shm_prefix != b.shm_prefix
+    mine = "--backend-config=python,shm-region-prefix-name=mine_"
+    own = Server(tmp_path, install=FAKE, extra_args=[mine])
+    assert own.shm_prefix is None
+    assert [x for x in own.argv() if "shm-region" in x] == [mine]
+
+
+def test_remove_shm_regions_takes_only_the_prefix(tmp_path) -> None:
+    for name in ("trtspec_1_ab_x", "trtspec_1_ab_y", "trtspec_1_abc_z", "triton_python_other"):
+        (tmp_path / name).write_bytes(b"")
+    assert remove_shm_regions("trtspec_1_ab_", tmp_path) == ["trtspec_1_ab_x", "trtspec_1_ab_y"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["triton_python_other", "trtspec_1_abc_z"]
+    assert remove_shm_regions("", tmp_path) == []
+    assert remove_shm_regions("x", tmp_path / "missing") == []
 
 
 def test_missing_repository(tmp_path) -> None:

@@ -31,6 +31,7 @@ from trtspec.serve.supervisor import (
     group_members,
     leader_mode_argv,
     log_errors,
+    remove_shm_regions,
     server_argv,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "prepare_backend_dir",
     "pytriton_server_dir",
     "read_manifest",
+    "remove_shm_regions",
     "resolve_repo",
     "server_argv",
     "variant_models",

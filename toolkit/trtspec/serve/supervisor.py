@@ -6,7 +6,11 @@ list) and ``Server``: it starts tritonserver in its own process group with its
 log in a file, waits for ``/v2/health/ready`` with a deadline (failing with the
 log's errors and tail), and stops it with SIGTERM then SIGKILL so that no
 server or Python-backend stub outlives it — also when the supervising process
-is killed, through the parent-death signal.
+is killed, through the parent-death signal. Each server gets its own
+Python-backend shared-memory prefix (``trtspec_<pid>_<random>_``): a server
+stopped gracefully removes its regions itself, and after a SIGKILL (a stalled
+server, a start that timed out) ``stop()`` removes the ones it left in
+``/dev/shm``, which would otherwise accumulate.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import ctypes
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -38,6 +43,8 @@ _BENIGN_ERRORS = (
     "CudaDriverHelper has not been initialized",
     "Failed to initialize NVML",
 )
+SHM_DIR = Path("/dev/shm")
+_SHM_OPTION = "shm-region-prefix-name="
 _ERROR_LINE = re.compile(r"^E\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]+\] ?(.*)$")
 
 
@@ -101,12 +108,14 @@ def leader_mode_argv(
     models: Sequence[str] | None = None,
     oversubscribe: bool = False,
     extra_args: Sequence[str] = (),
+    shm_prefix: str = "prefix",
 ) -> list[str]:
     """The ``mpirun`` command for TP×PP = ``world_size`` in TRT-LLM's leader
     mode: one tritonserver per rank, each with its own Python-backend shared
-    memory prefix. Ranks > 0 load only the engine model(s) explicitly; they
-    block inside the engine's instance initialisation, so sharing the ports
-    with rank 0 never clashes. ``models`` restricts rank 0 to those models."""
+    memory prefix (``<shm_prefix><rank>_``). Ranks > 0 load only the engine
+    model(s) explicitly; they block inside the engine's instance
+    initialisation, so sharing the ports with rank 0 never clashes. ``models``
+    restricts rank 0 to those models."""
     if world_size < 2:
         raise ValueError("leader mode needs world_size >= 2")
     engines = [engine_model] if isinstance(engine_model, str) else list(engine_model)
@@ -125,7 +134,7 @@ def leader_mode_argv(
             models=models if rank == 0 else engines,
             extra_args=[
                 "--disable-auto-complete-config",
-                f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+                f"--backend-config=python,{_SHM_OPTION}{shm_prefix}{rank}_",
                 *extra_args,
             ],
         )  # fmt: skip
@@ -197,6 +206,10 @@ class Server:
             os.close(fd)
             log_path = name
         self.log_path = Path(log_path).absolute()
+        # Our own shared-memory prefix, unless the caller chose one.
+        self.shm_prefix: str | None = None
+        if not any(_SHM_OPTION in arg for arg in self.extra_args):
+            self.shm_prefix = f"trtspec_{os.getpid()}_{secrets.token_hex(4)}_"
         self._process: subprocess.Popen[bytes] | None = None
         self._torn_down = False
 
@@ -255,11 +268,15 @@ class Server:
                 self.world_size, self.repo, engine_model=self.engine_models, host=self.host,
                 http_port=http, grpc_port=grpc, metrics_port=metrics, binary=binary,
                 backend_dir=backend_dir, models=self.models, extra_args=self.extra_args,
+                shm_prefix=self.shm_prefix or "prefix",
             )  # fmt: skip
+        extra = list(self.extra_args)
+        if self.shm_prefix:
+            extra.append(f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix}")
         return server_argv(
             binary, self.repo, host=self.host, http_port=http, grpc_port=grpc,
             metrics_port=metrics, backend_dir=backend_dir, models=self.models,
-            extra_args=self.extra_args,
+            extra_args=extra,
         )  # fmt: skip
 
     def _choose_ports(self) -> tuple[int, int, int]:
@@ -404,6 +421,8 @@ class Server:
         while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.02)
         self._torn_down = True
+        if self.shm_prefix:
+            remove_shm_regions(self.shm_prefix)
         return process.returncode
 
     def __enter__(self) -> Server:
@@ -492,6 +511,20 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
         return None
     term = int(signal.SIGTERM)
     return lambda: prctl(1, term)  # 1 = PR_SET_PDEATHSIG
+
+
+def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> list[str]:
+    """Unlink the shared-memory regions named ``<prefix>…`` (a dead server's
+    Python-backend regions); returns the names removed."""
+    if not prefix or not shm_dir.is_dir():
+        return []
+    removed = []
+    for path in shm_dir.iterdir():
+        if path.name.startswith(prefix):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path.name)
+    return sorted(removed)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -76,6 +76,40 @@ def test_target_engine_layout_and_config(tiny_llama: Path, tmp_path: Path, capsy
                               "medusa_choices": None, "eagle_choices": None}
 
 
+def test_gguf_source_builds_the_same_engine(tiny_llama: Path, tmp_path: Path, capsys) -> None:
+    """A .gguf source (llama.cpp's layout, written by the fixture) becomes an engine
+    that decodes exactly like the one built from the Hugging Face folder."""
+    from tests.fixtures.tiny_gguf import write_tiny_gguf
+    from trtspec.engine import GenerationRequest, ReferenceEngine
+
+    gguf = write_tiny_gguf(tiny_llama, tmp_path / "src" / "tiny.gguf")
+    out = tmp_path / "from_gguf"
+    code, _, stderr = run(capsys, *base(gguf, out, "draft_tokens_external", "--max-draft-len",
+                                        "4"))
+    assert code == 0, stderr
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "hf", "tokenizer"]
+    doc = json.loads((out / "config.json").read_text())
+    assert doc["pretrained_config"]["architecture"] == "LlamaForCausalLM"
+    assert doc["pretrained_config"]["vocab_size"] == 384
+    assert doc["build_config"]["speculative_decoding_mode"] == 2
+    hf_cfg = json.loads((out / "hf" / "config.json").read_text())
+    assert "quantization_config" not in hf_cfg  # the GGUF "quantizer" tag is not kept
+    ref = tmp_path / "from_hf"
+    assert run(capsys, *base(tiny_llama, ref, "none"))[0] == 0
+    from transformers import AutoTokenizer
+
+    text = "def fibonacci(n):\n    return n"
+    assert (AutoTokenizer.from_pretrained(str(out / "tokenizer")).encode(text)
+            == AutoTokenizer.from_pretrained(str(tiny_llama)).encode(text))
+    prompt = list(range(5, 30))
+    want = ReferenceEngine.load(ref, threads=1).generate(GenerationRequest(prompt, 12)).output_ids
+    engine = ReferenceEngine.load(out, threads=1)
+    assert engine.generate(GenerationRequest(prompt, 12)).output_ids == want
+    # and it verifies drafts: the true continuation is accepted whole
+    gen = engine.generate(GenerationRequest(prompt, 4, draft_ids=want[:3]))
+    assert gen.output_ids == want[:4] and gen.total_accepted_draft_tokens == 3
+
+
 def test_speculative_engine_configs(tiny_llama: Path, tmp_path: Path, capsys) -> None:
     from trtspec.engine.testing import make_eagle_checkpoint, make_medusa_checkpoint
 

@@ -80,6 +80,7 @@ def test_gguf_source_builds_the_same_engine(tiny_llama: Path, tmp_path: Path, ca
     """A .gguf source (llama.cpp's layout, written by the fixture) becomes an engine
     that decodes exactly like the one built from the Hugging Face folder."""
     from tests.fixtures.tiny_gguf import write_tiny_gguf
+
     from trtspec.engine import GenerationRequest, ReferenceEngine
 
     gguf = write_tiny_gguf(tiny_llama, tmp_path / "src" / "tiny.gguf")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.fixtures.specs import copy_example
+from tests.fixtures.specs import LIMITS, copy_example
 
 from trtspec.cli.main import cli
 
@@ -131,30 +131,7 @@ def test_dry_run_json_every_mode(tmp_path: Path) -> None:
         f"{e}/.checkpoints/target_eagle_eagle",
         "--output_dir",
         f"{e}/target_eagle_eagle",
-        "--max_batch_size",
-        "4",
-        "--max_input_len",
-        "1536",
-        "--max_seq_len",
-        "2048",
-        "--max_num_tokens",
-        "4096",
-        "--max_beam_width",
-        "1",
-        "--kv_cache_type",
-        "paged",
-        "--tokens_per_block",
-        "32",
-        "--gpt_attention_plugin",
-        "auto",
-        "--gemm_plugin",
-        "float16",
-        "--remove_input_padding",
-        "enable",
-        "--context_fmha",
-        "enable",
-        "--use_paged_context_fmha",
-        "enable",
+        *LIMITS,
         "--output_timing_cache",
         f"{e}/target_eagle_eagle/model.cache",
         "--speculative_decoding_mode",

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.fixtures.specs import copy_example
+from tests.fixtures.specs import LIMITS, copy_example
 
 from trtspec.plan import make_plan
 from trtspec.spec import load_spec
@@ -34,32 +34,6 @@ def argv(plan, step_id: str) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 V = "engines/vicuna-7b"
-LIMITS = [
-    "--max_batch_size",
-    "4",
-    "--max_input_len",
-    "1536",
-    "--max_seq_len",
-    "2048",
-    "--max_num_tokens",
-    "4096",
-    "--max_beam_width",
-    "1",
-    "--kv_cache_type",
-    "paged",
-    "--tokens_per_block",
-    "32",
-    "--gpt_attention_plugin",
-    "auto",
-    "--gemm_plugin",
-    "float16",
-    "--remove_input_padding",
-    "enable",
-    "--context_fmha",
-    "enable",
-    "--use_paged_context_fmha",
-    "enable",
-]
 
 
 def test_vicuna_engines_and_variants(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ says which. ``TRTSPEC_ENGINE_FASTPATH=0`` turns it off.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from trtspec.engine.kv_reuse import kv_tensors, make_cache
@@ -105,14 +106,35 @@ def _linear_fn(module: Any) -> Any:
     return module
 
 
-def _layer_plan(model: Any) -> list[tuple[Any, ...]]:
-    """Per layer: (input norm weight, qkv, o, post norm weight, gate_up, down), built once."""
+@dataclass(frozen=True)
+class _Plan:
+    """What ``forward`` needs from a fused model, derived once per model."""
+
+    layers: list[tuple[Any, ...]]  # (input norm w, qkv, o, post norm w, gate_up, down)
+    n_heads: int
+    n_kv: int
+    head_dim: int
+    eps: float
+    split_qkv: tuple[int, int]
+    split_mlp: tuple[int, int]
+
+
+def _plan(model: Any) -> _Plan:
     plan = getattr(model, "_trtspec_plan", None)
     if plan is None:
-        plan = [(layer.input_layernorm.weight, _linear_fn(layer.self_attn.qkv_proj),
-                 _linear_fn(layer.self_attn.o_proj), layer.post_attention_layernorm.weight,
-                 _linear_fn(layer.mlp.gate_up_proj), _linear_fn(layer.mlp.down_proj))
-                for layer in model.model.layers]
+        cfg = model.config
+        n_heads = int(cfg.num_attention_heads)
+        n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
+        plan = _Plan(
+            layers=[(layer.input_layernorm.weight, _linear_fn(layer.self_attn.qkv_proj),
+                     _linear_fn(layer.self_attn.o_proj), layer.post_attention_layernorm.weight,
+                     _linear_fn(layer.mlp.gate_up_proj), _linear_fn(layer.mlp.down_proj))
+                    for layer in model.model.layers],
+            n_heads=n_heads, n_kv=n_kv, head_dim=head_dim, eps=float(cfg.rms_norm_eps),
+            split_qkv=((n_heads + n_kv) * head_dim, n_kv * head_dim),
+            split_mlp=(int(cfg.intermediate_size),) * 2,
+        )
         model._trtspec_plan = plan
     return plan
 
@@ -144,14 +166,8 @@ def forward(model: Any, ids: Any, cache: Any, *, position_ids: Any = None,
     import torch.nn.functional as F
 
     inner = model.model
-    cfg = model.config
-    n_heads = int(cfg.num_attention_heads)
-    n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
-    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
-    eps = float(cfg.rms_norm_eps)
-    split_qkv = ((n_heads + n_kv) * head_dim, n_kv * head_dim)
-    split_mlp = (int(cfg.intermediate_size),) * 2
-    gqa = n_kv != n_heads
+    plan = _plan(model)
+    n_heads, n_kv, head_dim, eps = plan.n_heads, plan.n_kv, plan.head_dim, plan.eps
     past_kv = kv_tensors(cache) if cache.layers else []
     past = int(past_kv[0][0].shape[-2]) if past_kv else 0
     q_len = int(ids.shape[1])
@@ -168,10 +184,9 @@ def forward(model: Any, ids: Any, cache: Any, *, position_ids: Any = None,
         else:
             causal = True
     new_kv = []
-    for i, (w_in, qkv_proj, o_proj, w_post, gate_up_proj, down_proj) in enumerate(
-            _layer_plan(model)):
+    for i, (w_in, qkv_proj, o_proj, w_post, gate_up_proj, down_proj) in enumerate(plan.layers):
         h = _rms(x, w_in, eps)
-        qk, v = qkv_proj(h).split(split_qkv, dim=-1)
+        qk, v = qkv_proj(h).split(plan.split_qkv, dim=-1)
         # queries and keys rotated together: one set of element-wise ops per layer
         qk = qk.reshape(1, q_len, n_heads + n_kv, head_dim).transpose(1, 2)
         qk = qk * cos + _rotate_half(qk) * sin
@@ -182,9 +197,9 @@ def forward(model: Any, ids: Any, cache: Any, *, position_ids: Any = None,
             v = torch.cat([past_kv[i][1], v], dim=-2)
         new_kv.append((k, v))
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                           enable_gqa=gqa)
+                                           enable_gqa=n_kv != n_heads)
         x = x + o_proj(o.transpose(1, 2).reshape(1, q_len, n_heads * head_dim))
-        gate, up = gate_up_proj(_rms(x, w_post, eps)).split(split_mlp, dim=-1)
+        gate, up = gate_up_proj(_rms(x, w_post, eps)).split(plan.split_mlp, dim=-1)
         x = x + down_proj(F.silu(gate) * up)
     cache.layers = make_cache(new_kv).layers
     return _rms(x, inner.norm.weight, eps)[0]

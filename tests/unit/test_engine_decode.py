@@ -213,6 +213,11 @@ def test_kv_cache_reuse_across_requests(loaded) -> None:
     third = engine.generate(GenerationRequest([*prompt[:10], 3, 4, 5], 3))
     assert third.reused_tokens == 10
     assert third.output_ids == truth(loaded, [*prompt[:10], 3, 4, 5], 3)
+    # After clear() (the benchmark's cold start) nothing is reused.
+    engine.prefix_cache.clear()
+    cold = engine.generate(GenerationRequest(follow, 6))
+    assert (len(engine.prefix_cache), cold.reused_tokens) == (1, 0)
+    assert cold.output_ids == second.output_ids
 
 
 def test_streaming_deltas_and_end_id(loaded) -> None:

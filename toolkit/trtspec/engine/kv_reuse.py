@@ -94,6 +94,11 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Forget every entry (the next request encodes its prompt from scratch)."""
+        with self._lock:
+            self._entries.clear()
+
     def lookup(self, prompt: list[int]) -> tuple[int, CacheEntry | None]:
         """(reusable token count, entry) for ``prompt``; count <= len(prompt) - 1."""
         if self.capacity <= 0:

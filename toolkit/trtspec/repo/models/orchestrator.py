@@ -28,7 +28,6 @@ import triton_python_backend_utils as pb_utils
 from trtspec.repo.models.text import IncrementalText
 from trtspec.repo.models.threads import RequestThreads, string_params
 from trtspec.speculate import (
-    DRAFT_SCHEDULES,
     DraftSchedule,
     RoundStats,
     accepted_count,
@@ -354,11 +353,11 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: mode draft_model needs the draft_model parameter"
             )
-        if self.draft_schedule not in DRAFT_SCHEDULES:
+        try:
+            DraftSchedule(0, self.draft_schedule)  # the one place that knows the names
+        except ValueError as exc:
             raise pb_utils.TritonModelException(
-                f"{config.get('name')}: parameter draft_schedule {self.draft_schedule!r} is not "
-                f"one of {', '.join(DRAFT_SCHEDULES)}"
-            )
+                f"{config.get('name')}: parameter draft_schedule: {exc}") from None
         self._requests = RequestThreads()
 
     def execute(self, requests: list) -> None:

@@ -158,6 +158,13 @@ def test_draft_schedule_values(tmp_path: Path) -> None:
     assert issues(p) == [
         f"{p}:9:21: variants[0].draft_schedule: 'heuristic' is not allowed; use one of 'constant' or 'adaptive'"
     ]
+    # The spec's names are the ones the orchestrator's DraftSchedule runs.
+    from typing import get_args
+
+    from trtspec.spec.schema import DraftScheduleName
+    from trtspec.speculate import DRAFT_SCHEDULES
+
+    assert get_args(get_args(DraftScheduleName)[0]) == DRAFT_SCHEDULES
 
 
 def test_duplicate_variant_names(tmp_path: Path) -> None:

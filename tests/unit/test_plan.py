@@ -202,7 +202,7 @@ def test_vicuna_full_argv_every_mode(tmp_path: Path) -> None:
         "--max_draft_len",
         "10",
         "--num_eagle_layers",
-        "4",
+        "3",
         "--max_non_leaves_per_layer",
         "10",
         "--tp_size",

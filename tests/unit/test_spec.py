@@ -228,6 +228,17 @@ def test_lookahead_conflicting_draft_len(tmp_path: Path) -> None:
     assert load_spec(write(tmp_path, LOOKAHEAD + ", max_draft_len: 15}\n", "ok.yaml"))
 
 
+def test_lookahead_needs_trtllm_0_19(tmp_path: Path) -> None:
+    # The tensorrtllm backend reads lookahead_window_size & co. from v0.19.0
+    # (tests/data/tensorrtllm_parameters_0.17.txt has none of them).
+    text = "stack: {trtllm_version: 0.18.2, triton_image: x:25.04-trtllm-python-py3}\n"
+    p = write(tmp_path, text + LOOKAHEAD + "}\n")
+    assert issues(p) == [
+        f"{p}:10:22: variants[1].mode: lookahead needs TensorRT-LLM 0.19 or later (the Triton "
+        "backend of 0.18.2 cannot configure it); raise stack.trtllm_version or drop the variant"
+    ]
+
+
 def test_lookahead_n1_rules(tmp_path: Path) -> None:
     text = (
         BASE
@@ -257,6 +268,7 @@ variants:
     mode: eagle
     checkpoint: org/eagle
     eagle_choices: {choices}
+    num_eagle_layers: {layers}
 bench:
   temperatures: {temps}
 """
@@ -269,10 +281,12 @@ def eagle(
     pp: int = 1,
     mbs: int = 8,
     choices: str = "[[0], [1], [0, 0]]",
+    layers: int = 2,
     temps: str = "[0.0]",
 ) -> Path:
     return write(
-        tmp_path, EAGLE.format(family=family, pp=pp, mbs=mbs, choices=choices, temps=temps)
+        tmp_path,
+        EAGLE.format(family=family, pp=pp, mbs=mbs, choices=choices, layers=layers, temps=temps),
     )
 
 
@@ -287,23 +301,36 @@ def test_eagle_rules(tmp_path: Path) -> None:
         f"{p}:9:11: variants[0].mode: EAGLE needs a Llama-family target (TensorRT-LLM's EAGLE "
         "converter reads Llama configs only), but target.family is 'qwen2'; drop the variant or "
         "use a Llama target",
-        f"{p}:13:17: bench.temperatures: variant 'eagle' (eagle) decodes greedily only in "
+        f"{p}:14:17: bench.temperatures: variant 'eagle' (eagle) decodes greedily only in "
         "TensorRT-LLM; use temperatures: [0.0] or drop the variant",
     ]
 
 
 def test_eagle_draft_len_limit_and_tree(tmp_path: Path) -> None:
     big = "[" + ", ".join(f"[{i}]" for i in range(257)) + "]"
-    p = eagle(tmp_path, choices=big)
+    p = eagle(tmp_path, choices=big, layers=1)
     assert issues(p) == [
         f"{p}:8:5: variants[0].max_draft_len: 257 exceeds EAGLE's limit of 256; use a smaller tree"
     ]
-    p = eagle(tmp_path, choices="[[0], [1, 0], [0, 0, 0, 0, 0]]")
+    p = eagle(tmp_path, choices="[[0], [1, 0], [0, 0, 0, 0, 0]]", layers=4)
     assert issues(p) == [
         f"{p}:11:20: variants[0].eagle_choices: path [1, 0] has no parent [1]; add the parent path",
-        f"{p}:11:20: variants[0].eagle_choices: a path is 5 deep but num_eagle_layers is 4; "
-        "shorten it or raise num_eagle_layers",
+        f"{p}:11:20: variants[0].eagle_choices: the tree is 5 deep but num_eagle_layers is 4; "
+        "TensorRT-LLM needs the deepest path exactly num_eagle_layers long: set "
+        "num_eagle_layers: 5 or shorten the deepest path",
     ]
+
+
+def test_eagle_tree_must_be_exactly_num_eagle_layers_deep(tmp_path: Path) -> None:
+    # examples/eagle/README.md: every tree exactly num_eagle_layers deep; the
+    # example specs once shipped depth 3 with num_eagle_layers 4.
+    p = eagle(tmp_path, choices="[[0], [0, 0], [1], [0, 0, 0]]", layers=4)
+    assert issues(p) == [
+        f"{p}:11:20: variants[0].eagle_choices: the tree is 3 deep but num_eagle_layers is 4; "
+        "TensorRT-LLM needs the deepest path exactly num_eagle_layers long: set "
+        "num_eagle_layers: 3 or add a path 4 deep"
+    ]
+    assert load_spec(eagle(tmp_path, choices="[[0], [0, 0], [1], [0, 0, 0]]", layers=3))
 
 
 MEDUSA = (

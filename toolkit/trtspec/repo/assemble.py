@@ -54,6 +54,11 @@ ENGINE_MODES = {
 DECODING_MODE = {"none": "top_k_top_p", "medusa": "medusa", "eagle": "eagle",
                  "lookahead": "lookahead"}
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+# Where the backend reads these three (EngineContract.guided_decoding_params) it
+# does so outside any try (getGuidedDecodingConfigFromParams): an absent key
+# fails the model load; an empty value means guided decoding off.
+GUIDED_DECODING_OFF = {"tokenizer_dir": "", "xgrammar_tokenizer_info_path": "",
+                       "guided_decoding_backend": ""}
 
 MODEL_SOURCES = {
     PREPROCESSING: "trtspec.repo.models.preprocessing",
@@ -240,6 +245,8 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
         params.update({name: int(v) for name, v in zip(LOOKAHEAD_INPUTS, values, strict=True)})
     if layout.backend == "tensorrt_llm":
         params["executor_worker_path"] = EXECUTOR_WORKER
+        if contract.guided_decoding_params:
+            params.update(GUIDED_DECODING_OFF)
     return configs.base_config(
         engine.name,
         backend=TRITON_BACKEND[layout.backend],

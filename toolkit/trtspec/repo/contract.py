@@ -37,6 +37,10 @@ class EngineContract:
     min_tokens_input: str
     perf_metrics: bool  # return_perf_metrics + timing/acceptance outputs exist
     lookahead_inputs: bool
+    # tokenizer_dir / xgrammar_tokenizer_info_path / guided_decoding_backend:
+    # read outside any try from 0.19 (a missing key fails the model load),
+    # absent from the template and never read before.
+    guided_decoding_params: bool
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
 
@@ -143,6 +147,7 @@ def engine_contract(trtllm_version: str) -> EngineContract:
         min_tokens_input=min_tokens,
         perf_metrics=since_019,
         lookahead_inputs=since_019,
+        guided_decoding_params=since_019,
         inputs=tuple(inputs),
         outputs=tuple(outputs),
     )

@@ -263,6 +263,14 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
         elif isinstance(v, EagleVariant):
             _check_eagle(spec, v, base, issues)
         elif isinstance(v, LookaheadVariant):
+            if spec.backend is Backend.tensorrt_llm and ver and ver[:2] < (0, 19):
+                # The tensorrtllm backend reads lookahead_window_size & co. from v0.19.0.
+                issues.add(
+                    (*base, "mode"),
+                    f"lookahead needs TensorRT-LLM 0.19 or later (the Triton backend of "
+                    f"{spec.stack.trtllm_version} cannot configure it); raise "
+                    "stack.trtllm_version or drop the variant",
+                )
             w, n, g = v.window_size, v.ngram_size, v.verification_set_size
             if n == 1 and (w != 1 or g != 0):
                 issues.add(
@@ -411,12 +419,18 @@ def _check_eagle(spec: Spec, v: EagleVariant, base: Path_, issues: _Issues) -> N
     problem = _tree_problems(v.eagle_choices)
     if problem:
         issues.add((*base, "eagle_choices"), problem)
+    # examples/eagle/README.md (Known issues): "All EAGLE choices have to have
+    # exactly the same depth as num_eagle_layers of the engine"; NVIDIA's own
+    # trees mix path lengths, so it is the deepest path that must match.
     deep = max(len(c) for c in v.eagle_choices)
-    if deep > v.num_eagle_layers:
+    if deep != v.num_eagle_layers:
+        fix = "shorten the deepest path" if deep > v.num_eagle_layers else (
+            f"add a path {v.num_eagle_layers} deep")
         issues.add(
             (*base, "eagle_choices"),
-            f"a path is {deep} deep but num_eagle_layers is "
-            f"{v.num_eagle_layers}; shorten it or raise num_eagle_layers",
+            f"the tree is {deep} deep but num_eagle_layers is {v.num_eagle_layers}; "
+            "TensorRT-LLM needs the deepest path exactly num_eagle_layers long: "
+            f"set num_eagle_layers: {deep} or {fix}",
         )
     non_leaves: dict[int, int] = {}
     prefixes = {tuple(c[:-1]) for c in v.eagle_choices if len(c) > 1}

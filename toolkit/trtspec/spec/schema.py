@@ -244,7 +244,10 @@ class EagleVariant(_Variant):
     mode: Literal["eagle"] = "eagle"
     checkpoint: str = Field(min_length=1, description="EAGLE checkpoint (local folder or hub id).")
     num_eagle_layers: int = Field(
-        default=4, ge=1, le=64, description="Depth of the EAGLE draft tree."
+        default=4,
+        ge=1,
+        le=64,
+        description="Draft iterations; must equal the deepest eagle_choices path.",
     )
     max_non_leaves_per_layer: int = Field(
         default=10, ge=1, le=256, description="Most non-leaf nodes per tree level."

@@ -1,18 +1,25 @@
 # The GPU path: trtspec inside the pinned Triton TensorRT-LLM container.
-# That image already holds tensorrt_llm 1.1.0, trtllm-build, tritonserver with the
+# That image already holds tensorrt_llm, trtllm-build, tritonserver with the
 # tensorrtllm backend, and a CUDA torch; trtspec adds only its light
 # dependencies (no `cpu` extra: it would replace the container's CUDA torch).
-FROM nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
+# The default tag is stack.triton_image's default (TensorRT-LLM 1.1.0); for the
+# 1.2.1 pin build with --build-arg TRITON_IMAGE=nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3.
+ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
+FROM ${TRITON_IMAGE}
 
 WORKDIR /opt/trtspec
 COPY pyproject.toml README.md ./
 COPY toolkit ./toolkit
 COPY build_specs ./build_specs
+# `docker build` has no GPU: importing tensorrt_llm there initialises CUDA and
+# fails, so the installed version is read from the package metadata instead.
 RUN python3 -m pip install --no-cache-dir . \
- && python3 -c "import tensorrt_llm, trtspec; print('tensorrt_llm', tensorrt_llm.__version__)"
+ && python3 -c "import importlib.metadata as m; import trtspec; print('tensorrt_llm', m.version('tensorrt_llm'))"
 
 # Engines, repositories and results go to mounted volumes.
 VOLUME ["/models", "/work"]
 WORKDIR /work
-ENTRYPOINT ["trtspec"]
+# NVIDIA's entrypoint first: it prints the licence banner, checks the driver and
+# sets up the CUDA compat libraries before trtspec runs.
+ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh", "trtspec"]
 CMD ["--help"]

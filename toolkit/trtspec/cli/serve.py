@@ -61,7 +61,8 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @click.option(
     "--world-size",
     type=click.IntRange(min=1),
-    help="TP×PP ranks (default: read from the engines' config.json; >1 runs mpirun).",
+    help="TP×PP ranks (default: read from the engines' config.json; >1 runs mpirun: "
+    "orchestrator mode with several engine models, leader mode with one).",
 )
 @format_option
 def serve_command(
@@ -112,6 +113,7 @@ def serve_command(
             "models": models if models is not None else "all",
             "pid": server.pid,
             "world_size": ranks,
+            "launch": server.launch_mode,
         }
         if fmt == "json":
             emit_json(info)

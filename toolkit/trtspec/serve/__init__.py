@@ -3,8 +3,9 @@
 One supervisor for the CLI, the benchmark and the tests: ``discovery`` finds
 tritonserver and prepares what the nvidia-pytriton build needs on a CPU
 machine, ``manifest`` reads which models a variant needs from
-``trtspec-repo.json``, and ``supervisor`` builds the command line and runs,
-watches and stops the server. This module re-exports the public names.
+``trtspec-repo.json``, ``launch`` picks leader or orchestrator mode for TP×PP
+> 1, and ``supervisor`` builds the command line and runs, watches and stops
+the server. This module re-exports the public names.
 """
 
 from trtspec.serve.discovery import (
@@ -16,6 +17,7 @@ from trtspec.serve.discovery import (
     pytriton_server_dir,
     wheel_env,
 )
+from trtspec.serve.launch import ORCHESTRATOR_ENV, launch_mode, orchestrator_mode_argv
 from trtspec.serve.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA_VERSION,
@@ -39,6 +41,7 @@ __all__ = [
     "MANIFEST_NAME",
     "MANIFEST_SCHEMA_VERSION",
     "OPT_BIN",
+    "ORCHESTRATOR_ENV",
     "Server",
     "TritonInstall",
     "cache_root",
@@ -47,8 +50,10 @@ __all__ = [
     "find_tritonserver",
     "free_ports",
     "group_members",
+    "launch_mode",
     "leader_mode_argv",
     "log_errors",
+    "orchestrator_mode_argv",
     "prepare_backend_dir",
     "pytriton_server_dir",
     "read_manifest",

@@ -1,6 +1,7 @@
 """The tritonserver supervisor: argv, start, readiness, logs and teardown.
 
-Owns the command lines (one server, or ``mpirun`` leader mode for TP×PP > 1,
+Owns the command lines (one server, or for TP×PP > 1 ``mpirun`` in leader
+mode or, with several engine models, orchestrator mode — see ``launch``;
 ports picked free, 127.0.0.1 unless told otherwise, explicit loading of a model
 list) and ``Server``: it starts tritonserver in its own process group with its
 log in a file, waits for ``/v2/health/ready`` with a deadline (failing with the
@@ -37,6 +38,13 @@ from types import TracebackType
 
 from trtspec.errors import ServerError
 from trtspec.serve.discovery import TritonInstall, find_tritonserver
+from trtspec.serve.launch import (
+    LEADER,
+    ORCHESTRATOR,
+    ORCHESTRATOR_ENV,
+    launch_mode,
+    orchestrator_mode_argv,
+)
 
 # Log lines Triton prints on every CPU-only start; they are not the reason a start failed.
 _BENIGN_ERRORS = (
@@ -163,7 +171,7 @@ def _stop_live_servers() -> None:
 
 
 class Server:
-    """One supervised tritonserver (or ``mpirun`` leader-mode launch).
+    """One supervised tritonserver (or ``mpirun`` leader/orchestrator-mode launch).
 
     Ports given as 0 are picked free at ``start()``; ``models`` (a list) means
     ``--model-control-mode explicit`` with one ``--load-model`` each. Use as a
@@ -201,6 +209,9 @@ class Server:
         self.env = dict(env or {})
         self.world_size = world_size
         self.engine_models = list(engine_models)
+        self.launch_mode = launch_mode(world_size, self.engine_models)
+        if self.launch_mode == ORCHESTRATOR:
+            self.env = {**ORCHESTRATOR_ENV, **self.env}
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
             os.close(fd)
@@ -263,7 +274,16 @@ class Server:
             self._ports = self._choose_ports()
         http, grpc, metrics = self._ports
         binary, backend_dir = self.install.binary, self.install.backend_dir
-        if self.world_size > 1:
+        if self.launch_mode == ORCHESTRATOR:
+            one = server_argv(
+                binary, self.repo, host=self.host, http_port=http, grpc_port=grpc,
+                metrics_port=metrics, backend_dir=backend_dir, models=self.models,
+                extra_args=["--disable-auto-complete-config",
+                            f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix or 'prefix'}0_",
+                            *self.extra_args],
+            )  # fmt: skip
+            return orchestrator_mode_argv(one, gpus=self.world_size)
+        if self.launch_mode == LEADER:
             return leader_mode_argv(
                 self.world_size, self.repo, engine_model=self.engine_models, host=self.host,
                 http_port=http, grpc_port=grpc, metrics_port=metrics, binary=binary,

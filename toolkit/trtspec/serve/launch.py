@@ -1,0 +1,53 @@
+"""How TP×PP > 1 engines are launched under tritonserver: the choice between
+TensorRT-LLM's two multi-GPU modes and the orchestrator-mode command line.
+
+Leader mode (``supervisor.leader_mode_argv``) runs one tritonserver per rank
+under ``mpirun``; every rank loads the engine model, so it serves exactly one
+engine model. With several engine models (a draft and a target, or one target
+per variant) NVIDIA's draft-target guide
+(``examples/draft_target_model/README.md``: "``--multi-model`` is necessary if
+TP mode is used") uses orchestrator mode instead: one tritonserver under
+``mpirun -n 1`` with ``TRTLLM_ORCHESTRATOR=1``; each engine model's executor
+spawns its own TP×PP worker processes (``MPI_Comm_spawn`` of the
+``executor_worker_path`` binary that every generated engine config names).
+The argv and environment follow ``scripts/launch_triton_server.py`` of
+tensorrtllm_backend v0.19.0 (``--multi-model`` without
+``--disable-spawn-processes``; the CUDA memory pool flags apply to Triton >
+24.06, which every supported container is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+LEADER = "leader"
+ORCHESTRATOR = "orchestrator"
+SINGLE = "single"
+# launch_triton_server.py: env for --multi-model with process spawning.
+ORCHESTRATOR_ENV = {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
+
+
+def launch_mode(world_size: int, engine_models: Sequence[str]) -> str:
+    """``single`` for one rank; ``orchestrator`` when several engine models
+    share TP×PP > 1 ranks; ``leader`` otherwise."""
+    if world_size <= 1:
+        return SINGLE
+    return ORCHESTRATOR if len(set(engine_models)) > 1 else LEADER
+
+
+def orchestrator_mode_argv(
+    server_argv: Sequence[str], *, gpus: int, mpirun: str = "mpirun"
+) -> list[str]:
+    """``mpirun -n 1`` around one tritonserver command line (built by
+    ``supervisor.server_argv``) for orchestrator mode; run it with
+    ``ORCHESTRATOR_ENV``. ``gpus`` is how many GPUs the spawned workers use:
+    each gets a zero-sized CUDA memory pool, as NVIDIA's launcher does for
+    every GPU, with pinned memory and peer access off."""
+    if gpus < 1:
+        raise ValueError("orchestrator mode needs at least one GPU")
+    return [
+        mpirun, "--allow-run-as-root", "-n", "1", *server_argv,
+        "--pinned-memory-pool-byte-size=0",
+        "--enable-peer-access=false",
+        *(f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in range(gpus)),
+    ]  # fmt: skip

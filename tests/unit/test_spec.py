@@ -381,11 +381,54 @@ def test_version_range(tmp_path: Path, version: str, message: str) -> None:
 
 
 def test_image_version_mismatch_warns(tmp_path: Path) -> None:
-    p = write(tmp_path, BASE + 'stack: {trtllm_version: "0.17.0"}\n')
+    image = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    p = write(tmp_path, BASE + f'stack: {{trtllm_version: "0.17.0", triton_image: {image}}}\n')
     assert load_spec(p).warnings == [
-        "stack.triton_image nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 ships TensorRT-LLM "
-        "1.1.0, not 0.17.0"
+        f"stack.triton_image {image} ships TensorRT-LLM 1.1.0, not 0.17.0"
     ]
+    # 26.03 ships 1.2.0: the 1.2.1 pin is a different release.
+    image = "nvcr.io/nvidia/tritonserver:26.03-trtllm-python-py3"
+    p = write(tmp_path, BASE + f'stack: {{trtllm_version: "1.2.1", triton_image: {image}}}\n')
+    assert load_spec(p).warnings == [
+        f"stack.triton_image {image} ships TensorRT-LLM 1.2.0, not 1.2.1"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("version", "tag"),
+    [("1.1.0", "25.12"), ("1.2.1", "26.04"), ("1.2.0", "26.03"), ("1.2.2", "26.07"),
+     ("1.0.3", "25.11"), ("0.19.0", "25.05"), ("0.18.2", "25.04"), ("0.17.0", "25.01")],
+)
+def test_image_defaults_from_the_version_table(tmp_path: Path, version: str, tag: str) -> None:
+    # triton-inference-server/server docs/introduction/compatibility.md: 25.12-26.02
+    # ship 1.1.0, 26.03 ships 1.2.0, 26.04-26.07 ship 1.2.1 (the first one is picked).
+    spec = load_spec(write(tmp_path, BASE + f'stack: {{trtllm_version: "{version}"}}\n'))
+    image = f"nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3"
+    assert spec.stack.triton_image == image
+    # No container ships 1.2.2: the newest 1.2 one is picked, and the spec says so.
+    assert spec.warnings == (
+        [f"stack.triton_image {image} ships TensorRT-LLM 1.2.1, not 1.2.2"]
+        if version == "1.2.2" else [])
+
+
+def test_1_3_is_refused_with_its_reason_also_without_an_image(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE + 'stack: {trtllm_version: "1.3.0"}\n')
+    assert issues(p) == [
+        f"{p}:9:25: stack.trtllm_version: TensorRT-LLM 1.3.0 is refused: the engine flow "
+        "(convert_checkpoint.py + trtllm-build + the tensorrtllm Triton backend) was removed "
+        "upstream in 1.3; pin a version below 1.3 (default 1.1.0)"
+    ]
+
+
+def test_version_no_container_ships(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE + 'stack: {trtllm_version: "0.22.0"}\n')
+    assert issues(p) == [
+        f"{p}:9:25: stack.trtllm_version: no Triton container in trtspec's version table ships "
+        "TensorRT-LLM 0.22.0; set stack.triton_image to the image you build in"
+    ]
+    spec = load_spec(write(tmp_path, BASE + 'stack: {trtllm_version: "0.22.0", '
+                                            'triton_image: my/image:1}\n', "ok.yaml"))
+    assert spec.stack.triton_image == "my/image:1"
 
 
 def test_missing_local_path_and_route_file(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ValidationError
 
 from trtspec.spec.schema import (
     EAGLE_FAMILIES,
-    IMAGE_TRTLLM,
     MAX_TRTLLM_EXCLUSIVE,
     MIN_TRTLLM,
     MODES,
@@ -40,6 +39,7 @@ from trtspec.spec.schema import (
     lookahead_draft_len,
     parse_version,
 )
+from trtspec.spec.versions import shipped_by
 from trtspec.spec.yamlmarks import Path_, format_path
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
@@ -185,13 +185,21 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
             "are not supported (different examples layout and speculative flags); "
             "use 0.17 or later",
         )
-    tag = spec.stack.triton_image.rsplit(":", 1)[-1].split("-")[0]
-    shipped = IMAGE_TRTLLM.get(tag)
-    if ver and shipped and parse_version(shipped)[:2] != ver[:2]:  # type: ignore[index]
-        warnings.append(
-            f"stack.triton_image {spec.stack.triton_image} ships TensorRT-LLM {shipped}, "
-            f"not {spec.stack.trtllm_version}"
-        )
+    image = spec.stack.triton_image
+    if image is None:
+        if ver and MIN_TRTLLM <= ver[:2] < MAX_TRTLLM_EXCLUSIVE:
+            issues.add(
+                vpath,
+                f"no Triton container in trtspec's version table ships TensorRT-LLM "
+                f"{spec.stack.trtllm_version}; set stack.triton_image to the image you build in",
+            )
+    else:
+        shipped = shipped_by(image)
+        if ver and shipped and parse_version(shipped) != ver:
+            warnings.append(
+                f"stack.triton_image {image} ships TensorRT-LLM {shipped}, "
+                f"not {spec.stack.trtllm_version}"
+            )
 
     if t.max_input_len >= t.max_seq_len:
         issues.add(

@@ -12,26 +12,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from trtspec.spec.versions import image_for
 
 DEFAULT_TRTLLM_VERSION = "1.1.0"
-DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # = image_for(1.1.0)
 DEFAULT_EXAMPLES_DIR = "/app/examples"
 MIN_TRTLLM = (0, 17)
 MAX_TRTLLM_EXCLUSIVE = (1, 3)
-
-# Triton container tag -> TRT-LLM version it ships (NVIDIA's compatibility table).
-IMAGE_TRTLLM = {
-    "25.01": "0.17.0",
-    "25.03": "0.18.0",
-    "25.06": "0.20.0",
-    "25.07": "0.20.0",
-    "25.08": "0.21.0",
-    "25.09": "1.0.0",
-    "25.10": "1.0.0",
-    "25.11": "1.0.3",
-    "25.12": "1.1.0",
-}
 
 RESERVED_NAMES = {"baseline", "preprocessing", "postprocessing", "router", "target", "target_dte"}
 EAGLE_FAMILIES = {"llama"}
@@ -78,15 +67,24 @@ class Stack(_Strict):
         default=DEFAULT_TRTLLM_VERSION,
         description="TensorRT-LLM version of the build container; 0.17 <= v < 1.3.",
     )
-    triton_image: str = Field(
-        default=DEFAULT_TRITON_IMAGE,
-        description="Triton TRT-LLM container image the engines are built and served in.",
+    triton_image: str | None = Field(
+        default=None,
+        description="Triton TRT-LLM container image the engines are built and served in; "
+        "null = the first container of the version table that ships trtllm_version "
+        "(1.1.0: 25.12, 1.2.1: 26.04).",
     )
     examples_dir: str = Field(
         default=DEFAULT_EXAMPLES_DIR,
         description="Where TensorRT-LLM's examples/ live in the container "
         "(convert_checkpoint.py, quantize.py).",
     )
+
+    @model_validator(mode="after")
+    def _image_from_version(self) -> Stack:
+        # Left None when no container ships the version; the checks say so.
+        if self.triton_image is None:
+            self.triton_image = image_for(self.trtllm_version)
+        return self
 
 
 class KvCache(_Strict):

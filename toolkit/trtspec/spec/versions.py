@@ -1,0 +1,72 @@
+"""Which Triton TensorRT-LLM container ships which TensorRT-LLM: the version
+table behind ``stack.triton_image``'s default and the image/version mismatch
+warning. Read from triton-inference-server/server
+``docs/introduction/compatibility.md`` ("Container Name: trtllm-python-py3";
+the copy stored in July 2026 lists 24.04 to 26.07). Tags before 25.01 ship
+TensorRT-LLM < 0.17, which trtspec refuses, so they are left out.
+"""
+
+from __future__ import annotations
+
+import re
+
+IMAGE_REPOSITORY = "nvcr.io/nvidia/tritonserver"
+IMAGE_SUFFIX = "-trtllm-python-py3"
+
+# Container tag -> the TensorRT-LLM version it ships, as the table spells it.
+IMAGE_TRTLLM: dict[str, str] = {
+    "25.01": "0.17.0",
+    "25.02": "0.17.0.post1",
+    "25.03": "0.18.0",
+    "25.04": "0.18.2",
+    "25.05": "0.19.0",
+    "25.06": "0.20.0",
+    "25.07": "0.20.0",
+    "25.08": "0.21.0",
+    "25.09": "1.0.0",
+    "25.10": "1.0.0",
+    "25.11": "1.0.3.2510",
+    "25.12": "1.1.0",
+    "26.01": "1.1.0",
+    "26.02": "1.1.0",
+    "26.03": "1.2.0",
+    "26.04": "1.2.1",
+    "26.05": "1.2.1",
+    "26.06": "1.2.1",
+    "26.07": "1.2.1",
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"1.0.3.2510"`` → ``(1, 0, 3)``; ``"0.17.0.post1"`` → ``(0, 17, 0)``."""
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    return tuple(int(g or 0) for g in m.groups()) if m else ()
+
+
+def image(tag: str) -> str:
+    return f"{IMAGE_REPOSITORY}:{tag}{IMAGE_SUFFIX}"
+
+
+def image_tag(image_ref: str) -> str:
+    """``nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3`` → ``25.12``."""
+    return image_ref.rsplit(":", 1)[-1].split("-", maxsplit=1)[0]
+
+
+def image_for(trtllm_version: str) -> str | None:
+    """The first (oldest) container that ships exactly ``trtllm_version``
+    (major.minor.patch), else the newest one of the same major.minor; None when
+    no container in the table ships that minor version. The oldest exact match
+    keeps a pin's image stable as newer containers of the same release appear."""
+    wanted = _release(trtllm_version)
+    if not wanted:
+        return None
+    exact = [t for t, v in IMAGE_TRTLLM.items() if _release(v) == wanted]
+    if exact:
+        return image(min(exact))
+    minor = [t for t, v in IMAGE_TRTLLM.items() if _release(v)[:2] == wanted[:2]]
+    return image(max(minor)) if minor else None
+
+
+def shipped_by(image_ref: str) -> str | None:
+    """The TensorRT-LLM version ``image_ref``'s tag ships, if the table knows the tag."""
+    return IMAGE_TRTLLM.get(image_tag(image_ref))

@@ -7,10 +7,13 @@ then one short-lived server per failure mode (most on an empty repository)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import socket
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -88,7 +91,8 @@ def test_only_the_variant_closure_is_loaded(served: Server) -> None:
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(served.grpc_url)
-    index = {m.name: m.state for m in client.get_model_repository_index().models}
+    index = {m.name: m.state for m in client.get_model_repository_index(
+        headers=served.admin_headers("grpc")).models}
     client.close()
     assert index["fast"] == "READY" and index["add_one"] == "READY"
     assert index.get("baseline", "") != "READY" and index.get("twice", "") != "READY"
@@ -119,6 +123,82 @@ def test_log_file_is_written(served: Server) -> None:
     log = served.log_path.read_text()
     assert "successfully loaded 'fast'" in log and "successfully loaded 'add_one'" in log
     assert served.log_tail(3).splitlines() == log.splitlines()[-3:]
+
+
+# The payload of D1: a Python model uploaded through the repository API with
+# `file:` overrides; its initialize() leaves a marker proving it ran.
+_UPLOADED = '''\
+import pathlib
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pathlib.Path({marker!r}).write_text("ran as the server's user")
+
+    def execute(self, requests):
+        return []
+'''
+
+
+def _upload_request(marker: Path) -> tuple[str, dict[str, bytes]]:
+    config = json.dumps({"name": "uploaded", "backend": "python", "max_batch_size": 0,
+                         "input": [{"name": "X", "data_type": "TYPE_INT32", "dims": [1]}],
+                         "output": [{"name": "Y", "data_type": "TYPE_INT32", "dims": [1]}]})
+    return config, {"file:1/model.py": _UPLOADED.format(marker=str(marker)).encode()}
+
+
+def _http(served: Server, path: str, body: dict, headers: dict[str, str] | None = None):
+    request = urllib.request.Request(f"http://{served.http_url}{path}", method="POST",
+                                     data=json.dumps(body).encode(), headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_repository_api_refuses_requests_without_the_key(served: Server, tmp_path) -> None:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    marker = tmp_path / "uploaded-model-ran"
+    config, files = _upload_request(marker)
+    body = {"parameters": {"config": config,
+                           **{k: base64.b64encode(v).decode() for k, v in files.items()}}}
+    # HTTP: load with a file: override, and the repository index.
+    assert _http(served, "/v2/repository/models/uploaded/load", body) == (
+        403, '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}')
+    assert _http(served, "/v2/repository/index", {}) == (
+        403, '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}')
+    wrong = {"trtspec-admin-key": "0" * 32}
+    assert _http(served, "/v2/repository/models/uploaded/load", body, wrong)[0] == 403
+    # gRPC: the same load, the index, and shared-memory registration.
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    refused = ("[StatusCode.UNAVAILABLE] This protocol is restricted, expecting header "
+               "'triton-grpc-protocol-trtspec-admin-key'")
+    try:
+        calls = [
+            lambda: client.load_model("uploaded", config=config, files=files),
+            client.get_model_repository_index,
+            lambda: client.unload_model("fast"),
+            lambda: client.register_system_shared_memory("r", "/trtspec_probe", 8),
+        ]
+        for call in calls:
+            with pytest.raises(InferenceServerException) as err:
+                call()
+            assert str(err.value) == refused
+        assert not marker.exists() and not served.model_ready("uploaded")
+        assert served.model_ready("fast")
+        # With this server's key the very same upload goes through: the refusals
+        # above were the restriction, not a broken payload.
+        client.load_model("uploaded", config=config, files=files,
+                          headers=served.admin_headers("grpc"))
+        assert marker.read_text() == "ran as the server's user"
+        client.unload_model("uploaded", headers=served.admin_headers("grpc"))
+    finally:
+        client.close()
+    # The key is nowhere in the server log.
+    assert served.admin_key not in served.log_text()
 
 
 def test_stop_is_clean_and_idempotent(served: Server, group_pids) -> None:
@@ -244,3 +324,4 @@ def test_check_alive_reports_a_dead_server(model_repo, start_server, tmp_path) -
     with pytest.raises(ServerError) as err:
         server.check_alive()
     assert err.value.message.startswith("tritonserver exited unexpectedly with code -9\n")
+

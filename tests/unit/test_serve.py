@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import sysconfig
@@ -33,6 +34,7 @@ from trtspec.serve import (
     server_argv,
     variant_models,
 )
+from trtspec.serve.access import exposure_warning, is_loopback
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -307,6 +309,10 @@ def test_server_argv_uses_install_and_fixed_ports(tmp_path) -> None:
         "--http-address=127.0.0.1", "--http-port=18000", "--grpc-address=127.0.0.1",
         "--grpc-port=18001", "--metrics-address=127.0.0.1", "--metrics-port=18002",
         "--model-control-mode=explicit", "--load-model=m", "--strict-readiness=true",
+        "--http-restricted-api=model-repository,shared-memory,logging,trace:"
+        f"trtspec-admin-key={server.admin_key}",
+        "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
+        f"trtspec-admin-key={server.admin_key}",
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
     ]
     assert server.shm_prefix.startswith(f"trtspec_{os.getpid()}_")
@@ -604,3 +610,34 @@ def test_deadline_kills_the_whole_group_once(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(supervisor, "_signal_group", lambda pgid, sig: signals.append(sig))
     assert server.stop() == server.poll() is not None
     assert signals == []  # torn down already: the group number may be someone else's now
+
+
+def test_every_server_restricts_the_repository_api_with_its_own_key(tmp_path) -> None:
+    a, b = Server(tmp_path, install=FAKE), Server(tmp_path, install=FAKE, models=["m"])
+    assert a.admin_key and b.admin_key and a.admin_key != b.admin_key
+    assert re.fullmatch(r"[0-9a-f]{32}", b.admin_key)
+    assert b.admin_headers() == {"trtspec-admin-key": b.admin_key}
+    assert b.admin_headers("grpc") == {"triton-grpc-protocol-trtspec-admin-key": b.admin_key}
+    # leader mode: every rank restricts the same APIs with the same key
+    ranks = Server(tmp_path, install=FAKE, http_port=1, grpc_port=2, metrics_port=3,
+                   world_size=2, engine_models=["target"])
+    assert [a for a in ranks.argv() if a.startswith("--grpc-restricted-protocol=")] == [
+        "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
+        f"trtspec-admin-key={ranks.admin_key}"] * 2
+    # a caller with its own restriction policy keeps it, and gets no key from us
+    mine = "--http-restricted-api=model-repository:k=v"
+    own = Server(tmp_path, install=FAKE, extra_args=[mine])
+    assert own.admin_key is None and own.admin_headers() == {}
+    assert [x for x in own.argv() if "restricted" in x] == [mine]
+    with pytest.raises(ValueError):
+        b.admin_headers("sagemaker")
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("::1", True),
+    ("[::1]", True), ("0.0.0.0", False), ("::", False), ("10.0.0.7", False),
+    ("gpu-box.example", False),
+])
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+    assert (exposure_warning(host, 1, 2, 3) is None) is loopback

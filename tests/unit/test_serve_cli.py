@@ -89,3 +89,21 @@ def test_help_lists_the_options() -> None:
     for option in ("--variant", "--host", "--http-port", "--grpc-port", "--metrics-port",
                    "--tritonserver", "--log-file", "--timeout", "--world-size", "--format"):
         assert option in result.stdout
+
+
+def test_non_loopback_host_warns_what_it_exposes(tmp_path: Path) -> None:
+    # /bin/false stands in for tritonserver: the warning comes before the start.
+    result = _run(str(tmp_path), "--host", "0.0.0.0", "--tritonserver", "/bin/false",
+                  "--http-port", "18000", "--grpc-port", "0", "--metrics-port", "18002")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == (
+        "Warning: --host 0.0.0.0 is not a loopback address. Anyone who can reach this machine "
+        "can, without authentication or TLS: run inference and read health, metadata, model "
+        "configurations and statistics (HTTP on 18000, gRPC on a free port), and read the "
+        "metrics (on 18002). The model-repository, shared-memory, logging and trace APIs need "
+        "a random key that only this trtspec process sends. Bind 127.0.0.1 (the default) unless "
+        "other machines must reach the server, and then put it behind a firewall or an "
+        "authenticating proxy."
+    )
+    loopback = _run(str(tmp_path), "--tritonserver", "/bin/false")
+    assert loopback.exit_code == 1 and "Warning" not in loopback.stderr

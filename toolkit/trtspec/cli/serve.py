@@ -19,6 +19,7 @@ from trtspec.serve import (
     resolve_repo,
     variant_models,
 )
+from trtspec.serve.access import exposure_warning
 
 _port = click.IntRange(0, 65535)
 
@@ -34,7 +35,12 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @click.command("serve")
 @click.argument("repo", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--variant", help="Load only this variant and the models it calls.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but loopback prints what it exposes.",
+)
 @click.option("--http-port", type=_port, default=8000, show_default=True, help="0 = any free port.")
 @click.option("--grpc-port", type=_port, default=8001, show_default=True, help="0 = any free port.")
 @click.option(
@@ -98,6 +104,9 @@ def serve_command(
         world_size=ranks,
         engine_models=engine_models(repo, models) if ranks > 1 else (),
     )
+    warning = exposure_warning(host, http_port, grpc_port, metrics_port)
+    if warning:
+        progress(warning)
     # Installed explicitly: a shell starting us in the background ignores SIGINT
     # for us, and `kill -INT` must still stop the server.
     previous_int = signal.signal(signal.SIGINT, _raise_stop)

@@ -7,7 +7,9 @@ list) and ``Server``: it starts tritonserver in its own process group with its
 log in a file, waits for ``/v2/health/ready`` with a deadline (failing with the
 log's errors and tail), and stops it with SIGTERM then SIGKILL so that no
 server or Python-backend stub outlives it — also when the supervising process
-is killed, through the parent-death signal. Each server gets its own
+is killed, through the parent-death signal. Every server restricts the
+model-repository API and the other state-changing APIs to a random key only
+this ``Server`` holds (``trtspec.serve.access``). Each server gets its own
 Python-backend shared-memory prefix (``trtspec_<pid>_<random>_``): a server
 stopped gracefully removes its regions itself, and after a SIGKILL (a stalled
 server, a start that timed out) ``stop()`` removes the ones it left in
@@ -37,6 +39,12 @@ from pathlib import Path
 from types import TracebackType
 
 from trtspec.errors import ServerError
+from trtspec.serve.access import (
+    admin_headers,
+    new_admin_key,
+    restricted_api_args,
+    sets_restrictions,
+)
 from trtspec.serve.discovery import TritonInstall, find_tritonserver
 from trtspec.serve.launch import (
     LEADER,
@@ -174,8 +182,10 @@ class Server:
     """One supervised tritonserver (or ``mpirun`` leader/orchestrator-mode launch).
 
     Ports given as 0 are picked free at ``start()``; ``models`` (a list) means
-    ``--model-control-mode explicit`` with one ``--load-model`` each. Use as a
-    context manager, or call ``start()`` and ``stop()``."""
+    ``--model-control-mode explicit`` with one ``--load-model`` each. The
+    repository, shared-memory, logging and trace APIs answer only requests
+    carrying ``admin_headers()`` (unless ``extra_args`` set restrictions of
+    their own). Use as a context manager, or call ``start()`` and ``stop()``."""
 
     def __init__(
         self,
@@ -221,6 +231,11 @@ class Server:
         self.shm_prefix: str | None = None
         if not any(_SHM_OPTION in arg for arg in self.extra_args):
             self.shm_prefix = f"trtspec_{os.getpid()}_{secrets.token_hex(4)}_"
+        # The key to the restricted APIs (None: the caller's extra_args restrict them).
+        self.admin_key: str | None = None
+        if not sets_restrictions(self.extra_args):
+            self.admin_key = new_admin_key()
+            self.extra_args += restricted_api_args(self.admin_key)
         self._process: subprocess.Popen[bytes] | None = None
         self._torn_down = False
 
@@ -266,6 +281,11 @@ class Server:
             "metrics": f"http://{self.metrics_url}/metrics",
             "log": str(self.log_path),
         }
+
+    def admin_headers(self, protocol: str = "http") -> dict[str, str]:
+        """Headers that open the restricted APIs ("http", or "grpc" for
+        tritonclient.grpc's ``headers=``); empty when the caller restricts them."""
+        return {} if self.admin_key is None else admin_headers(self.admin_key, protocol)
 
     # -- command line ------------------------------------------------------
     def argv(self) -> list[str]:
@@ -478,6 +498,8 @@ class Server:
             )
         request = urllib.request.Request(url, data=b"{}", method="POST")
         request.add_header("Content-Type", "application/json")
+        for key, value in self.admin_headers("http").items():
+            request.add_header(key, value)
         try:
             with urllib.request.urlopen(request, timeout=600):
                 return

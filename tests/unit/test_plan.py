@@ -369,6 +369,7 @@ def test_converter_path_per_version(tmp_path: Path, version: str, script: str) -
 def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Path) -> None:
     heads = tmp_path / "heads"
     heads.mkdir()
+    (heads / "config.json").write_text("{}")  # validate wants a checkpoint folder
     spec = spec_from(
         tmp_path,
         f"""\

@@ -51,6 +51,7 @@ rollout: {{canary_percent: 50, fallback_variant: baseline}}
 def write_spec(folder: Path, backend: str = "reference", version: str = "1.1.0") -> Path:
     for name in ("target", "draft", "medusa", "eagle"):
         (folder / "models" / name).mkdir(parents=True, exist_ok=True)
+        (folder / "models" / name / "config.json").write_text("{}")  # model folders for validate
     path = folder / "spec.yaml"
     path.write_text(SPEC.format(backend=backend, version=version), encoding="utf-8")
     return path

@@ -323,7 +323,11 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
     return warnings
 
 
-def _check_location(spec: Spec, value: str, path: Path_, issues: _Issues) -> ModelLocation:
+def _check_location(
+    spec: Spec, value: str, path: Path_, issues: _Issues, what: str = "model"
+) -> ModelLocation:
+    """``what`` is "model" (a Hugging Face folder, a .gguf file or a hub id) or
+    the kind of checkpoint ("Medusa", "EAGLE": a folder with config.json)."""
     loc = spec.model_location(value)
     if loc.kind == "missing":
         issues.add(
@@ -331,6 +335,19 @@ def _check_location(spec: Spec, value: str, path: Path_, issues: _Issues) -> Mod
             f"local path not found: {loc.ref}; fix the path (relative paths resolve "
             f"against {spec.base_dir}) or use a hub id like org/name",
         )
+    elif loc.kind == "local" and not (Path(loc.ref) / "config.json").is_file():
+        # /etc, a weights file, an empty folder: nothing a build could read.
+        kind = "a folder" if Path(loc.ref).is_dir() else "a file"
+        if what == "model":
+            fix = (
+                "point to a Hugging Face model folder (with config.json and the weights), "
+                "a .gguf file, or use a hub id like org/name"
+            )
+        else:
+            fix = f"point to the {what} checkpoint folder (with config.json and the weights)"
+        noun = what if what == "model" else f"{what} checkpoint"
+        article = "an" if noun[0] in "AEIOU" else "a"
+        issues.add(path, f"{loc.ref} is {kind} without config.json, not {article} {noun}; {fix}")
     elif loc.kind == "gguf" and spec.backend is Backend.tensorrt_llm:
         issues.add(
             path, "a .gguf file can only feed the reference backend; point to a Hugging Face folder"
@@ -375,7 +392,7 @@ def _check_draft(
 
 
 def _check_medusa(spec: Spec, v: MedusaVariant, base: Path_, issues: _Issues) -> None:
-    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues)
+    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues, "Medusa")
     problem = _tree_problems(v.medusa_choices)
     if problem:
         issues.add((*base, "medusa_choices"), problem)
@@ -398,7 +415,7 @@ def _check_medusa(spec: Spec, v: MedusaVariant, base: Path_, issues: _Issues) ->
 
 def _check_eagle(spec: Spec, v: EagleVariant, base: Path_, issues: _Issues) -> None:
     t = spec.target
-    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues)
+    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues, "EAGLE")
     if t.family.value not in EAGLE_FAMILIES:
         issues.add(
             (*base, "mode"),

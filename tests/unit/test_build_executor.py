@@ -265,3 +265,50 @@ def test_sigkill_mid_step_leaves_no_trusted_folder(tmp_path: Path) -> None:
     assert [o.status for o in result.outcomes] == ["ran", "ran"]
     assert list((root / ".staging").iterdir()) == []  # the dead build's folder was cleaned
     assert (root / "target_dte" / "config.json").is_file()
+
+
+def test_manifest_records_files_and_the_cache_rebuilds_a_damaged_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from trtspec.build import integrity
+
+    root = tmp_path / "engines" / "t"
+    plan = make_plan_for(root, tmp_path / "no-flag")
+    execute(plan, backend=ReferenceBackend())
+    ckpt = root / ".checkpoints" / "target"
+    files = json.loads((ckpt / "trtspec.json").read_text())["files"]
+    assert sorted(files) == ["build.log", "pid", "weights.bin"]  # not the manifest itself
+    assert files["weights.bin"] == {"size": 1, "sha256": hashlib.sha256(b"w").hexdigest()}
+    assert plan_status(plan) == [(s, True) for s in plan.steps]
+
+    # Same size, other content: a hashed (small) file.
+    (ckpt / "weights.bin").write_text("x")
+    assert not is_cached(plan, str(ckpt)) and is_cached(plan, str(root / "target_dte"))
+    # Deleted: the build says why it rebuilds, and rebuilds only that unit.
+    (ckpt / "weights.bin").unlink()
+    messages: list[str] = []
+    result = execute(plan, backend=ReferenceBackend(), progress=messages.append)
+    assert messages[0] == (
+        f"{ckpt}: files differ from its trtspec.json (weights.bin: missing); rebuilding"
+    )
+    assert [o.status for o in result.outcomes] == ["ran", "cached"]
+    assert (ckpt / "weights.bin").read_text() == "w"
+
+    # Files above the hash limit are checked by size: a truncated one is caught.
+    monkeypatch.setattr(integrity, "HASH_MAX_BYTES", 0)
+    execute(plan, backend=ReferenceBackend(), force=True)
+    assert json.loads((ckpt / "trtspec.json").read_text())["files"]["weights.bin"] == {
+        "size": 1, "sha256": None}
+    (ckpt / "weights.bin").write_text("")
+    assert integrity.verify_files(ckpt, json.loads((ckpt / "trtspec.json").read_text())) == [
+        ("weights.bin", "0 bytes, but 1 when built (truncated?)")]
+    assert not is_cached(plan, str(ckpt))
+
+    # A manifest from before file records keeps its cache (unverifiable, not rebuilt).
+    manifest = json.loads((ckpt / "trtspec.json").read_text())
+    del manifest["files"]
+    (ckpt / "trtspec.json").write_text(json.dumps(manifest))
+    assert integrity.verify_files(ckpt, manifest) is None
+    assert is_cached(plan, str(ckpt))

@@ -161,3 +161,31 @@ def test_inspect_errors(tmp_path: Path) -> None:
     with pytest.raises(TrtspecError) as err:
         read_engine(tmp_path / "empty")
     assert err.value.message.startswith(f"{tmp_path / 'empty' / 'config.json'}: not valid JSON (")
+
+
+def test_inspect_verifies_files_against_the_manifest(tmp_path: Path) -> None:
+    from trtspec.build.integrity import file_records
+
+    folder = engine_017(tmp_path / "target")
+    (folder / "rank0.engine").write_bytes(b"\0" * 100)
+    manifest = {"spec": "v", "engine": {"name": "target", "variants": ["baseline", "ngram"]},
+                "steps": [{"id": "build:target"}], "files": file_records(folder)}
+    (folder / "trtspec.json").write_text(json.dumps(manifest))
+    assert read_engine(folder)["files_check"] == "ok: 2 files match trtspec.json"
+    (folder / "rank0.engine").write_bytes(b"\0" * 10)
+    res = CliRunner().invoke(cli, ["inspect", str(folder)])
+    assert res.exit_code == 1
+    assert res.stdout == ""
+    assert res.stderr == (
+        f"Error: {folder}: 1 file(s) no longer match its trtspec.json:\n"
+        "  rank0.engine: 10 bytes, but 100 when built (truncated?)\n"
+        "Hint: rebuild it: `trtspec build SPEC --force --only baseline` (SPEC: the spec file "
+        "of 'v')\n"
+    )
+    # A manifest from before file records: unverifiable, said so, not an error.
+    del manifest["files"]
+    (folder / "trtspec.json").write_text(json.dumps(manifest))
+    assert read_engine(folder)["files_check"] == (
+        f"{folder}: its trtspec.json was written by an older trtspec and records no files, so "
+        "missing or truncated files cannot be detected; `trtspec build SPEC --force` records them"
+    )

@@ -494,3 +494,29 @@ def test_generated_model_py_files_import_existing_modules(repo: Path) -> None:
                        "trtspec.engine.triton_model"}
     for module in modules:
         assert importlib.util.find_spec(module) is not None, module
+
+
+def test_cli_check_catches_a_deleted_engine_file(repo: Path, built) -> None:
+    # An engine folder as `trtspec build` leaves it: weights plus a manifest
+    # recording each file (issue 10, D10).
+    from trtspec.build.integrity import file_records
+
+    _, plan, _, _ = built
+    engine = next(e for e in plan.engines if e.name == "target")
+    folder = Path(engine.dir)
+    (folder / "rank0.safetensors").write_bytes(b"\0" * 64)
+    manifest = {"schema_version": 2, "spec": "tiny-all", "engine": engine.to_dict(),
+                "files": file_records(folder)}
+    (folder / "trtspec.json").write_text(json.dumps(manifest))
+    assert check_repository(repo) == []
+    (folder / "rank0.safetensors").unlink()
+    result = CliRunner().invoke(cli, ["repo", "--check", str(repo)])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: 1 problem in repository {repo}:\n"
+        f"  {folder / 'rank0.safetensors'}: missing (engine target; recorded in "
+        f"{folder / 'trtspec.json'}); rebuild it: `trtspec build SPEC --force --only "
+        f"{engine.variants[0]}` (SPEC: the spec file of 'tiny-all')\n"
+        "Hint: Fix each file named above, or regenerate the repository with "
+        "`trtspec repo SPEC`.\n"
+    )

@@ -8,7 +8,8 @@ unit's final folder are pointed at the staging folder, the log streams to
 ``build.log`` inside it, the manifest is written last, and only then is the
 folder renamed into place. A killed build therefore leaves only a staging
 folder, which no later step reads and the next run deletes. A unit whose
-manifest lists the same step cache keys is skipped. The executor takes a
+manifest lists the same step cache keys, and whose files still match the
+sizes and hashes the manifest records (``build.integrity``), is skipped. The executor takes a
 backend object (``TrtllmBackend`` or ``ReferenceBackend``) for the parts that
 differ — preflight checks, the Python that runs ``python`` steps, tool
 versions — and a ``runner`` hook so tests can observe or replace the
@@ -38,11 +39,11 @@ from typing import Any, Protocol
 
 from trtspec import __version__
 from trtspec.build.inspect import summarize_config
+from trtspec.build.integrity import MANIFEST, describe, file_records, verify_files
 from trtspec.errors import StepFailed, TrtspecError
 from trtspec.fsutil import atomic_write_json
 from trtspec.plan import Plan, Step
 
-MANIFEST = "trtspec.json"
 LOG = "build.log"
 TAIL_LINES = 30
 
@@ -238,13 +239,23 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def is_cached(plan: Plan, unit: str) -> bool:
-    """True when ``unit`` was fully built from exactly these steps."""
+def cache_state(plan: Plan, unit: str) -> tuple[bool, list[str]]:
+    """Whether ``unit`` was fully built from exactly these steps and its files
+    still match its manifest, and the file problems when only they differ.
+    A manifest that records no files (older trtspec) counts as cached."""
     manifest = read_manifest(Path(unit))
     if manifest is None:
-        return False
+        return False, []
     keys = [s.get("cache_key") for s in manifest.get("steps", []) if isinstance(s, dict)]
-    return keys == [s.cache_key for s in plan.unit_steps(unit)]
+    if keys != [s.cache_key for s in plan.unit_steps(unit)]:
+        return False, []
+    problems = verify_files(Path(unit), manifest)
+    return not problems, describe(problems or [])
+
+
+def is_cached(plan: Plan, unit: str) -> bool:
+    """True when ``unit`` was fully built from exactly these steps and is intact."""
+    return cache_state(plan, unit)[0]
 
 
 def selected_units(plan: Plan, only: str | None = None) -> list[str]:
@@ -338,7 +349,7 @@ def _manifest(
         with contextlib.suppress(ValueError, OSError):
             summary = summarize_config(json.loads((staging / "config.json").read_text()))
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "spec": plan.spec_name,
         "spec_hash": plan.spec_hash,
         "backend": plan.backend,
@@ -348,6 +359,7 @@ def _manifest(
         "versions": backend.versions(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config_summary": summary,
+        "files": file_records(staging),
     }
 
 
@@ -365,7 +377,14 @@ def execute(
     run = runner or run_subprocess
     say = progress or (lambda _msg: None)
     units = selected_units(plan, only)
-    todo = [u for u in units if force or not is_cached(plan, u)]
+    todo = []
+    for unit in units:
+        cached, problems = (False, []) if force else cache_state(plan, unit)
+        if problems:
+            shown = "; ".join(problems[:3]) + ("; …" if len(problems) > 3 else "")
+            say(f"{unit}: files differ from its {MANIFEST} ({shown}); rebuilding")
+        if not cached:
+            todo.append(unit)
     backend.preflight(plan, [s for u in todo for s in plan.unit_steps(u)])
     result = BuildResult()
     total = sum(len(plan.unit_steps(u)) for u in units)

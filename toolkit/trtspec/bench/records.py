@@ -6,6 +6,8 @@ goes through (temp file in the same folder + ``os.replace``)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -59,29 +61,48 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 class RequestLog:
     """Append-only ``requests.jsonl``: one line per completed request, written
-    and flushed under a lock so concurrent workers never interleave lines."""
+    under a lock so concurrent workers never interleave lines. Each line goes
+    to the OS in one ``write`` (it survives Ctrl-C and kill -9 of this
+    process); a write that fails (a full disk) is cut back off the file, so
+    the file keeps only whole rows, and raises an ``OSError`` naming it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, exc.filename or str(path)) from exc
         self._lock = threading.Lock()
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run
         self.count = 0
 
     def append(self, row: dict[str, Any]) -> None:
-        line = json.dumps(row, sort_keys=False, default=str, ensure_ascii=False)
+        data = (json.dumps(row, sort_keys=False, default=str, ensure_ascii=False) + "\n").encode()
         with self._lock:
-            self._fh.write(line + "\n")
-            # flush to the OS per row: survives Ctrl-C and kill -9 of this process
-            self._fh.flush()
+            if self._fd is None:
+                raise ValueError(f"{self.path}: append after close")
+            good = os.fstat(self._fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, good)  # freeing space never needs space
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
             self.count += 1
 
     def close(self) -> None:
         with self._lock:
-            if not self._fh.closed:
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
-                self._fh.close()
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:  # EINVAL: a device that cannot sync
+                        raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
+                finally:
+                    os.close(fd)
 
     def __enter__(self) -> RequestLog:
         return self

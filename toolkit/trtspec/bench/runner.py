@@ -41,7 +41,7 @@ from trtspec.bench.records import (
 from trtspec.bench.report import METRICS_FILE, console_lines, render_run
 from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, render_prompt
 from trtspec.bench.summary import BASELINE, DEFAULT_DECISION, environment_info, git_commit
-from trtspec.errors import BenchError
+from trtspec.errors import BenchError, os_error
 
 SPECULATIVE_K_MODES = ("draft_model", "ngram")
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
@@ -276,11 +276,16 @@ class _Recorder:
     """Turns outcomes into rows on one background thread (quality checks
     included) so workers go straight back to sending."""
 
-    def __init__(self, log: RequestLog, run_id: str, routes: dict[str, RouteSet]) -> None:
+    def __init__(self, log: RequestLog, run_id: str, routes: dict[str, RouteSet],
+                 stop: threading.Event | None = None) -> None:
         self.log, self.run_id, self.routes = log, run_id, routes
         self.quality = QualityRunner()
         self._queue: queue.Queue[Outcome | None] = queue.Queue()
         self._seq = 0
+        # A row that cannot be written (full disk) stops the run through `stop`
+        # and is raised by close(); later outcomes are dropped, not half-written.
+        self._stop = stop
+        self.error: OSError | None = None
         self._thread = threading.Thread(target=self._loop, name="trtspec-recorder", daemon=True)
         self._thread.start()
 
@@ -292,12 +297,19 @@ class _Recorder:
             out = self._queue.get()
             if out is None:
                 return
-            if out.error == "interrupted":
-                continue  # cut short by Ctrl-C: not a server failure, not a result
+            if out.error == "interrupted" or self.error is not None:
+                continue  # cut short by Ctrl-C, or nowhere to write: not a result
+            try:
+                self.log.append(self.row(out, self._seq + 1))
+            except OSError as exc:
+                self.error = exc
+                if self._stop is not None:
+                    self._stop.set()
+                continue
             self._seq += 1
-            self.log.append(self.row(out, self._seq))
 
     def close(self) -> None:
+        """Record what is queued (``error`` then says whether a write failed)."""
         self._queue.put(None)
         self._thread.join()
 
@@ -565,7 +577,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
     run.memory = RequestLog(run_dir / METRICS_FILE)
     interrupted = False
     with RequestLog(run_dir / REQUESTS_FILE) as log, _sigterm_as_interrupt():
-        recorder = _Recorder(log, run_id, {r.name: r for r in plan.routes})
+        recorder = _Recorder(log, run_id, {r.name: r for r in plan.routes}, run.stop)
         probe = LagProbe()
         try:
             with probe:
@@ -591,8 +603,14 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
             run_info["incidents"] = [{k: v for k, v in i.items() if k != "time_ns"}
                                      for i in run.incidents]
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            run_info["complete"] = not interrupted
-            atomic_write_json(run_dir / RUN_FILE, run_info)
+            run_info["complete"] = not interrupted and recorder.error is None
+            try:
+                atomic_write_json(run_dir / RUN_FILE, run_info)
+            except OSError:
+                if recorder.error is None:
+                    raise  # else the first run.json (complete: false) stays, whole
+    if recorder.error is not None:
+        raise _write_failed(recorder.error, log.count, run_dir / REQUESTS_FILE)
     if log.count == 0:
         if interrupted:
             raise KeyboardInterrupt
@@ -602,6 +620,14 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
     if interrupted:
         raise KeyboardInterrupt
     return result
+
+
+def _write_failed(exc: OSError, count: int, path: Path) -> BenchError:
+    """The error for a run stopped because a request row could not be written."""
+    known = os_error(exc)
+    head = known.message if known else f"{exc.filename}: {exc.strerror}"
+    return BenchError(f"{head}; the run stopped, and the {count} requests recorded before "
+                      f"stay in {path}", hint=known.hint if known else None)
 
 
 def _run_isolated(run: _Run, plan: BenchPlan, repo: Path, recorder: _Recorder) -> None:

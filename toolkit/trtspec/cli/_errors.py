@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from trtspec.errors import TrtspecError
+from trtspec.errors import TrtspecError, os_error
 
 
 def debug_enabled() -> bool:
@@ -20,6 +20,8 @@ def debug_enabled() -> bool:
 
 def report_error(exc: BaseException) -> int:
     """Print ``exc`` for a human and return the exit code to use."""
+    if isinstance(exc, OSError):
+        exc = os_error(exc) or exc
     if isinstance(exc, TrtspecError):
         click.echo(f"Error: {exc.message}", err=True)
         if exc.hint:

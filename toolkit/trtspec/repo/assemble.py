@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import RepoError
+from trtspec.fsutil import make_staging_dir
 from trtspec.repo import configs
 from trtspec.repo.contract import (
     LOOKAHEAD_INPUTS,
@@ -390,10 +391,10 @@ def assemble(
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     final = output / spec.name
-    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.tmp-", dir=output))
+    # Not mkdtemp's 0700, which would hide the repo from other users.
+    staging = make_staging_dir(f".{spec.name}.tmp-", output)
     try:
         write_tree(layout, spec, staging, table)
-        os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide the repo from other users
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{spec.name}.old-", dir=output))
             os.replace(final, old / "repo")

@@ -65,6 +65,10 @@ def test_whole_repository_at_tp2_is_served_in_orchestrator_mode() -> None:
         "/x/tritonserver", f"--model-repository={GOLDEN}", "--backend-directory=/x/backends",
         *COMMON, "--disable-auto-complete-config",
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}0_",
+        "--http-restricted-api=model-repository,shared-memory,logging,trace:"
+        f"trtspec-admin-key={server.admin_key}",
+        "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
+        f"trtspec-admin-key={server.admin_key}",
         "--pinned-memory-pool-byte-size=0", "--enable-peer-access=false",
         "--cuda-memory-pool-byte-size=0:0", "--cuda-memory-pool-byte-size=1:0",
     ]

@@ -19,11 +19,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trtspec.bench import stats
+
+if TYPE_CHECKING:
+    from trtspec.bench.openai_client import OpenAIEndpoint
 
 _POLL_S = 0.2
 
@@ -38,6 +41,10 @@ class Arm:
     speculative: bool = False
     draft_model: str | None = None
     k: int | None = None
+    # External arms (bench.external): the OpenAI server, and the arm a
+    # speculative one pairs with instead of trtspec's `baseline`.
+    openai: OpenAIEndpoint | None = None
+    baseline: str | None = None
 
     @property
     def label(self) -> str:
@@ -266,16 +273,19 @@ def _join_all(threads: list[threading.Thread], stop: threading.Event) -> None:
 def run_jobs(url: str, jobs: list[Job], *, workers: int, on_done: Callable[[Outcome], None],
              stop: threading.Event, request_timeout_s: float,
              schedule_s: list[float] | None = None,
-             recover: Callable[[Outcome], bool] | None = None) -> None:
+             recover: Callable[[Outcome], bool] | None = None,
+             make_worker: Callable[[], Any] | None = None) -> None:
     """Run ``jobs`` with ``workers`` streams. Without ``schedule_s`` it is a
     closed loop (each worker sends its next job when the last one finished);
     with it, job i is released ``schedule_s[i]`` seconds after the start.
     When a request fails and ``recover(outcome)`` says the server was brought
-    back, that job is sent once more and only the second attempt is reported."""
+    back, that job is sent once more and only the second attempt is reported.
+    ``make_worker`` builds each worker (default: a ``StreamWorker`` on ``url``)."""
     pending: queue.Queue[Job | None] = queue.Queue()
-    pool = [StreamWorker(url, request_timeout_s) for _ in range(max(1, workers))]
+    factory = make_worker or (lambda: StreamWorker(url, request_timeout_s))
+    pool = [factory() for _ in range(max(1, workers))]
 
-    def work(worker: StreamWorker) -> None:
+    def work(worker: Any) -> None:
         while not stop.is_set():
             try:
                 job = pending.get(timeout=_POLL_S)

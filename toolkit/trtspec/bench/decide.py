@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from trtspec.bench.summary import BASELINE
+from trtspec.bench.summary import BASELINE, pairs_with
 
 PROMOTE, EXCLUDE, INCONCLUSIVE = "promote", "exclude", "inconclusive"
 ROUTING_SCHEMA_VERSION = 1
@@ -73,12 +73,12 @@ def decide(cells: list[dict[str, Any]], d: dict[str, Any], *,
     rollout = rollout or {}
     by_arm: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
     for cell in cells:
-        if cell["variant"] == BASELINE:
+        if pairs_with(cell) is None:
             continue
         by_arm.setdefault((cell["route"], cell["variant"], cell.get("num_speculative_tokens")),
                           []).append(cell)
-    baselines = {(c["route"], c["load"], c["temperature"]): c for c in cells
-                 if c["variant"] == BASELINE}
+    baselines = {(c["route"], c["variant"], c["load"], c["temperature"]): c for c in cells
+                 if pairs_with(c) is None}
     decisions = []
     for (route, variant, k), arm_cells in by_arm.items():
         verdicts = [judge_cell(c, d) for c in arm_cells]
@@ -87,12 +87,14 @@ def decide(cells: list[dict[str, Any]], d: dict[str, Any], *,
                    if all(v == PROMOTE for v in kinds) else INCONCLUSIVE)
         reasons = [r for v, rs in verdicts for r in rs if verdict == PROMOTE or v != PROMOTE]
         head = _headline(arm_cells)
-        base = baselines.get((route, head["load"], head["temperature"]))
+        pair = pairs_with(head)
+        base = baselines.get((route, pair, head["load"], head["temperature"]))
         speedups = [c["speedup"]["point"] for c in arm_cells if c.get("speedup")]
         short = bool(base and base.get("short_output")) or bool(head.get("short_output"))
         decisions.append({
             "route": route, "variant": variant, "num_speculative_tokens": k,
             "decision": verdict, "reasons": reasons, "short_output": short,
+            "baseline": pair, "arm_kind": head.get("arm_kind", "triton"),
             "min_speedup_point": min(speedups) if speedups else None,
             "best_k": False,
             "headline": {
@@ -136,7 +138,9 @@ def _routing(decisions: list[dict[str, Any]], cells: list[dict[str, Any]],
     canary = int(rollout.get("canary_percent", 100))
     routes: dict[str, Any] = {}
     for route in dict.fromkeys(c["route"] for c in cells):
-        cands = [d for d in decisions if d["route"] == route and d["best_k"]]
+        # only Triton arms can be routed to; external arms are for comparison
+        cands = [d for d in decisions if d["route"] == route and d["best_k"]
+                 and d.get("arm_kind", "triton") == "triton"]
         promoted = sorted((d for d in cands if d["decision"] == PROMOTE),
                           key=lambda d: -(d["min_speedup_point"] or 0.0))
         if promoted:

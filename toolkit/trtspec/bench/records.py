@@ -34,6 +34,10 @@ REQUEST_FIELDS = (
     "draft_tokens", "rounds", "server_ttft_ms", "server_total_ms", "served_variant",
     "fallback", "error", "text_hash", "output_ids_hash", "output_text", "quality",
     "client_overhead_ms", "client_overhead_wall_ms", "send_lag_ms", "responses",
+    # external (OpenAI-compatible) arms: arm_kind triton|openai, the arm a row
+    # pairs with, and where draft/accepted counts came from (response|metrics|null)
+    "arm_kind", "pairs_with", "acceptance_source", "acceptance_note",
+    "accepted_per_position", "finish_reason",
 )
 
 

@@ -62,7 +62,8 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
         h = dec["headline"]
         change = h.get("latency_change")
         latency = "latency -" if change is None else f"latency {change * 100:+.0f}%"
-        line = (f"route={dec['route']}  baseline {_fmt(h['baseline_tokens_per_second'])} tok/s  "
+        line = (f"route={dec['route']}  {dec.get('baseline') or BASELINE} "
+                f"{_fmt(h['baseline_tokens_per_second'])} tok/s  "
                 f"{arm_name(dec['variant'], dec['num_speculative_tokens'])} "
                 f"{_fmt(h['variant_tokens_per_second'])} tok/s  {latency}  "
                 f"{quality_label(dec, decision)}  → {dec['decision']}")
@@ -154,8 +155,10 @@ _MEMORY_KINDS = {"gpu": "GPU memory used (Triton metrics)",
 
 
 def _client_notes(summary: dict[str, Any]) -> list[str]:
+    from trtspec.bench.external_notes import external_notes
+
     client = summary.get("client") or {}
-    notes = list(client.get("warnings") or [])
+    notes = list(client.get("warnings") or []) + external_notes(summary)
     notes += [f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}"
               for i in summary.get("incidents") or []]
     if client.get("overhead_ms_p50") is not None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.bench.client import Arm, Job, LagProbe, Outcome, poisson_schedule, run_jobs
+from trtspec.bench.external import ExternalArms, external_arms
 from trtspec.bench.quality import QualityRunner, default_checks, validate_check_names
 from trtspec.bench.records import (
     REQUEST_SCHEMA_VERSION,
@@ -145,8 +146,11 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
                    request_rate: float | None = None, temperatures: list[float] | None = None,
                    num_draft_tokens: list[int] | None = None, requests: int | None = None,
                    warmup_requests: int | None = None, tokenizer: Path | None = None,
-                   engines_root: Path = Path("engines")) -> BenchPlan:
-    """Everything the run needs from a ``trtspec.spec.Spec``."""
+                   engines_root: Path = Path("engines"), external: list[str] | None = None,
+                   external_only: bool = False) -> BenchPlan:
+    """Everything the run needs from a ``trtspec.spec.Spec``. ``external``
+    narrows the spec's external (OpenAI-compatible) arms, ``[]`` drops them;
+    ``external_only`` drops the Triton arms."""
     bench = _get(spec, "bench")
     spec_routes = _get(spec, "routes") or {}
     if not spec_routes:
@@ -181,13 +185,18 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
                                    requests or _get(r, "requests")))
     spec_name = str(_get(spec, "name"))
     tok = tokenizer or engines_root / spec_name / "target" / "tokenizer"
+    arms = [] if external_only else arms_for(
+        [v for v in all_variants if str(_get(v, "name")) in chosen_v], num_draft_tokens)
+    arms += external_arms(_get(bench, "external"), external) if external != [] else []
+    if not arms:
+        raise BenchError("--external-only: the spec defines no external arms",
+                         hint="add bench.external to the spec, or leave out --external-only")
     return BenchPlan(
         spec_name=spec_name,
         spec_hash=_get(spec, "spec_hash"),
         spec_path=str(_get(spec, "source_path")) if _get(spec, "source_path") else None,
         routes=route_sets,
-        arms=arms_for([v for v in all_variants if str(_get(v, "name")) in chosen_v],
-                      num_draft_tokens),
+        arms=arms,
         settings=settings,
         tokenizer_dir=tok,
     )
@@ -328,6 +337,9 @@ class _Recorder:
                    if not out.error and route.checks else {})
         def ns_ms(v):
             return (None if v is None else v / 1e6)
+        arm = job.arm
+        pairs_with = arm.baseline if arm.openai else (None if arm.variant == BASELINE
+                                                      else BASELINE)
         return {
             "schema_version": REQUEST_SCHEMA_VERSION, "run_id": self.run_id, "seq": seq,
             "warmup": job.warmup, "route": job.route, "prompt_index": job.prompt_index,
@@ -345,11 +357,19 @@ class _Recorder:
             "server_total_ms": ns_ms(f.get("server_total_ns")),
             "served_variant": f.get("variant"), "fallback": f.get("fallback"),
             "error": out.error, "text_hash": text_hash(out.text),
-            "output_ids_hash": ids_hash(out.ids), "output_text": out.text, "quality": quality,
+            # OpenAI streams carry text, not token ids
+            "output_ids_hash": None if arm.openai else ids_hash(out.ids),
+            "output_text": out.text, "quality": quality,
             "client_overhead_ms": out.overhead_ns / 1e6,
             "client_overhead_wall_ms": out.overhead_wall_ns / 1e6,
             "send_lag_ms": None if out.send_lag_ns is None else out.send_lag_ns / 1e6,
             "responses": out.responses,
+            "arm_kind": "openai" if arm.openai else "triton", "pairs_with": pairs_with,
+            "acceptance_source": f.get("acceptance_source", "response" if arm.speculative
+                                       and not arm.openai else None),
+            "acceptance_note": f.get("acceptance_note"),
+            "accepted_per_position": f.get("accepted_per_position"),
+            "finish_reason": f.get("finish_reason"),
         }
 
 
@@ -363,10 +383,14 @@ class _Run:
         self.plan, self.run_dir, self.run_id, self.progress = plan, run_dir, run_id, progress
         self.stop = threading.Event()
         self.tokenizer = None
-        if any(it.get("messages") for r in plan.routes for it in r.items):
+        triton = any(a.openai is None for a in plan.arms)
+        if triton and any(it.get("messages") for r in plan.routes for it in r.items):
             self.tokenizer = load_tokenizer(plan.tokenizer_dir)
-        self.texts = {(r.name, i): render_prompt(it, self.tokenizer)
+        # external arms send `messages` as they are (the server renders them)
+        self.texts = {(r.name, i): (render_prompt(it, self.tokenizer) if triton
+                                    or it.get("prompt") is not None else "")
                       for r in plan.routes for i, it in enumerate(r.items)}
+        self.external = ExternalArms(plan.arms)
         self._counter = 0
         self.memory: RequestLog | None = None  # opened once the run folder exists
         self.triton_version: str | None = None
@@ -382,7 +406,8 @@ class _Run:
 
         def recover(outcome: Outcome) -> bool:
             error = outcome.error or ""
-            if not any(marker in error for marker in _RECOVERABLE):
+            if outcome.job.arm.openai is not None or not any(
+                    marker in error for marker in _RECOVERABLE):
                 return False
             with self._restart_lock:
                 # One restart serves every request that failed before it.
@@ -433,21 +458,24 @@ class _Run:
                         return
                     label, conc, rate = load
                     warm = self._jobs(route, arms, load, temp, samples=None, warmup=True)
+                    make_worker = self.external.worker_factory(target.url, s.request_timeout_s)
                     if warm:
                         run_jobs(target.url, warm, workers=conc or 1, on_done=recorder.put,
                                  stop=self.stop, request_timeout_s=s.request_timeout_s,
-                                 recover=self.recovery(target))
+                                 recover=self.recovery(target), make_worker=make_worker)
                     jobs = self._jobs(route, arms, load, temp, samples=samples, warmup=False)
                     self.progress(f"bench: route={route.name} {label} T={temp:g} "
                                   f"{len(jobs)} requests over {len(arms)} arm(s)")
                     schedule = (poisson_schedule(len(jobs), rate, s.seed) if rate else None)
-                    run_jobs(target.url, jobs,
-                             workers=conc or min(s.max_inflight, max(1, len(jobs))),
-                             on_done=recorder.put, stop=self.stop,
-                             request_timeout_s=s.request_timeout_s, schedule_s=schedule,
-                             recover=self.recovery(target))
-                    mem, kind = server_memory(target.metrics_url, target.pid)
                     assert self.memory is not None
+                    with self.external.cell_window(route.name, label, conc, temp, arms,
+                                                   record=self.memory.append):
+                        run_jobs(target.url, jobs,
+                                 workers=conc or min(s.max_inflight, max(1, len(jobs))),
+                                 on_done=recorder.put, stop=self.stop,
+                                 request_timeout_s=s.request_timeout_s, schedule_s=schedule,
+                                 recover=self.recovery(target), make_worker=make_worker)
+                    mem, kind = server_memory(target.metrics_url, target.pid)
                     self.memory.append({"route": route.name, "load": label,
                                         "temperature": temp, "variants": sorted(
                                             {a.variant for a in arms}),
@@ -533,6 +561,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                   warmup_requests: int | None = None, isolate: bool = False,
                   tokenizer: Path | None = None, engines_root: Path = Path("engines"),
                   request_timeout_s: float | None = None, plots: bool = True,
+                  external: list[str] | None = None, external_only: bool = False,
                   progress: Callable[[str], None] | None = None) -> RunResult:
     """Bench ``spec`` (a ``Spec`` or a ready ``BenchPlan``) into ``output_dir``
     (the run folder). Without ``endpoint`` it serves ``repo`` (default
@@ -542,10 +571,12 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
         spec, variants=variants, routes=routes, concurrency=concurrency,
         request_rate=request_rate, temperatures=temperatures,
         num_draft_tokens=num_draft_tokens, requests=requests,
-        warmup_requests=warmup_requests, tokenizer=tokenizer, engines_root=engines_root)
+        warmup_requests=warmup_requests, tokenizer=tokenizer, engines_root=engines_root,
+        external=external, external_only=external_only)
     if request_timeout_s is not None:
         plan.settings.request_timeout_s = request_timeout_s
     say = progress or (lambda _m: None)
+    triton = any(a.openai is None for a in plan.arms)
     if isolate and endpoint:
         raise BenchError("--isolate starts one server per variant and cannot use --endpoint",
                          hint="leave out --endpoint, or leave out --isolate")
@@ -555,6 +586,8 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
     if (run_dir / REQUESTS_FILE).exists():
         raise BenchError(f"{run_dir}: already holds a run ({REQUESTS_FILE} exists)",
                          hint="choose a new --run-dir, or delete the old run first")
+    if run.external:
+        run.external.check_ready(say)
     run_dir.mkdir(parents=True, exist_ok=True)
     say(f"bench: writing {run_dir}")
     run_id = run.run_id
@@ -563,8 +596,10 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
         "run_id": run_id, "git_commit": git_commit(Path(__file__).parent),
         "spec": {"name": plan.spec_name, "hash": plan.spec_hash, "path": plan.spec_path},
         **environment_info(),
-        "server": {"endpoint": endpoint, "repo": None if endpoint else str(repo),
-                   "isolate": isolate},
+        "server": {"endpoint": endpoint if triton else None,
+                   "repo": None if endpoint or not triton else str(repo), "isolate": isolate},
+        "external": run.external.info([r.name for r in plan.routes
+                                       if any(it.get("messages") for it in r.items)]),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "complete": False,
         "settings": {**plan.settings.__dict__,
@@ -581,8 +616,10 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
         probe = LagProbe()
         try:
             with probe:
-                models = sorted({a.model for a in plan.arms})
-                if endpoint:
+                models = sorted({a.model for a in plan.arms if a.openai is None})
+                if not triton:
+                    run.phase(_Target("", None, None), recorder, plan.arms)
+                elif endpoint:
                     run.triton_version = _wait_ready(endpoint, models)
                     run.phase(_Target(endpoint, metrics_url, None), recorder, plan.arms)
                 elif not isolate:
@@ -642,6 +679,10 @@ def _run_isolated(run: _Run, plan: BenchPlan, repo: Path, recorder: _Recorder) -
     for half, order in ((halves[0], names), (halves[1], list(reversed(names)))):
         for name in order:
             if run.stop.is_set() or not half:
+                continue
+            if per_variant[name][0].openai is not None:  # an external server: always up
+                run.progress(f"bench: --isolate: external arm {name}")
+                run.phase(_Target("", None, None), recorder, per_variant[name], samples=half)
                 continue
             models = variant_models(repo, name)
             run.progress(f"bench: --isolate: serving {name} ({', '.join(models)})")

@@ -22,6 +22,7 @@ from typing import Any
 
 from trtspec import __version__
 from trtspec.bench import stats
+from trtspec.bench.openai_metrics import attach_cell_acceptance
 from trtspec.bench.quality import FAIL, PASS, SKIPPED, quality_passed
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -37,6 +38,22 @@ DEFAULT_DECISION = {
 }
 
 CellKey = tuple[str, str, Any, str, float]  # route, variant, k, load, temperature
+
+
+def pairs_with(row: dict[str, Any]) -> str | None:
+    """The arm a row or cell is compared with: ``baseline`` for Triton variants,
+    its named twin for an external speculative arm, None for a baseline arm
+    (rows written before external arms existed carry no such field)."""
+    if "pairs_with" in row:
+        return row["pairs_with"]
+    return None if row["variant"] == BASELINE else BASELINE
+
+
+def _same_output(b: dict[str, Any], v: dict[str, Any]) -> bool:
+    """Token ids where both arms have them (Triton), text otherwise (OpenAI)."""
+    if b.get("output_ids_hash") and v.get("output_ids_hash"):
+        return bool(b["output_ids_hash"] == v["output_ids_hash"])
+    return bool(b.get("text_hash") == v.get("text_hash"))
 
 
 def cell_key(row: dict[str, Any]) -> CellKey:
@@ -86,6 +103,9 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         for name, res in (r.get("quality") or {}).items():
             per_check[name][res.get("status", SKIPPED)] += 1
     speculative = bool(first.get("speculative"))
+    sources = {r.get("acceptance_source") for r in ok}
+    source = next(iter(sources)) if len(sources) == 1 else None
+    notes = [r["acceptance_note"] for r in ok if r.get("acceptance_note")]
     cell: dict[str, Any] = {
         "route": first["route"],
         "variant": first["variant"],
@@ -94,6 +114,10 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         "speculative": speculative,
         "draft_model": first.get("draft_model"),
         "num_speculative_tokens": first.get("num_speculative_tokens"),
+        "arm_kind": first.get("arm_kind", "triton"),
+        "pairs_with": pairs_with(first),
+        "acceptance_source": source if speculative else None,
+        "acceptance_note": (notes[-1] if notes and speculative and source is None else None),
         "load": str(first.get("load")),
         "concurrency": first.get("concurrency"),
         "request_rate": first.get("request_rate"),
@@ -129,7 +153,7 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         "baseline_quality_pass_rate": None,
         "server_memory_bytes": None,
     }
-    if baseline_rows is not None and first["variant"] != BASELINE:
+    if baseline_rows is not None:
         by_sample = {r.get("sample_index"): r for r in baseline_rows}
         pairs = [(by_sample[r.get("sample_index")], r) for r in rows
                  if r.get("sample_index") in by_sample]
@@ -141,8 +165,7 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         cell["pairs"] = len(usable)
         if cell["temperature"] == 0.0:
             both_ok = [(b, v) for b, v in pairs if _ok(b) and _ok(v)]
-            equal = sum(1 for b, v in both_ok
-                        if b.get("output_ids_hash") == v.get("output_ids_hash"))
+            equal = sum(1 for b, v in both_ok if _same_output(b, v))
             cell["equal_rate"] = stats.rate(equal, len(both_ok))
         base_ok = [r for r in baseline_rows if _ok(r)]
         base_p95 = stats.percentile([r["latency_ms"] for r in base_ok
@@ -167,18 +190,20 @@ def summarize_rows(rows: list[dict[str, Any]], *, bootstrap_seed: int =
         groups.setdefault(cell_key(row), []).append(row)
     cells = []
     for key, group in groups.items():
-        route, variant, _k, load, temp = key
-        base = groups.get((route, BASELINE, None, load, temp))
-        cells.append(summarize_cell(group, None if variant == BASELINE else base,
-                                    bootstrap_seed=bootstrap_seed))
-    # route, load and variant in order of first appearance; baseline first in each block
+        route, _variant, _k, load, temp = key
+        pair = pairs_with(group[0])
+        base = None if pair is None else groups.get((route, pair, None, load, temp))
+        cells.append(summarize_cell(group, base, bootstrap_seed=bootstrap_seed))
+    # route, load and variant in order of first appearance; Triton arms before
+    # external ones, baselines first in each block
     order = {name: {v: i for i, v in enumerate(dict.fromkeys(k[n] for k in groups))}
              for n, name in enumerate(("route", "variant", "k", "load"))}
 
     def position(c: dict[str, Any]) -> tuple[Any, ...]:
         k = c.get("num_speculative_tokens")
         return (order["route"][c["route"]], order["load"][c["load"]], c["temperature"],
-                c["variant"] != BASELINE, order["variant"][c["variant"]],
+                c["arm_kind"] == "openai", c["pairs_with"] is not None,
+                order["variant"][c["variant"]],
                 -1 if k is None else int(k))
     return sorted(cells, key=position)
 
@@ -264,7 +289,9 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
     decision = {**DEFAULT_DECISION, **(settings.get("decision") or {})}
     cells = summarize_rows(rows, bootstrap_seed=int(settings.get("bootstrap_seed")
                                                     or stats.DEFAULT_BOOTSTRAP_SEED))
-    attach_memory(cells, memory_samples or [])
+    samples = memory_samples or []
+    attach_memory(cells, [s for s in samples if "spec_decode" not in s])
+    attach_cell_acceptance(cells, [s for s in samples if "spec_decode" in s])
     measured = [r for r in rows if not r.get("warmup")]
     failed = sum(1 for r in measured if not _ok(r))
     decisions, routing = decide(cells, decision, rollout=settings.get("rollout") or {})
@@ -278,6 +305,7 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
         "machine": run_info.get("machine"),
         "versions": run_info.get("versions"),
         "server": run_info.get("server"),
+        "external": run_info.get("external") or {},
         "started": run_info.get("started"),
         "finished": run_info.get("finished"),
         "complete": bool(run_info.get("complete")),

@@ -129,6 +129,11 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
 @click.option("--timeout", "request_timeout_s", type=click.FloatRange(min=0.1),
               help="Seconds to wait for one request's final response (default 300).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--external", callback=_csv(str, "an external arm name"), metavar="NAMES",
+              help="Only these external (OpenAI-compatible) arms of bench.external; "
+                   "'none' drops them all.")
+@click.option("--external-only", is_flag=True,
+              help="Bench only the external arms (no tritonserver is started or contacted).")
 @fail_on_option
 @max_error_option
 @format_option
@@ -140,11 +145,16 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
                   requests: int | None, warmup: int | None, isolate: bool,
                   tokenizer: Path | None, engines_root: Path, output: Path,
                   run_dir: Path | None, request_timeout_s: float | None, no_plots: bool,
+                  external: list[str] | None, external_only: bool,
                   gates: list[Any], max_error_rate: float, fmt: str) -> None:
     """Benchmark every variant of SPEC against the baseline, per route."""
     from trtspec.bench.runner import run_benchmark
     from trtspec.spec import load_spec
 
+    if external == ["none"]:
+        if external_only:
+            raise click.UsageError("--external none and --external-only leave no arm to bench")
+        external = []
     spec = load_spec(spec_path)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = run_dir or output / f"{spec.name}-{stamp}"
@@ -154,7 +164,7 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
         temperatures=temperatures, num_draft_tokens=num_draft_tokens, requests=requests,
         warmup_requests=warmup, isolate=isolate, tokenizer=tokenizer,
         engines_root=engines_root, request_timeout_s=request_timeout_s, plots=not no_plots,
-        progress=progress)
+        external=external, external_only=external_only, progress=progress)
     _finish(result.summary, gates, max_error_rate, fmt, result.run_dir)
 
 

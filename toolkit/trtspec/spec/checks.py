@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trtspec.spec.external import check_external
 from trtspec.spec.schema import (
     EAGLE_FAMILIES,
     MAX_TRTLLM_EXCLUSIVE,
@@ -25,6 +26,7 @@ from trtspec.spec.schema import (
     DraftModel,
     DraftModelVariant,
     EagleVariant,
+    ExternalArm,
     KvCache,
     LookaheadVariant,
     MedusaVariant,
@@ -51,6 +53,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("routes", "*"): Route,
     ("bench",): Bench,
     ("bench", "decision"): Decision,
+    ("bench", "external", "*"): ExternalArm,
     ("rollout",): Rollout,
 }
 
@@ -93,7 +96,8 @@ def _model_at(path: Path_, data: Any) -> type[BaseModel] | None:
     norm: list[str] = []
     node: Any = data
     for i, part in enumerate(path):
-        if path[0] in ("variants", "routes") and i == 1:
+        if (path[0] in ("variants", "routes") and i == 1) or (
+                path[:2] == ("bench", "external") and i == 2):
             norm.append("*")
         else:
             norm.append(str(part))
@@ -315,6 +319,7 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
             issues.add(
                 ("routes", name, "prompts"), f"file not found: {p}; create it or fix the path"
             )
+    check_external(spec, names, issues)
     fb = spec.rollout.fallback_variant
     if fb != "baseline" and fb not in names:
         close = difflib.get_close_matches(fb, ["baseline", *names], n=1)

@@ -329,6 +329,35 @@ class Decision(_Strict):
     )
 
 
+ExternalName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]
+
+
+class ExternalArm(_Strict):
+    openai: str = Field(
+        description="Base URL of an OpenAI-compatible server (vLLM, trtllm-serve, SGLang), "
+        "e.g. http://127.0.0.1:8000; a trailing /v1 is accepted.",
+    )
+    model: str = Field(
+        min_length=1, description="Served model name sent as `model` (one GET /v1/models lists)."
+    )
+    baseline: str | None = Field(
+        default=None,
+        description="The external arm this one is compared with (its server's target-only "
+        "twin); null = this arm is a baseline.",
+    )
+    metrics: str | None = Field(
+        default=None,
+        description="Prometheus page with the spec-decode counters; null = <openai>/metrics "
+        "(trtllm-serve: <openai>/prometheus/metrics).",
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable holding the server's API key (sent as a bearer "
+        "token); the key itself never goes in the spec.",
+    )
+
+
 class Bench(_Strict):
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
         default_factory=lambda: [1], min_length=1, description="Concurrency levels."
@@ -347,6 +376,11 @@ class Bench(_Strict):
         default=None, gt=0.0, description="Open-loop Poisson rate (req/s); null = closed loop."
     )
     decision: Decision = Field(default_factory=Decision, description="Decision thresholds.")
+    external: dict[ExternalName, ExternalArm] = Field(
+        default_factory=dict,
+        description="Arm name -> an OpenAI-compatible server benchmarked on the same routes "
+        "beside the Triton arms.",
+    )
 
 
 class Rollout(_Strict):

@@ -158,7 +158,7 @@ class ExternalArms:
         except (OSError, ValueError) as exc:
             profile, reason = None, f"{ep.metrics_url}: {getattr(exc, 'reason', None) or exc}"
         if profile is None:
-            self.notes[arm.variant] = f"acceptance unknown: {reason}"
+            self.notes[arm.variant] = str(reason)
             progress(f"bench: external arm {arm.variant}: acceptance unknown ({reason})")
         else:
             self.probes[arm.variant] = MetricsProbe(ep.metrics_url, profile, ep.model)

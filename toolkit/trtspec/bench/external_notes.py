@@ -24,7 +24,7 @@ def external_notes(summary: dict[str, Any]) -> list[str]:
                          f"deltas ({arm.get('metrics')}; server-wide counters: exact only while "
                          "nothing else sends it traffic)")
             else:
-                line += f"; {arm.get('acceptance_note') or 'acceptance unknown'}"
+                line += f"; acceptance unknown: {arm.get('acceptance_note') or 'no metrics'}"
         notes.append(line)
     chat = external.get("chat_routes") or []
     if chat:

@@ -78,8 +78,8 @@ def _bench(*args: str, expect: int = 0) -> tuple[str, str]:
 def test_external_only_run(servers: dict) -> None:
     spec = _spec(servers, concurrency=[1, 2])
     run_dir = servers["root"] / "run"
-    stdout, stderr = _bench(str(spec), "--external-only", "--run-dir", str(run_dir),
-                            "--no-plots", "--timeout", "120")
+    stdout, _ = _bench(str(spec), "--external-only", "--run-dir", str(run_dir),
+                       "--no-plots", "--timeout", "120")
     rows = read_requests(run_dir / "requests.jsonl")
     measured = [r for r in rows if not r["warmup"]]
     # 2 routes × 2 loads × 2 arms × 3 requests

@@ -22,7 +22,7 @@ from trtspec.bench.client import Arm, Job, Outcome, run_jobs
 from trtspec.bench.external import ArmWorker
 from trtspec.bench.openai_client import OpenAIEndpoint
 
-CHUNK = ('data: {"choices":[{"index":0,"text":"hi","finish_reason":null}]}\n\n').encode()
+CHUNK = b'data: {"choices":[{"index":0,"text":"hi","finish_reason":null}]}\n\n'
 
 
 class _Server:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -83,7 +84,7 @@ def error_body(message: str, kind: str, status: int) -> dict[str, Any]:
 
 # -- generation (engine thread) ------------------------------------------------------------
 
-def _steps(state: ServerState, prompt: list[int], max_tokens: int, sampling: Any,
+def _steps(state: ServerState, prompt: list[int], max_tokens: int, sampling: Any, *,
            end_id: int | None, min_tokens: int) -> Iterator[list[int]]:
     """Token deltas of one request; ``ngram`` runs the prompt-lookup draft →
     verify loop (one engine verification step per round) and counts drafts
@@ -210,8 +211,8 @@ async def completions(request: Any) -> Any:
             raise BadRequest(f"max_tokens: must be a positive integer, got {max_tokens!r}")
         sampling = _sampling(body)
         end_id = None if body.get("ignore_eos") else state.tokenizer.end_id
-        steps = _steps(state, prompt, max_tokens, sampling, end_id,
-                       int(body.get("min_tokens") or 0))
+        steps = _steps(state, prompt, max_tokens, sampling, end_id=end_id,
+                       min_tokens=int(body.get("min_tokens") or 0))
         first = await loop.run_in_executor(state.pool, _next, steps)  # validates the request
     except BadRequest as exc:
         return web.json_response(error_body(str(exc), exc.kind, exc.status), status=exc.status)
@@ -225,8 +226,8 @@ async def completions(request: Any) -> Any:
     state.prompt_tokens += len(prompt)
     try:
         if body.get("stream"):
-            return await _stream(request, state, kind, rid, created, steps, first, text, body,
-                                 len(prompt))
+            reply = _Reply(kind, rid, created, len(prompt), text)
+            return await _stream(request, state, reply, steps, first=first, body=body)
         ids: list[int] = []
         delta = first
         while delta is not None:
@@ -253,15 +254,27 @@ def _next(steps: Iterator[list[int]]) -> list[int] | None:
     return next(steps, None)
 
 
-async def _stream(request: Any, state: ServerState, kind: str, rid: str, created: int,
-                  steps: Iterator[list[int]], first: list[int] | None, text: IncrementalText,
-                  body: dict[str, Any], n_prompt: int) -> Any:
+@dataclass
+class _Reply:
+    """One streamed answer's fixed parts."""
+
+    kind: str  # chat | completions
+    rid: str
+    created: int
+    n_prompt: int
+    text: IncrementalText
+
+
+async def _stream(request: Any, state: ServerState, reply: _Reply, steps: Iterator[list[int]],
+                  *, first: list[int] | None, body: dict[str, Any]) -> Any:
     from aiohttp import web
 
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Cache-Control": "no-cache"})
     await resp.prepare(request)
     model, loop = state.model_name, asyncio.get_running_loop()
+    kind, rid, created, text, n_prompt = (reply.kind, reply.rid, reply.created, reply.text,
+                                          reply.n_prompt)
     if kind == "chat":
         await resp.write(_chunk(kind, rid, model, created, role="assistant", text=""))
     produced, delta = 0, first
@@ -374,7 +387,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m trtspec.serve.openai_reference",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", type=Path, required=True, help="Reference engine folder.")
-    parser.add_argument("--tokenizer", type=Path, help="Tokenizer folder (default ENGINE/tokenizer).")
+    parser.add_argument("--tokenizer", type=Path,
+                        help="Tokenizer folder (default ENGINE/tokenizer).")
     parser.add_argument("--mode", choices=MODES, default="none")
     parser.add_argument("--num-draft-tokens", type=int, help="Draft tokens per round (ngram).")
     parser.add_argument("--max-matching-ngram-size", type=int, default=3)
@@ -406,7 +420,5 @@ async def _serve(state: ServerState, host: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         main(sys.argv[1:])
-    except KeyboardInterrupt:
-        pass

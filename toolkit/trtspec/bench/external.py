@@ -190,7 +190,8 @@ class ExternalArms:
         if arm.openai is None or not arm.speculative:
             return None
         if job.concurrency != 1:
-            return lambda: {"acceptance_source": None, "acceptance_note": "per cell"}
+            return lambda: {"acceptance_source": None,
+                            "acceptance_note": "counted per cell (concurrency > 1)"}
         probe = self.probes.get(arm.variant)
         if probe is None:
             note = self.notes.get(arm.variant, "no metrics endpoint")

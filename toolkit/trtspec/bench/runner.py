@@ -8,7 +8,8 @@ drift cancels; runs closed-loop concurrency levels and an optional open-loop
 Poisson rate; excludes warmup; appends a row per completed request; samples
 server memory; and renders the report. ``--isolate`` serves one arm's models
 at a time in its own tritonserver, in ABBA order over two halves of the
-prompts."""
+prompts. External arms (``bench.external``: OpenAI-compatible servers) ride in
+the same job lists, sent by ``trtspec.bench.external.ArmWorker``."""
 
 from __future__ import annotations
 

@@ -160,3 +160,47 @@ def test_cli_errors(servers: dict) -> None:
     assert result.stderr == (
         f"Error: external arm 'ext_base': {servers['base']} does not serve model "
         "'missing-model'\nHint: set bench.external.ext_base.model to one of: target\n")
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_openai_reference_answers_whole_and_rejects_bad_requests(servers: dict) -> None:
+    import urllib.request
+
+    base = servers["ngram"]
+    status, body = _post(base + "/v1/completions", {
+        "model": "target", "prompt": COPY_PROMPTS[0], "max_tokens": 8, "temperature": 0})
+    assert status == 200 and body["object"] == "text_completion"
+    assert body["usage"]["completion_tokens"] == 8 and body["choices"][0]["finish_reason"] == \
+        "length"
+    status, chat = _post(base + "/v1/chat/completions", {
+        "model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "temperature": 0})
+    assert status == 200 and chat["choices"][0]["message"]["role"] == "assistant"
+    assert _post(base + "/v1/completions", {"model": "other", "prompt": "x"}) == (404, {
+        "error": {"message": "The model `other` does not exist.", "type": "NotFoundError",
+                  "param": None, "code": 404}})
+    status, err = _post(base + "/v1/completions", {"model": "target", "prompt": "x",
+                                                    "max_tokens": 0})
+    assert status == 400 and err["error"]["message"] == (
+        "max_tokens: must be a positive integer, got 0")
+    status, err = _post(base + "/v1/completions", {"model": "target", "prompt": "x " * 400,
+                                                    "max_tokens": 8})
+    assert status == 400 and "exceeds maximum input length" in err["error"]["message"]
+    with urllib.request.urlopen(base + "/health", timeout=10) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen(servers["base"] + "/metrics", timeout=10) as resp:
+        page = resp.read().decode()
+    # a target-only server has no spec-decode counters, like vLLM without a speculative config
+    assert "vllm:generation_tokens_total" in page and "spec_decode" not in page

@@ -205,10 +205,18 @@ async def completions(request: Any) -> Any:
                              "NotFoundError")
         loop = asyncio.get_running_loop()
         prompt = await loop.run_in_executor(state.pool, _prompt_ids, state, body, chat)
-        limit = state.engine.config.max_seq_len - len(prompt)
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or limit
+        config = state.engine.config
+        limit = (config.max_input_len if state.mode == "ngram" else config.max_seq_len)
+        max_tokens = next((body[k] for k in ("max_completion_tokens", "max_tokens")
+                           if body.get(k) is not None), max(1, limit - len(prompt)))
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise BadRequest(f"max_tokens: must be a positive integer, got {max_tokens!r}")
+        max_input = config.max_input_len
+        if state.mode == "ngram" and len(prompt) + max_tokens > max_input:
+            # the draft loop resends prompt + output every round
+            raise BadRequest(f"Prompt length + max_tokens ({len(prompt)} + {max_tokens}) exceeds "
+                             f"maximum input length ({max_input}) of the prompt-lookup loop, "
+                             "which resends prompt + output every round.")
         sampling = _sampling(body)
         end_id = None if body.get("ignore_eos") else state.tokenizer.end_id
         steps = _steps(state, prompt, max_tokens, sampling, end_id=end_id,
@@ -230,9 +238,13 @@ async def completions(request: Any) -> Any:
             return await _stream(request, state, reply, steps, first=first, body=body)
         ids: list[int] = []
         delta = first
-        while delta is not None:
-            ids.extend(delta)
-            delta = await loop.run_in_executor(state.pool, _next, steps)
+        try:
+            while delta is not None:
+                ids.extend(delta)
+                delta = await loop.run_in_executor(state.pool, _next, steps)
+        except Exception as exc:  # failed mid-generation: the server's fault, as in vLLM
+            return web.json_response(error_body(str(exc), "InternalServerError", 500),
+                                     status=500)
         state.generation_tokens += len(ids)
         text.ids.extend(ids)
         content = text.flush()

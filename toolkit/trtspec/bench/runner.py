@@ -609,6 +609,8 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                                 for r in plan.routes},
                      "arms": [a.label for a in plan.arms]},
     }
+    run_info["fingerprint"] = _fingerprint(spec, plan, engines_root,
+                                           None if endpoint else repo)
     atomic_write_json(run_dir / RUN_FILE, run_info)
     run.memory = RequestLog(run_dir / METRICS_FILE)
     interrupted = False
@@ -638,6 +640,8 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
             run.memory.close()
             run_info["client"] = client_stats(probe)
             run_info["versions"]["tritonserver"] = run.triton_version
+            if run_info["fingerprint"]:
+                run_info["fingerprint"]["versions"]["tritonserver"] = run.triton_version
             run_info["incidents"] = [{k: v for k, v in i.items() if k != "time_ns"}
                                      for i in run.incidents]
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -666,6 +670,24 @@ def _write_failed(exc: OSError, count: int, path: Path) -> BenchError:
     head = known.message if known else f"{exc.filename}: {exc.strerror}"
     return BenchError(f"{head}; the run stopped, and the {count} requests recorded before "
                       f"stay in {path}", hint=known.hint if known else None)
+
+
+def _fingerprint(spec: Any, plan: BenchPlan, engines_root: Path,
+                 repo: Path | None) -> dict[str, Any] | None:
+    """What this run measures (trtspec.fingerprint); ``None`` for a ready
+    ``BenchPlan``, which carries no spec to identify."""
+    from trtspec import fingerprint
+    from trtspec.spec import Spec
+
+    if not isinstance(spec, Spec):
+        return None
+    s = plan.settings
+    sampling = {"temperatures": list(s.temperatures), "top_p": s.top_p, "top_k": s.top_k,
+                "seed": s.seed}
+    return fingerprint.measure(spec, engines_root,
+                               routes={r.name: (r.path, r.max_tokens) for r in plan.routes},
+                               sampling=sampling, tokenizer_dir=plan.tokenizer_dir,
+                               repository=repo)
 
 
 def _run_isolated(run: _Run, plan: BenchPlan, repo: Path, recorder: _Recorder) -> None:

@@ -295,6 +295,9 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
     measured = [r for r in rows if not r.get("warmup")]
     failed = sum(1 for r in measured if not _ok(r))
     decisions, routing = decide(cells, decision, rollout=settings.get("rollout") or {})
+    if run_info.get("fingerprint"):
+        # what the decisions were measured on; `trtspec repo --routing` checks it
+        routing["fingerprint"] = run_info["fingerprint"]
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "tool": "trtspec",
@@ -317,6 +320,7 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
         # Server restarts the run needed (a stub that stopped answering); the
         # requests they hit were sent again, so they are not in the error counts.
         "incidents": run_info.get("incidents") or [],
+        "fingerprint": run_info.get("fingerprint"),
         "cells": cells,
         "decisions": decisions,
         "routing": routing,

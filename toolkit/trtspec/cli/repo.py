@@ -5,6 +5,7 @@ built engines (``trtspec repo SPEC``), or validate any repository
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -30,6 +31,25 @@ def _check(path: Path, fmt: str) -> None:
         click.echo(f"OK: {path} ({len(models)} models)")
 
 
+def _refuse_stale(table: Any, spec: Any, plan: Any, *, routing_file: Path, spec_path: Path,
+                  accept_stale: bool) -> None:
+    """Nothing is written when the routing is stale: the repository (and its
+    router) keep the table they have until a fresh one is installed."""
+    from trtspec.fingerprint import stale_message, stale_routing
+
+    if table.fingerprint is None:
+        progress(f"Warning: {routing_file} carries no fingerprint (not written by "
+                 "`trtspec bench`?), so it cannot be checked for staleness")
+        return
+    found = stale_routing(table, spec, plan)
+    if not found:
+        return
+    message, hint = stale_message(routing_file, spec_path, found)
+    if not accept_stale:
+        raise RepoError(message, hint)
+    progress("Warning: --accept-stale: installing " + message.split(": ", 1)[1])
+
+
 @click.command("repo")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--check", "check_only", is_flag=True,
@@ -42,9 +62,11 @@ def _check(path: Path, fmt: str) -> None:
               help="Where to write the repository (OUTPUT/<spec>/).")
 @click.option("--routing", "routing_file", type=click.Path(path_type=Path), default=None,
               help="routing.yaml from `trtspec bench`; default: the spec's rollout.")
+@click.option("--accept-stale", is_flag=True,
+              help="Install a routing file even when what it measured has changed since.")
 @format_option
 def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
-         routing_file: Path | None, fmt: str) -> None:
+         routing_file: Path | None, accept_stale: bool, fmt: str) -> None:
     """Build the Triton model repository for the spec at PATH (engines/ →
     triton_repo/), or with --check validate the repository folder at PATH."""
     if check_only:
@@ -66,6 +88,8 @@ def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
     if routing_file is not None:
         table = load_routing(routing_file,
                              default_canary_percent=float(spec.rollout.canary_percent))
+        _refuse_stale(table, spec, plan, routing_file=routing_file, spec_path=path,
+                      accept_stale=accept_stale)
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
     result = assemble(spec, plan, engines_root, output, routing=table)
     problems = check_repository(result)

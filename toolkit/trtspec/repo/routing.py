@@ -33,6 +33,8 @@ class RouteRule:
 class RoutingTable:
     default_variant: str = "baseline"
     routes: dict[str, RouteRule] = field(default_factory=dict)
+    # what `trtspec bench` measured (trtspec.fingerprint); not sent to the router
+    fingerprint: dict[str, Any] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         routes: dict[str, Any] = {}
@@ -84,12 +86,16 @@ def parse_routing(
             source, "schema_version", f"unsupported version {version!r}",
             f"Write schema_version: {SCHEMA_VERSION}.",
         )
-    unknown = sorted(set(data) - {"schema_version", "default_variant", "routes"})
+    unknown = sorted(set(data) - {"schema_version", "default_variant", "routes", "fingerprint"})
     if unknown:
         raise _bad(
             source, unknown[0], "unknown key",
-            "Allowed keys: schema_version, default_variant, routes.",
+            "Allowed keys: schema_version, default_variant, routes, fingerprint.",
         )
+    fingerprint = data.get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, dict):
+        raise _bad(source, "fingerprint", "expected a mapping",
+                   "Leave it as `trtspec bench` wrote it, or delete it.")
     default = data.get("default_variant", "baseline")
     if not isinstance(default, str) or not default:
         raise _bad(source, "default_variant", "must be a variant name", "e.g. baseline")
@@ -128,7 +134,7 @@ def parse_routing(
             raise _bad(source, f"{where}.fallback_variant", "must be a variant name",
                        "e.g. fallback_variant: baseline")
         routes[str(name)] = RouteRule(variant, ndt, float(pct), decision, fallback)
-    return RoutingTable(default, routes)
+    return RoutingTable(default, routes, fingerprint)
 
 
 def load_routing(path: Path, *, default_canary_percent: float = 100.0) -> RoutingTable:

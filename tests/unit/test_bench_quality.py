@@ -120,4 +120,4 @@ def test_unknown_check_name_is_exact() -> None:
         quality.validate_check_names(["json_shema"], "routes.json_output.checks")
     assert exc.value.message == "routes.json_output.checks: unknown quality check 'json_shema'"
     assert exc.value.hint == ("did you mean 'json_schema'? known checks: golden, json_schema, "
-                              "python_compile, ruff")
+                              "pytest, python_compile, ruff")

@@ -38,7 +38,7 @@ def test_load_valid_set(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("line", "message", "hint"), [
     ({"promt": "x"}, "{p}:1: unknown field 'promt'",
      "did you mean 'prompt'? allowed fields: id, messages, prompt, max_tokens, golden, "
-     "golden_threshold, schema"),
+     "golden_threshold, schema, tests"),
     ({"prompt": "x", "messages": []}, "{p}:1: needs exactly one of 'messages' or 'prompt'",
      "see build_specs/routes/README.md for the prompt-set format"),
     ({"prompt": "x", "max_tokens": 0}, "{p}:1: max_tokens: must be a positive integer, got 0",

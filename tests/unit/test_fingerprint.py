@@ -8,15 +8,15 @@ leave the installed routing table alone, and install with --accept-stale."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
-
 from tests.fixtures.tiny_model import make_tiny_draft
+
 from trtspec import fingerprint
 from trtspec.bench.decide import routing_yaml
 from trtspec.bench.runner import _fingerprint, plan_from_spec

@@ -4,7 +4,9 @@ with a one-line detail. Built in: ``python_compile`` (``python -m py_compile``
 on the extracted code), ``ruff`` (``ruff check`` on it; *skipped*, never
 passed, when ruff is not installed), ``json_schema`` (parse + validate against
 the prompt's ``schema``), ``golden`` (difflib similarity to the prompt's
-``golden`` answer). Token-exact equality with the baseline is not a check
+``golden`` answer), ``pytest`` (the prompt's ``tests`` run against the
+extracted code in a contained child process: ``trtspec.bench.sandbox``;
+*skipped* for prompts without tests). Token-exact equality with the baseline is not a check
 here: it needs the paired baseline row and lives in the summary."""
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ _CHECK_TIMEOUT_S = 20
 class CheckResult:
     status: str
     detail: str = ""
+    extra: dict[str, Any] | None = None  # check-specific fields kept in the request row
 
-    def as_dict(self) -> dict[str, str]:
-        return {"status": self.status, "detail": self.detail}
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "detail": self.detail, **(self.extra or {})}
 
 
 CheckFn = Callable[[str, dict[str, Any]], CheckResult]
@@ -173,11 +176,28 @@ def check_golden(text: str, item: dict[str, Any]) -> CheckResult:
     return CheckResult(status, f"similarity {ratio:.2f} (threshold {threshold:.2f})")
 
 
+def check_pytest(text: str, item: dict[str, Any]) -> CheckResult:
+    """The prompt's ``tests`` against the extracted code; a timeout fails."""
+    from trtspec.bench.sandbox import run_pytest
+
+    tests = item.get("tests")
+    if not tests:
+        return CheckResult(SKIPPED, "skipped: prompt has no tests")
+    out = run_pytest(extract_code(text, item), str(tests), timeout_s=_CHECK_TIMEOUT_S)
+    extra = {"outcome": out.status, "failed_tests": out.failed_tests,
+             "containment": out.containment}
+    if out.status == "pass":
+        return CheckResult(PASS, out.summary, extra)
+    names = f": {', '.join(out.failed_tests)}" if out.failed_tests else ""
+    return CheckResult(FAIL, (f"{out.status}{names} ({out.summary})")[:200], extra)
+
+
 CHECKS: dict[str, CheckFn] = {
     "python_compile": check_python_compile,
     "ruff": check_ruff,
     "json_schema": check_json_schema,
     "golden": check_golden,
+    "pytest": check_pytest,
 }
 
 
@@ -204,6 +224,8 @@ def default_checks(items: list[dict[str, Any]]) -> list[str]:
         names.append("json_schema")
     if any(it.get("golden") is not None for it in items):
         names.append("golden")
+    if any(it.get("tests") for it in items):
+        names.append("pytest")
     return names
 
 
@@ -217,7 +239,7 @@ class QualityRunner:
         self._lock = threading.Lock()
 
     def run(self, names: list[str], text: str, item: dict[str, Any],
-            prompt_index: int) -> dict[str, dict[str, str]]:
+            prompt_index: int) -> dict[str, dict[str, Any]]:
         out = {}
         for name in names:
             key = (name, prompt_index, text)

@@ -1,6 +1,7 @@
 """Route prompt sets: loading and validating ``build_specs/routes/*.jsonl``
 (one JSON object per line: chat ``messages`` or a plain ``prompt``, optional
-``id``, ``max_tokens``, ``golden``, ``golden_threshold``, ``schema``), and
+``id``, ``max_tokens``, ``golden``, ``golden_threshold``, ``schema``, ``tests``
+— pytest source, or a ``.py`` file relative to the prompt set), and
 rendering each item to the ``text_input`` string the orchestrator receives
 (chat items through the target tokenizer's chat template, client-side, so
 every variant sees byte-identical text). Errors name the file, the line, the
@@ -16,7 +17,8 @@ from typing import Any
 
 from trtspec.errors import BenchError
 
-ITEM_KEYS = ("id", "messages", "prompt", "max_tokens", "golden", "golden_threshold", "schema")
+ITEM_KEYS = ("id", "messages", "prompt", "max_tokens", "golden", "golden_threshold", "schema",
+             "tests")
 ROLES = ("system", "user", "assistant")
 _FORMAT_HINT = "see build_specs/routes/README.md for the prompt-set format"
 
@@ -77,6 +79,8 @@ def _validate_item(path: Path, line: int, item: Any) -> dict[str, Any]:
     gt = item.get("golden_threshold")
     if gt is not None and (not isinstance(gt, int | float) or not 0 <= gt <= 1):
         raise _fail(path, line, f"golden_threshold: must be a number in [0, 1], got {gt!r}")
+    if "tests" in item:
+        item["tests"] = _tests_source(path, line, item["tests"])
     if "schema" in item:
         import jsonschema
 
@@ -87,6 +91,22 @@ def _validate_item(path: Path, line: int, item: Any) -> dict[str, Any]:
         except jsonschema.SchemaError as exc:
             raise _fail(path, line, f"schema: not a valid JSON Schema ({exc.message})") from None
     return item
+
+
+def _tests_source(path: Path, line: int, tests: Any) -> str:
+    """A prompt's pytest tests: inline source, or a ``.py`` file named
+    relative to the prompt set (read now, so the run records what it ran)."""
+    if not isinstance(tests, str) or not tests.strip():
+        raise _fail(path, line, "tests: must be pytest source or a path to a .py file")
+    if "\n" in tests or not tests.strip().endswith(".py"):
+        return tests
+    file = (path.parent / tests.strip()).resolve()
+    try:
+        return file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _fail(path, line, f"tests: cannot read {file}: {exc.strerror}",
+                    hint="name a test file relative to the prompt set, or inline the tests"
+                    ) from None
 
 
 def load_prompt_set(path: Path) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any
@@ -75,8 +75,10 @@ class Breach:
                 f"at route={self.route} variant={self.variant} ({self.cell})")
 
 
-def parse_gates(text: str | None) -> list[Gate]:
-    """Parse a ``--fail-on`` value; raise ``BenchError`` naming the bad part."""
+def parse_gates(text: str | None, metrics: Mapping[str, Callable[[dict[str, Any]], float | None]]
+                = METRICS) -> list[Gate]:
+    """Parse a ``--fail-on`` value; raise ``BenchError`` naming the bad part.
+    ``metrics`` is the set of names allowed (``trtspec compare`` has its own)."""
     if text is None or not text.strip():
         return []
     gates = []
@@ -87,10 +89,10 @@ def parse_gates(text: str | None) -> list[Gate]:
         if not m:
             raise BenchError(f"--fail-on: cannot parse {part.strip()!r}", hint=_HINT)
         metric = m["metric"]
-        if metric not in METRICS:
-            close = get_close_matches(metric, list(METRICS), n=1)
+        if metric not in metrics:
+            close = get_close_matches(metric, list(metrics), n=1)
             hint = (f"did you mean {close[0]!r}? " if close else "") + (
-                "known metrics: " + ", ".join(sorted(METRICS)))
+                "known metrics: " + ", ".join(sorted(metrics)))
             raise BenchError(f"--fail-on: unknown metric {metric!r} in {part.strip()!r}",
                              hint=hint)
         try:
@@ -110,7 +112,9 @@ def cell_label(cell: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def check_gates(gates: list[Gate], cells: list[dict[str, Any]]) -> list[Breach]:
+def check_gates(gates: list[Gate], cells: list[dict[str, Any]],
+                metrics: Mapping[str, Callable[[dict[str, Any]], float | None]] = METRICS
+                ) -> list[Breach]:
     """Every breach of every gate. A gate naming a route (or variant) that is
     not in the run is an error rather than a silent pass."""
     breaches: list[Breach] = []
@@ -127,7 +131,7 @@ def check_gates(gates: list[Gate], cells: list[dict[str, Any]]) -> list[Breach]:
                 f"--fail-on: {gate} names variant {gate.variant!r}, which this run did not bench",
                 hint="variants in this run: " + ", ".join(sorted(variants)),
             )
-        read = METRICS[gate.metric]
+        read = metrics[gate.metric]
         for cell in cells:
             if gate.route is not None and cell["route"] != gate.route:
                 continue

@@ -28,6 +28,7 @@ BASELINE = "baseline"
 # which random draws a sampled run makes, so it is recorded but not compared
 SAMPLING_KEYS = ("temperatures", "top_p", "top_k", "max_tokens")
 _HASH_CHARS = 16
+LARGE_FILE_BYTES = 64 * 2**20
 
 
 def _sha(data: bytes) -> str:
@@ -48,7 +49,8 @@ def file_hash(path: Path) -> str | None:
 
 def tree_hash(folder: Path, *, skip: Iterable[str] = ()) -> str | None:
     """Content hash of every file under ``folder`` (relative names included),
-    leaving out the relative paths in ``skip``; ``None`` when it is no folder."""
+    leaving out the relative paths in ``skip``; ``None`` when it is no folder.
+    Files over ``LARGE_FILE_BYTES`` count by size and first MiB."""
     folder = Path(folder)
     if not folder.is_dir():
         return None
@@ -60,7 +62,13 @@ def tree_hash(folder: Path, *, skip: Iterable[str] = ()) -> str | None:
             continue
         h.update(rel.encode() + b"\0")
         try:
-            h.update(hashlib.sha256(path.read_bytes()).digest())
+            size = path.stat().st_size
+            if size > LARGE_FILE_BYTES:
+                # engine files inside a repository can be tens of GB: size and head only
+                with open(path, "rb") as fh:
+                    h.update(f"{size}:".encode() + hashlib.sha256(fh.read(2**20)).digest())
+            else:
+                h.update(hashlib.sha256(path.read_bytes()).digest())
         except OSError:
             h.update(b"<unreadable>")
     return h.hexdigest()[:_HASH_CHARS]

@@ -43,7 +43,7 @@ from trtspec.bench.records import (
 from trtspec.bench.report import METRICS_FILE, console_lines, render_run
 from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, render_prompt
 from trtspec.bench.summary import BASELINE, DEFAULT_DECISION, environment_info, git_commit
-from trtspec.errors import BenchError, os_error
+from trtspec.errors import BenchError, TrtspecError, os_error
 
 SPECULATIVE_K_MODES = ("draft_model", "ngram")
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
@@ -610,7 +610,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                      "arms": [a.label for a in plan.arms]},
     }
     run_info["fingerprint"] = _fingerprint(spec, plan, engines_root,
-                                           None if endpoint else repo)
+                                           None if endpoint else repo, say)
     atomic_write_json(run_dir / RUN_FILE, run_info)
     run.memory = RequestLog(run_dir / METRICS_FILE)
     interrupted = False
@@ -672,15 +672,27 @@ def _write_failed(exc: OSError, count: int, path: Path) -> BenchError:
                       f"stay in {path}", hint=known.hint if known else None)
 
 
-def _fingerprint(spec: Any, plan: BenchPlan, engines_root: Path,
-                 repo: Path | None) -> dict[str, Any] | None:
+def _fingerprint(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | None,
+                 say: Callable[[str], None] = lambda _m: None) -> dict[str, Any] | None:
     """What this run measures (trtspec.fingerprint); ``None`` for a ready
     ``BenchPlan``, which carries no spec to identify."""
-    from trtspec import fingerprint
     from trtspec.spec import Spec
 
     if not isinstance(spec, Spec):
         return None
+    try:
+        return _measure(spec, plan, engines_root, repo)
+    except TrtspecError as exc:
+        # the run itself does not depend on it; its routing.yaml then carries
+        # none and `trtspec repo --routing` says it cannot check staleness
+        say(f"bench: warning: no fingerprint recorded: {exc}")
+        return None
+
+
+def _measure(spec: Any, plan: BenchPlan, engines_root: Path,
+             repo: Path | None) -> dict[str, Any]:
+    from trtspec import fingerprint
+
     s = plan.settings
     sampling = {"temperatures": list(s.temperatures), "top_p": s.top_p, "top_k": s.top_k,
                 "seed": s.seed}

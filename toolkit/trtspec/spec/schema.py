@@ -295,7 +295,7 @@ class Route(_Strict):
     )
     checks: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]] = Field(
         default_factory=list,
-        description="Quality checks (python_compile, ruff, json_schema, golden, ...).",
+        description="Quality checks (python_compile, ruff, pytest, json_schema, golden, ...).",
     )
     requests: int | None = Field(
         default=None, ge=1, description="Requests for this route; null = bench.requests_per_route."

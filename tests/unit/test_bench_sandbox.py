@@ -99,6 +99,26 @@ def test_writes_outside_the_check_folder_are_refused(tmp_path: Path) -> None:
     assert os.access(tmp_path, os.W_OK)
 
 
+@pytest.mark.skipif(not NAMESPACES, reason="namespaces need root")
+def test_code_cannot_undo_its_containment_or_see_other_processes() -> None:
+    tests = ("import ctypes, os, signal\nimport pytest\n\n"
+             "def test_no_capabilities():\n"
+             "    status = open('/proc/self/status').read()\n"
+             "    assert 'CapEff:\\t0000000000000000' in status\n"
+             "    assert 'CapBnd:\\t0000000000000000' in status\n\n"
+             "def test_cannot_remount_writable():\n"
+             "    libc = ctypes.CDLL(None, use_errno=True)\n"
+             "    assert libc.mount(None, b'/', None, 32 | 4096, None) != 0\n"
+             "    assert ctypes.get_errno() == 1  # EPERM\n\n"
+             "def test_alone_in_its_pid_namespace():\n"
+             "    pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+             "    assert pids[0] == 1 and len(pids) < 5\n"
+             "    with pytest.raises(ProcessLookupError):\n"
+             f"        os.kill({os.getpid()}, 0)\n")
+    out = sandbox.run_pytest("", tests)
+    assert out.status == "pass", out.summary
+
+
 @pytest.mark.skipif(not NAMESPACES, reason="network namespaces need root")
 def test_no_network_inside_the_sandbox() -> None:
     tests = ("import socket\nimport pytest\n\n"

@@ -10,14 +10,19 @@ itself, then execs ``python -m pytest -q`` in the folder:
   address space, file size, open files and core dumps; the parent kills the
   whole process group at the wall-clock timeout.
 * where the process may create namespaces (root here; Linux): a private
-  network namespace (no interface up, so no network at all) and a private
+  network namespace (no interface up, so no network at all), a private
   mount namespace in which every mount is remounted read-only except a bind
-  mount of the check folder — so the code can write only there.
+  mount of the check folder — so the code can write only there — and a
+  private PID namespace (it cannot signal any process outside; when its
+  first process ends, the kernel kills the rest). Then every capability is
+  dropped (bounding set emptied, no_new_privs), so the code, although uid 0,
+  cannot remount, mount, or undo any of it.
 
 Without namespaces (not root, or a kernel/container that forbids them) the
 limits still hold but the filesystem is only as protected as the user's own
-permissions: code could write anywhere that user can. The result says which
-containment applied."""
+permissions: code could write anywhere that user can. What namespaces do not
+hide: files readable by the user stay readable (read-only is not invisible),
+and the kernel itself is shared. The result says which containment applied."""
 
 from __future__ import annotations
 
@@ -47,8 +52,10 @@ _SUMMARY = re.compile(r"^=*\s*(.*\b(?:passed|failed|error|errors|no tests ran)\b
                       re.M)
 
 # linux/sched.h and linux/mount.h
-_CLONE_NEWNS, _CLONE_NEWNET = 0x00020000, 0x40000000
+_CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _CAP_LAST = 24, 38, 63
+_CAPABILITY_VERSION_3 = 0x20080522
 
 
 @dataclass
@@ -141,7 +148,7 @@ def _isolate(folder: Path) -> str | None:
             raise OSError(ctypes.get_errno(), what)
 
     try:
-        call(libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET), "unshare")
+        call(libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID), "unshare")
         call(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
         target = str(folder).encode()
         call(libc.mount(target, target, None, _MS_BIND, None), "bind the check folder")
@@ -155,15 +162,48 @@ def _isolate(folder: Path) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> None:  # pragma: no cover - runs in the contained child
-    folder, cpu_s = Path(argv[0]).resolve(), int(argv[1])
-    why = _isolate(folder)
-    print(f"{_MARK}{NAMESPACES}" if why is None else f"{_MARK}{LIMITS_ONLY}: {why}", flush=True)
+def _drop_privileges() -> None:
+    """Inside the namespaces: a /proc of the new PID namespace, then no
+    capabilities at all, now or after exec."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount(b"proc", b"/proc", b"proc", 0, None)  # best effort: hides outside processes
+    for cap in range(_CAP_LAST + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable × 2 words: all zero
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _exec_pytest(folder: Path, cpu_s: int) -> None:
     _limit(cpu_s)
     os.chdir(folder)
     os.execve(sys.executable, [sys.executable, "-m", "pytest", "-q", "-rfE", "-p",
                                "no:cacheprovider", "-c", str(folder / "pytest.ini"),
                                TEST_FILE], child_env(folder))
+
+
+def main(argv: list[str]) -> None:  # pragma: no cover - runs in the contained child
+    folder, cpu_s = Path(argv[0]).resolve(), int(argv[1])
+    why = _isolate(folder)
+    print(f"{_MARK}{NAMESPACES}" if why is None else f"{_MARK}{LIMITS_ONLY}: {why}", flush=True)
+    if why is not None:
+        _exec_pytest(folder, cpu_s)
+    # the new PID namespace holds our children, not us: fork its first process
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _drop_privileges()
+            _exec_pytest(folder, cpu_s)
+        finally:
+            os._exit(127)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # report the signal (e.g. SIGXCPU) as our own
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -190,8 +190,7 @@ def test_changed_sampling_is_refused(measured: dict[str, Path]) -> None:
                        "route chat: sampling changed (top_p 1 → 0.9)"], " --routes chat,code")
 
 
-def test_fewer_temperatures_still_match_but_a_new_one_does_not(
-        measured: dict[str, Path]) -> None:
+def test_fewer_temperatures_still_match_but_a_new_one_does_not() -> None:
     rec = {"temperatures": [0.0, 0.7], "top_p": 1.0, "top_k": 0, "max_tokens": 8}
     assert fingerprint._sampling_change(rec, {**rec, "temperatures": [0.0]}) == []
     assert fingerprint._sampling_change(rec, {**rec, "temperatures": [0.0, 1.0]}) == [
@@ -222,3 +221,54 @@ def test_diff_lists_every_changed_leaf() -> None:
     b = {"routes": {"code": {"prompts": "2"}}, "versions": {"tritonserver": "2.52.0"}}
     assert fingerprint.diff(a, b) == ["routes.code.prompts: 1 → 2",
                                       "versions.tritonserver: 2.51.0 → 2.52.0"]
+
+
+def _fp(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "target": {"tokenizer": "t1", "chat_template": "c1"},
+        "engines": {"target": {"role": "target", "id": "e1", "built_at": "2026-11-30T10:00:00Z"},
+                    "target_dte": {"role": "target", "id": "e2"},
+                    "draft_x": {"role": "draft", "id": "e3"}},
+        "variants": {"baseline": {"engines": ["target"], "settings": "s0"},
+                     "draft": {"engines": ["target_dte", "draft_x"], "settings": "s1"}},
+        "routes": {"code": {"prompts": "p1", "sampling": {"top_p": 1.0}},
+                   "chat": {"prompts": "p2", "sampling": {"top_p": 1.0}}},
+    }
+    for key, value in over.items():
+        base[key] = value
+    return base
+
+
+def test_changes_scope_the_remeasure_command() -> None:
+    old = _fp()
+    engines = {**old["engines"], "target": {"role": "target", "id": "e9",
+                                            "built_at": "2026-12-02T08:00:00Z", "steps": "z"}}
+    found = fingerprint.changes(old, _fp(engines=engines))
+    assert [c.text for c in found] == [
+        "variant baseline: target engine target rebuilt 2026-12-02 (weights changed)"]
+    # the baseline moved: every variant and route is stale
+    assert fingerprint.remeasure_command("s.yaml", found) == "trtspec bench s.yaml"
+    variants = {**old["variants"], "draft": {"engines": ["target_dte", "draft_x"],
+                                             "settings": "s2"}}
+    routes = {**old["routes"], "code": {"prompts": "p9", "sampling": {"top_p": 1.0}}}
+    found = fingerprint.changes(old, _fp(variants=variants, routes=routes))
+    assert [c.text for c in found] == ["variant draft: variant settings in the spec changed",
+                                       "route code: prompts changed"]
+    # a variant change and a route change: one bench covering both
+    assert fingerprint.remeasure_command("s.yaml", found) == "trtspec bench s.yaml"
+    assert fingerprint.remeasure_command("s.yaml", found[:1]) == (
+        "trtspec bench s.yaml --variants draft")
+    assert fingerprint.remeasure_command("s.yaml", found[1:]) == (
+        "trtspec bench s.yaml --routes code")
+
+
+def test_changes_for_removed_parts_and_unrecorded_tokenizer() -> None:
+    old = _fp(target={"tokenizer": None, "chat_template": None})
+    now = _fp(variants={"baseline": old["variants"]["baseline"]},
+              routes={"code": old["routes"]["code"]},
+              engines={**old["engines"], "draft_x": {"missing": True, "id": None}})
+    assert [c.text for c in fingerprint.changes(old, now)] == [
+        "variant draft: no longer in the spec", "route chat: no longer in the spec"]
+    now = _fp(engines={**old["engines"], "draft_x": {"missing": True, "id": None}})
+    assert [c.text for c in fingerprint.changes(old, now, routes=["code"])] == [
+        "variant draft: draft engine draft_x not built"]

@@ -268,10 +268,11 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], *,
     ``routes`` (default: every recorded route) and the recorded variants."""
     out: list[Change] = []
     old_t, new_t = recorded.get("target") or {}, now.get("target") or {}
-    if old_t.get("tokenizer") != new_t.get("tokenizer"):
-        out.append(Change("target tokenizer changed"))
-    if old_t.get("chat_template") != new_t.get("chat_template"):
-        out.append(Change("target chat template changed"))
+    if old_t.get("tokenizer") is not None:  # else the run had no tokenizer folder to hash
+        if old_t["tokenizer"] != new_t.get("tokenizer"):
+            out.append(Change("target tokenizer changed"))
+        if old_t.get("chat_template") != new_t.get("chat_template"):
+            out.append(Change("target chat template changed"))
     old_e, new_e = recorded.get("engines") or {}, now.get("engines") or {}
     new_v = now.get("variants") or {}
     for variant, info in (recorded.get("variants") or {}).items():

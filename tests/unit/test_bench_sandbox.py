@@ -56,15 +56,22 @@ def test_an_endless_loop_times_out_and_leaves_no_process() -> None:
         assert b"trtspec-pytest-" not in cmd
 
 
+def test_a_busy_loop_is_stopped_by_the_cpu_limit_not_the_clock() -> None:
+    code = "def add(a, b):\n    while True:\n        pass\n"
+    out = sandbox.run_pytest(code, TESTS, timeout_s=600, cpu_s=2)
+    assert out.status == "timeout"
+    assert out.summary == "CPU time limit hit"
+
+
 def test_the_child_runs_under_resource_limits() -> None:
     code = ("import resource\n"
             "LIMITS = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_CPU, "
             "resource.RLIMIT_AS, resource.RLIMIT_FSIZE)]\n")
     tests = ("from solution import LIMITS\n\n"
              "def test_limits():\n"
-             f"    assert LIMITS == [16, {sandbox.MEMORY_LIMIT_BYTES}, "
+             f"    assert LIMITS == [7, {sandbox.MEMORY_LIMIT_BYTES}, "
              f"{sandbox.FILE_SIZE_LIMIT_BYTES}]\n")
-    out = sandbox.run_pytest(code, tests, timeout_s=15)
+    out = sandbox.run_pytest(code, tests, cpu_s=7)
     assert out.status == "pass", out.summary
 
 

@@ -177,13 +177,14 @@ def check_golden(text: str, item: dict[str, Any]) -> CheckResult:
 
 
 def check_pytest(text: str, item: dict[str, Any]) -> CheckResult:
-    """The prompt's ``tests`` against the extracted code; a timeout fails."""
+    """The prompt's ``tests`` against the extracted code; a timeout (wall clock
+    or CPU time, trtspec.bench.sandbox's defaults) fails."""
     from trtspec.bench.sandbox import run_pytest
 
     tests = item.get("tests")
     if not tests:
         return CheckResult(SKIPPED, "skipped: prompt has no tests")
-    out = run_pytest(extract_code(text, item), str(tests), timeout_s=_CHECK_TIMEOUT_S)
+    out = run_pytest(extract_code(text, item), str(tests))
     extra = {"outcome": out.status, "failed_tests": out.failed_tests,
              "containment": out.containment}
     if out.status == "pass":

@@ -39,7 +39,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_TIMEOUT_S = 20.0
+# The wall clock is generous (a loaded machine starts pytest slowly); the CPU
+# limit is what stops a busy loop, whatever the load.
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_CPU_S = 10
 MEMORY_LIMIT_BYTES = 2 * 2**30
 FILE_SIZE_LIMIT_BYTES = 16 * 2**20
 OPEN_FILES_LIMIT = 256
@@ -73,8 +76,10 @@ def child_env(folder: Path) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
 
 
-def run_pytest(code: str, tests: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> PytestOutcome:
-    """Run ``tests`` against ``code`` in a contained child; see the module doc."""
+def run_pytest(code: str, tests: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+               cpu_s: int = DEFAULT_CPU_S) -> PytestOutcome:
+    """Run ``tests`` against ``code`` in a contained child; see the module doc.
+    ``timeout_s`` bounds wall-clock time, ``cpu_s`` the CPU seconds it may use."""
     folder = Path(tempfile.mkdtemp(prefix="trtspec-pytest-"))
     try:
         (folder / "tmp").mkdir()
@@ -82,8 +87,7 @@ def run_pytest(code: str, tests: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -
         (folder / TEST_FILE).write_text(tests, encoding="utf-8")
         # an empty ini pins pytest's rootdir and keeps any outer config out
         (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-        argv = [sys.executable, "-m", "trtspec.bench.sandbox", str(folder),
-                str(max(1, int(timeout_s + 1)))]
+        argv = [sys.executable, "-m", "trtspec.bench.sandbox", str(folder), str(max(1, cpu_s))]
         env = {**child_env(folder), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         proc = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -112,20 +116,25 @@ def _outcome(code: int, out: str) -> PytestOutcome:
     failed = list(dict.fromkeys(_FAILED.findall(out)))
     lines = _SUMMARY.findall(out)
     summary = lines[-1].strip("= ") if lines else (out.strip().splitlines() or [""])[-1][:200]
-    if code in (-signal.SIGXCPU, -signal.SIGKILL) or "CPU time limit" in out:
-        return PytestOutcome("timeout", failed, f"CPU time limit hit ({summary})",
-                             _containment(out))
+    if code in (-signal.SIGXCPU, -signal.SIGKILL):
+        # the first process of a PID namespace ignores SIGXCPU; the hard limit's
+        # SIGKILL follows a second later
+        return PytestOutcome("timeout", failed, "CPU time limit hit", _containment(out))
     return PytestOutcome("pass" if code == 0 else "fail", failed, summary, _containment(out))
 
 
 # -- the child ----------------------------------------------------------------------------
 
 def _limit(cpu_s: int) -> None:
-    for which, value in ((resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_AS, MEMORY_LIMIT_BYTES),
-                         (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT_BYTES),
-                         (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT), (resource.RLIMIT_CORE, 0)):
+    # CPU: SIGXCPU at the soft limit, SIGKILL a second later should it be caught
+    for which, soft, hard in ((resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
+                              (resource.RLIMIT_AS, MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES),
+                              (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT_BYTES,
+                               FILE_SIZE_LIMIT_BYTES),
+                              (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT, OPEN_FILES_LIMIT),
+                              (resource.RLIMIT_CORE, 0, 0)):
         with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(which, (value, value))
+            resource.setrlimit(which, (soft, hard))
 
 
 def _mount_points() -> list[str]:
@@ -200,8 +209,9 @@ def main(argv: list[str]) -> None:  # pragma: no cover - runs in the contained c
             os._exit(127)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
-    if code < 0:  # report the signal (e.g. SIGXCPU) as our own
-        signal.signal(-code, signal.SIG_DFL)
+    if code < 0:  # report the signal (SIGKILL at the hard CPU limit) as our own
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     sys.exit(code)
 

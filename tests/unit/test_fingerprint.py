@@ -8,7 +8,6 @@ leave the installed routing table alone, and install with --accept-stale."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +52,15 @@ def built(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path,
     import shutil
 
     tmp_path = tmp_path_factory.mktemp("fp")
+    target = shutil.copytree(tiny_llama, tmp_path / "target")
     draft = shutil.copytree(tiny_draft, tmp_path / "draft")
     (tmp_path / "routes").mkdir()
     spec_path = tmp_path / "fp.yaml"
-    spec_path.write_text(SPEC.format(target=tiny_llama, draft=draft))
+    spec_path.write_text(SPEC.format(target=target, draft=draft))
     engines, output = tmp_path / "engines", tmp_path / "triton_repo"
     paths = {"spec": spec_path, "engines": engines, "output": output,
-             "routing": tmp_path / "routing.yaml", "draft": draft, "root": tmp_path}
+             "routing": tmp_path / "routing.yaml", "draft": draft, "target": target,
+             "root": tmp_path}
     _reset(paths)
     res = run("build", str(spec_path), "--engines", str(engines))
     assert res.exit_code == 0, res.output
@@ -76,11 +77,10 @@ def _reset(paths: dict[str, Path]) -> None:
 
 
 @pytest.fixture
-def measured(built: dict[str, Path]) -> Iterator[dict[str, Path]]:
-    """The module's engines with every test's edits undone, an installed
-    repository and the routing.yaml a bench run on them would write now."""
-    tok = built["engines"] / "fp" / "target" / "tokenizer"
-    saved = {p: p.read_bytes() for p in tok.iterdir() if p.is_file()}
+def measured(built: dict[str, Path]) -> dict[str, Path]:
+    """The module's engines as the previous test left them (a rebuilt engine
+    stays rebuilt), its route and spec edits undone, an installed repository
+    and the routing.yaml a bench run on them would write now."""
     _reset(built)
     res = run("repo", str(built["spec"]), "--engines", str(built["engines"]),
               "--output", str(built["output"]))
@@ -90,9 +90,7 @@ def measured(built: dict[str, Path]) -> Iterator[dict[str, Path]]:
                       built["engines"], built["output"] / "fp")
     assert fp is not None
     built["routing"].write_text(routing_yaml({**ROUTING, "fingerprint": fp}))
-    yield built
-    for path, data in saved.items():
-        path.write_bytes(data)
+    return built
 
 
 def install(paths: dict[str, Path], *extra: str) -> Any:
@@ -164,7 +162,9 @@ def test_rebuilt_draft_with_new_weights_is_refused(measured: dict[str, Path],
 
 
 def test_changed_chat_template_is_refused(measured: dict[str, Path]) -> None:
-    tok = measured["engines"] / "fp" / "target" / "tokenizer"
+    # a new template in the target's model folder; the rebuild copies it into
+    # the target engines' tokenizer/ (their weights stay the same)
+    tok = measured["target"]
     files = [p for p in (tok / "chat_template.jinja", tok / "tokenizer_config.json")
              if p.is_file() and "message" in p.read_text()]
     path = files[0]
@@ -174,6 +174,9 @@ def test_changed_chat_template_is_refused(measured: dict[str, Path]) -> None:
         config = json.loads(path.read_text())
         config["chat_template"] = "SYSTEM: be terse.\n" + config["chat_template"]
         path.write_text(json.dumps(config))
+    res = run("build", str(measured["spec"]), "--engines", str(measured["engines"]))
+    assert res.exit_code == 0, res.output
+    assert "reference engine target ..." in res.stderr  # rebuilt, not cached
     refused(measured, ["target chat template changed"], "")
 
 
@@ -205,6 +208,14 @@ def test_engine_reasons_name_argv_and_versions() -> None:
     assert fingerprint._engine_reason(old, {**old, "versions": {"torch": "2.5"}}) == (
         "tool versions changed: torch 2.4 → 2.5")
     assert fingerprint._engine_reason(old, {**old, "steps": "b"}) == "weights changed"
+    old = {**old, "tokenizer_files": "t", "weight_files": "w"}
+    assert fingerprint._engine_reason(old, {**old, "steps": "b", "tokenizer_files": "u"}) == (
+        "tokenizer files changed")
+    assert fingerprint._engine_reason(old, {**old, "steps": "b", "tokenizer_files": "u",
+                                            "weight_files": "v"}) == (
+        "weights and tokenizer files changed")
+    assert fingerprint._engine_reason(old, {**old, "steps": "b", "weight_files": "v"}) == (
+        "weights changed")
 
 
 def test_routing_without_fingerprint_installs_with_a_warning(measured: dict[str, Path]) -> None:

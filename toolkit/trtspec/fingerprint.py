@@ -29,6 +29,7 @@ BASELINE = "baseline"
 SAMPLING_KEYS = ("temperatures", "top_p", "top_k", "max_tokens")
 _HASH_CHARS = 16
 LARGE_FILE_BYTES = 64 * 2**20
+TOKENIZER_ONLY = "tokenizer files changed"
 
 
 def _sha(data: bytes) -> str:
@@ -104,6 +105,14 @@ def engine_identity(folder: Path) -> dict[str, Any]:
             "versions": {str(k): v for k, v in sorted(versions.items())},
         }
         out["id"] = _sha_json([out["steps"], out["argv"], out["versions"]])
+        # the build's file records (trtspec.build.integrity), split so that a
+        # rebuild can be explained: tokenizer files vs the rest (weights, config)
+        files = manifest.get("files")
+        if isinstance(files, dict):
+            tok = {k: v for k, v in files.items() if k.startswith("tokenizer/")}
+            rest = {k: v for k, v in files.items()
+                    if not k.startswith("tokenizer/") and k != "build.log"}
+            out["tokenizer_files"], out["weight_files"] = _sha_json(tok), _sha_json(rest)
         return out
     if (folder / "config.json").is_file():
         # not built by trtspec: the files themselves are the identity
@@ -234,8 +243,11 @@ def _engine_reason(old: dict[str, Any], new: dict[str, Any]) -> str:
         reasons.append("tool versions changed: " + ", ".join(moved))
     if not reasons:
         # the cache keys hash argv, versions and the inputs' identity: with
-        # argv and versions equal, the inputs (weights) are what moved
-        reasons.append("weights changed")
+        # argv and versions equal, the inputs (the model folder) are what moved
+        tok = old.get("tokenizer_files") != new.get("tokenizer_files")
+        weights = old.get("weight_files") != new.get("weight_files")
+        reasons.append(TOKENIZER_ONLY if tok and not weights else
+                       "weights and tokenizer files changed" if tok else "weights changed")
     return ", ".join(reasons)
 
 
@@ -273,6 +285,7 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], *,
             out.append(Change("target tokenizer changed"))
         if old_t.get("chat_template") != new_t.get("chat_template"):
             out.append(Change("target chat template changed"))
+    said_tokenizer = bool(out)
     old_e, new_e = recorded.get("engines") or {}, now.get("engines") or {}
     new_v = now.get("variants") or {}
     for variant, info in (recorded.get("variants") or {}).items():
@@ -289,10 +302,12 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], *,
             if old.get("id") is None or (old["id"] == new.get("id") and not new.get("missing")):
                 continue  # unchanged, or nothing was recorded (bench of a remote endpoint)
             role = new.get("role") or old.get("role") or "engine"
+            reason = "" if new.get("missing") else _engine_reason(old, new)
+            if reason == TOKENIZER_ONLY and said_tokenizer:
+                continue  # the engine only carries the target tokenizer change named above
             text = (f"variant {variant}: {role} engine {engine} not built"
                     if new.get("missing") else
-                    f"variant {variant}: {role} engine {engine} {_when(new)} "
-                    f"({_engine_reason(old, new)})")
+                    f"variant {variant}: {role} engine {engine} {_when(new)} ({reason})")
             out.append(Change(text, variants=scope))
     old_r, new_r = recorded.get("routes") or {}, now.get("routes") or {}
     for route in (list(routes) if routes is not None else list(old_r)):

@@ -209,6 +209,8 @@ def test_a_cancelled_stream_stops_every_model_at_the_next_step(
     # the rest of it (before: it waited for nearly all of ``whole``).
     assert after.seconds < alone.seconds + 0.25 * whole.seconds, (
         after.seconds, alone.seconds, whole.seconds)
+    print(f"\n{model}: short alone {alone.seconds:.2f}s, {LONG} tokens {whole.seconds:.2f}s, "
+          f"short after a cancel {after.seconds:.2f}s")  # figures for the closing note (-s)
 
     orchestrator = re.compile(rf"{variant}: request cancelled after (\d+) of {LONG} tokens")
     stopped = _wait_for(server, orchestrator, mark)

@@ -72,3 +72,13 @@ def test_cancel_stream_calls_cancel_only_where_it_exists() -> None:
     cancel_stream(it)
     assert it.cancelled
     cancel_stream(iter([]))  # python_backend 2.51's iterator: nothing to call
+
+
+def test_an_unwritable_flag_folder_never_fails_the_model(flags: Path) -> None:
+    flags.write_text("not a folder")  # e.g. squatted by someone else
+    client = Sender()
+    head = Cancellation(client)
+    client.cancelled = True
+    assert head.is_cancelled()  # this model still stops
+    head.close()
+    assert flags.read_text() == "not a folder"

@@ -89,9 +89,17 @@ class Cancellation:
         return self._cancelled
 
     def raise_flag(self) -> None:
+        """Tell the models below. Best effort: a flag folder this user cannot
+        write (another user's, a full disk) leaves them running to their end,
+        but never fails this model, which stops either way."""
         folder = flag_dir()
-        folder.mkdir(mode=0o700, exist_ok=True)
-        self.flag.touch()
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            if folder.stat().st_uid != os.getuid():
+                return  # someone else's folder: never trust or write it
+            self.flag.touch()
+        except OSError:
+            return
         self._raised = True
 
     def close(self) -> None:

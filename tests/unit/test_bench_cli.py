@@ -74,9 +74,11 @@ def test_unknown_variant_and_bad_lists(tmp_path: Path) -> None:
     code, _, err = _bench(spec, "--concurrency", "1,x")
     assert code == 2
     assert "Invalid value for '--concurrency': 'x' is not a positive integer" in err
-    code, _, err = _bench(spec, "--temperatures", "0,3")
-    assert code == 2
-    assert "Invalid value for '--temperatures': '3' is not a temperature in [0, 2]" in err
+    for bad in ("3", "nan", "inf", "-0.5"):
+        code, _, err = _bench(spec, "--temperatures", f"0,{bad}")
+        assert code == 2, bad
+        assert (f"Invalid value for '--temperatures': '{bad}' is not a temperature in [0, 2]"
+                in err)
 
 
 def test_missing_spec_is_an_error_not_a_traceback(tmp_path: Path) -> None:

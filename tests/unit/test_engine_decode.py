@@ -378,3 +378,27 @@ def test_int8_draft_engine_mostly_agrees(tiny_llama: Path, loaded, tmp_path) -> 
     expected = truth(loaded, PROMPTS[0], 20)
     got = engine.generate(GenerationRequest(PROMPTS[0], 20)).output_ids
     assert sum(a == b for a, b in zip(got, expected, strict=True)) >= 5
+
+
+@pytest.mark.parametrize("mode", ["none", "lookahead"])
+def test_a_cancelled_generation_stops_before_the_next_step_and_frees_its_cache(
+        loaded, mode: str) -> None:
+    base = loaded[mode]
+    engine = ReferenceEngine(base.config, base.model, lookahead=base.lookahead,
+                             medusa_choices=None, kv_reuse=4)
+    asked: list[int] = []
+
+    def cancelled() -> bool:
+        asked.append(gen.steps)
+        return gen.steps >= 3
+
+    gen = engine.stream(GenerationRequest(PROMPTS[1], 40), cancelled=cancelled)
+    deltas = list(gen)
+    assert gen.cancelled and not gen.finished
+    assert gen.steps == 3 and len(deltas) == 3  # asked before every step, stopped at the 4th
+    assert asked == [0, 1, 2, 3]
+    assert len(gen.output_ids) < 40
+    assert len(engine.prefix_cache) == 0  # the sequence's KV is dropped, not kept for reuse
+    # the engine serves the next request as if nothing happened
+    again = engine.generate(GenerationRequest(PROMPTS[1], 8))
+    assert again.output_ids == truth(loaded, PROMPTS[1], 8)

@@ -142,6 +142,25 @@ def test_range_violation(tmp_path: Path) -> None:
     ]
 
 
+def test_request_values_use_the_one_definition_of_their_limits(tmp_path: Path) -> None:
+    """bench.seed, temperatures, top_p and top_k follow trtspec.limits (a seed
+    past 2**64 used to validate and then crash a bench worker thread)."""
+    p = write(tmp_path, BASE + "bench:\n  seed: 18446744073709551616\n"
+              "  temperatures: [.nan, -1, .inf, 2.5]\n  top_p: .nan\n  top_k: -1\n")
+    assert issues(p) == [
+        f"{p}:10:9: bench.seed: must be an unsigned 64-bit integer, in [0, 18446744073709551615] (got 18446744073709551616)",
+        f"{p}:11:18: bench.temperatures[0]: must be a finite number >= 0 (0 = greedy) (got nan)",
+        f"{p}:11:24: bench.temperatures[1]: must be a finite number >= 0 (0 = greedy) (got -1)",
+        f"{p}:11:28: bench.temperatures[2]: must be a finite number >= 0 (0 = greedy) (got inf)",
+        f"{p}:11:34: bench.temperatures[3]: must be at most 2.0 in a benchmark (got 2.5)",
+        f"{p}:12:10: bench.top_p: must be in (0, 1] (1 = off) (got nan)",
+        f"{p}:13:10: bench.top_k: must be an integer in [0, 2147483647] (0 = off) (got -1)",
+    ]
+    top = write(tmp_path, BASE + "bench: {seed: 18446744073709551615, temperatures: [0, 2]}\n",
+                "top.yaml")
+    assert load_spec(top).bench.seed == 2**64 - 1
+
+
 def test_unknown_mode(tmp_path: Path) -> None:
     p = write(tmp_path, BASE.replace("mode: ngram", "mode: ngrams"))
     assert issues(p) == [

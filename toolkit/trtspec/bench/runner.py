@@ -44,6 +44,7 @@ from trtspec.bench.report import METRICS_FILE, console_lines, render_run
 from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, render_prompt
 from trtspec.bench.summary import BASELINE, DEFAULT_DECISION, environment_info, git_commit
 from trtspec.errors import BenchError, TrtspecError, os_error
+from trtspec.limits import request_seed
 
 SPECULATIVE_K_MODES = ("draft_model", "ngram")
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
@@ -444,7 +445,7 @@ class _Run:
                     item=item, text_input=self.texts[(route.name, prompt_index)],
                     max_tokens=int(item.get("max_tokens") or route.max_tokens), arm=arm,
                     temperature=temperature, top_p=s.top_p, top_k=s.top_k,
-                    seed=s.seed + sample_index, load=label, concurrency=conc,
+                    seed=request_seed(s.seed, sample_index), load=label, concurrency=conc,
                     request_rate=rate, warmup=warmup,
                     request_id=f"{self.run_id}-{'w' if warmup else 'm'}{self._counter}"))
         return jobs

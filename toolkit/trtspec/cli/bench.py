@@ -46,8 +46,10 @@ def _positive_int(text: str) -> int:
 
 
 def _temperature(text: str) -> float:
+    from trtspec.limits import BENCH_TEMPERATURE_MAX, temperature_problem
+
     value = float(text)
-    if not 0.0 <= value <= 2.0:
+    if temperature_problem(value) is not None or value > BENCH_TEMPERATURE_MAX:
         raise ValueError(text)
     return value
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ class Generation:
     first_token_time_ns: int = 0
     last_token_time_ns: int = 0
     finished: bool = False
+    cancelled: bool = False
     _steps: Iterator[list[int]] | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -202,11 +203,16 @@ class ReferenceEngine:
                     "w == 1 and g == 0")
 
     # -------------------------------------------------------------- public API
-    def stream(self, req: GenerationRequest) -> Generation:
-        """Validate and start a request; iterate the result for per-step token deltas."""
+    def stream(self, req: GenerationRequest,
+               cancelled: Callable[[], bool] | None = None) -> Generation:
+        """Validate and start a request; iterate the result for per-step token deltas.
+
+        ``cancelled`` is asked before every step; once it says yes the
+        generation ends there (``gen.cancelled``), its KV cache is dropped
+        rather than kept for prefix reuse, and iteration stops."""
         self.validate(req)
         gen = Generation(request=req)
-        gen._steps = self._run(gen)
+        gen._steps = self._run(gen, cancelled)
         return gen
 
     def generate(self, req: GenerationRequest) -> Generation:
@@ -264,13 +270,15 @@ class ReferenceEngine:
         logits = self.model.lm_head(rows).float()
         return logits, hidden
 
-    def _run(self, gen: Generation) -> Iterator[list[int]]:
+    def _run(self, gen: Generation,
+             cancelled: Callable[[], bool] | None) -> Iterator[list[int]]:
         import torch
 
         with torch.inference_mode():
-            yield from self._loop(gen)
+            yield from self._loop(gen, cancelled)
 
-    def _loop(self, gen: Generation) -> Iterator[list[int]]:
+    def _loop(self, gen: Generation,
+              cancelled: Callable[[], bool] | None) -> Iterator[list[int]]:
         import torch
 
         req = gen.request
@@ -297,6 +305,9 @@ class ReferenceEngine:
         eagle_cache, eagle_len = (make_cache(), 0) if self.eagle is not None else (None, 0)
 
         while len(out) < req.max_new_tokens:
+            if cancelled is not None and cancelled():
+                gen.cancelled = True  # the cache (a local) goes with this frame
+                return
             budget = req.max_new_tokens - len(out) - 1  # drafts beyond this cannot be emitted
             root = pending[-1]
             # ---- propose: node tokens, parent (-1 = root), depth

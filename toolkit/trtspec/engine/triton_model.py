@@ -9,9 +9,14 @@ the TensorRT-LLM backend's input tensors by name (both the ≥0.20 names ``seed`
 with a leading batch dim), and answers with its output tensors. In decoupled
 mode a ``streaming`` request gets one response per decoding step carrying only
 the new tokens, then the final flag; otherwise one response with everything.
-A bad request gets a ``TritonError`` response worded like TRT-LLM's, and the
-model keeps serving. torch and transformers are imported in ``initialize``
-only, so this module imports anywhere.
+A bad request gets an ``INVALID_ARG`` ``TritonError`` response worded like
+TRT-LLM's (sampling values checked by ``trtspec.limits``), and the model keeps
+serving. A cancelled request (its client's, or its BLS caller's through
+``trtspec.cancel``) stops before the next decoding step, frees its KV cache
+and ends with an empty final response in decoupled mode (on 2.51 an error
+after streamed responses never reaches a BLS caller), else a ``CANCELLED``
+error. torch and transformers are imported in
+``initialize`` only, so this module imports anywhere.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ import math
 from typing import Any
 
 import numpy as np
+
+from trtspec.cancel import Cancellation
+from trtspec.limits import ParamError, check_sampling
 
 try:  # only importable inside Triton's Python backend stub
     import triton_python_backend_utils as pb_utils
@@ -148,12 +156,20 @@ class TritonPythonModel:
                                  "lookahead_verification_set_size must be given together")
             lookahead = tuple(int(v) for v in la)
         end_id = _first(request, ("end_id",), None)
+        seed_name = "random_seed" if _first(request, ("seed",), None) is None else "seed"
         sampling = SamplingParams(
             temperature=float(_first(request, ("temperature",), 0.0)),
             top_k=int(_first(request, ("runtime_top_k",), 0)),
             top_p=float(_first(request, ("runtime_top_p",), 1.0)),
             seed=int(_first(request, ("seed", "random_seed"), 0)),
         )
+        try:
+            check_sampling(temperature=sampling.temperature, top_p=sampling.top_p,
+                           top_k=sampling.top_k, seed=sampling.seed,
+                           names={"top_p": "runtime_top_p", "top_k": "runtime_top_k",
+                                  "seed": seed_name})
+        except ParamError as exc:
+            raise InputError(str(exc)) from None
         req = GenerationRequest(
             input_ids=[int(t) for t in ids[:n]],
             max_new_tokens=int(output_len[0]),
@@ -184,15 +200,23 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     # ---------------------------------------------------------------- execute
+    def _cancelled(self, gen: Any) -> Any:
+        pb_utils.Logger.log_info(
+            f"reference engine: request cancelled after {len(gen.output_ids)} of "
+            f"{gen.request.max_new_tokens} tokens ({gen.steps} steps); KV cache freed")
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
+            "request cancelled", pb_utils.TritonError.CANCELLED))
+
     def _run(self, request: Any) -> Any:
         """Serve one request; returns the (single) response when not streaming."""
         from trtspec.errors import TrtspecError
 
         sender = request.get_response_sender() if self.decoupled else None
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        cancel = Cancellation.of(request, sender if sender is not None else request)
         try:
             req, options = self._request(request)
-            gen = self.engine.stream(req)
+            gen = self.engine.stream(req, cancelled=cancel.is_cancelled)
             if options["streaming"]:
                 assert sender is not None  # streaming is refused unless decoupled
                 sent_final = False
@@ -200,7 +224,10 @@ class TritonPythonModel:
                     flags = final if gen.finished else 0
                     sender.send(self._response(delta, gen, options), flags=flags)
                     sent_final = bool(flags)
-                if not sent_final:
+                if gen.cancelled:
+                    self._cancelled(gen)
+                    sender.send(flags=final)
+                elif not sent_final:
                     sender.send(self._response([], gen, options), flags=final)
                 return None
             for _ in gen:
@@ -208,10 +235,16 @@ class TritonPythonModel:
             tokens = list(gen.output_ids)
             if not options["exclude"]:
                 tokens = list(req.input_ids) + tokens
-            response = self._response(tokens, gen, options)
+            if gen.cancelled and sender is not None:
+                self._cancelled(gen)
+                sender.send(flags=final)
+                return None
+            response = self._cancelled(gen) if gen.cancelled else self._response(
+                tokens, gen, options)
         except (InputError, TrtspecError) as exc:
             response = pb_utils.InferenceResponse(
-                output_tensors=[], error=pb_utils.TritonError(str(exc)))
+                output_tensors=[],
+                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
         except Exception as exc:  # a bug must fail this request, not the model
             import traceback
 
@@ -219,6 +252,8 @@ class TritonPythonModel:
             response = pb_utils.InferenceResponse(
                 output_tensors=[],
                 error=pb_utils.TritonError(f"reference engine internal error: {exc!r}"))
+        finally:
+            cancel.close()
         if sender is not None:
             sender.send(response, flags=final)
             return None

@@ -12,8 +12,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic_core import PydanticCustomError
 
+from trtspec import limits
 from trtspec.spec.versions import image_for
 
 DEFAULT_TRTLLM_VERSION = "1.1.0"
@@ -56,6 +58,29 @@ class Quantization(str, Enum):
 
 
 PosInt = Annotated[int, Field(ge=1)]
+
+
+def _request_limit(problem: Any) -> AfterValidator:
+    """A request value's legal range from ``trtspec.limits`` (one definition
+    for the spec, the bench CLI and the served models)."""
+
+    def check(value: Any) -> Any:
+        found = problem(value)
+        if found is not None:
+            raise PydanticCustomError("request_limit", found)
+        return value
+
+    return AfterValidator(check)
+
+
+def _bench_temperature_problem(value: float) -> str | None:
+    found = limits.temperature_problem(value)
+    if found is None and value > limits.BENCH_TEMPERATURE_MAX:
+        found = f"must be at most {limits.BENCH_TEMPERATURE_MAX} in a benchmark"
+    return found
+
+
+BenchTemperature = Annotated[float, _request_limit(_bench_temperature_problem)]
 
 
 class _Strict(BaseModel):
@@ -362,12 +387,20 @@ class Bench(_Strict):
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
         default_factory=lambda: [1], min_length=1, description="Concurrency levels."
     )
-    temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field(
-        default_factory=lambda: [0.0], min_length=1, description="Sampling temperatures."
+    temperatures: list[BenchTemperature] = Field(
+        default_factory=lambda: [0.0], min_length=1,
+        description="Sampling temperatures, each in [0, 2].",
     )
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling p.")
-    top_k: int = Field(default=0, ge=0, description="Top-k (0 = off).")
-    seed: int = Field(default=1234, ge=0, description="Base sampling seed.")
+    top_p: Annotated[float, _request_limit(limits.top_p_problem)] = Field(
+        default=1.0, description="Nucleus sampling p, in (0, 1]."
+    )
+    top_k: Annotated[int, _request_limit(limits.top_k_problem)] = Field(
+        default=0, description="Top-k (0 = off)."
+    )
+    seed: Annotated[int, _request_limit(limits.seed_problem)] = Field(
+        default=1234,
+        description="Base sampling seed (unsigned 64-bit; request i uses seed + i, wrapping).",
+    )
     warmup_requests: int = Field(
         default=2, ge=0, description="Requests per variant excluded from stats."
     )

@@ -13,6 +13,13 @@ request to the decoupled engine with ``return_perf_metrics`` and reads the
 engine's draft/accepted totals. It always sends ``exclude_input_in_output``
 and tracks the sequence itself, and calls models only by the names in its
 config ``parameters`` (no host, no port).
+
+Bad request values (``trtspec.limits``) and a callee's ``INVALID_ARG`` are
+answered as ``INVALID_ARG`` with the message ``<variant>: invalid request:
+…`` — the client's error, which the router never retries; anything else is a
+server-side failure. A cancelled request (its
+client's, or the router's through ``trtspec.cancel``) stops before the next
+round or engine step and ends with an empty final response.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec.cancel import Cancellation, Cancelled, cancel_stream
+from trtspec.limits import ParamError, check, check_sampling, draft_tokens_problem
 from trtspec.repo.models.text import IncrementalText
 from trtspec.repo.models.threads import RequestThreads, string_params
 from trtspec.speculate import (
@@ -47,6 +56,55 @@ STREAM_TIMEOUT_US = 1800 * 1_000_000
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+# Marks a client's error in a message. On 2.51 a BLS caller sees every callee
+# error as INTERNAL (python_backend keeps the message, not the code), so the
+# router recognises an orchestrator's client error by this mark.
+CLIENT_ERROR = "invalid request"
+
+
+class CalleeError(RuntimeError):
+    """A BLS callee answered with an error: its message, whether it is the
+    client's error (an ``INVALID_ARG`` code, or the callee's mark), and
+    whether the message already carries the mark."""
+
+    def __init__(self, message: str, *, client: bool, marked: bool) -> None:
+        super().__init__(message)
+        self.client = client
+        self.marked = marked
+
+
+def callee_error(model_name: str, error: Any, *, name_it: bool = True) -> CalleeError:
+    """``error`` of a call to ``model_name``; ``name_it=False`` when the callee
+    names itself first (our orchestrators do)."""
+    message = error.message()
+    marked = message.startswith(f"{model_name}: {CLIENT_ERROR}: ")
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    client = marked or code == pb_utils.TritonError.INVALID_ARG
+    return CalleeError(f"{model_name}: {message}" if name_it else message,
+                       client=client, marked=marked)
+
+
+def is_client_error(exc: BaseException) -> bool:
+    return isinstance(exc, ParamError) or (isinstance(exc, CalleeError) and exc.client)
+
+
+def error_reply(who: str, exc: BaseException) -> Any:
+    """The error to answer ``exc`` with: a client's error is ``INVALID_ARG``
+    and marked; everything else is a server-side ``INTERNAL``."""
+    if not is_client_error(exc):
+        return pb_utils.TritonError(f"{who}: {exc}")
+    marked = isinstance(exc, CalleeError) and exc.marked
+    message = f"{who}: {exc}" if marked else f"{who}: {CLIENT_ERROR}: {exc}"
+    return pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+
+
+def end_cancelled(sender: Any) -> None:
+    """End a cancelled request with an empty final response. Not an error: on
+    2.51 an error response after streamed ones never reaches a BLS caller,
+    whose response iterator then waits forever."""
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def _scalar(request: Any, name: str) -> Any:
@@ -73,15 +131,13 @@ class RequestParams:
         text = _scalar(request, "text_input")
         max_tokens = _scalar(request, "max_tokens")
         if text is None or max_tokens is None:
-            raise ValueError("text_input and max_tokens are required")
-        if int(max_tokens) < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {int(max_tokens)}")
+            raise ParamError("text_input and max_tokens are required")
 
         def opt(name: str, kind: type) -> Any:
             value = _scalar(request, name)
             return None if value is None else kind(value)
 
-        return cls(
+        params = cls(
             text=_text(text),
             max_tokens=int(max_tokens),
             temperature=opt("temperature", float),
@@ -91,6 +147,9 @@ class RequestParams:
             stream=bool(opt("stream", bool) or False),
             num_draft_tokens=opt("num_draft_tokens", int),
         )
+        check_sampling(max_tokens=params.max_tokens, temperature=params.temperature,
+                       top_p=params.top_p, top_k=params.top_k, seed=params.seed)
+        return params
 
 
 def _cut_at_end(ids: list[int], end_id: int | None) -> list[int]:
@@ -103,10 +162,11 @@ class _Generation:
     """One request's state: the sequence, the text stream and the stats."""
 
     def __init__(self, model: TritonPythonModel, params: RequestParams, sender: Any,
-                 start_ns: int) -> None:
+                 start_ns: int, cancel: Cancellation) -> None:
         self.model = model
         self.params = params
         self.sender = sender
+        self.cancel = cancel
         self.start_ns = start_ns
         self.first_token_ns: int | None = None
         self.text = IncrementalText(self._decode)
@@ -122,11 +182,11 @@ class _Generation:
     def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
         request = pb_utils.InferenceRequest(
             model_name=model_name, inputs=tensors, requested_output_names=outputs,
-            timeout=CALL_TIMEOUT_US,
+            timeout=CALL_TIMEOUT_US, parameters=self.cancel.parameters(),
         )
         response = request.exec()
         if response.has_error():
-            raise RuntimeError(f"{model_name}: {response.error().message()}")
+            raise callee_error(model_name, response.error())
         return response
 
     def _decode(self, ids: list[int]) -> str:
@@ -268,24 +328,28 @@ class _Generation:
 
     # -- generation ----------------------------------------------------------
     def run(self) -> None:
+        num_draft = self.draft_len() if self.model.mode in DRAFT_LOOP_MODES else 0
         prompt, self.end_id, self.pad_id = self.tokenize()
         if self.model.mode in DRAFT_LOOP_MODES:
-            self.draft_loop(prompt)
+            self.draft_loop(prompt, num_draft)
         else:
             self.forward_streaming(prompt)
         self.send(self.text.flush(), final=True, prompt_tokens=len(prompt))
 
-    def draft_loop(self, prompt: list[int]) -> None:
+    def draft_len(self) -> int:
         m, p = self.model, self.params
-        num_draft = p.num_draft_tokens if p.num_draft_tokens is not None else m.num_draft_tokens
-        if not 0 <= num_draft <= m.max_draft_len:
-            raise ValueError(
-                f"num_draft_tokens {num_draft} is outside 0..{m.max_draft_len} "
-                f"(the max_draft_len of variant {m.variant!r})"
-            )
+        if p.num_draft_tokens is None:
+            return m.num_draft_tokens
+        return int(check("num_draft_tokens", p.num_draft_tokens, draft_tokens_problem,
+                         m.max_draft_len))
+
+    def draft_loop(self, prompt: list[int], num_draft: int) -> None:
+        m, p = self.model, self.params
         schedule = DraftSchedule(num_draft, m.draft_schedule)
         sequence = list(prompt)
         while self.completion < p.max_tokens:
+            if self.cancel.is_cancelled():
+                raise Cancelled
             remaining = p.max_tokens - self.completion
             k = draft_budget(schedule.next(), m.max_draft_len, remaining)
             draft: list[int] = []
@@ -318,11 +382,19 @@ class _Generation:
             model_name=m.target_model,
             inputs=self.engine_inputs(prompt, p.max_tokens, streaming=True),
             requested_output_names=self.engine_outputs(),
-            timeout=STREAM_TIMEOUT_US,
+            timeout=STREAM_TIMEOUT_US, parameters=self.cancel.parameters(),
         )
-        for response in request.exec(decoupled=True):
+        responses = request.exec(decoupled=True)
+        for response in responses:
+            if self.cancel.is_cancelled():
+                # The engine stops at its next step (it sees the flag); wait
+                # for its last answer so nothing of this request outlives it.
+                cancel_stream(responses)
+                for _ in responses:
+                    pass
+                raise Cancelled
             if response.has_error():
-                raise RuntimeError(f"{m.target_model}: {response.error().message()}")
+                raise callee_error(m.target_model, response.error())
             ids = self.tokens_of(response)
             if not ids:
                 continue
@@ -369,14 +441,25 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         start_ns = time.monotonic_ns()
         sender = request.get_response_sender()
+        cancel = Cancellation.of(request, sender)
+        gen: _Generation | None = None
         try:
             params = RequestParams.from_request(request)
-            _Generation(self, params, sender, start_ns).run()
+            gen = _Generation(self, params, sender, start_ns, cancel)
+            gen.run()
+        except Cancelled:
+            assert gen is not None  # only a running generation checks for a cancel
+            pb_utils.Logger.log_info(
+                f"{self.variant}: request cancelled after {gen.completion} of "
+                f"{gen.params.max_tokens} tokens ({gen.stats.rounds} rounds)")
+            end_cancelled(sender)
         except Exception as exc:
             sender.send(
-                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.variant}: {exc}")),
+                pb_utils.InferenceResponse(error=error_reply(self.variant, exc)),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
+        finally:
+            cancel.close()
 
     def finalize(self) -> None:
         self._requests.join()

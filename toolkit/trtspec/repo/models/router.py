@@ -3,10 +3,15 @@ orchestrator; it picks the variant for the request's ``route`` from the
 routing table next to its config (``routing.json``), sends ``canary_percent``
 of a route's traffic to the route's variant (deterministic from the request
 id), forwards every response of that orchestrator, and — when the chosen
-variant fails before producing any output — retries the request on the
-route's fallback variant and marks the final response ``fallback: true``.
-A failure after text was already streamed is returned as an error rather
-than retried, because the client has already received part of the answer.
+variant fails on the server's side before producing any output — retries
+the request on the route's fallback variant and marks the final response
+``fallback: true``. A client's error (a value ``trtspec.limits`` refuses, or
+an ``INVALID_ARG`` from the variant) is returned as that error and never
+retried: the fallback would fail the same way or, worse, hide it. A failure
+after text was already streamed is returned as an error rather than retried,
+because the client has already received part of the answer. A cancelled
+client stream stops the chosen orchestrator (and its engine) at their next
+step through ``trtspec.cancel``.
 """
 
 from __future__ import annotations
@@ -19,8 +24,16 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec.cancel import Cancellation, Cancelled, cancel_stream
+from trtspec.limits import check_sampling
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
-from trtspec.repo.models.orchestrator import STREAM_TIMEOUT_US
+from trtspec.repo.models.orchestrator import (
+    STREAM_TIMEOUT_US,
+    callee_error,
+    end_cancelled,
+    error_reply,
+    is_client_error,
+)
 from trtspec.repo.models.threads import RequestThreads, string_params
 from trtspec.repo.routing import choose, load_routing
 
@@ -33,12 +46,28 @@ class _Progress:
         self.sent = 0
 
 
-class VariantFailed(RuntimeError):
-    pass
-
-
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _value(inputs: dict[str, np.ndarray], name: str) -> Any:
+    array = inputs.get(name)
+    if array is None or not array.size:
+        return None
+    return array.reshape(-1)[0].item()
+
+
+def check_inputs(inputs: dict[str, np.ndarray]) -> None:
+    """Refuse bad values before any variant runs (``ParamError``)."""
+    check_sampling(max_tokens=_value(inputs, "max_tokens"),
+                   temperature=_value(inputs, "temperature"), top_p=_value(inputs, "top_p"),
+                   top_k=_value(inputs, "top_k"), seed=_value(inputs, "seed"))
+
+
+def server_side(exc: BaseException) -> bool:
+    """Whether a variant's failure is the server's (worth the fallback) rather
+    than the client's bad input or cancel (which the fallback cannot fix)."""
+    return not isinstance(exc, Cancelled) and not is_client_error(exc)
 
 
 class TritonPythonModel:
@@ -56,6 +85,7 @@ class TritonPythonModel:
 
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
+        cancel = Cancellation.of(request, sender)
         progress = _Progress()
         try:
             inputs: dict[str, np.ndarray] = {}
@@ -63,6 +93,7 @@ class TritonPythonModel:
                 tensor = pb_utils.get_input_tensor_by_name(request, name)
                 if tensor is not None:
                     inputs[name] = tensor.as_numpy()
+            check_inputs(inputs)
             route = _text(inputs["route"].reshape(-1)[0]) if "route" in inputs else None
             if "request_id" in inputs:
                 request_id = _text(inputs["request_id"].reshape(-1)[0])
@@ -72,34 +103,49 @@ class TritonPythonModel:
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
             try:
-                self._forward(choice.variant, inputs, sender, progress, fallback=False)
+                self._forward(choice.variant, inputs, sender, progress, cancel, fallback=False)
             except Exception as exc:
-                if progress.sent or choice.variant == choice.fallback_variant:
+                if (progress.sent or choice.variant == choice.fallback_variant
+                        or not server_side(exc)):
                     raise
                 pb_utils.Logger.log_warn(
                     f"router: variant {choice.variant!r} failed for route {route!r} "
                     f"({exc}); retrying on {choice.fallback_variant!r}"
                 )
                 inputs.pop("num_draft_tokens", None)
-                self._forward(choice.fallback_variant, inputs, sender, progress, fallback=True)
+                self._forward(choice.fallback_variant, inputs, sender, progress, cancel,
+                              fallback=True)
+        except Cancelled:
+            pb_utils.Logger.log_info("router: request cancelled")
+            end_cancelled(sender)
         except Exception as exc:
             sender.send(
-                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"router: {exc}")),
+                pb_utils.InferenceResponse(error=error_reply("router", exc)),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
+        finally:
+            cancel.close()
 
     def _forward(self, variant: str, inputs: dict[str, np.ndarray], sender: Any,
-                 progress: _Progress, *, fallback: bool) -> None:
+                 progress: _Progress, cancel: Cancellation, *, fallback: bool) -> None:
         request = pb_utils.InferenceRequest(
             model_name=variant,
             inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
             requested_output_names=OUTPUT_NAMES,
-            timeout=STREAM_TIMEOUT_US,
+            timeout=STREAM_TIMEOUT_US, parameters=cancel.parameters(),
         )
         final_sent = False
-        for response in request.exec(decoupled=True):
+        responses = request.exec(decoupled=True)
+        for response in responses:
+            if cancel.is_cancelled():
+                # The orchestrator stops at its next step (it sees the flag);
+                # wait for its last answer so nothing of this request outlives it.
+                cancel_stream(responses)
+                for _ in responses:
+                    pass
+                raise Cancelled
             if response.has_error():
-                raise VariantFailed(f"{variant}: {response.error().message()}")
+                raise callee_error(variant, response.error(), name_it=False)
             tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
             if not tensors:
                 continue

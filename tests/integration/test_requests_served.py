@@ -1,0 +1,317 @@
+"""Cancellation and bad request values through the real tritonserver.
+
+A reference repository (baseline, an ngram draft loop, lookahead, the router)
+served by nvidia-pytriton's tritonserver, driven with tritonclient gRPC
+streaming:
+
+- a client that cancels its stream (``stop_stream(cancel_requests=True)``)
+  stops the router, the orchestrator and the engine at their next step: the
+  server log says so with fewer tokens than asked for, the draft loop's engine
+  runs no more verify calls, and the next short request is served about as
+  fast as alone (compared with a whole long generation, never with absolute
+  times, so CPU contention cannot decide it);
+- bad sampling values are the client's error (``INVALID_ARG``, the words of
+  ``trtspec.limits``) at the router, the orchestrator and the engine (a
+  stream's error carries only its message, so the code shows at the engine,
+  called without a stream, and in the router's refusal to fall back);
+- the router retries server-side failures on the fallback variant, never a
+  client's error.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SPEC = """\
+name: requests
+backend: reference
+target: {{model: {target}, family: llama, dtype: float32, max_batch_size: 2,
+         max_input_len: 480, max_seq_len: 512, max_num_tokens: 1024}}
+variants:
+  - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
+  - {{name: lookahead, mode: lookahead, window_size: 2, ngram_size: 2, verification_set_size: 2}}
+rollout: {{canary_percent: 100, fallback_variant: baseline}}
+"""
+
+ROUTING = """\
+schema_version: 1
+default_variant: baseline
+routes:
+  code: {variant: ngram, decision: promote}
+  long: {variant: lookahead, decision: promote}
+"""
+
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+SHORT_PROMPT = "Hello! How are you today?"
+LONG = 400  # tokens: seconds of generation on the tiny model
+SHORT = 4
+ENGINE_CANCEL = re.compile(r"reference engine: request cancelled after (\d+) of (\d+) tokens")
+
+
+@dataclass
+class Reply:
+    texts: list[str] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # a stream's errors carry no status code, only the message
+    seconds: float = 0.0
+
+
+@pytest.fixture(scope="module")
+def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
+    from tests.integration.test_repo_served import run_plan_steps
+    from trtspec.plan import make_plan
+    from trtspec.repo.assemble import assemble
+    from trtspec.repo.routing import load_routing
+    from trtspec.serve import Server, read_manifest
+    from trtspec.spec import load_spec
+
+    root = tmp_path_factory.mktemp("requests")
+    spec_path = root / "spec.yaml"
+    spec_path.write_text(SPEC.format(target=tiny_llama), encoding="utf-8")
+    (root / "routing.yaml").write_text(ROUTING, encoding="utf-8")
+    spec = load_spec(spec_path)
+    plan = make_plan(spec, root / "engines")
+    run_plan_steps(plan)
+    repo = assemble(spec, plan, root / "engines", root / "triton_repo",
+                    routing=load_routing(root / "routing.yaml"))
+    server = Server(repo, models=sorted(read_manifest(repo)["models"]),
+                    log_path=root / "tritonserver.log")
+    server.start(timeout=300)
+    try:
+        yield server, plan
+    finally:
+        server.stop()
+        log = server.log_text()
+        assert "Traceback" not in log, log[-4000:]
+
+
+def _inputs(prompt: str, max_tokens: int, **extra: Any) -> list:
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value: Any, dtype: str) -> Any:
+        kind = {"BYTES": np.object_, "INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_,
+                "UINT64": np.uint64}[dtype]
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(np.array([value], dtype=kind))
+        return t
+
+    dtypes = {"route": "BYTES", "temperature": "FP32", "top_p": "FP32", "top_k": "INT32",
+              "num_draft_tokens": "INT32", "seed": "UINT64"}
+    tensors = [tensor("text_input", prompt.encode(), "BYTES"),
+               tensor("max_tokens", max_tokens, "INT32"),
+               tensor("stream", True, "BOOL")]
+    extra.setdefault("temperature", 0.0)
+    for name, value in extra.items():
+        tensors.append(tensor(name, value.encode() if isinstance(value, str) else value,
+                              dtypes[name]))
+    return tensors
+
+
+def infer(server: Any, model: str, prompt: str, max_tokens: int, **extra: Any) -> Reply:
+    """One streamed request to the end; its wall time in ``seconds``."""
+    import tritonclient.grpc as grpcclient
+
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    reply = Reply()
+    start = time.monotonic()
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer(model, _inputs(prompt, max_tokens, **extra))
+        while True:
+            result, error = results.get(timeout=300)
+            if error is not None:
+                reply.error = error.message()
+                break
+            reply.texts.append(result.as_numpy("text_output")[0].decode("utf-8"))
+            if bool(result.as_numpy("is_final")[0]):
+                for name in ("completion_tokens", "draft_tokens", "rounds"):
+                    reply.final[name] = int(result.as_numpy(name)[0])
+                reply.final["variant"] = result.as_numpy("variant")[0].decode()
+                reply.final["fallback"] = bool(result.as_numpy("fallback")[0])
+                break
+    finally:
+        reply.seconds = time.monotonic() - start
+        client.stop_stream()
+        client.close()
+    return reply
+
+
+def cancel_after(server: Any, model: str, prompt: str, responses: int, **extra: Any) -> None:
+    """Start a LONG streamed request, read ``responses`` responses, then cancel
+    the client stream the way a client that went away does."""
+    import tritonclient.grpc as grpcclient
+
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        client.async_stream_infer(model, _inputs(prompt, LONG, **extra))
+        for _ in range(responses):
+            result, error = results.get(timeout=300)
+            assert error is None, error
+            assert not bool(result.as_numpy("is_final")[0])
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+
+
+def _wait_for(server: Any, pattern: re.Pattern, after: int, timeout: float = 120) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = pattern.findall(server.log_text()[after:])
+        if found:
+            return found
+        time.sleep(0.2)
+    return []
+
+
+def _successes(server: Any, model: str) -> int:
+    pattern = rf'nv_inference_request_success{{model="{re.escape(model)}",version="1"}} (\d+)'
+    match = re.search(pattern, server.metrics())
+    return int(match.group(1)) if match else 0
+
+
+@pytest.mark.parametrize(("model", "variant", "route"), [
+    ("baseline", "baseline", None),
+    ("ngram", "ngram", None),
+    ("router", "lookahead", "long"),
+])
+def test_a_cancelled_stream_stops_every_model_at_the_next_step(
+        served, model: str, variant: str, route: str | None) -> None:
+    server, plan = served
+    extra = {"route": route} if route else {}
+    alone = infer(server, model, SHORT_PROMPT, SHORT, **extra)
+    whole = infer(server, model, PROMPT, LONG, **extra)
+    assert alone.error is None and whole.error is None, (alone.error, whole.error)
+    # the premise: the long request really runs LONG tokens when left alone
+    assert whole.final["completion_tokens"] == LONG
+    assert whole.final["variant"] == variant
+
+    mark = len(server.log_text())
+    engine = plan.variants[variant].target
+    verifies = _successes(server, engine)
+    cancel_after(server, model, PROMPT, responses=3, **extra)
+    after = infer(server, model, SHORT_PROMPT, SHORT, **extra)
+    assert after.error is None, after.error
+    assert after.texts == alone.texts
+    # As if alone: a short request behind the cancelled one does not wait for
+    # the rest of it (before: it waited for nearly all of ``whole``).
+    assert after.seconds < alone.seconds + 0.25 * whole.seconds, (
+        after.seconds, alone.seconds, whole.seconds)
+    print(f"\n{model}: short alone {alone.seconds:.2f}s, {LONG} tokens {whole.seconds:.2f}s, "
+          f"short after a cancel {after.seconds:.2f}s")  # figures for the closing note (-s)
+
+    orchestrator = re.compile(rf"{variant}: request cancelled after (\d+) of {LONG} tokens")
+    stopped = _wait_for(server, orchestrator, mark)
+    assert stopped, server.log_tail(30)
+    assert int(stopped[0]) < LONG
+    if variant == "ngram":
+        # the draft loop stopped calling its engine: no verify call runs later
+        settled = _successes(server, engine)
+        time.sleep(1.5)
+        assert _successes(server, engine) == settled
+        assert settled - verifies < LONG  # far fewer rounds than a whole generation
+    else:
+        engine_stop = _wait_for(server, ENGINE_CANCEL, mark)
+        assert engine_stop, server.log_tail(30)
+        done, asked = (int(v) for v in engine_stop[0])
+        assert (asked, done < LONG) == (LONG, True)
+    if route:
+        assert _wait_for(server, re.compile(r"router: request cancelled"), mark)
+
+
+TEMPERATURE = "temperature must be a finite number >= 0 (0 = greedy), got "
+BAD_VALUES = [
+    ({"temperature": float("nan")}, TEMPERATURE + "nan"),
+    ({"temperature": -1.0}, TEMPERATURE + "-1.0"),
+    ({"temperature": float("inf")}, TEMPERATURE + "inf"),
+    ({"top_p": 1.5}, "top_p must be in (0, 1] (1 = off), got 1.5"),
+    ({"top_p": 0.0}, "top_p must be in (0, 1] (1 = off), got 0.0"),
+    ({"top_k": -1}, "top_k must be an integer in [0, 2147483647] (0 = off), got -1"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD_VALUES)
+def test_bad_values_are_the_clients_error_at_router_and_orchestrator(
+        served, extra: dict, message: str) -> None:
+    server, _ = served
+    for model, prefix in (("router", "router"), ("baseline", "baseline"), ("ngram", "ngram")):
+        reply = infer(server, model, PROMPT, SHORT, **extra)
+        assert reply.error == f"{prefix}: invalid request: {message}", model
+
+
+def test_max_tokens_zero_is_the_clients_error(served) -> None:
+    reply = infer(served[0], "router", PROMPT, 0)
+    assert reply.error == ("router: invalid request: max_tokens must be an integer in "
+                           "[1, 2147483647], got 0")
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("temperature", np.float32("nan"),
+     "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    ("temperature", np.float32(-0.5),
+     "temperature must be a finite number >= 0 (0 = greedy), got -0.5"),
+    ("runtime_top_p", np.float32(2.0), "runtime_top_p must be in (0, 1] (1 = off), got 2.0"),
+    ("runtime_top_k", np.int32(-3),
+     "runtime_top_k must be an integer in [0, 2147483647] (0 = off), got -3"),
+])
+def test_bad_values_are_the_clients_error_at_the_engine(served, name: str, value: Any,
+                                                        message: str) -> None:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    server, plan = served
+    engine = plan.variants["ngram"].target  # not decoupled: one infer call
+
+    def tensor(tname: str, array: np.ndarray) -> Any:
+        dtype = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32",
+                 np.dtype(np.bool_): "BOOL"}[array.dtype]
+        t = grpcclient.InferInput(tname, list(array.shape), dtype)
+        t.set_data_from_numpy(array)
+        return t
+
+    inputs = [tensor("input_ids", np.array([[5, 17, 42, 99]], dtype=np.int32)),
+              tensor("input_lengths", np.array([[4]], dtype=np.int32)),
+              tensor("request_output_len", np.array([[2]], dtype=np.int32)),
+              tensor(name, np.array([[value]]))]
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException) as err:
+            client.infer(engine, inputs)
+    finally:
+        client.close()
+    assert (err.value.message(), err.value.status()) == (message, "StatusCode.INVALID_ARGUMENT")
+
+
+def test_router_returns_a_clients_error_without_the_fallback(served) -> None:
+    server, _ = served
+    baseline_runs = _successes(server, "baseline")
+    reply = infer(server, "router", PROMPT, SHORT, route="code", num_draft_tokens=9)
+    assert reply.error == ("router: ngram: invalid request: num_draft_tokens must be in "
+                           "[0, 4] (the variant's max_draft_len), got 9")
+    assert _successes(server, "baseline") == baseline_runs  # never run twice
+
+
+def test_router_still_falls_back_on_a_server_side_failure(served) -> None:
+    server, plan = served
+    engine = plan.variants["ngram"].target
+    server.unload_model(engine)
+    try:
+        direct = infer(server, "ngram", PROMPT, SHORT)
+        assert direct.error is not None and engine in direct.error
+        reply = infer(server, "router", PROMPT, SHORT, route="code")
+        assert reply.error is None, reply.error
+        assert (reply.final["variant"], reply.final["fallback"]) == ("baseline", True)
+    finally:
+        server.load_model(engine)

@@ -1,0 +1,122 @@
+"""Client cancellation through a chain of Python models (router → orchestrator
+→ engine), on the Triton 2.51 that nvidia-pytriton bundles.
+
+Triton marks a request cancelled when its client cancels the gRPC stream, and
+a decoupled model sees that through ``response_sender.is_cancelled()``. A BLS
+callee never does on 2.51: its python_backend has no way to cancel a BLS
+request (the response iterator's ``cancel()`` came with python_backend PR
+#398, March 2025), so the callee of a cancelled caller would run to the end.
+So the first model of a chain mints a token and passes it down as the BLS
+request parameter ``trtspec_cancel``; every model of the chain asks its
+``Cancellation`` between steps, which checks its own sender and a flag file
+named by the token; the model that sees its own client cancel raises the flag,
+and every model below stops at its next step. The raiser removes the flag when
+its own request ends (its callees have answered by then). Where the iterator
+has ``cancel()`` (newer Triton: the GPU container) it is called as well, which
+reaches the C++ ``tensorrtllm`` backend that cannot read our flag.
+
+No Triton imports: unit-testable as is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+PARAMETER = "trtspec_cancel"
+
+
+def flag_dir() -> Path:
+    """Where the flags live: private to this user, shared by every stub of
+    every server this user runs (tokens are random, so servers never clash)."""
+    return Path(tempfile.gettempdir()) / f"trtspec-cancel-{os.getuid()}"
+
+
+def _token_of(request: Any) -> str | None:
+    try:
+        raw = request.parameters()
+    except Exception:  # an object without parameters(): no token travels
+        return None
+    try:
+        params = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except ValueError:
+        return None
+    token = params.get(PARAMETER) if isinstance(params, dict) else None
+    if isinstance(token, str) and token.isalnum() and len(token) <= 64:
+        return token
+    return None
+
+
+class Cancellation:
+    """One request's cancellation as one model sees it. ``source`` is what
+    Triton reports the client's cancel on (the response sender of a decoupled
+    model, or the request itself); ``token`` comes from the caller (``None``:
+    this model heads the chain and mints one)."""
+
+    def __init__(self, source: Any, token: str | None = None) -> None:
+        self.source = source
+        self.token = token or uuid.uuid4().hex
+        self._cancelled = False
+        self._raised = False
+
+    @classmethod
+    def of(cls, request: Any, source: Any) -> Cancellation:
+        return cls(source, _token_of(request))
+
+    @property
+    def flag(self) -> Path:
+        return flag_dir() / self.token
+
+    def parameters(self) -> dict[str, str]:
+        """The BLS request parameters that carry this request's token down."""
+        return {PARAMETER: self.token}
+
+    def is_cancelled(self) -> bool:
+        """Whether the client went away: this model's own client (then the
+        flag is raised for the models below) or a caller's (the flag is up)."""
+        if self._cancelled:
+            return True
+        if self.source is not None and self.source.is_cancelled():
+            self._cancelled = True
+            self.raise_flag()
+        elif self.flag.exists():
+            self._cancelled = True
+        return self._cancelled
+
+    def raise_flag(self) -> None:
+        """Tell the models below. Best effort: a flag folder this user cannot
+        write (another user's, a full disk) leaves them running to their end,
+        but never fails this model, which stops either way."""
+        folder = flag_dir()
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            if folder.stat().st_uid != os.getuid():
+                return  # someone else's folder: never trust or write it
+            self.flag.touch()
+        except OSError:
+            return
+        self._raised = True
+
+    def close(self) -> None:
+        """Remove the flag this model raised; call when its request has ended."""
+        if self._raised:
+            with contextlib.suppress(FileNotFoundError):
+                self.flag.unlink()
+            self._raised = False
+
+
+def cancel_stream(responses: Any) -> None:
+    """Cancel a BLS response stream where this Triton can (``cancel()`` on
+    the iterator, python_backend ≥ r25.04); a no-op on 2.51."""
+    cancel = getattr(responses, "cancel", None)
+    if callable(cancel):
+        cancel()
+
+
+class Cancelled(Exception):
+    """The request's client went away; the model stops and answers CANCELLED."""

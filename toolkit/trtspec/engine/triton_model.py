@@ -181,6 +181,12 @@ class TritonPythonModel:
         if options["perf"]:
             tensors += _perf_tensors(gen, len(gen.request.input_ids),
                                      self.engine.config.tokens_per_block)
+        # Only what the caller asked for: the 2.51 stub prunes the rest in
+        # ResponseSender::Send with the GIL released, freeing their NumPy
+        # arrays without it (heap corruption; see repo/models/threads.BlsStreams).
+        wanted = options.get("outputs")
+        if wanted:
+            tensors = [t for t in tensors if t.name() in wanted]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     # ---------------------------------------------------------------- execute
@@ -192,6 +198,7 @@ class TritonPythonModel:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
             req, options = self._request(request)
+            options["outputs"] = set(request.requested_output_names() or ())
             gen = self.engine.stream(req)
             if options["streaming"]:
                 assert sender is not None  # streaming is refused unless decoupled

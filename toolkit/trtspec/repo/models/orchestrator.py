@@ -26,7 +26,12 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.repo.models.text import IncrementalText
-from trtspec.repo.models.threads import RequestThreads, string_params
+from trtspec.repo.models.threads import (
+    BlsStreams,
+    RequestThreads,
+    stream_timeout_us,
+    string_params,
+)
 from trtspec.speculate import (
     DraftSchedule,
     RoundStats,
@@ -40,9 +45,9 @@ DRAFT_LOOP_MODES = ("draft_model", "ngram")
 PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
 # BLS calls carry a deadline so a callee that never answers fails this request
 # with an error instead of hanging it (and the client) forever. One call is a
-# single verify/draft/detokenize step; a stream is a whole generation.
+# single verify/draft/detokenize step; a stream is a whole generation, whose
+# deadline follows its max_tokens (threads.stream_timeout_us).
 CALL_TIMEOUT_US = 120 * 1_000_000
-STREAM_TIMEOUT_US = 1800 * 1_000_000
 
 
 def _text(value: Any) -> str:
@@ -318,19 +323,23 @@ class _Generation:
             model_name=m.target_model,
             inputs=self.engine_inputs(prompt, p.max_tokens, streaming=True),
             requested_output_names=self.engine_outputs(),
-            timeout=STREAM_TIMEOUT_US,
+            timeout=stream_timeout_us(p.max_tokens),
         )
-        for response in request.exec(decoupled=True):
-            if response.has_error():
-                raise RuntimeError(f"{m.target_model}: {response.error().message()}")
-            ids = self.tokens_of(response)
-            if not ids:
-                continue
-            remaining = p.max_tokens - self.completion
-            kept = _cut_at_end(ids, self.end_id)[:remaining]
-            if kept:
-                self.stats.rounds += 1
-                self.emit(kept)
+        responses = request.exec(decoupled=True)
+        try:
+            for response in responses:
+                if response.has_error():
+                    raise RuntimeError(f"{m.target_model}: {response.error().message()}")
+                ids = self.tokens_of(response)
+                if not ids:
+                    continue
+                remaining = p.max_tokens - self.completion
+                kept = _cut_at_end(ids, self.end_id)[:remaining]
+                if kept:
+                    self.stats.rounds += 1
+                    self.emit(kept)
+        finally:
+            m.streams.keep(responses)  # see threads.BlsStreams: the 2.51 stub crash
 
 
 class TritonPythonModel:
@@ -359,6 +368,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: parameter draft_schedule: {exc}") from None
         self._requests = RequestThreads()
+        self.streams = BlsStreams()
 
     def execute(self, requests: list) -> None:
         # Decoupled: answer through each request's sender from a thread, so a
@@ -380,3 +390,4 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._requests.join()
+        self.streams.close()

@@ -20,8 +20,12 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
-from trtspec.repo.models.orchestrator import STREAM_TIMEOUT_US
-from trtspec.repo.models.threads import RequestThreads, string_params
+from trtspec.repo.models.threads import (
+    BlsStreams,
+    RequestThreads,
+    stream_timeout_us,
+    string_params,
+)
 from trtspec.repo.routing import choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
@@ -49,6 +53,7 @@ class TritonPythonModel:
         self.table = load_routing(Path(args["model_repository"]) / routing_file)
         self.variants = {v for v in params.get("variants", "").split(",") if v}
         self._requests = RequestThreads()
+        self._streams = BlsStreams()
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -90,14 +95,24 @@ class TritonPythonModel:
 
     def _forward(self, variant: str, inputs: dict[str, np.ndarray], sender: Any,
                  progress: _Progress, *, fallback: bool) -> None:
+        max_tokens = inputs.get("max_tokens")
         request = pb_utils.InferenceRequest(
             model_name=variant,
             inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
             requested_output_names=OUTPUT_NAMES,
-            timeout=STREAM_TIMEOUT_US,
+            timeout=stream_timeout_us(
+                int(max_tokens.reshape(-1)[0]) if max_tokens is not None else None),
         )
+        responses = request.exec(decoupled=True)
+        try:
+            self._relay(variant, responses, sender, progress, fallback=fallback)
+        finally:
+            self._streams.keep(responses)  # see BlsStreams: not freed by the stub's C++ thread
+
+    def _relay(self, variant: str, responses: Any, sender: Any, progress: _Progress, *,
+               fallback: bool) -> None:
         final_sent = False
-        for response in request.exec(decoupled=True):
+        for response in responses:
             if response.has_error():
                 raise VariantFailed(f"{variant}: {response.error().message()}")
             tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
@@ -117,3 +132,4 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._requests.join()
+        self._streams.close()

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from trtspec.repo.models.threads import WORKAROUND
+
 try:  # only importable inside Triton's Python backend stub
     import triton_python_backend_utils as pb_utils
 except ImportError:  # pragma: no cover - static checks, docs
@@ -185,7 +187,7 @@ class TritonPythonModel:
         # ResponseSender::Send with the GIL released, freeing their NumPy
         # arrays without it (heap corruption; see repo/models/threads.BlsStreams).
         wanted = options.get("outputs")
-        if wanted:
+        if wanted and WORKAROUND:
             tensors = [t for t in tensors if t.name() in wanted]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 

@@ -9,6 +9,7 @@ described there). No Triton imports: unit-testable as is."""
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,9 @@ from typing import Any
 # reference engine at concurrency 4 takes well under 0.5 s a token on the
 # demo model). 128 tokens -> 286 s, where a flat 30 minutes used to apply.
 BLS_STREAM_BASE_S = 30.0
+# TRTSPEC_BLS_WORKAROUND=0 in the server's environment turns the crash
+# workaround below off (benchmarks/soak_stubs.py --no-workaround: before/after).
+WORKAROUND = os.environ.get("TRTSPEC_BLS_WORKAROUND", "1") != "0"
 BLS_STREAM_PER_TOKEN_S = 2.0
 
 
@@ -58,6 +62,8 @@ class BlsStreams:
 
     def keep(self, iterator: Any) -> None:
         """Keep ``iterator`` (and the responses it holds) for ``hold_s`` s."""
+        if not WORKAROUND:
+            return
         with self._lock:
             self._held.append((time.monotonic() + self.hold_s, iterator))
             if self._thread is None and not self._closed:

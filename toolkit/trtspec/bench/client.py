@@ -87,6 +87,9 @@ class Outcome:
     overhead_wall_ns: int = 0  # the same spans in wall time (includes being descheduled)
     responses: int = 0
     send_lag_ns: int | None = None
+    # Set when the failure was the infrastructure's (a stub crash, a server
+    # that died or stopped answering), not the variant's: its kind.
+    incident: str | None = None
 
 
 def build_inputs(job: Job) -> list[Any]:

@@ -65,6 +65,7 @@ class Incident:
     recovered: bool = False
     recovery_s: float | None = None
     error: str | None = None
+    done_ns: int | None = None  # when recovery ended (or None while it runs)
 
     def message(self) -> str:
         what = (f"the Python-backend stub of model {self.model!r} (pid {self.pid}) {self.cause}"
@@ -76,6 +77,7 @@ class Incident:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("time_ns")
+        out.pop("done_ns")
         out["message"] = self.message()
         return out
 
@@ -236,6 +238,7 @@ class StubWatchdog:
                 self._server_pid, self._known = self.server.pid, {}
                 self._seed()
             incident.recovery_s = time.monotonic() - start
+        incident.done_ns = time.perf_counter_ns()
         if self.on_incident is not None:
             self.on_incident(incident)
 
@@ -254,8 +257,12 @@ class StubWatchdog:
         return self
 
     def incidents_since(self, time_ns: int) -> list[Incident]:
+        """The incidents a request sent at ``time_ns`` (``perf_counter_ns``)
+        may have run into: found after it was sent, or still being recovered
+        from (or recovered from only after) when it was sent."""
         with self._lock:
-            return [i for i in self.incidents if i.time_ns >= time_ns]
+            return [i for i in self.incidents
+                    if i.time_ns >= time_ns or i.done_ns is None or i.done_ns >= time_ns]
 
     def note(self, incident: Incident) -> Incident:
         """Record an incident someone else found (a stub that stopped

@@ -158,6 +158,15 @@ class StreamWorker:
         with contextlib.suppress(Exception):
             self._client.close()
 
+    def _send(self, job: Job, inputs: list[Any]) -> None:
+        try:
+            self._client.async_stream_infer(job.arm.model, inputs, request_id=job.request_id)
+        except Exception:
+            # A stream that broke between requests (its server was restarted
+            # meanwhile) is not this request's failure: one fresh stream, one retry.
+            self._restart_stream()
+            self._client.async_stream_infer(job.arm.model, inputs, request_id=job.request_id)
+
     def run(self, job: Job, stop: threading.Event | None = None) -> Outcome:
         out = Outcome(job)
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
@@ -167,7 +176,7 @@ class StreamWorker:
         if job.scheduled_ns is not None:
             out.send_lag_ns = max(0, out.send_ns - job.scheduled_ns)
         try:
-            self._client.async_stream_infer(job.arm.model, inputs, request_id=job.request_id)
+            self._send(job, inputs)
         except Exception as exc:  # a client-side failure is a failed request, not a crash
             out.error = f"send failed: {exc}"
             self._restart_stream()

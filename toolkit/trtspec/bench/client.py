@@ -150,7 +150,14 @@ class StreamWorker:
         self._client.start_stream(callback=self._callback)
 
     def reconnect(self) -> None:
-        self._restart_stream()
+        """A new client (a new gRPC channel, free of the reconnect backoff
+        the old one entered when its server went away) and a new stream."""
+        import tritonclient.grpc as grpcclient
+
+        self.close()
+        self._client = grpcclient.InferenceServerClient(self.url)
+        self._responses = queue.Queue()
+        self._client.start_stream(callback=self._callback)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -163,8 +170,8 @@ class StreamWorker:
             self._client.async_stream_infer(job.arm.model, inputs, request_id=job.request_id)
         except Exception:
             # A stream that broke between requests (its server was restarted
-            # meanwhile) is not this request's failure: one fresh stream, one retry.
-            self._restart_stream()
+            # meanwhile) is not this request's failure: one fresh client, one retry.
+            self.reconnect()
             self._client.async_stream_infer(job.arm.model, inputs, request_id=job.request_id)
 
     def run(self, job: Job, stop: threading.Event | None = None) -> Outcome:

@@ -455,7 +455,12 @@ class _Run:
                 return False
             watchdog.check()  # waits for a restart in progress; finds a crash now
             found = watchdog.incidents_since(outcome.send_ns)
-            if not found and any(m in error for m in (*_RECOVERABLE, *_UNREACHABLE)):
+            unreachable = any(m in error for m in _UNREACHABLE)
+            if not found and unreachable and watchdog.incidents and _server_live(target.url):
+                # A connection that still carried the last restart (gRPC's
+                # reconnect backoff) to a server that is back: that incident's.
+                found = [watchdog.incidents[-1]]
+            if not found and (unreachable or any(m in error for m in _RECOVERABLE)):
                 found = [watchdog.note(Incident("stub_unresponsive", outcome.job.arm.model,
                                                 None, f"stopped answering ({error})"))]
             if not found:

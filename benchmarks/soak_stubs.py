@@ -177,7 +177,8 @@ def main() -> int:
 
     def recover(out: Outcome) -> bool:
         watchdog.check()  # waits for a restart in progress; finds a crash before the next tick
-        if watchdog.incidents_since(out.send_ns):
+        lost = any(m in (out.error or "") for m in ("UNAVAILABLE", "send failed"))
+        if watchdog.incidents_since(out.send_ns) or (lost and watchdog.incidents):
             with lock:
                 resent.append(out.job.request_id)
             return True

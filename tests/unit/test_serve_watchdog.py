@@ -8,6 +8,7 @@ tritonserver). Also: stale shared-memory regions of dead owners."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,35 +45,41 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
     model.write_text("import time\ntime.sleep(600)\n")
     # a stub's argv: model.py, shm region, sizes, parent pid, lib dir, ipc handle,
     # instance name (argv[8]), runtime
-    stub = subprocess.Popen(
-        ["bash", "-c", f'exec -a {tmp_path}/triton_python_backend_stub "{sys.executable}" '
-         f"{model} region 1 1 1 lib 1 router_0_0 DEFAULT"])
+    # posix_spawn, not Popen: nothing in this process may reap the zombie before
+    # the watchdog reads its wait status (tritonserver does not reap its stubs)
+    # (and under the stub's file name: a zombie's command name is all that is left)
+    binary = tmp_path / "triton_python_backend_stub"
+    binary.symlink_to(sys.executable)
+    pid = os.posix_spawn(binary, [
+        f"{tmp_path}/triton_python_backend_stub", str(model), "region", "1", "1", "1", "lib",
+        "1", "router_0_0", "DEFAULT"], os.environ)
     try:
         server = ThisProcess()
         seen = []
         deadline = time.monotonic() + 10
-        while stub.pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         found = stubs_of(server.pid)
-        assert found[stub.pid].model == "router", found
+        assert found[pid].model == "router", found
         with StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime() as dog:
             assert dog.check() == []  # a live stub is no incident
-            os.kill(stub.pid, signal.SIGSEGV)
+            os.kill(pid, signal.SIGSEGV)
             deadline = time.monotonic() + 10
             while not seen and time.monotonic() < deadline:
                 time.sleep(0.02)
         assert len(seen) == 1, seen
         incident = seen[0]
-        assert (incident.kind, incident.model, incident.pid) == ("stub_crash", "router", stub.pid)
+        assert (incident.kind, incident.model, incident.pid) == ("stub_crash", "router", pid)
         assert incident.message() == (
-            f"the Python-backend stub of model 'router' (pid {stub.pid}) was killed by SIGSEGV; "
+            f"the Python-backend stub of model 'router' (pid {pid}) was killed by SIGSEGV; "
             "the requests in flight failed")
         assert incident.recovered and incident.action == "tritonserver restarted on the same ports"
         assert server.restarts == 1
         assert dog.incidents_since(incident.time_ns - 1) == [incident]
     finally:
-        stub.kill()
-        stub.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def test_stale_regions_of_dead_owners_are_removed(tmp_path: Path) -> None:

@@ -68,7 +68,8 @@ class Incident:
     done_ns: int | None = None  # when recovery ended (or None while it runs)
 
     def message(self) -> str:
-        what = (f"the Python-backend stub of model {self.model!r} (pid {self.pid}) {self.cause}"
+        model = repr(self.model) if self.model else "(not known: it died before the first look)"
+        what = (f"the Python-backend stub of model {model} (pid {self.pid}) {self.cause}"
                 if self.kind == "stub_crash" else
                 f"tritonserver (pid {self.pid}) {self.cause}" if self.kind == "server_exit"
                 else f"model {self.model!r}: {self.cause}")
@@ -96,11 +97,20 @@ def describe_wait_status(status: int | None) -> str:
 
 
 def _stat_fields(pid: int) -> list[str] | None:
+    """``stat`` after the command name: state, ppid, … (index 0 = field 3)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     return stat[stat.rindex(")") + 2 :].split()
+
+
+def _comm(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.index("(") + 1 : stat.rindex(")")]
 
 
 def stubs_of(root_pid: int) -> dict[int, Stub]:
@@ -125,11 +135,13 @@ def stubs_of(root_pid: int) -> dict[int, Stub]:
         except OSError:
             argv = []
         zombie = fields[0] in ("Z", "X")
-        # A zombie's cmdline is empty: remember stubs by pid from earlier polls.
-        is_stub = bool(argv and argv[0].endswith(STUB_BINARY.encode()))
-        instance = argv[8].decode("utf-8", "replace") if is_stub and len(argv) > 8 else ""
+        # A zombie's cmdline is empty (its instance name is remembered from
+        # earlier polls); its command name, cut to 15 characters, remains.
+        is_stub = bool(argv and argv[0].endswith(STUB_BINARY.encode())) or (
+            zombie and _comm(pid) == STUB_BINARY[:15])
+        instance = argv[8].decode("utf-8", "replace") if len(argv) > 8 and is_stub else ""
         status = int(fields[49]) if zombie and len(fields) > 49 else None
-        if is_stub or zombie:
+        if is_stub:
             found[pid] = Stub(pid, instance, zombie, status)
     return found
 
@@ -143,8 +155,11 @@ class StubWatchdog:
 
     def __init__(self, server: Any, *, interval_s: float = 0.5, recover: bool = True,
                  on_incident: Callable[[Incident], None] | None = None,
-                 restart_timeout_s: float = 300.0) -> None:
+                 restart_timeout_s: float = 300.0, restart_dead_server: bool = True) -> None:
         self.server = server
+        # False: a server that exited is its owner's business (`trtspec serve`
+        # ends with the log tail); only dead stubs are handled here.
+        self.restart_dead_server = restart_dead_server
         self.interval_s = interval_s
         self.recover = recover
         self.on_incident = on_incident
@@ -200,6 +215,8 @@ class StubWatchdog:
             self._server_pid, self._known = pid, {}
         code = server.poll()
         if code is not None:
+            if not self.restart_dead_server:
+                return []
             cause = (describe_wait_status(-code & 0x7F) if code < 0
                      else f"exited with code {code}")
             return [Incident("server_exit", None, pid, cause)]
@@ -208,11 +225,11 @@ class StubWatchdog:
         for stub_pid, stub in now.items():
             known = self._known.get(stub_pid)
             if stub.zombie:
-                if known is not None and not known.zombie:
-                    found.append(Incident("stub_crash", known.model, stub_pid,
-                                          describe_wait_status(stub.wait_status)))
-                    self._known[stub_pid] = Stub(stub_pid, known.instance, True,
-                                                 stub.wait_status)
+                if known is None or not known.zombie:  # unknown: died before we looked
+                    found.append(Incident("stub_crash", known.model if known else None,
+                                          stub_pid, describe_wait_status(stub.wait_status)))
+                    self._known[stub_pid] = Stub(stub_pid, known.instance if known else "",
+                                                 True, stub.wait_status)
             elif stub.instance:
                 self._known[stub_pid] = stub
         for stub_pid, known in list(self._known.items()):
@@ -255,6 +272,11 @@ class StubWatchdog:
             self._server_pid = self.server.pid
             self._seed()
         return self
+
+    def check_alive(self) -> None:
+        """``Server.check_alive`` between restarts (never in the middle of one)."""
+        with self._lock:
+            self.server.check_alive()
 
     def incidents_since(self, time_ns: int) -> list[Incident]:
         """The incidents a request sent at ``time_ns`` (``perf_counter_ns``)

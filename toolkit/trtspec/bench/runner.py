@@ -452,6 +452,8 @@ class _Run:
                 if any(m in error for m in _UNREACHABLE) and not _server_live(target.url):
                     outcome.incident = "server_unreachable"
                     self.abort(f"the server at {target.url} stopped answering ({error})")
+                elif "is not healthy" in error:  # a dead stub on a server not ours
+                    outcome.incident = "stub_unresponsive"
                 return False
             watchdog.check()  # waits for a restart in progress; finds a crash now
             found = watchdog.incidents_since(outcome.send_ns)

@@ -48,7 +48,7 @@ class BlsStreams:
     ``PbTensor``s, whose NumPy arrays (made in ``PbTensor::LoadFromSharedMemory``)
     are then deallocated without the GIL — corrupting pymalloc while another
     thread builds a ``pb_utils.Tensor`` (the SIGSEGV seen in
-    ``array_getbuffer <- PbTensor::FromNumpy``). python_backend #390 (r25.01)
+    ``array_getbuffer <- PbTensor::FromNumpy``). python_backend #390 (r24.12 on)
     makes ``~PbTensor`` take the GIL. Keeping our own reference until the
     cleanup has long run makes Python's release the last one on 2.51 too."""
 

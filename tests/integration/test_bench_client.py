@@ -345,10 +345,11 @@ def test_bench_restarts_its_server_when_a_stub_dies(echo_repo: Path, tmp_path: P
     failed are errors (and sent again), and the run says so."""
     from trtspec.serve import group_members
 
-    other_servers = set(_server_pids())  # e.g. this module's shared server: not ours to kill
+    # this module's shared server serves the same repository: not ours to kill
+    other_servers = set(_server_pids(echo_repo))
 
     def baseline_stub() -> int | None:
-        for pid in set(_server_pids()) - other_servers:
+        for pid in set(_server_pids(echo_repo)) - other_servers:
             for member in group_members(pid):
                 cmd = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ")
                 if b"triton_python_backend_stub" in cmd and b"/baseline/" in cmd:
@@ -362,10 +363,10 @@ def test_bench_restarts_its_server_when_a_stub_dies(echo_repo: Path, tmp_path: P
 def test_bench_restarts_a_dead_server_it_owns(echo_repo: Path, tmp_path: Path) -> None:
     """tritonserver itself killed under a bench that started it: restarted on
     the same ports, the run completes, nothing is excluded for it."""
-    other_servers = set(_server_pids())
+    other_servers = set(_server_pids(echo_repo))
 
     def our_server() -> int | None:
-        return next(iter(set(_server_pids()) - other_servers), None)
+        return next(iter(set(_server_pids(echo_repo)) - other_servers), None)
 
     result, killed = _run_with_a_kill(echo_repo, tmp_path, our_server)
     _check_recovered_run(result, f"tritonserver (pid {killed[0]}) was killed by SIGKILL")
@@ -404,7 +405,8 @@ def test_bench_on_an_endpoint_that_dies_stops_incomplete(echo_repo: Path,
     assert "decision: exclude" not in (run / "routing.yaml").read_text()
 
 
-def _server_pids() -> list[int]:
+def _server_pids(repo: Path) -> list[int]:
+    """tritonservers serving ``repo`` (the machine may run other people's)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -413,6 +415,6 @@ def _server_pids() -> list[int]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if b"tritonserver" in cmd and b"--model-repository" in cmd:
+        if b"tritonserver" in cmd and f"--model-repository={repo} ".encode() in cmd:
             pids.append(int(proc.name))
     return pids

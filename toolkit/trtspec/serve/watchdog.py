@@ -213,13 +213,9 @@ class StubWatchdog:
             return []
         if pid != self._server_pid:  # started or restarted: a fresh set of stubs
             self._server_pid, self._known = pid, {}
-        code = server.poll()
-        if code is not None:
-            if not self.restart_dead_server:
-                return []
-            cause = (describe_wait_status(-code & 0x7F) if code < 0
-                     else f"exited with code {code}")
-            return [Incident("server_exit", None, pid, cause)]
+        exited = self._server_exit(pid)
+        if exited is not None:
+            return exited
         now = stubs_of(pid)
         found = []
         for stub_pid, stub in now.items():
@@ -236,7 +232,22 @@ class StubWatchdog:
             if stub_pid not in now and not known.zombie:  # reaped already
                 found.append(Incident("stub_crash", known.model, stub_pid, "exited"))
                 del self._known[stub_pid]
+        if found:  # stubs leave when their server dies: then it is the server's death
+            for _ in range(5):  # (children are reparented a moment before the exit shows)
+                exited = self._server_exit(pid)
+                if exited is not None:
+                    return exited
+                time.sleep(0.05)
         return found
+
+    def _server_exit(self, pid: int) -> list[Incident] | None:
+        code = self.server.poll()
+        if code is None:
+            return None
+        if not self.restart_dead_server:
+            return []
+        cause = describe_wait_status(-code & 0x7F) if code < 0 else f"exited with code {code}"
+        return [Incident("server_exit", None, pid, cause)]
 
     def _handle(self, incident: Incident) -> None:
         self.incidents.append(incident)

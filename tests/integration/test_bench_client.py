@@ -286,51 +286,127 @@ def test_interrupted_bench_keeps_completed_requests(server: Any, tmp_path: Path,
     assert (run / "report.html").is_file()
 
 
-def test_bench_restarts_its_server_when_a_stub_dies(echo_repo: Path, tmp_path: Path) -> None:
-    """A Python-backend stub that stops answering (here: killed) makes every
-    later request to it fail; a server the bench started is restarted on the
-    same ports, the failed request is sent again, and the run says so."""
-    from trtspec.serve import group_members
+def _kill_after_rows(rows_file: Path, rows: int, pick: Any, killed: list[int]) -> None:
+    """Once ``rows`` rows are written, SIGKILL the first pid ``pick()`` returns."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if rows_file.is_file() and len(rows_file.read_text().splitlines()) >= rows:
+            break
+        time.sleep(0.05)
+    pid = pick()
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
 
+
+def _run_with_a_kill(echo_repo: Path, tmp_path: Path, pick: Any) -> tuple[Any, list[int]]:
     spec = load_spec(_write_spec(tmp_path, requests=6, concurrency="[1]"))
     run_dir = tmp_path / "run"
-    rows_file = run_dir / "requests.jsonl"
     killed: list[int] = []
-    other_servers = set(_server_pids())  # e.g. this module's shared server: not ours to kill
-
-    def kill_baseline_stub() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if rows_file.is_file() and len(rows_file.read_text().splitlines()) >= 4:
-                break
-            time.sleep(0.05)
-        for pid in set(_server_pids()) - other_servers:
-            for member in group_members(pid):
-                cmd = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ")
-                if b"triton_python_backend_stub" in cmd and b"/baseline/" in cmd:
-                    os.kill(member, signal.SIGKILL)
-                    killed.append(member)
-                    return
-
-    killer = threading.Thread(target=kill_baseline_stub, daemon=True)
+    killer = threading.Thread(target=_kill_after_rows,
+                              args=(run_dir / "requests.jsonl", 4, pick, killed), daemon=True)
     killer.start()
     result = run_benchmark(spec, output_dir=run_dir, repo=echo_repo, routes=["copy"],
                            variants=["fast"], num_draft_tokens=[3], warmup_requests=0,
-                           request_timeout_s=20, plots=False)
+                           request_timeout_s=60, plots=False)
     killer.join(timeout=5)
-    assert killed, "the test found no baseline stub to kill"
+    assert killed, "the test found nothing to kill"
+    return result, killed
+
+
+def _check_recovered_run(result: Any, what: str) -> list[dict[str, Any]]:
+    """Every sample answered once; every request the incident failed is an
+    error row marked ``incident`` (counted), then sent again; no exclude."""
+    run_dir = result.run_dir
+    rows = read_requests(run_dir / "requests.jsonl")
+    failed = [r for r in rows if r["error"]]
+    answered = [r for r in rows if not r["error"]]
+    assert len(answered) == 12, rows
+    assert failed and all(r["incident"] and what in r["error"] for r in failed), failed
+    totals = result.summary["totals"]
+    assert totals["errors"] == totals["incidents"] == len(failed)
+    assert result.summary["complete"] is True
     incidents = result.summary["incidents"]
     assert len(incidents) == 1, incidents
-    assert incidents[0]["model"] == "baseline"
-    assert "is not healthy" in incidents[0]["error"] or "timeout" in incidents[0]["error"]
-    assert incidents[0]["action"] == "server restarted, request sent again"
-    rows = read_requests(rows_file)
-    assert len(rows) == 12 and all(r["error"] is None for r in rows), rows
-    assert (run_dir / "tritonserver.restart1.log").is_file()
-    assert "server incident: baseline (copy)" in (run_dir / "report.md").read_text()
+    assert what in incidents[0]["error"]
+    assert incidents[0]["action"] == "tritonserver restarted on the same ports"
+    assert incidents[0]["requests_failed"] == len(failed)
+    assert "decision: exclude" not in (run_dir / "routing.yaml").read_text()
+    log = (run_dir / "tritonserver.log").read_text(errors="replace")
+    assert log.count("Started GRPCInferenceService") == 2  # one log, two starts
+    assert "server incident: baseline" in (run_dir / "report.md").read_text() or \
+        "server incident: None" in (run_dir / "report.md").read_text()
+    return failed
 
 
-def _server_pids() -> list[int]:
+def test_bench_restarts_its_server_when_a_stub_dies(echo_repo: Path, tmp_path: Path) -> None:
+    """A Python-backend stub killed mid-run is noticed by the watchdog; the
+    server the bench started comes back on the same ports, the requests it
+    failed are errors (and sent again), and the run says so."""
+    from trtspec.serve import group_members
+
+    # this module's shared server serves the same repository: not ours to kill
+    other_servers = set(_server_pids(echo_repo))
+
+    def baseline_stub() -> int | None:
+        for pid in set(_server_pids(echo_repo)) - other_servers:
+            for member in group_members(pid):
+                cmd = Path(f"/proc/{member}/cmdline").read_bytes().replace(b"\0", b" ")
+                if b"triton_python_backend_stub" in cmd and b"/baseline/" in cmd:
+                    return member
+        return None
+
+    result, killed = _run_with_a_kill(echo_repo, tmp_path, baseline_stub)
+    _check_recovered_run(result, f"model 'baseline' (pid {killed[0]}) was killed by SIGKILL")
+
+
+def test_bench_restarts_a_dead_server_it_owns(echo_repo: Path, tmp_path: Path) -> None:
+    """tritonserver itself killed under a bench that started it: restarted on
+    the same ports, the run completes, nothing is excluded for it."""
+    other_servers = set(_server_pids(echo_repo))
+
+    def our_server() -> int | None:
+        return next(iter(set(_server_pids(echo_repo)) - other_servers), None)
+
+    result, killed = _run_with_a_kill(echo_repo, tmp_path, our_server)
+    _check_recovered_run(result, f"tritonserver (pid {killed[0]}) was killed by SIGKILL")
+
+
+def test_bench_on_an_endpoint_that_dies_stops_incomplete(echo_repo: Path,
+                                                        tmp_path: Path) -> None:
+    """With --endpoint the server is not the bench's to restart: it stops,
+    keeps what completed, marks the run incomplete and exits 1; nothing is
+    written as ``exclude`` because of it."""
+    from trtspec.serve import Server
+
+    spec = _write_spec(tmp_path, requests=6, concurrency="[1]")
+    run = tmp_path / "run"
+    killed: list[int] = []
+    with Server(echo_repo, log_path=tmp_path / "endpoint.log") as server:
+        killer = threading.Thread(target=_kill_after_rows,
+                                  args=(run / "requests.jsonl", 4, lambda: server.pid, killed),
+                                  daemon=True)
+        killer.start()
+        res = CliRunner().invoke(cli, [
+            "bench", str(spec), "--endpoint", server.grpc_url, "--run-dir", str(run),
+            "--routes", "copy", "--variants", "fast", "--num-draft-tokens", "3",
+            "--warmup", "0", "--no-plots", "--timeout", "60"])
+        killer.join(timeout=5)
+    assert killed
+    assert res.exit_code == 1, res.output
+    assert f"Error: the benchmark is incomplete: the server at {server.grpc_url} stopped " \
+           "answering (" in res.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] is False
+    assert summary["incomplete_reason"].startswith(f"the server at {server.grpc_url} stopped")
+    rows = read_requests(run / "requests.jsonl")
+    assert 4 <= len(rows) < 12
+    assert [r["incident"] for r in rows if r["error"]] == ["server_unreachable"]
+    assert "decision: exclude" not in (run / "routing.yaml").read_text()
+
+
+def _server_pids(repo: Path) -> list[int]:
+    """tritonservers serving ``repo`` (the machine may run other people's)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -339,6 +415,6 @@ def _server_pids() -> list[int]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if b"tritonserver" in cmd and b"--model-repository" in cmd:
+        if b"tritonserver" in cmd and f"--model-repository={repo} ".encode() in cmd:
             pids.append(int(proc.name))
     return pids

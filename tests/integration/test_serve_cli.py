@@ -185,6 +185,39 @@ def test_server_dying_ends_the_cli_with_the_log_tail(model_repo, tmp_path, group
     assert group_pids(pgid) == []  # its stubs went with it
 
 
+def test_a_crashed_stub_is_restarted_and_reported(model_repo, tmp_path,
+                                                  triton_install) -> None:
+    """`trtspec serve` runs the stub watchdog: a stub killed by SIGSEGV is
+    reported on stderr within seconds and the model answers again on the same
+    port."""
+    from trtspec.serve import stubs_of
+
+    repo = model_repo("crashes")
+    repo.add_python_model("add_one", ADD_ONE)
+    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
+                       "--metrics-port", "0", "--format", "json"], tmp_path)
+    try:
+        info = _read_json(process, tmp_path)
+        stub = next(s for s in stubs_of(info["pid"]).values() if s.model == "add_one")
+        os.kill(stub.pid, signal.SIGSEGV)
+        expected = (f"Error: the Python-backend stub of model 'add_one' (pid {stub.pid}) was "
+                    "killed by SIGSEGV; the requests in flight failed; tritonserver restarted "
+                    "on the same ports in ")
+        deadline = time.monotonic() + 200
+        while expected not in (tmp_path / "cli.err").read_text() and \
+                time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+        assert expected in (tmp_path / "cli.err").read_text()
+        assert _status(f"{info['http']}/v2/models/add_one/ready") == 200
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
 def _read_table(process: subprocess.Popen[bytes], tmp_path: Path, timeout: float = 90) -> str:
     """Read stdout until the endpoint table's last row (the log) has arrived."""
     assert process.stdout is not None

@@ -120,7 +120,7 @@ def test_decisions_on_constructed_run() -> None:
         "routes": {"code": {"variant": "fast", "num_draft_tokens": 4, "canary_percent": 100,
                             "decision": "promote", "fallback_variant": "baseline"},
                    "chat": {"variant": "baseline", "decision": "exclude"}}}
-    assert summary["totals"] == {"requests": 64, "errors": 1, "error_rate": 1 / 64,
+    assert summary["totals"] == {"requests": 64, "errors": 1, "error_rate": 1 / 64, "incidents": 0,
                                  "warmup_requests": 1}
 
 

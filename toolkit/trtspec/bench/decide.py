@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from trtspec.bench import stats
 from trtspec.bench.summary import BASELINE, pairs_with
 
 PROMOTE, EXCLUDE, INCONCLUSIVE = "promote", "exclude", "inconclusive"
@@ -25,7 +26,13 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
     """One cell's verdict and the reasons behind it."""
     where = f"{cell['load']} T={cell['temperature']:g}"
     broken: list[str] = []
-    if cell.get("error_rate") is not None and cell["error_rate"] > d["max_error_rate"]:
+    # Failures the infrastructure caused (stub crash, server restart) count as
+    # errors, but never exclude a variant: at worst it stays inconclusive.
+    unsure, noted = _incident_reasons(cell, d, where)
+    own_rate = stats.rate(cell.get("errors", 0) - int(cell.get("incidents") or 0),
+                          cell.get("count") or 0)
+    if (cell.get("error_rate") is not None and cell["error_rate"] > d["max_error_rate"]
+            and own_rate is not None and own_rate > d["max_error_rate"]):
         broken.append(f"{where}: error rate {cell['error_rate']:.1%} > {d['max_error_rate']:.1%}")
     qpr, base_qpr = cell.get("quality_pass_rate"), cell.get("baseline_quality_pass_rate")
     if (qpr is not None and qpr < d["min_quality_pass_rate"]
@@ -38,13 +45,14 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
                       f"(need {d['min_equal_rate']:.0%})")
     sp = cell.get("speedup")
     if sp is None:
-        return (EXCLUDE if broken else INCONCLUSIVE), [*broken, f"{where}: no paired baseline"]
+        return ((EXCLUDE if broken else INCONCLUSIVE),
+                [*broken, *unsure, *noted, f"{where}: no paired baseline"])
     ci = f"{sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
     if sp["ci_high"] < 1.0:
         return EXCLUDE, [*broken, f"{where}: slower than baseline, speedup {ci}"]
     if broken:
         return EXCLUDE, broken
-    reasons = []
+    reasons = list(unsure)
     reg = cell.get("p95_latency_regression")
     if reg is not None and reg > d["max_p95_regression"]:
         reasons.append(f"{where}: p95 latency +{reg:.0%} > +{d['max_p95_regression']:.0%}")
@@ -53,8 +61,23 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
     if sp["ci_low"] <= d["min_speedup"]:
         reasons.append(f"{where}: speedup {ci} not above {d['min_speedup']:.2f}")
     if reasons:
-        return INCONCLUSIVE, reasons
-    return PROMOTE, [f"{where}: speedup {ci}"]
+        return INCONCLUSIVE, [*reasons, *noted]
+    return PROMOTE, [f"{where}: speedup {ci}", *noted]
+
+
+def _incident_reasons(cell: dict[str, Any], d: dict[str, Any],
+                      where: str) -> tuple[list[str], list[str]]:
+    """(reasons that keep the cell inconclusive, notes for any verdict) about
+    the requests an infrastructure incident failed."""
+    n = int(cell.get("incidents") or 0)
+    if not n:
+        return [], []
+    rate = cell.get("error_rate") or 0.0
+    what = (f"{where}: {n} request(s) failed by a stub crash or server restart, counted as "
+            f"errors (error rate {rate:.1%})")
+    if rate > d["max_error_rate"]:
+        return [f"{what} > {d['max_error_rate']:.1%}: not judged on infrastructure failures"], []
+    return [], [what]
 
 
 def _headline(cells: list[dict[str, Any]]) -> dict[str, Any]:

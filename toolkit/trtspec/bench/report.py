@@ -143,7 +143,9 @@ def _header_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("server", json.dumps(summary.get("server"))),
         ("requests", f"{totals['requests']} measured, {totals['errors']} errors, "
                      f"{totals['warmup_requests']} warmup"),
-        ("complete", "yes" if summary["complete"] else "no (interrupted or still running)"),
+        ("complete", "yes" if summary["complete"] else
+         f"no — incomplete: {summary['incomplete_reason']}" if summary.get("incomplete_reason")
+         else "no (interrupted or still running)"),
         ("server memory", ", ".join(sorted({_MEMORY_KINDS.get(c.get("server_memory_kind"), "-")
                                             for c in summary["cells"]}))),
     ]
@@ -159,7 +161,8 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
 
     client = summary.get("client") or {}
     notes = list(client.get("warnings") or []) + external_notes(summary)
-    notes += [f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}"
+    notes += [f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}; "
+              f"{i.get('requests_failed', 0)} request(s) failed, counted as errors"
               for i in summary.get("incidents") or []]
     if client.get("overhead_ms_p50") is not None:
         notes.insert(0, (

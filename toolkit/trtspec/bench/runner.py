@@ -45,6 +45,7 @@ from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, rend
 from trtspec.bench.summary import BASELINE, DEFAULT_DECISION, environment_info, git_commit
 from trtspec.errors import BenchError, TrtspecError, os_error
 from trtspec.limits import request_seed
+from trtspec.serve.watchdog import Incident, StubWatchdog
 
 SPECULATIVE_K_MODES = ("draft_model", "ngram")
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
@@ -271,16 +272,23 @@ class _Target:
     url: str
     metrics_url: str | None
     pid: int | None
-    # Brings a server this run started back on the same ports (None for
-    # --endpoint: somebody else's server is not ours to restart).
-    restart: Callable[[], int | None] | None = None
+    # The stub watchdog of a server this run started: it notices a dead stub
+    # or server and restarts it on the same ports (None for --endpoint:
+    # somebody else's server is not ours to restart).
+    watchdog: StubWatchdog | None = None
+
+    @property
+    def server_pid(self) -> int | None:
+        return self.watchdog.server.pid if self.watchdog is not None else self.pid
 
 
-# Errors after which the server this run owns is restarted and the request
-# sent again: a Python-backend stub that stopped answering (seen with the
-# tritonserver 2.51 bundled in nvidia-pytriton: a decoupled BLS stream stalls,
-# then the stub is reported unhealthy for every later request).
+# Errors after which a server this run owns is restarted (through its
+# watchdog) even when no stub died: a stub that stopped answering, a server
+# that stopped accepting requests. Under --endpoint the unreachable ones end
+# the run as incomplete.
 _RECOVERABLE = ("is not healthy", "timeout: no final response")
+_UNREACHABLE = ("UNAVAILABLE", "Socket closed", "Connection refused", "failed to connect",
+                "Stream removed", "Broken pipe", "Connection reset")
 
 
 class _Recorder:
@@ -358,7 +366,7 @@ class _Recorder:
             "rounds": f.get("rounds"), "server_ttft_ms": ns_ms(f.get("server_ttft_ns")),
             "server_total_ms": ns_ms(f.get("server_total_ns")),
             "served_variant": f.get("variant"), "fallback": f.get("fallback"),
-            "error": out.error, "text_hash": text_hash(out.text),
+            "error": out.error, "incident": out.incident, "text_hash": text_hash(out.text),
             # OpenAI streams carry text, not token ids
             "output_ids_hash": None if arm.openai else ids_hash(out.ids),
             "output_text": out.text, "quality": quality,
@@ -397,34 +405,78 @@ class _Run:
         self.memory: RequestLog | None = None  # opened once the run folder exists
         self.triton_version: str | None = None
         self.incidents: list[dict[str, Any]] = []
-        self._restart_lock = threading.Lock()
+        self._incident_rows: dict[int, dict[str, Any]] = {}
+        self.incomplete_reason: str | None = None
+        self._lock = threading.Lock()
 
-    def recovery(self, target: _Target) -> Callable[[Outcome], bool] | None:
-        """A ``recover`` hook for run_jobs that restarts a server this run owns
-        after a stub stopped answering; every restart is kept as an incident."""
-        if target.restart is None:
-            return None
-        restart = target.restart
+    def abort(self, reason: str) -> None:
+        """Stop the run; what completed stays, marked incomplete."""
+        with self._lock:
+            if self.incomplete_reason is None:
+                self.incomplete_reason = reason
+                self.progress(f"bench: {reason}; stopping with partial results")
+        self.stop.set()
+
+    def _incident(self, incident: Incident, outcome: Outcome | None) -> dict[str, Any]:
+        with self._lock:
+            entry = self._incident_rows.get(id(incident))
+            if entry is None:
+                entry = {**incident.as_dict(), "error": incident.message(),
+                         "model": incident.model or (outcome.job.arm.model if outcome else None),
+                         "route": outcome.job.route if outcome else None,
+                         "request_id": outcome.job.request_id if outcome else None,
+                         "requests_failed": 0}
+                self._incident_rows[id(incident)] = entry
+                self.incidents.append(entry)
+            if outcome is not None:
+                entry["requests_failed"] += 1
+                if entry["route"] is None:
+                    entry.update(model=entry["model"] or outcome.job.arm.model,
+                                 route=outcome.job.route, request_id=outcome.job.request_id)
+            return entry
+
+    def recovery(self, target: _Target, on_done: Callable[[Outcome], None]
+                 ) -> Callable[[Outcome], bool]:
+        """A ``recover`` hook for run_jobs. A failure the infrastructure caused
+        (a stub crash, a dead or silent server) is recorded as an error row
+        marked ``incident`` — it counts in ``error_rate`` and the decision —
+        and, when this run owns the server, the request is sent again once the
+        watchdog has it serving; under ``--endpoint`` a server that stopped
+        answering ends the run as incomplete."""
 
         def recover(outcome: Outcome) -> bool:
             error = outcome.error or ""
-            if outcome.job.arm.openai is not None or not any(
-                    marker in error for marker in _RECOVERABLE):
+            if outcome.job.arm.openai is not None:
+                return False  # an external server is not ours: its failures are its own
+            watchdog = target.watchdog
+            if watchdog is None:
+                if any(m in error for m in _UNREACHABLE) and not _server_live(target.url):
+                    outcome.incident = "server_unreachable"
+                    self.abort(f"the server at {target.url} stopped answering ({error})")
+                elif "is not healthy" in error:  # a dead stub on a server not ours
+                    outcome.incident = "stub_unresponsive"
                 return False
-            with self._restart_lock:
-                # One restart serves every request that failed before it.
-                if any(i["time_ns"] >= outcome.send_ns for i in self.incidents):
-                    return True
-                self.progress(f"bench: {outcome.job.arm.model}: {error}; restarting the server "
-                              "and sending the request again")
-                target.pid = restart()
-                self.incidents.append({
-                    "time_ns": time.perf_counter_ns(), "time": time.time(),
-                    "model": outcome.job.arm.model, "route": outcome.job.route,
-                    "request_id": outcome.job.request_id, "error": error,
-                    "action": "server restarted, request sent again",
-                })
-                return True
+            watchdog.check()  # waits for a restart in progress; finds a crash now
+            found = watchdog.incidents_since(outcome.send_ns)
+            unreachable = any(m in error for m in _UNREACHABLE)
+            if not found and unreachable and watchdog.incidents and _server_live(target.url):
+                # A connection that still carried the last restart (gRPC's
+                # reconnect backoff) to a server that is back: that incident's.
+                found = [watchdog.incidents[-1]]
+            if not found and (unreachable or any(m in error for m in _RECOVERABLE)):
+                found = [watchdog.note(Incident("stub_unresponsive", outcome.job.arm.model,
+                                                None, f"stopped answering ({error})"))]
+            if not found:
+                return False
+            incident = found[0]
+            entry = self._incident(incident, outcome)
+            outcome.incident = incident.kind
+            outcome.error = f"{entry['error']} ({error}); {incident.action or 'no recovery'}"
+            if not incident.recovered:
+                self.abort(f"{entry['error']}; {incident.action}: {incident.error}")
+                return False
+            on_done(outcome)  # the failed attempt is a row (an error) of its own
+            return True
 
         return recover
 
@@ -464,7 +516,8 @@ class _Run:
                     if warm:
                         run_jobs(target.url, warm, workers=conc or 1, on_done=recorder.put,
                                  stop=self.stop, request_timeout_s=s.request_timeout_s,
-                                 recover=self.recovery(target), make_worker=make_worker)
+                                 recover=self.recovery(target, recorder.put),
+                                 make_worker=make_worker)
                     jobs = self._jobs(route, arms, load, temp, samples=samples, warmup=False)
                     self.progress(f"bench: route={route.name} {label} T={temp:g} "
                                   f"{len(jobs)} requests over {len(arms)} arm(s)")
@@ -476,8 +529,9 @@ class _Run:
                                  workers=conc or min(s.max_inflight, max(1, len(jobs))),
                                  on_done=recorder.put, stop=self.stop,
                                  request_timeout_s=s.request_timeout_s, schedule_s=schedule,
-                                 recover=self.recovery(target), make_worker=make_worker)
-                    mem, kind = server_memory(target.metrics_url, target.pid)
+                                 recover=self.recovery(target, recorder.put),
+                                 make_worker=make_worker)
+                    mem, kind = server_memory(target.metrics_url, target.server_pid)
                     self.memory.append({"route": route.name, "load": label,
                                         "temperature": temp, "variants": sorted(
                                             {a.variant for a in arms}),
@@ -509,29 +563,41 @@ def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> str | N
         client.close()
 
 
-@contextlib.contextmanager
-def _serve(repo: Path, models: list[str] | None, log_path: Path) -> Iterator[_Target]:
-    from trtspec.serve import Server
-
-    servers = [Server(repo, models=models, log_path=log_path)]
-
-    def restart() -> int | None:
-        old = servers[-1]
-        http, grpc, metrics = (int(u.rsplit(":", 1)[1])
-                               for u in (old.http_url, old.grpc_url, old.metrics_url))
-        old.stop()
-        fresh = Server(repo, models=models, log_path=log_path.with_name(
-            f"{log_path.stem}.restart{len(servers)}{log_path.suffix}"),
-            http_port=http, grpc_port=grpc, metrics_port=metrics)
-        servers.append(fresh)
-        fresh.start()
-        return fresh.pid
+def _server_live(url: str) -> bool:
+    import tritonclient.grpc as grpcclient
 
     try:
-        server = servers[0].start()
-        yield _Target(server.grpc_url, server.metrics_url, server.pid, restart)
+        client = grpcclient.InferenceServerClient(url)
+    except Exception:  # any failure to connect means "not live"
+        return False
+    try:
+        return bool(client.is_server_live(client_timeout=5.0))
+    except Exception:
+        return False
     finally:
-        servers[-1].stop()
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+@contextlib.contextmanager
+def _serve(run: _Run, repo: Path, models: list[str] | None,
+           log_path: Path) -> Iterator[_Target]:
+    """A server this run owns, under a stub watchdog that restarts it on the
+    same ports when a stub or the server dies (the log continues)."""
+    from trtspec.serve import Server
+
+    def said(incident: Incident) -> None:
+        run.progress(f"bench: {incident.message()}; {incident.action}"
+                     + (f" in {incident.recovery_s:.1f} s" if incident.recovery_s else ""))
+        run._incident(incident, None)
+
+    server = Server(repo, models=models, log_path=log_path)
+    try:
+        server.start()
+        with StubWatchdog(server, on_incident=said).prime() as watchdog:
+            yield _Target(server.grpc_url, server.metrics_url, server.pid, watchdog)
+    finally:
+        server.stop()
 
 
 @contextlib.contextmanager
@@ -627,7 +693,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                     run.triton_version = _wait_ready(endpoint, models)
                     run.phase(_Target(endpoint, metrics_url, None), recorder, plan.arms)
                 elif not isolate:
-                    with _serve(repo, None, run_dir / "tritonserver.log") as target:
+                    with _serve(run, repo, None, run_dir / "tritonserver.log") as target:
                         run.triton_version = _wait_ready(target.url, models)
                         run.phase(target, recorder, plan.arms)
                 else:
@@ -643,10 +709,11 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
             run_info["versions"]["tritonserver"] = run.triton_version
             if run_info["fingerprint"]:
                 run_info["fingerprint"]["versions"]["tritonserver"] = run.triton_version
-            run_info["incidents"] = [{k: v for k, v in i.items() if k != "time_ns"}
-                                     for i in run.incidents]
+            run_info["incidents"] = list(run.incidents)
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            run_info["complete"] = not interrupted and recorder.error is None
+            run_info["complete"] = (not interrupted and recorder.error is None
+                                    and run.incomplete_reason is None)
+            run_info["incomplete_reason"] = run.incomplete_reason
             try:
                 atomic_write_json(run_dir / RUN_FILE, run_info)
             except OSError:
@@ -723,6 +790,6 @@ def _run_isolated(run: _Run, plan: BenchPlan, repo: Path, recorder: _Recorder) -
             models = variant_models(repo, name)
             run.progress(f"bench: --isolate: serving {name} ({', '.join(models)})")
             log_path = run.run_dir / f"tritonserver-{name}.log"
-            with _serve(repo, models, log_path) as target:
+            with _serve(run, repo, models, log_path) as target:
                 run.triton_version = _wait_ready(target.url, [per_variant[name][0].model])
                 run.phase(target, recorder, per_variant[name], samples=half)

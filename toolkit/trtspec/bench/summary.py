@@ -125,6 +125,9 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         "count": len(rows),
         "errors": errors,
         "error_rate": stats.rate(errors, len(rows)),
+        # errors the infrastructure caused (stub crash, server restart): in
+        # ``errors`` too, told apart so a decision never excludes for them
+        "incidents": sum(1 for r in rows if r.get("incident")),
         "ttft_ms": stats.distribution([r.get("ttft_ms") for r in ok]),
         "latency_ms": stats.distribution([r.get("latency_ms") for r in ok]),
         "tpot_ms": stats.distribution([r.get("tpot_ms") for r in ok]),
@@ -312,13 +315,15 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
         "started": run_info.get("started"),
         "finished": run_info.get("finished"),
         "complete": bool(run_info.get("complete")),
+        "incomplete_reason": run_info.get("incomplete_reason"),
         "settings": {**settings, "decision": decision},
         "totals": {"requests": len(measured), "errors": failed,
                    "error_rate": stats.rate(failed, len(measured)),
+                   "incidents": sum(1 for r in measured if r.get("incident")),
                    "warmup_requests": len(rows) - len(measured)},
         "client": client_summary(measured, run_info.get("client") or {}),
-        # Server restarts the run needed (a stub that stopped answering); the
-        # requests they hit were sent again, so they are not in the error counts.
+        # Stub crashes and server restarts: every request one of them failed is
+        # an error row (``incident`` set) in the counts above, then sent again.
         "incidents": run_info.get("incidents") or [],
         "fingerprint": run_info.get("fingerprint"),
         "cells": cells,

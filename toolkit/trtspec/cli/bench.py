@@ -88,6 +88,11 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
     for incident in summary.get("incidents") or []:
         progress(f"Warning: {incident['model']} ({incident['route']}): {incident['error']} — "
                  f"{incident['action']}")
+    if summary.get("incomplete_reason"):
+        raise BenchError(
+            f"the benchmark is incomplete: {summary['incomplete_reason']}",
+            hint=f"partial results are in {run_dir} (summary.json: \"complete\": false); "
+                 "decisions there use only the requests that completed")
     totals = summary["totals"]
     if totals["error_rate"] is not None and totals["error_rate"] > max_error_rate:
         raise BenchError(

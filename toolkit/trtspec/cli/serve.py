@@ -13,7 +13,9 @@ import click
 
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 from trtspec.serve import (
+    Incident,
     Server,
+    StubWatchdog,
     detect_world_size,
     engine_models,
     resolve_repo,
@@ -112,9 +114,18 @@ def serve_command(
     previous_int = signal.signal(signal.SIGINT, _raise_stop)
     previous_term = signal.signal(signal.SIGTERM, _raise_stop)
     ready = False
+
+    def said(incident: Incident) -> None:
+        took = f" in {incident.recovery_s:.1f} s" if incident.recovery_s is not None else ""
+        progress(f"Error: {incident.message()}; {incident.action}{took}")
+
+    # A dead stub is noticed within a second and the server restarted on the
+    # same ports; a dead server ends the command (check_alive below).
+    watchdog = StubWatchdog(server, on_incident=said, restart_dead_server=False)
     try:
         progress(f"Starting tritonserver ({server.install.source}); log: {server.log_path}")
         server.start(timeout=timeout)
+        watchdog.prime().start()  # before the endpoints are out: no crash goes unseen
         ready = True
         endpoints = server.endpoints()
         info = {
@@ -130,7 +141,9 @@ def serve_command(
             emit_table(["endpoint", "address"], [[k, v] for k, v in endpoints.items()])
         progress("Ready. Press Ctrl-C to stop.")
         while True:
-            server.check_alive()
+            watchdog.check_alive()
+            if watchdog.failed is not None:
+                raise watchdog.failed
             time.sleep(0.5)
     except (KeyboardInterrupt, _StopRequested):
         if not ready:
@@ -140,6 +153,7 @@ def serve_command(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
+            watchdog.stop()
             if server.running:
                 progress("Stopping tritonserver…")
             server.stop()

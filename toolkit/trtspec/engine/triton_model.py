@@ -29,6 +29,7 @@ import numpy as np
 
 from trtspec.cancel import Cancellation
 from trtspec.limits import ParamError, check_sampling
+from trtspec.repo.models.threads import WORKAROUND
 
 try:  # only importable inside Triton's Python backend stub
     import triton_python_backend_utils as pb_utils
@@ -197,6 +198,12 @@ class TritonPythonModel:
         if options["perf"]:
             tensors += _perf_tensors(gen, len(gen.request.input_ids),
                                      self.engine.config.tokens_per_block)
+        # Only what the caller asked for: the 2.51 stub prunes the rest in
+        # ResponseSender::Send with the GIL released, freeing their NumPy
+        # arrays without it (heap corruption; see repo/models/threads.BlsStreams).
+        wanted = options.get("outputs")
+        if wanted and WORKAROUND:
+            tensors = [t for t in tensors if t.name() in wanted]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     # ---------------------------------------------------------------- execute
@@ -216,6 +223,7 @@ class TritonPythonModel:
         cancel = Cancellation.of(request, sender if sender is not None else request)
         try:
             req, options = self._request(request)
+            options["outputs"] = set(request.requested_output_names() or ())
             gen = self.engine.stream(req, cancelled=cancel.is_cancelled)
             if options["streaming"]:
                 assert sender is not None  # streaming is refused unless decoupled

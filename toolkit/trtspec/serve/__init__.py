@@ -4,8 +4,9 @@ One supervisor for the CLI, the benchmark and the tests: ``discovery`` finds
 tritonserver and prepares what the nvidia-pytriton build needs on a CPU
 machine, ``manifest`` reads which models a variant needs from
 ``trtspec-repo.json``, ``launch`` picks leader or orchestrator mode for TP×PP
-> 1, and ``supervisor`` builds the command line and runs, watches and stops
-the server. This module re-exports the public names.
+> 1, ``supervisor`` builds the command line and runs, watches and stops the
+server, ``guard`` cleans up after an owner that died and ``watchdog`` notices
+dead stubs and restarts the server. This module re-exports the public names.
 """
 
 from trtspec.serve.discovery import (
@@ -34,15 +35,19 @@ from trtspec.serve.supervisor import (
     leader_mode_argv,
     log_errors,
     remove_shm_regions,
+    remove_stale_shm_regions,
     server_argv,
 )
+from trtspec.serve.watchdog import Incident, StubWatchdog, stubs_of
 
 __all__ = [
     "MANIFEST_NAME",
     "MANIFEST_SCHEMA_VERSION",
     "OPT_BIN",
     "ORCHESTRATOR_ENV",
+    "Incident",
     "Server",
+    "StubWatchdog",
     "TritonInstall",
     "cache_root",
     "detect_world_size",
@@ -58,8 +63,10 @@ __all__ = [
     "pytriton_server_dir",
     "read_manifest",
     "remove_shm_regions",
+    "remove_stale_shm_regions",
     "resolve_repo",
     "server_argv",
+    "stubs_of",
     "variant_models",
     "wheel_env",
 ]

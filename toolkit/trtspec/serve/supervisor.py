@@ -7,13 +7,16 @@ list) and ``Server``: it starts tritonserver in its own process group with its
 log in a file, waits for ``/v2/health/ready`` with a deadline (failing with the
 log's errors and tail), and stops it with SIGTERM then SIGKILL so that no
 server or Python-backend stub outlives it — also when the supervising process
-is killed, through the parent-death signal. Every server restricts the
+is killed: through the parent-death signal, and through a guard process
+(``serve/guard.py``) that notices its owner is gone at any moment (start,
+steady, stop) and removes what the server left. Every server restricts the
 model-repository API and the other state-changing APIs to a random key only
 this ``Server`` holds (``trtspec.serve.access``). Each server gets its own
 Python-backend shared-memory prefix (``trtspec_<pid>_<random>_``): a server
-stopped gracefully removes its regions itself, and after a SIGKILL (a stalled
-server, a start that timed out) ``stop()`` removes the ones it left in
-``/dev/shm``, which would otherwise accumulate.
+stopped gracefully removes its regions itself, after a SIGKILL (a crashed
+stub, a start that timed out) ``stop()`` removes the ones it left in
+``/dev/shm``, and a new ``Server`` removes the regions of owners that died
+without either. ``restart()`` brings a server back on the same ports.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -61,6 +65,9 @@ _BENIGN_ERRORS = (
 )
 SHM_DIR = Path("/dev/shm")
 _SHM_OPTION = "shm-region-prefix-name="
+_OWN_SHM = re.compile(r"^trtspec_(\d+)_[0-9a-f]{8}_")
+_GUARD = Path(__file__).with_name("guard.py")
+GUARD_GRACE_S = 3.0
 _ERROR_LINE = re.compile(r"^E\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]+\] ?(.*)$")
 
 
@@ -238,6 +245,11 @@ class Server:
             self.extra_args += restricted_api_args(self.admin_key)
         self._process: subprocess.Popen[bytes] | None = None
         self._torn_down = False
+        self._guard: subprocess.Popen[bytes] | None = None
+        self._log_mode = "wb"
+        self._restart_lock = threading.Lock()
+        self.restarts = 0
+        remove_stale_shm_regions()
 
     # -- addresses ---------------------------------------------------------
     def _port(self, index: int) -> int:
@@ -348,12 +360,61 @@ class Server:
                 raise
         raise AssertionError("unreachable")
 
+    def restart(self, timeout: float = 120.0, grace: float = 5.0) -> Server:
+        """Stop the server and start it again on the same ports (its log
+        continues in the same file). Concurrent callers restart it once:
+        whoever waited for the lock finds it running and returns."""
+        generation = self.restarts
+        with self._restart_lock:
+            if self.restarts != generation and self.running:
+                return self
+            ports = self._ports
+            self._stop(grace=grace)  # the guard stays: it covers the next start too
+            if ports is not None:
+                self._requested = ports
+            self.restarts += 1
+            self._log_mode = "ab"
+            self.start(timeout=timeout)
+            return self
+
+    def _start_guard(self) -> None:
+        if self._guard is not None and self._guard.poll() is None:
+            return
+        try:
+            self._guard = subprocess.Popen(
+                [sys.executable, "-I", str(_GUARD), self.shm_prefix or "", str(GUARD_GRACE_S)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError:
+            self._guard = None  # the parent-death signal still covers the server
+
+    def _tell_guard(self, line: str) -> None:
+        guard = self._guard
+        if guard is None or guard.stdin is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            guard.stdin.write(line.encode("ascii") + b"\n")
+            guard.stdin.flush()
+
+    def close_guard(self) -> None:
+        """Let the guard go (after ``stop()``): it finds nothing left and exits."""
+        guard, self._guard = self._guard, None
+        if guard is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if guard.stdin is not None:
+                guard.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            guard.wait(timeout=GUARD_GRACE_S + 5.0)
+
     def _launch_and_wait(self, timeout: float) -> None:
         argv = self.argv()
         env = {**os.environ, **self.install.env, **self.env}
+        self._start_guard()
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_path, "wb")  # noqa: SIM115 (closed below, after Popen)
+            log = open(self.log_path, self._log_mode)  # noqa: SIM115 (closed below, after Popen)
         except OSError as exc:
             raise ServerError(
                 f"cannot write the server log {self.log_path}: {exc.strerror}",
@@ -383,6 +444,7 @@ class Server:
             ) from exc
         finally:
             log.close()
+        self._tell_guard(f"pgid {self._process.pid}")
         _LIVE.add(self)
         deadline = time.monotonic() + timeout
         ready_url = f"http://{self.http_url}/v2/health/ready"
@@ -438,8 +500,14 @@ class Server:
 
     def stop(self, grace: float = 10.0) -> int | None:
         """SIGTERM the server's process group, wait up to ``grace`` seconds,
-        then SIGKILL whatever is left of it (stubs included). Idempotent;
-        returns the server's exit code."""
+        then SIGKILL whatever is left of it (stubs included), and let the
+        guard go. Idempotent; returns the server's exit code."""
+        try:
+            return self._stop(grace)
+        finally:
+            self.close_guard()
+
+    def _stop(self, grace: float) -> int | None:
         process = self._process
         if process is None:
             return None
@@ -461,6 +529,7 @@ class Server:
         while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.02)
         self._torn_down = True
+        self._tell_guard(f"gone {pgid}")
         if self.shm_prefix:
             remove_shm_regions(self.shm_prefix)
         return process.returncode
@@ -567,6 +636,37 @@ def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> list[str]:
                 path.unlink()
                 removed.append(path.name)
     return sorted(removed)
+
+
+def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
+    """Unlink the regions of trtspec servers whose owning process (the pid in
+    ``trtspec_<pid>_<random>_``) no longer exists; returns the names removed."""
+    if not shm_dir.is_dir():
+        return []
+    owners: dict[int, bool] = {}
+    removed = []
+    for path in shm_dir.iterdir():
+        match = _OWN_SHM.match(path.name)
+        if not match:
+            continue
+        pid = int(match.group(1))
+        if pid not in owners:
+            owners[pid] = _alive(pid)
+        if not owners[pid]:
+            with contextlib.suppress(FileNotFoundError, PermissionError):
+                path.unlink()
+                removed.append(path.name)
+    return sorted(removed)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

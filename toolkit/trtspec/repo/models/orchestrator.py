@@ -35,7 +35,12 @@ import triton_python_backend_utils as pb_utils
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.limits import ParamError, check, check_sampling, draft_tokens_problem
 from trtspec.repo.models.text import IncrementalText
-from trtspec.repo.models.threads import RequestThreads, string_params
+from trtspec.repo.models.threads import (
+    BlsStreams,
+    RequestThreads,
+    stream_timeout_us,
+    string_params,
+)
 from trtspec.speculate import (
     DraftSchedule,
     RoundStats,
@@ -49,9 +54,9 @@ DRAFT_LOOP_MODES = ("draft_model", "ngram")
 PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
 # BLS calls carry a deadline so a callee that never answers fails this request
 # with an error instead of hanging it (and the client) forever. One call is a
-# single verify/draft/detokenize step; a stream is a whole generation.
+# single verify/draft/detokenize step; a stream is a whole generation, whose
+# deadline follows its max_tokens (threads.stream_timeout_us).
 CALL_TIMEOUT_US = 120 * 1_000_000
-STREAM_TIMEOUT_US = 1800 * 1_000_000
 
 
 def _text(value: Any) -> str:
@@ -382,27 +387,30 @@ class _Generation:
             model_name=m.target_model,
             inputs=self.engine_inputs(prompt, p.max_tokens, streaming=True),
             requested_output_names=self.engine_outputs(),
-            timeout=STREAM_TIMEOUT_US, parameters=self.cancel.parameters(),
+            timeout=stream_timeout_us(p.max_tokens), parameters=self.cancel.parameters(),
         )
         responses = request.exec(decoupled=True)
-        for response in responses:
-            if self.cancel.is_cancelled():
-                # The engine stops at its next step (it sees the flag); wait
-                # for its last answer so nothing of this request outlives it.
-                cancel_stream(responses)
-                for _ in responses:
-                    pass
-                raise Cancelled
-            if response.has_error():
-                raise callee_error(m.target_model, response.error())
-            ids = self.tokens_of(response)
-            if not ids:
-                continue
-            remaining = p.max_tokens - self.completion
-            kept = _cut_at_end(ids, self.end_id)[:remaining]
-            if kept:
-                self.stats.rounds += 1
-                self.emit(kept)
+        try:
+            for response in responses:
+                if self.cancel.is_cancelled():
+                    # The engine stops at its next step (it sees the flag); wait
+                    # for its last answer so nothing of this request outlives it.
+                    cancel_stream(responses)
+                    for _ in responses:
+                        pass
+                    raise Cancelled
+                if response.has_error():
+                    raise callee_error(m.target_model, response.error())
+                ids = self.tokens_of(response)
+                if not ids:
+                    continue
+                remaining = p.max_tokens - self.completion
+                kept = _cut_at_end(ids, self.end_id)[:remaining]
+                if kept:
+                    self.stats.rounds += 1
+                    self.emit(kept)
+        finally:
+            m.streams.keep(responses)  # see threads.BlsStreams: the 2.51 stub crash
 
 
 class TritonPythonModel:
@@ -431,6 +439,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: parameter draft_schedule: {exc}") from None
         self._requests = RequestThreads()
+        self.streams = BlsStreams()
 
     def execute(self, requests: list) -> None:
         # Decoupled: answer through each request's sender from a thread, so a
@@ -463,3 +472,4 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._requests.join()
+        self.streams.close()

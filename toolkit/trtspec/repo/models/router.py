@@ -28,13 +28,17 @@ from trtspec.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.limits import check_sampling
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.orchestrator import (
-    STREAM_TIMEOUT_US,
     callee_error,
     end_cancelled,
     error_reply,
     is_client_error,
 )
-from trtspec.repo.models.threads import RequestThreads, string_params
+from trtspec.repo.models.threads import (
+    BlsStreams,
+    RequestThreads,
+    stream_timeout_us,
+    string_params,
+)
 from trtspec.repo.routing import choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
@@ -78,6 +82,7 @@ class TritonPythonModel:
         self.table = load_routing(Path(args["model_repository"]) / routing_file)
         self.variants = {v for v in params.get("variants", "").split(",") if v}
         self._requests = RequestThreads()
+        self._streams = BlsStreams()
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -128,14 +133,24 @@ class TritonPythonModel:
 
     def _forward(self, variant: str, inputs: dict[str, np.ndarray], sender: Any,
                  progress: _Progress, cancel: Cancellation, *, fallback: bool) -> None:
+        max_tokens = inputs.get("max_tokens")
         request = pb_utils.InferenceRequest(
             model_name=variant,
             inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
             requested_output_names=OUTPUT_NAMES,
-            timeout=STREAM_TIMEOUT_US, parameters=cancel.parameters(),
+            timeout=stream_timeout_us(
+                int(max_tokens.reshape(-1)[0]) if max_tokens is not None else None),
+            parameters=cancel.parameters(),
         )
-        final_sent = False
         responses = request.exec(decoupled=True)
+        try:
+            self._relay(variant, responses, sender, progress, cancel, fallback=fallback)
+        finally:
+            self._streams.keep(responses)  # see BlsStreams: not freed by the stub's C++ thread
+
+    def _relay(self, variant: str, responses: Any, sender: Any, progress: _Progress,
+               cancel: Cancellation, *, fallback: bool) -> None:
+        final_sent = False
         for response in responses:
             if cancel.is_cancelled():
                 # The orchestrator stops at its next step (it sees the flag);
@@ -163,3 +178,4 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._requests.join()
+        self._streams.close()

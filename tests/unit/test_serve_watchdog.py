@@ -1,0 +1,93 @@
+"""The stub watchdog's /proc reading and incident handling, on real processes:
+a stand-in stub (a Python process started under the name ``triton_python_backend_stub``
+with a stub's argv, a child of this test process) is killed with a real
+SIGSEGV; the watchdog must name the model and the signal and restart the
+"server" (this process: a recorder of restart calls, since what is under test
+here is the detection; tests/integration/test_serve_watchdog.py does it with
+tritonserver). Also: stale shared-memory regions of dead owners."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trtspec.serve.supervisor import remove_stale_shm_regions
+from trtspec.serve.watchdog import StubWatchdog, describe_wait_status, stubs_of
+
+
+class ThisProcess:
+    """The watchdog's view of a server: a pid whose children are the stubs."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.restarts = 0
+
+    def poll(self) -> int | None:
+        return None
+
+    def restart(self, timeout: float, grace: float) -> None:
+        self.restarts += 1
+
+
+def test_wait_status_words() -> None:
+    assert describe_wait_status(signal.SIGSEGV) == "was killed by SIGSEGV"
+    assert describe_wait_status(signal.SIGKILL) == "was killed by SIGKILL"
+    assert describe_wait_status(3 << 8) == "exited with code 3"
+
+
+def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -> None:
+    model = tmp_path / "model.py"
+    model.write_text("import time\ntime.sleep(600)\n")
+    # a stub's argv: model.py, shm region, sizes, parent pid, lib dir, ipc handle,
+    # instance name (argv[8]), runtime
+    # posix_spawn, not Popen: nothing in this process may reap the zombie before
+    # the watchdog reads its wait status (tritonserver does not reap its stubs)
+    # (and under the stub's file name: a zombie's command name is all that is left)
+    binary = tmp_path / "triton_python_backend_stub"
+    binary.symlink_to(sys.executable)
+    pid = os.posix_spawn(binary, [
+        f"{tmp_path}/triton_python_backend_stub", str(model), "region", "1", "1", "1", "lib",
+        "1", "router_0_0", "DEFAULT"], os.environ)
+    try:
+        server = ThisProcess()
+        seen = []
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = stubs_of(server.pid)
+        assert found[pid].model == "router", found
+        with StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime() as dog:
+            assert dog.check() == []  # a live stub is no incident
+            os.kill(pid, signal.SIGSEGV)
+            deadline = time.monotonic() + 10
+            while not seen and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert len(seen) == 1, seen
+        incident = seen[0]
+        assert (incident.kind, incident.model, incident.pid) == ("stub_crash", "router", pid)
+        assert incident.message() == (
+            f"the Python-backend stub of model 'router' (pid {pid}) was killed by SIGSEGV; "
+            "the requests in flight failed")
+        assert incident.recovered and incident.action == "tritonserver restarted on the same ports"
+        assert server.restarts == 1
+        assert dog.incidents_since(incident.time_ns - 1) == [incident]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_stale_regions_of_dead_owners_are_removed(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    names = [f"trtspec_{dead.pid}_0badc0de_router_0_0", f"trtspec_{os.getpid()}_0badc0de_x",
+             "someone_else_region"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert remove_stale_shm_regions(tmp_path) == [names[0]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])

@@ -101,6 +101,7 @@ class VariantModel:
     num_draft_tokens: int = 0
     max_matching_ngram_size: int = 3
     draft_schedule: str = "constant"
+    use_draft_logits: bool = False
     calls: list[str] = field(default_factory=list)
 
 
@@ -154,6 +155,7 @@ def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
             model.num_draft_tokens = max(sweep)
             model.max_matching_ngram_size = int(getattr(spec_variant, "max_matching_ngram_size", 3))
             model.draft_schedule = str(getattr(spec_variant, "draft_schedule", "constant"))
+            model.use_draft_logits = bool(getattr(spec_variant, "use_draft_logits", False))
             for engine_name in filter(None, (target, draft)):
                 engines[engine_name].decoupled = False
         elif mode != "none":
@@ -279,6 +281,8 @@ def orchestrator_config(layout: Layout, variant: VariantModel) -> Any:
         params["draft_schedule"] = variant.draft_schedule
     if variant.mode == "ngram":
         params["max_matching_ngram_size"] = variant.max_matching_ngram_size
+    if variant.mode == "draft_model":
+        params["use_draft_logits"] = variant.use_draft_logits
     return configs.base_config(
         variant.name,
         backend="python",

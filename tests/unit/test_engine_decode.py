@@ -391,8 +391,8 @@ def draft_engine(tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return ReferenceEngine.load(path, threads=1, kv_reuse=0)
 
 
-def _logits_round(draft: ReferenceEngine, target: ReferenceEngine, seq: list[int], k: int,
-                  params: SamplingParams, seed: int, *, by_logits: bool):
+def _logits_round(draft: ReferenceEngine, target: ReferenceEngine, seq: list[int], k: int, *,
+                  params: SamplingParams, seed: int, by_logits: bool):
     """One BLS round as the orchestrator runs it: the draft samples k tokens
     (returning its logits when asked), the target verifies them."""
     import dataclasses
@@ -419,7 +419,8 @@ def test_accept_by_logits_keeps_the_target_distribution(loaded, hf_model, draft_
     for sample in range(n):
         seq, seed = list(prompt), 10_000 + 100 * sample
         while len(seq) < len(prompt) + 2:
-            gen = _logits_round(draft_engine, loaded["dte"], seq, 2, params, seed, by_logits=True)
+            gen = _logits_round(draft_engine, loaded["dte"], seq, 2, params=params, seed=seed,
+                                 by_logits=True)
             drafted += gen.total_draft_tokens
             accepted += gen.total_accepted_draft_tokens
             seq += gen.output_ids
@@ -441,8 +442,8 @@ def test_accept_by_logits_beats_matching_at_temperature(loaded, draft_engine) ->
         drafted = accepted = 0
         for prompt in PROMPTS:
             for seed in range(0, 60, 2):
-                gen = _logits_round(draft_engine, loaded["dte"], prompt, 4, params, seed,
-                                    by_logits=by_logits)
+                gen = _logits_round(draft_engine, loaded["dte"], prompt, 4, params=params,
+                                    seed=seed, by_logits=by_logits)
                 drafted += gen.total_draft_tokens
                 accepted += gen.total_accepted_draft_tokens
         totals[by_logits] = (accepted, drafted)
@@ -454,10 +455,10 @@ def test_accept_by_logits_beats_matching_at_temperature(loaded, draft_engine) ->
 def test_accept_by_logits_at_temperature_zero_is_matching(loaded, draft_engine) -> None:
     """Greedy: p is one-hot, so speculative sampling keeps exactly the matching prefix."""
     for prompt in PROMPTS:
-        plain = _logits_round(draft_engine, loaded["dte"], prompt, 4, SamplingParams(), 0,
-                              by_logits=False)
-        by_logits = _logits_round(draft_engine, loaded["dte"], prompt, 4, SamplingParams(), 0,
-                                  by_logits=True)
+        plain = _logits_round(draft_engine, loaded["dte"], prompt, 4, params=SamplingParams(),
+                              seed=0, by_logits=False)
+        by_logits = _logits_round(draft_engine, loaded["dte"], prompt, 4,
+                                  params=SamplingParams(), seed=0, by_logits=True)
         assert by_logits.output_ids == plain.output_ids == truth(
             loaded, prompt, len(plain.output_ids))
         assert by_logits.total_accepted_draft_tokens == plain.total_accepted_draft_tokens

@@ -383,7 +383,7 @@ class ReferenceEngine:
             gen.encoded_tokens += len(tokens)
             gen.steps += 1
 
-            def target_row(row: int, produced: int) -> Any:
+            def target_row(row: int, produced: int, logits: Any = logits) -> Any:
                 row_logits = logits[row]
                 if len(out) + produced < req.min_tokens and end_id is not None:
                     row_logits = row_logits.clone()

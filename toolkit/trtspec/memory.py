@@ -359,8 +359,12 @@ class MemoryPlan:
             msg += (f"; each of {', '.join(ok)} fits alone: benchmark with "
                     "`trtspec bench --isolate` (one server per variant)")
         for f in bad:
-            msg += (f"; variant {f.name} alone needs {gib(f.need_min)}: drop it, quantize, "
-                    "or raise target.tp")
+            if f.name == "baseline":
+                msg += (f"; the baseline alone needs {gib(f.need_min)}: quantize the target "
+                        "or raise target.tp")
+            else:
+                msg += (f"; variant {f.name} alone needs {gib(f.need_min)}: drop it, quantize, "
+                        "or raise target.tp")
         return [msg]
 
     def to_dict(self) -> dict[str, Any]:

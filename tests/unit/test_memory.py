@@ -243,3 +243,25 @@ def test_repo_writes_the_planned_fractions(spec_path: Path, tmp_path: Path) -> N
         params = parameters_of(read_config(repo / name / "config.pbtxt"))
         assert params["kv_cache_free_gpu_mem_fraction"] == str(fraction)
     assert mp.fractions["target"] == 0.1593
+
+
+def test_repo_command_takes_gpu_memory(spec_path: Path, tmp_path: Path) -> None:
+    from trtspec.repo.configs import parameters_of, read_config
+
+    engines = tmp_path / "engines"
+    # engine folders as trtllm-build leaves them, as far as `repo` reads them
+    for name, draft_len in (("target", 0), ("target_dte", 4), ("draft_tiny", 0),
+                            ("target_lookahead_lookahead", 15)):
+        (engines / "mem" / name).mkdir(parents=True)
+        (engines / "mem" / name / "config.json").write_text(
+            json.dumps({"build_config": {"max_draft_len": draft_len}}), encoding="utf-8")
+    (engines / "mem" / "target" / "tokenizer").mkdir()
+    res = run("repo", str(spec_path), "--engines", str(engines), "--output",
+              str(tmp_path / "out"), "--gpu-memory", "48GiB", "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert "Warning: the repository's 4 engines need at least 50.9 GiB but the GPU has " \
+        "48.0 GiB" in res.stderr
+    config = read_config(tmp_path / "out" / "mem" / "target_dte" / "config.pbtxt")
+    _, _, mp = _plan(spec_path, 48 * GIB)
+    assert parameters_of(config)["kv_cache_free_gpu_mem_fraction"] == str(
+        mp.fractions["target_dte"]) == "0.7892"

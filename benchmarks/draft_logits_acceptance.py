@@ -23,6 +23,15 @@ SmolLM2-135M-Instruct if you have it, with its int8 copy as the draft
 ``--model`` it uses the tests' tiny random Llama, with its noisy copy as the
 draft. Usage: ``python benchmarks/draft_logits_acceptance.py [--model DIR]
 [--draft int8|noisy] [--temperatures 0.7 1.0] [--tokens 48] [--seeds 4] [--k 4]``.
+
+Measured on the 2-core CPU box, with SmolLM2-135M-Instruct and its int8 draft,
+k = 4, 4 prompts × 3 seeds, 48 tokens each. The acceptance rate was
+0.248 → 0.520 at T = 0.7 and 0.084 → 0.524 at T = 1.0 (matching → by
+logits). Tokens per round went from 1.94 → 2.92 and from 1.32 → 2.94. The
+noisy tiny Llama gives 0.015 → 0.929 at T = 0.7: a random model's
+distribution is nearly flat, so two draws almost never match. On the first
+token of one prompt, the measured rates agree with sum(min(p, q)) (0.768 and
+0.682) and are far above sum(p * q) (0.397 and 0.105).
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ target: {{model: {target}, family: llama, dtype: float32, max_batch_size: 2,
 variants:
   - {{name: draft, mode: draft_model, draft: {{model: {draft}, family: llama}},
      max_draft_len: 4, num_draft_tokens: [3]}}
+  - {{name: draft_logits, mode: draft_model, draft: {{model: {draft}, family: llama}},
+     max_draft_len: 4, num_draft_tokens: [3], use_draft_logits: true}}
   - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
   - {{name: ngram_adaptive, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2,
      draft_schedule: adaptive}}
@@ -111,7 +113,8 @@ def served(tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPath
 
 
 def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | None = None,
-          request_id: str | None = None, num_draft_tokens: int | None = None) -> Reply:
+          request_id: str | None = None, num_draft_tokens: int | None = None,
+          temperature: float = 0.0, seed: int | None = None) -> Reply:
     import tritonclient.grpc as grpcclient
 
     def tensor(name: str, value, dtype: str):
@@ -125,7 +128,7 @@ def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | 
 
     inputs = [tensor("text_input", prompt.encode("utf-8"), "BYTES"),
               tensor("max_tokens", MAX_TOKENS, "INT32"),
-              tensor("temperature", 0.0, "FP32"),
+              tensor("temperature", temperature, "FP32"),
               tensor("stream", stream, "BOOL")]
     if route is not None:
         inputs.append(tensor("route", route.encode(), "BYTES"))
@@ -133,6 +136,8 @@ def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | 
         inputs.append(tensor("request_id", request_id.encode(), "BYTES"))
     if num_draft_tokens is not None:
         inputs.append(tensor("num_draft_tokens", num_draft_tokens, "INT32"))
+    if seed is not None:
+        inputs.append(tensor("seed", seed, "UINT64"))
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     reply = Reply()
@@ -196,7 +201,8 @@ def test_non_streaming_returns_the_whole_text_once(served, baseline) -> None:
     assert reply.ids == baseline[0].ids
 
 
-@pytest.mark.parametrize("variant", ["draft", "ngram", "medusa", "eagle", "lookahead"])
+@pytest.mark.parametrize("variant", ["draft", "draft_logits", "ngram", "medusa", "eagle",
+                                     "lookahead"])
 def test_variant_equals_baseline_at_temperature_zero(served, baseline, variant: str) -> None:
     for prompt, expected in zip(PROMPTS, baseline, strict=True):
         reply = infer(served[0], variant, prompt)
@@ -285,6 +291,27 @@ def test_draft_model_counts_are_exact(served, baseline) -> None:
         assert (got2["rounds"], got2["draft_tokens"], got2["accepted_tokens"]) == (
             want2.rounds, want2.draft_tokens, want2.accepted_tokens), prompt
         assert got["accepted_tokens"] > 0  # the noisy draft agrees with the target often
+
+
+def test_draft_logits_accept_more_at_temperature(served) -> None:
+    """use_draft_logits end to end: the orchestrator fetches the draft's
+    generation_logits and sends them as draft_logits, so at T > 0 the target
+    keeps draft tokens by min(1, p/q); matching the target's own draw keeps
+    far fewer (same prompts, same seeds, same draft engine)."""
+    totals = {}
+    for variant in ("draft", "draft_logits"):
+        drafted = accepted = 0
+        for prompt in PROMPTS:
+            for seed in (1, 2):
+                reply = infer(served[0], variant, prompt, temperature=1.0, seed=seed)
+                assert reply.error is None, reply.error
+                assert reply.final["completion_tokens"] > 0
+                drafted += reply.final["draft_tokens"]
+                accepted += reply.final["accepted_tokens"]
+        totals[variant] = (accepted, drafted)
+    (match, match_n), (by_logits, logits_n) = totals["draft"], totals["draft_logits"]
+    assert match_n > 0 and logits_n > 0, totals
+    assert by_logits / logits_n > 2 * match / match_n + 0.2, totals
 
 
 def _end_id(repo: Path) -> int | None:

@@ -156,8 +156,10 @@ def test_dry_run_table_and_only(tmp_path: Path) -> None:
     spec = example(tmp_path, "vicuna-7b.yaml")
     res = run("build", str(spec), "--dry-run", "--only", "ngram")
     assert res.exit_code == 0, res.output
-    lines = res.stdout.splitlines()
+    steps, memory = res.stdout.split("\n\n", 1)  # the GPU memory plan follows the steps
+    lines = steps.splitlines()
     assert lines[0].split() == ["#", "unit", "kind", "state", "command"]
+    assert memory.startswith("GPU memory plan (estimate per GPU; no --gpu-memory given)")
     assert [ln.split()[1:4] for ln in lines[2:]] == [
         [".sources/vicuna-7b-v1.3", "download", "run"],
         [".checkpoints/target", "convert", "run"],

@@ -402,3 +402,112 @@ def test_a_cancelled_generation_stops_before_the_next_step_and_frees_its_cache(
     # the engine serves the next request as if nothing happened
     again = engine.generate(GenerationRequest(PROMPTS[1], 8))
     assert again.output_ids == truth(loaded, PROMPTS[1], 8)
+
+
+# ---- accept by draft logits (TRT-LLM's use_draft_logits): speculative sampling
+
+
+@pytest.fixture(scope="module")
+def draft_engine(tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory) -> ReferenceEngine:
+    from trtspec.engine.testing import build_engine
+
+    path = build_engine(tiny_draft, tmp_path_factory.mktemp("draft") / "draft", "none")
+    return ReferenceEngine.load(path, threads=1, kv_reuse=0)
+
+
+def _logits_round(draft: ReferenceEngine, target: ReferenceEngine, seq: list[int], k: int, *,
+                  params: SamplingParams, seed: int, by_logits: bool):
+    """One BLS round as the orchestrator runs it: the draft samples k tokens
+    (returning its logits when asked), the target verifies them."""
+    import dataclasses
+
+    import torch
+
+    proposal = draft.generate(GenerationRequest(
+        seq, k, sampling=dataclasses.replace(params, seed=seed),
+        return_generation_logits=by_logits))
+    assert len(proposal.generation_logits) == (len(proposal.output_ids) if by_logits else 0)
+    rows = torch.stack(proposal.generation_logits) if by_logits else None
+    return target.generate(GenerationRequest(
+        seq, len(proposal.output_ids) + 1, sampling=dataclasses.replace(params, seed=seed + 1),
+        draft_ids=proposal.output_ids, draft_logits=rows))
+
+
+def test_accept_by_logits_keeps_the_target_distribution(loaded, hf_model, draft_engine) -> None:
+    """The draft loop with draft_logits at T > 0: the first two tokens are
+    distributed exactly like target-only sampling (chi-square on a top-3 vocab)."""
+    prompt = PROMPTS[2]
+    params = SamplingParams(temperature=1.5, top_k=3)
+    probs = _exact_pair_probs(hf_model, prompt, params)
+    n, counts, drafted, accepted = 600, {}, 0, 0
+    for sample in range(n):
+        seq, seed = list(prompt), 10_000 + 100 * sample
+        while len(seq) < len(prompt) + 2:
+            gen = _logits_round(draft_engine, loaded["dte"], seq, 2, params=params, seed=seed,
+                                 by_logits=True)
+            drafted += gen.total_draft_tokens
+            accepted += gen.total_accepted_draft_tokens
+            seq += gen.output_ids
+            seed += 2
+        key = tuple(seq[len(prompt):len(prompt) + 2])
+        counts[key] = counts.get(key, 0) + 1
+    stat, dof = _chi_square(counts, probs, n)
+    assert dof >= 2
+    assert stat < _CHI2_999[min(dof, len(_CHI2_999)) - 1], (stat, dof, counts, probs)
+    assert 0 < accepted < drafted
+
+
+def test_accept_by_logits_beats_matching_at_temperature(loaded, draft_engine) -> None:
+    """Same prompts, same seeds: min(1, p/q) keeps more draft tokens than
+    matching the target's own draw (E[sum min(p, q)] >= E[sum p*q])."""
+    params = SamplingParams(temperature=1.0)
+    totals = {}
+    for by_logits in (False, True):
+        drafted = accepted = 0
+        for prompt in PROMPTS:
+            for seed in range(0, 60, 2):
+                gen = _logits_round(draft_engine, loaded["dte"], prompt, 4, params=params,
+                                    seed=seed, by_logits=by_logits)
+                drafted += gen.total_draft_tokens
+                accepted += gen.total_accepted_draft_tokens
+        totals[by_logits] = (accepted, drafted)
+    (match_acc, match_n), (logit_acc, logit_n) = totals[False], totals[True]
+    assert match_n == logit_n == 4 * 30 * len(PROMPTS)
+    assert logit_acc > 2 * match_acc + 0.2 * logit_n, totals
+
+
+def test_accept_by_logits_at_temperature_zero_is_matching(loaded, draft_engine) -> None:
+    """Greedy: p is one-hot, so speculative sampling keeps exactly the matching prefix."""
+    for prompt in PROMPTS:
+        plain = _logits_round(draft_engine, loaded["dte"], prompt, 4, params=SamplingParams(),
+                              seed=0, by_logits=False)
+        by_logits = _logits_round(draft_engine, loaded["dte"], prompt, 4,
+                                  params=SamplingParams(), seed=0, by_logits=True)
+        assert by_logits.output_ids == plain.output_ids == truth(
+            loaded, prompt, len(plain.output_ids))
+        assert by_logits.total_accepted_draft_tokens == plain.total_accepted_draft_tokens
+
+
+def test_generation_logits_are_the_rows_tokens_were_picked_from(loaded) -> None:
+    import torch
+
+    gen = loaded["none"].generate(GenerationRequest(PROMPTS[0], 6, return_generation_logits=True))
+    assert len(gen.generation_logits) == 6
+    picks = [int(torch.argmax(row)) for row in gen.generation_logits]
+    assert picks == gen.output_ids == truth(loaded, PROMPTS[0], 6)
+    assert loaded["none"].generate(GenerationRequest(PROMPTS[0], 6)).generation_logits == []
+
+
+def test_bad_draft_logits_are_refused(loaded) -> None:
+    import torch
+
+    dte = loaded["dte"]
+    with pytest.raises(RequestError) as err:
+        dte.generate(GenerationRequest(PROMPTS[0], 3, draft_ids=[5, 6],
+                                       draft_logits=torch.zeros(3, 384)))
+    assert str(err.value) == ("draft_logits has shape [3, 384]; expected [2, 384] "
+                              "(one row of vocabulary logits per draft token)")
+    with pytest.raises(RequestError) as err:
+        dte.generate(GenerationRequest(PROMPTS[0], 3, draft_logits=torch.zeros(2, 384)))
+    assert str(err.value) == ("draft_logits given without draft_input_ids: the logits "
+                              "belong to the drafted tokens")

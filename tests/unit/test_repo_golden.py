@@ -137,3 +137,39 @@ def test_unsupported_version_is_rejected() -> None:
         engine_contract("1.3.0")
     with pytest.raises(ValueError, match="not a TensorRT-LLM version: 'latest'"):
         engine_contract("latest")
+
+
+def test_use_draft_logits_is_wired_through_the_generated_repository(tmp_path: Path) -> None:
+    """use_draft_logits: the draft is built with --gather_generation_logits,
+    its orchestrator is told to forward the rows, and both engines declare the
+    logits tensors with the engines' logits dtype (float32: TYPE_FP32), as
+    upstream's template does with ${logits_datatype}."""
+    source = ROOT / "build_specs" / "qwen2.5-7b.yaml"
+    data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    data.pop("routes", None)
+    data["variants"][0]["use_draft_logits"] = True
+    spec = parse_spec(data, str(source), source_path=source)
+    plan = make_plan(spec, ENGINES)
+    repo = assemble(spec, plan, ENGINES, tmp_path, require_engines=False)
+
+    def config(name: str):
+        return text_format.Parse((repo / name / "config.pbtxt").read_text(),
+                                 model_config_pb2.ModelConfig())
+
+    draft_engine = plan.variants["draft"].draft
+    build = next(s for s in plan.steps if s.id == f"build:{draft_engine}")
+    assert "--gather_generation_logits" in build.argv
+    assert config("draft").parameters["use_draft_logits"].string_value == "true"
+    fp32 = model_config_pb2.DataType.Value("TYPE_FP32")
+    boolean = model_config_pb2.DataType.Value("TYPE_BOOL")
+    for name in (draft_engine, plan.variants["draft"].target):
+        engine = config(name)
+        inputs = {t.name: t for t in engine.input}
+        outputs = {t.name: t for t in engine.output}
+        assert (inputs["draft_logits"].data_type, list(inputs["draft_logits"].dims),
+                inputs["draft_logits"].optional) == (fp32, [-1, -1], True)
+        assert (outputs["generation_logits"].data_type,
+                list(outputs["generation_logits"].dims)) == (fp32, [-1, -1, -1])
+        assert inputs["return_generation_logits"].data_type == boolean
+    # the other draft-loop variant keeps matching
+    assert config("ngram").parameters.get("use_draft_logits") is None

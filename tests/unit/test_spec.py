@@ -485,17 +485,15 @@ def test_reference_backend_rules(tmp_path: Path) -> None:
     ]
 
 
-def test_draft_logits_need_gpu_backend(tmp_path: Path) -> None:
+def test_draft_logits_run_on_the_reference_backend(tmp_path: Path) -> None:
+    # The reference engine accepts by draft logits (speculative sampling) too.
     p = write(
         tmp_path,
         "name: t\nbackend: reference\ntarget: {model: org/t, family: llama}\nvariants:\n"
         "  - {name: d, mode: draft_model, max_draft_len: 2, use_draft_logits: true,\n"
         "     draft: {model: org/d, family: llama}}\n",
     )
-    assert issues(p) == [
-        f"{p}:5:70: variants[0].use_draft_logits: the reference backend accepts draft tokens by "
-        "comparing ids only; set use_draft_logits: false or use the tensorrt_llm backend"
-    ]
+    assert load_spec(p).variants[0].use_draft_logits is True
 
 
 # ------------------------------------------------------------ draft vocabulary

@@ -202,3 +202,12 @@ def test_adaptive_simulation_recovers_after_a_rejection() -> None:
                             max_tokens=30, schedule="adaptive")
     # round 1: 6 drafted, 2 accepted (+1 own) -> k 5; then all accepted -> k 6 (capped)
     assert stats.per_round[:3] == [(6, 2), (5, 5), (6, 6)]
+
+
+def test_round_seeds_differ_per_round_and_role() -> None:
+    from trtspec.speculate import round_seed
+
+    seeds = {round_seed(7, r, role) for r in range(50) for role in (0, 1)}
+    assert len(seeds) == 100 and all(0 <= s < 1 << 64 for s in seeds)
+    assert round_seed(7, 0, 0) == round_seed(7, 0, 0) != round_seed(8, 0, 0)
+    assert round_seed(0, 0, 0) == 0x9E3779B97F4A7C15

@@ -577,6 +577,11 @@ def _add_engine_steps(
                 b.reference_engine(e, target_src, q, dtype, {"lookahead": wng}, [])
 
 
+def draft_dtype(spec: Spec, v: DraftModelVariant) -> str:
+    """The draft engine's dtype: its own, else the target's."""
+    return v.draft.dtype.value if v.draft.dtype else spec.dtype
+
+
 def _draft_steps(
     b: _Builder,
     spec: Spec,
@@ -585,7 +590,7 @@ def _draft_steps(
     done: set[str],
 ) -> None:
     d = v.draft
-    ddtype = d.dtype.value if d.dtype else spec.dtype
+    ddtype = draft_dtype(spec, v)
     name = drafts[(spec.model_location(d.model).ref, d.quantization.value, ddtype)]
     if name in done:
         return

@@ -79,6 +79,21 @@ class DraftSchedule:
             self.k = max(1, self.k - 1)
 
 
+_SEED_STEP = 0x9E3779B97F4A7C15  # splitmix64's increment: distinct, well spread seeds
+
+
+def round_seed(seed: int, round_index: int, role: int) -> int:
+    """The sampling seed of one engine call in a draft → verify loop at T > 0.
+
+    Every call is a new engine request, and an engine seeds its generator from
+    the request's seed; one seed for every call would replay the same random
+    draws in every round (and in the draft and the target alike), so the
+    tokens of different rounds would be correlated and the output would not
+    be distributed like target-only sampling. ``role`` 0 is the draft call,
+    1 the target call; the result is a uint64."""
+    return (seed + (2 * round_index + role + 1) * _SEED_STEP) % (1 << 64)
+
+
 def accepted_count(draft: Sequence[int], verified: Sequence[int]) -> int:
     """Draft tokens the verifier kept: the common prefix of the draft and the
     tokens the verifier returned for this round (accepted prefix + one)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from trtspec.cli._memory import gpu_memory_option, memory_for, memory_table
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -30,13 +31,16 @@ def _load(spec_path: str) -> Any:
 
 @click.command("validate")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@gpu_memory_option
 @format_option
-def validate_cmd(spec_path: str, fmt: str) -> None:
-    """Check a build spec without building anything; print its variants and engines."""
+def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
+    """Check a build spec without building anything; print its variants, engines
+    and (GPU specs) the memory plan."""
     from trtspec.plan import make_plan
 
     spec = _load(spec_path)
     plan = make_plan(spec)
+    memory = memory_for(spec, plan, gpu_bytes)
     rows = []
     for name, ve in plan.variants.items():
         target = plan.engine(ve.target)
@@ -63,6 +67,7 @@ def validate_cmd(spec_path: str, fmt: str) -> None:
                     for r in rows
                 ],
                 "engines": [e.to_dict() for e in plan.engines],
+                "memory": None if memory is None else memory.to_dict(),
             }
         )
         return
@@ -71,6 +76,8 @@ def validate_cmd(spec_path: str, fmt: str) -> None:
         f"TensorRT-LLM {spec.stack.trtllm_version})"
     )
     emit_table(["variant", "mode", "max_draft_len", "target engine", "draft engine"], rows)
+    if memory is not None:
+        click.echo(memory_table(memory))
 
 
 def _check_only(plan: Any, only: str | None) -> None:
@@ -103,6 +110,7 @@ def _check_only(plan: Any, only: str | None) -> None:
     help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Echo each step's output on stderr.")
+@gpu_memory_option
 @format_option
 def build_cmd(
     *,
@@ -113,6 +121,7 @@ def build_cmd(
     engines_dir: Path,
     examples_dir: str | None,
     verbose: bool,
+    gpu_bytes: int | None,
     fmt: str,
 ) -> None:
     """Build the engines of a spec (steps whose inputs are unchanged are skipped)."""
@@ -122,11 +131,13 @@ def build_cmd(
     spec = _load(spec_path)
     plan = make_plan(spec, engines_dir, examples_dir=examples_dir)
     _check_only(plan, only)
+    memory = memory_for(spec, plan, gpu_bytes)
     if dry_run:
         status = plan_status(plan, force=force, only=only)
         if fmt == "json":
             data = plan.to_dict()
             data["steps"] = [{**s.to_dict(), "cached": cached} for s, cached in status]
+            data["memory"] = None if memory is None else memory.to_dict()
             emit_json(data)
             return
         rows = [
@@ -140,6 +151,8 @@ def build_cmd(
             for i, (s, c) in enumerate(status)
         ]
         emit_table(["#", "unit", "kind", "state", "command"], rows)
+        if memory is not None:
+            click.echo(memory_table(memory))
         return
 
     def runner(argv: Any, cwd: Any, env: Any, log: Path) -> None:

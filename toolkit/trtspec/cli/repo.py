@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from trtspec.cli._memory import gpu_memory_option, memory_for
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 from trtspec.errors import RepoError
 
@@ -64,9 +65,10 @@ def _refuse_stale(table: Any, spec: Any, plan: Any, *, routing_file: Path, spec_
               help="routing.yaml from `trtspec bench`; default: the spec's rollout.")
 @click.option("--accept-stale", is_flag=True,
               help="Install a routing file even when what it measured has changed since.")
+@gpu_memory_option
 @format_option
 def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
-         routing_file: Path | None, accept_stale: bool, fmt: str) -> None:
+         routing_file: Path | None, accept_stale: bool, gpu_bytes: int | None, fmt: str) -> None:
     """Build the Triton model repository for the spec at PATH (engines/ →
     triton_repo/), or with --check validate the repository folder at PATH."""
     if check_only:
@@ -91,7 +93,8 @@ def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
         _refuse_stale(table, spec, plan, routing_file=routing_file, spec_path=path,
                       accept_stale=accept_stale)
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
-    result = assemble(spec, plan, engines_root, output, routing=table)
+    memory_for(spec, plan, gpu_bytes)  # its warnings, before the engines' fractions use it
+    result = assemble(spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes)
     problems = check_repository(result)
     if problems:
         raise RepoError(

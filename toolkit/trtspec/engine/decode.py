@@ -11,7 +11,9 @@ picked (``sampling.py`` explains why this is lossless at any temperature).
 The accepted path plus the final pick are emitted, the cache is cut to the
 committed tokens, and the next step begins. Modes differ only in who proposes
 the tree: nobody (target-only), the request (``draft_tokens_external``: one
-verification step, returning the accepted prefix plus one token), the
+verification step, returning the accepted prefix plus one token; with the
+draft's ``draft_logits`` it verifies by speculative sampling instead of
+matching, see ``sampling.py``), the
 Medusa heads (along ``medusa_choices``), the EAGLE layer (along
 ``eagle_choices``, one depth per EAGLE forward), or lookahead's n-gram pool
 (with the Jacobi branch riding along in the same forward pass).
@@ -54,6 +56,10 @@ class GenerationRequest:
     draft_ids: list[int] | None = None
     lookahead: tuple[int, int, int] | None = None
     min_tokens: int = 0
+    # [len(draft_ids), vocab] float logits the draft sampled draft_ids from
+    # (TRT-LLM's draft_logits); None = accept by matching.
+    draft_logits: Any = None
+    return_generation_logits: bool = False
 
 
 @dataclass
@@ -73,6 +79,9 @@ class Generation:
     last_token_time_ns: int = 0
     finished: bool = False
     cancelled: bool = False
+    # One [vocab] float32 row per output token (the logits it was picked
+    # from), kept only when the request asks for them.
+    generation_logits: list[Any] = field(default_factory=list)
     _steps: Iterator[list[int]] | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -104,6 +113,19 @@ def _medusa_tree(choices: list[list[int]]) -> list[tuple[list[int], int]]:
             raise RequestError(f"medusa choice {list(c)} has no parent {list(c[:-1])} in the tree")
         tree.append((list(c), parent))
     return tree
+
+
+def _vocab_rows(rows: Any, vocab: int) -> Any:
+    """``rows`` as float32 logits exactly ``vocab`` wide: a GPU engine pads its
+    vocabulary (padding columns dropped); a narrower draft vocabulary gets
+    -inf columns (tokens the draft cannot propose)."""
+    import torch
+
+    x = torch.as_tensor(rows, dtype=torch.float32)
+    if x.shape[-1] >= vocab:
+        return x[:, :vocab]
+    pad = torch.full((x.shape[0], vocab - x.shape[-1]), float("-inf"))
+    return torch.cat([x, pad], dim=-1)
 
 
 class ReferenceEngine:
@@ -186,6 +208,16 @@ class ReferenceEngine:
             if bad:
                 raise RequestError(f"draft_input_ids contains token id {bad[0]} outside the "
                                    f"vocabulary [0, {cfg.vocab_size})")
+        if req.draft_logits is not None:
+            shape = tuple(req.draft_logits.shape)
+            want = (len(req.draft_ids or []), cfg.vocab_size)
+            if not req.draft_ids:
+                raise RequestError("draft_logits given without draft_input_ids: the logits "
+                                   "belong to the drafted tokens")
+            if len(shape) != 2 or shape[0] != want[0] or shape[1] < 1:
+                raise RequestError(
+                    f"draft_logits has shape {list(shape)}; expected [{want[0]}, {want[1]}] "
+                    "(one row of vocabulary logits per draft token)")
         if req.lookahead is not None:
             if self.lookahead is None:
                 raise RequestError(
@@ -302,6 +334,9 @@ class ReferenceEngine:
             w, n, g = req.lookahead or self.lookahead
             la_state = LookaheadState(w, n, g, prompt)
         root_hidden = None  # hidden state of the row that picked pending[-1] (Medusa)
+        draft_logits = None
+        if req.draft_logits is not None and req.draft_ids:
+            draft_logits = _vocab_rows(req.draft_logits, self.config.vocab_size)
         eagle_cache, eagle_len = (make_cache(), 0) if self.eagle is not None else (None, 0)
 
         while len(out) < req.max_new_tokens:
@@ -358,25 +393,40 @@ class ReferenceEngine:
                                            cache=cache, logit_rows=logit_rows)
             gen.encoded_tokens += len(tokens)
             gen.steps += 1
-            # ---- verify: walk the tree from the root while the target's pick has a child
-            children: dict[int, dict[int, int]] = {}
-            for i in range(n_verify):
-                children.setdefault(parents[i], {}).setdefault(nodes[i], i)
-            path_nodes: list[int] = []
-            cur = -1
-            while True:
-                row = 0 if cur < 0 else 1 + cur
+
+            def target_row(row: int, produced: int, logits: Any = logits) -> Any:
                 row_logits = logits[row]
-                if len(out) + len(path_nodes) < req.min_tokens and end_id is not None:
+                if len(out) + produced < req.min_tokens and end_id is not None:
                     row_logits = row_logits.clone()
                     row_logits[end_id] = float("-inf")
-                pick = sampler.pick(row_logits)
-                nxt = children.get(cur, {}).get(pick)
-                if nxt is None:
-                    break
-                path_nodes.append(nxt)
-                cur = nxt
-            bonus = pick
+                return row_logits
+
+            path_nodes: list[int] = []
+            if draft_logits is not None:
+                # ---- verify by speculative sampling along the draft chain
+                replacement = None
+                for i in range(n_verify):
+                    replacement = sampler.accept_by_logits(
+                        target_row(i, i), draft_logits[i], nodes[i])
+                    if replacement is not None:
+                        break
+                    path_nodes.append(i)
+                bonus = replacement if replacement is not None else sampler.pick_independent(
+                    target_row(len(path_nodes), len(path_nodes)))
+            else:
+                # ---- verify: walk the tree from the root while the target's pick has a child
+                children: dict[int, dict[int, int]] = {}
+                for i in range(n_verify):
+                    children.setdefault(parents[i], {}).setdefault(nodes[i], i)
+                cur = -1
+                while True:
+                    pick = sampler.pick(target_row(0 if cur < 0 else 1 + cur, len(path_nodes)))
+                    nxt = children.get(cur, {}).get(pick)
+                    if nxt is None:
+                        break
+                    path_nodes.append(nxt)
+                    cur = nxt
+                bonus = pick
             gen.total_draft_tokens += n_verify
             gen.total_accepted_draft_tokens += len(path_nodes)
             if la_state is not None and branch_rows:
@@ -406,6 +456,10 @@ class ReferenceEngine:
                 emitted = emitted[: emitted.index(end_id)]
                 stop = True
             now = time.time_ns()
+            if req.return_generation_logits:
+                # The row that picked each emitted token: root, then each kept node's.
+                rows = [0, *(1 + i for i in path_nodes)][: len(emitted)]
+                gen.generation_logits.extend(logits[r] for r in rows)
             out.extend(emitted)
             # A draft_tokens_external request is one verification step (the BLS
             # loop reads "accepted prefix + 1 token" from it).

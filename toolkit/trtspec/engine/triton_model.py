@@ -15,7 +15,11 @@ serving. A cancelled request (its client's, or its BLS caller's through
 ``trtspec.cancel``) stops before the next decoding step, frees its KV cache
 and ends with an empty final response in decoupled mode (on 2.51 an error
 after streamed responses never reaches a BLS caller), else a ``CANCELLED``
-error. torch and transformers are imported in
+error. ``draft_logits`` ([1, k, vocab], next to ``draft_input_ids``) switch the
+verification to speculative sampling, and ``return_generation_logits`` adds
+``generation_logits`` ([1, 1, n, vocab], float32: one row per returned token)
+to the response, as the backend does for a draft engine built with
+``--gather_generation_logits``. torch and transformers are imported in
 ``initialize`` only, so this module imports anywhere.
 """
 
@@ -148,6 +152,13 @@ class TritonPythonModel:
                              "(speculative decoding needs beam width 1)")
         draft = pb_utils.get_input_tensor_by_name(request, "draft_input_ids")
         draft_ids = [int(t) for t in draft.as_numpy().reshape(-1)] if draft is not None else []
+        logits = pb_utils.get_input_tensor_by_name(request, "draft_logits")
+        draft_logits = None
+        if logits is not None:
+            rows = logits.as_numpy()
+            if rows.ndim == 3 and rows.shape[0] == 1:  # [batch 1, k, vocab]
+                rows = rows[0]
+            draft_logits = rows.astype(np.float32)
         la = [_first(request, (k,), None) for k in (
             "lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")]
         lookahead = None
@@ -179,6 +190,8 @@ class TritonPythonModel:
             draft_ids=draft_ids or None,
             lookahead=lookahead,  # type: ignore[arg-type]
             min_tokens=int(_first(request, ("min_tokens", "min_length"), 0)),
+            draft_logits=draft_logits,
+            return_generation_logits=bool(_first(request, ("return_generation_logits",), False)),
         )
         options = {
             "streaming": bool(_first(request, ("streaming",), False)),
@@ -190,11 +203,18 @@ class TritonPythonModel:
                              "decoupled mode.")
         return req, options
 
-    def _response(self, tokens: list[int], gen: Any, options: dict[str, Any]) -> Any:
+    def _response(self, tokens: list[int], gen: Any, options: dict[str, Any],
+                  logit_rows: list[Any] | None = None) -> Any:
         tensors = [
             pb_utils.Tensor("output_ids", np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1)),
             pb_utils.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32)),
         ]
+        if gen.request.return_generation_logits:
+            vocab = self.engine.config.vocab_size
+            rows = np.zeros((0, vocab), dtype=np.float32)
+            if logit_rows:
+                rows = np.stack([r.numpy() for r in logit_rows]).astype(np.float32)
+            tensors.append(pb_utils.Tensor("generation_logits", rows.reshape(1, 1, -1, vocab)))
         if options["perf"]:
             tensors += _perf_tensors(gen, len(gen.request.input_ids),
                                      self.engine.config.tokens_per_block)
@@ -227,10 +247,12 @@ class TritonPythonModel:
             gen = self.engine.stream(req, cancelled=cancel.is_cancelled)
             if options["streaming"]:
                 assert sender is not None  # streaming is refused unless decoupled
-                sent_final = False
+                sent_final, done = False, 0
                 for delta in gen:
                     flags = final if gen.finished else 0
-                    sender.send(self._response(delta, gen, options), flags=flags)
+                    rows = gen.generation_logits[done:done + len(delta)]
+                    done += len(delta)
+                    sender.send(self._response(delta, gen, options, rows), flags=flags)
                     sent_final = bool(flags)
                 if gen.cancelled:
                     self._cancelled(gen)
@@ -248,7 +270,7 @@ class TritonPythonModel:
                 sender.send(flags=final)
                 return None
             response = self._cancelled(gen) if gen.cancelled else self._response(
-                tokens, gen, options)
+                tokens, gen, options, gen.generation_logits)
         except (InputError, TrtspecError) as exc:
             response = pb_utils.InferenceResponse(
                 output_tensors=[],

@@ -101,6 +101,7 @@ class VariantModel:
     num_draft_tokens: int = 0
     max_matching_ngram_size: int = 3
     draft_schedule: str = "constant"
+    use_draft_logits: bool = False
     calls: list[str] = field(default_factory=list)
 
 
@@ -114,6 +115,8 @@ class Layout:
     engines: dict[str, EngineModel]
     variants: dict[str, VariantModel]
     tokenizer_dir: Path
+    # kv_cache_free_gpu_mem_fraction per engine, from trtspec.memory's plan
+    kv_fractions: dict[str, float] = field(default_factory=dict)
 
 
 def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
@@ -154,6 +157,7 @@ def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
             model.num_draft_tokens = max(sweep)
             model.max_matching_ngram_size = int(getattr(spec_variant, "max_matching_ngram_size", 3))
             model.draft_schedule = str(getattr(spec_variant, "draft_schedule", "constant"))
+            model.use_draft_logits = bool(getattr(spec_variant, "use_draft_logits", False))
             for engine_name in filter(None, (target, draft)):
                 engines[engine_name].decoupled = False
         elif mode != "none":
@@ -216,9 +220,11 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
     contract = engine_contract(layout.trtllm_version)
     target = spec.target
     kv = target.kv_cache
-    # Every engine of the repository shares the GPU(s); each takes an equal
-    # slice of the spec's fraction (conservative: later loads see less free).
-    fraction = round(float(kv.free_gpu_mem_fraction) / max(1, len(layout.engines)), 4)
+    # Every engine of the repository shares the GPU(s): the memory plan splits
+    # the spec's fraction by KV need (trtspec.memory.kv_fractions); an equal
+    # slice when it has no plan (conservative: later loads see less free).
+    fraction = layout.kv_fractions.get(
+        engine.name, round(float(kv.free_gpu_mem_fraction) / max(1, len(layout.engines)), 4))
     params: dict[str, object] = {
         "max_beam_width": int(target.max_beam_width),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -279,6 +285,8 @@ def orchestrator_config(layout: Layout, variant: VariantModel) -> Any:
         params["draft_schedule"] = variant.draft_schedule
     if variant.mode == "ngram":
         params["max_matching_ngram_size"] = variant.max_matching_ngram_size
+    if variant.mode == "draft_model":
+        params["use_draft_logits"] = variant.use_draft_logits
     return configs.base_config(
         variant.name,
         backend="python",
@@ -373,11 +381,17 @@ def assemble(
     routing: RoutingTable | None = None,
     *,
     require_engines: bool = True,
+    gpu_bytes: int | None = None,
 ) -> Path:
     """Write ``output/<spec.name>/`` and return it. ``routing`` defaults to the
-    spec's rollout. An existing repository is replaced only once the new one
-    is complete."""
+    spec's rollout; ``gpu_bytes`` (per GPU) sizes each engine's KV cache
+    fraction from the memory plan. An existing repository is replaced only
+    once the new one is complete."""
     layout = layout_of(spec, plan, Path(engines_root))
+    if layout.backend == "tensorrt_llm":
+        from trtspec.memory import memory_plan
+
+        layout.kv_fractions = memory_plan(spec, plan, gpu_bytes).fractions
     if require_engines:
         check_engine_folders(layout)
     table = routing or routing_from_rollout(str(spec.rollout.fallback_variant))

@@ -6,7 +6,9 @@ lists, which is what lets the orchestrator treat both alike. Names drift by
 version (``random_seed``/``min_length`` before 0.20, ``seed``/``min_tokens``
 from 0.20; lookahead inputs and the perf-metric outputs exist from 0.19);
 ``tests/data/tensorrtllm_template_names_*.txt`` holds the official names these
-lists are checked against.
+lists are checked against. The logits tensors (``draft_logits`` in,
+``generation_logits`` out, ``return_generation_logits``) carry the draft
+logits of ``use_draft_logits`` variants from the draft engine to the target.
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SUPPORTED_RANGE = ((0, 17), (1, 3))  # 0.17 <= version < 1.3
+
+# The template's ``${logits_datatype}`` for the logits tensors. It must be the
+# engines' logits dtype, which is ``float32`` unless trtllm-build gets
+# ``--logits_dtype`` (trtspec never passes it): TensorRT-LLM
+# ``tensorrt_llm/models/modeling_utils.py`` ``PretrainedConfig(...,
+# logits_dtype: str = 'float32')``; NVIDIA's draft-target guide fills
+# ``logits_datatype:TYPE_FP32``.
+LOGITS_DATATYPE = "TYPE_FP32"
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,7 @@ def engine_contract(trtllm_version: str) -> EngineContract:
         _scalar("input_lengths", "TYPE_INT32", optional=False),
         _scalar("request_output_len", "TYPE_INT32", optional=False),
         TensorSpec("draft_input_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
+        TensorSpec("draft_logits", LOGITS_DATATYPE, (-1, -1), optional=True, ragged=True),
         _scalar("end_id", "TYPE_INT32"),
         _scalar("pad_id", "TYPE_INT32"),
         _scalar("beam_width", "TYPE_INT32"),
@@ -122,6 +133,7 @@ def engine_contract(trtllm_version: str) -> EngineContract:
         _scalar(min_tokens, "TYPE_INT32"),
         _scalar(seed, "TYPE_UINT64"),
         _scalar("return_log_probs", "TYPE_BOOL"),
+        _scalar("return_generation_logits", "TYPE_BOOL"),
         _scalar("exclude_input_in_output", "TYPE_BOOL"),
         _scalar("streaming", "TYPE_BOOL"),
         _scalar("stop", "TYPE_BOOL"),
@@ -138,6 +150,7 @@ def engine_contract(trtllm_version: str) -> EngineContract:
         _output("sequence_length", "TYPE_INT32", (-1,)),
         _output("cum_log_probs", "TYPE_FP32", (-1,)),
         _output("output_log_probs", "TYPE_FP32", (-1, -1)),
+        _output("generation_logits", LOGITS_DATATYPE, (-1, -1, -1)),
     ]
     if since_019:
         outputs.extend(_output(n, _PERF_DTYPES.get(n, "TYPE_INT32")) for n in PERF_OUTPUTS)

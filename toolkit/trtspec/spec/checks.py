@@ -365,12 +365,6 @@ def _check_draft(
 ) -> None:
     d = v.draft
     q = d.quantization
-    if spec.backend is Backend.reference and v.use_draft_logits:
-        issues.add(
-            (*base, "use_draft_logits"),
-            "the reference backend accepts draft tokens by comparing ids only; "
-            "set use_draft_logits: false or use the tensorrt_llm backend",
-        )
     if spec.backend is Backend.reference and q not in (Quantization.none, Quantization.int8):
         issues.add(
             (*base, "draft", "quantization"),

@@ -227,7 +227,8 @@ class DraftModelVariant(_Variant):
     )
     use_draft_logits: bool = Field(
         default=False,
-        description="Accept by draft logits (draft engine built with --gather_generation_logits).",
+        description="Accept by the draft's logits: speculative sampling, min(1, p/q) "
+        "(GPU: draft engine built with --gather_generation_logits).",
     )
     draft_schedule: DraftScheduleName = "constant"
 

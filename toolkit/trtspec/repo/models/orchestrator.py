@@ -7,7 +7,11 @@ For ``draft_model`` and ``ngram`` it runs the draft → verify loop itself over
 BLS (non-decoupled engines): each round drafts ``k`` tokens (draft engine or
 prompt lookup; ``k`` follows the variant's ``draft_schedule``), asks the
 target to verify them, counts drafted and accepted tokens, and streams that
-round's accepted tokens — the upstream BLS can do neither. For the baseline
+round's accepted tokens — the upstream BLS can do neither. With
+``use_draft_logits`` it asks the draft for ``generation_logits`` and forwards
+the rows of the drafted tokens to the target as ``draft_logits`` (upstream
+BLS ``_spec_generate``), so the target accepts by speculative sampling
+instead of matching. For the baseline
 and the in-engine modes (medusa, eagle, lookahead) it forwards one streaming
 request to the decoupled engine with ``return_perf_metrics`` and reads the
 engine's draft/accepted totals. It always sends ``exclude_input_in_output``
@@ -48,6 +52,7 @@ from trtspec.speculate import (
     draft_budget,
     propose_ngram,
     round_finished,
+    round_seed,
 )
 
 DRAFT_LOOP_MODES = ("draft_model", "ngram")
@@ -225,8 +230,10 @@ class _Generation:
         return ids, (end_id if end_id >= 0 else None), (pad_id if pad_id >= 0 else None)
 
     def engine_inputs(self, sequence: list[int], output_len: int, *, streaming: bool,
-                      draft: list[int] | None = None) -> list:
+                      draft: list[int] | None = None, draft_logits: np.ndarray | None = None,
+                      return_logits: bool = False, seed: int | None = None) -> list:
         p, m = self.params, self.model
+        seed = p.seed if seed is None else seed
 
         def one(name: str, value: Any, dtype: Any) -> Any:
             return pb_utils.Tensor(name, np.array([[value]], dtype=dtype))
@@ -249,17 +256,38 @@ class _Generation:
             tensors.append(one("runtime_top_k", p.top_k, np.int32))
         if p.top_p is not None:
             tensors.append(one("runtime_top_p", p.top_p, np.float32))
-        if p.seed is not None:
-            tensors.append(one(m.seed_input, p.seed, np.uint64))
+        if seed is not None:
+            tensors.append(one(m.seed_input, seed, np.uint64))
         if m.perf_metrics:
             tensors.append(one("return_perf_metrics", True, np.bool_))
         if draft:
             tensors.append(pb_utils.Tensor("draft_input_ids", np.asarray([draft], dtype=np.int32)))
+            if draft_logits is not None:
+                # [1, k, vocab]: the draft's rows for exactly the drafted tokens
+                tensors.append(pb_utils.Tensor("draft_logits", draft_logits[None]))
+        if return_logits:
+            tensors.append(one("return_generation_logits", True, np.bool_))
         return tensors
 
-    def engine_outputs(self) -> list[str]:
+    def engine_outputs(self, *, logits: bool = False) -> list[str]:
         names = ["output_ids", "sequence_length"]
+        if logits:
+            names.append("generation_logits")
         return [*names, *PERF_TOTALS] if self.model.perf_metrics else names
+
+    @staticmethod
+    def draft_rows(response: Any, drafted: int) -> np.ndarray | None:
+        """The last ``drafted`` rows of the draft's ``generation_logits``
+        ([1, beam 1, n, vocab] → [drafted, vocab]), as the upstream BLS slices them."""
+        tensor = pb_utils.get_output_tensor_by_name(response, "generation_logits")
+        if tensor is None or drafted == 0:
+            return None
+        rows = tensor.as_numpy()
+        rows = rows.reshape(-1, rows.shape[-1])
+        if rows.shape[0] < drafted:
+            raise RuntimeError(f"the draft returned {rows.shape[0]} rows of generation_logits "
+                               f"for {drafted} draft tokens")
+        return np.ascontiguousarray(rows[-drafted:])
 
     def tokens_of(self, response: Any) -> list[int] | None:
         out = pb_utils.get_output_tensor_by_name(response, "output_ids")
@@ -352,23 +380,34 @@ class _Generation:
         m, p = self.model, self.params
         schedule = DraftSchedule(num_draft, m.draft_schedule)
         sequence = list(prompt)
+        sampling = p.temperature is not None and p.temperature > 0
         while self.completion < p.max_tokens:
             if self.cancel.is_cancelled():
                 raise Cancelled
             remaining = p.max_tokens - self.completion
             k = draft_budget(schedule.next(), m.max_draft_len, remaining)
+            seeds: tuple[int | None, int | None] = (None, None)
+            if sampling:
+                base, r = p.seed or 0, self.stats.rounds
+                seeds = (round_seed(base, r, 0), round_seed(base, r, 1))
             draft: list[int] = []
+            rows = None
             if k > 0 and m.mode == "ngram":
                 draft = propose_ngram(sequence, k, m.max_matching_ngram_size)
             elif k > 0 and m.draft_model is not None:
                 response = self._call(
-                    m.draft_model, self.engine_inputs(sequence, k, streaming=False),
-                    self.engine_outputs(),
+                    m.draft_model,
+                    self.engine_inputs(sequence, k, streaming=False,
+                                       return_logits=m.use_draft_logits, seed=seeds[0]),
+                    self.engine_outputs(logits=m.use_draft_logits),
                 )
                 draft = (self.tokens_of(response) or [])[:k]
+                if m.use_draft_logits:
+                    rows = self.draft_rows(response, len(draft))
             response = self._call(
                 m.target_model,
-                self.engine_inputs(sequence, len(draft) + 1, streaming=False, draft=draft),
+                self.engine_inputs(sequence, len(draft) + 1, streaming=False, draft=draft,
+                                   draft_logits=rows, seed=seeds[1]),
                 self.engine_outputs(),
             )
             verified = self.tokens_of(response) or []
@@ -427,6 +466,7 @@ class TritonPythonModel:
         self.num_draft_tokens = int(params.get("num_draft_tokens") or self.max_draft_len)
         self.max_matching_ngram_size = int(params.get("max_matching_ngram_size") or 3)
         self.draft_schedule = params.get("draft_schedule") or "constant"
+        self.use_draft_logits = params.get("use_draft_logits", "false").lower() == "true"
         self.seed_input = params.get("seed_input") or "seed"
         self.perf_metrics = params.get("perf_metrics", "true").lower() == "true"
         if self.mode == "draft_model" and not self.draft_model:

@@ -46,6 +46,11 @@ def lookahead_max_draft_len(window: int, ngram: int, verification: int) -> int:
     return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification) * (ngram - 1)
 
 
+def default_max_num_tokens(max_batch_size: int, max_draft_len: int, max_input_len: int) -> int:
+    """A reference engine's step budget: a full batch of draft trees, or one whole prompt."""
+    return max(max_batch_size * (max_draft_len + 1), max_input_len)
+
+
 def check_lookahead(window: int, ngram: int, verification: int) -> None:
     """Raise ``EngineError`` unless (W, N, G) is legal under TRT-LLM's rules."""
     if window < 1 or ngram < 1 or verification < 0:
@@ -141,7 +146,7 @@ def build_config_document(
             "max_input_len": max_input_len,
             "max_seq_len": effective_seq_len,
             "max_beam_width": 1,
-            "max_num_tokens": max(max_batch_size * (max_draft_len + 1), max_input_len),
+            "max_num_tokens": default_max_num_tokens(max_batch_size, max_draft_len, max_input_len),
             "max_draft_len": max_draft_len,
             "speculative_decoding_mode": MODE_INTS[mode],
             "kv_cache_type": "paged",

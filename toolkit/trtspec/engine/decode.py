@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,46 @@ class Generation:
         if self.total_draft_tokens == 0:
             return 0.0
         return self.total_accepted_draft_tokens / self.total_draft_tokens
+
+
+@dataclass
+class ForwardCall:
+    """One step's target forward, as a sequence asks for it: ``tokens`` (pending,
+    then tree nodes) after ``past`` cached positions, the tree's ``depths`` and
+    ``attend`` lists (``None``: causal), the cache to grow, and the rows whose
+    logits the step reads."""
+
+    tokens: list[int]
+    past: int
+    n_pending: int
+    depths: list[int]
+    attend: list[list[int]] | None
+    cache: Any
+    logit_rows: list[int]
+
+
+def tree_inputs(q: int, past: int, n_pending: int, depths: list[int],
+                attend: list[list[int]] | None) -> dict[str, Any]:
+    """The ``attention_mask`` [1, 1, q, past + q] and ``position_ids`` of a tree
+    step (pending rows causal, node j sees the pending rows and ``attend[j]``);
+    empty for a plain causal step."""
+    import torch
+
+    if attend is None:
+        return {}
+    allowed = torch.zeros(q, past + q, dtype=torch.bool)
+    allowed[:, :past] = True
+    allowed[:n_pending, past:past + n_pending] = torch.ones(
+        n_pending, n_pending, dtype=torch.bool).tril()
+    allowed[n_pending:, past:past + n_pending] = True
+    for j, seen in enumerate(attend):
+        for s in seen:
+            allowed[n_pending + j, past + n_pending + s] = True
+    mask = torch.zeros(q, past + q, dtype=torch.float32)
+    mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
+    pos = list(range(past, past + n_pending)) + [past + n_pending - 1 + d for d in depths]
+    return {"attention_mask": mask[None, None],
+            "position_ids": torch.tensor([pos], dtype=torch.long)}
 
 
 def default_threads(instances: int = 1) -> int:
@@ -272,23 +312,8 @@ class ReferenceEngine:
         rows nobody reads (the prompt, the lookahead branch's inner rows) skip it."""
         import torch
 
-        q = len(tokens)
         ids = torch.tensor([tokens], dtype=torch.long)
-        kwargs: dict[str, Any] = {}
-        if attend is not None:
-            allowed = torch.zeros(q, past + q, dtype=torch.bool)
-            allowed[:, :past] = True
-            allowed[:n_pending, past:past + n_pending] = torch.ones(
-                n_pending, n_pending, dtype=torch.bool).tril()
-            allowed[n_pending:, past:past + n_pending] = True
-            for j, seen in enumerate(attend):
-                for s in seen:
-                    allowed[n_pending + j, past + n_pending + s] = True
-            mask = torch.zeros(q, past + q, dtype=torch.float32)
-            mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
-            kwargs["attention_mask"] = mask[None, None]
-            pos = list(range(past, past + n_pending)) + [past + n_pending - 1 + d for d in depths]
-            kwargs["position_ids"] = torch.tensor([pos], dtype=torch.long)
+        kwargs = tree_inputs(len(tokens), past, n_pending, depths, attend)
         if self._fastpath:
             hidden = fastpath.forward(self.model, ids, cache, **kwargs)
         else:
@@ -304,13 +329,32 @@ class ReferenceEngine:
 
     def _run(self, gen: Generation,
              cancelled: Callable[[], bool] | None) -> Iterator[list[int]]:
+        """Drive ``_loop`` alone: each ``ForwardCall`` it yields runs at once."""
         import torch
 
         with torch.inference_mode():
-            yield from self._loop(gen, cancelled)
+            steps = self._loop(gen, cancelled)
+            result: Any = None
+            while True:
+                try:
+                    item = steps.send(result)
+                except StopIteration:
+                    return
+                if isinstance(item, ForwardCall):
+                    result = self._forward(item.tokens, item.past, item.n_pending,
+                                           depths=item.depths, attend=item.attend,
+                                           cache=item.cache, logit_rows=item.logit_rows)
+                else:
+                    result = None
+                    yield item
 
-    def _loop(self, gen: Generation,
-              cancelled: Callable[[], bool] | None) -> Iterator[list[int]]:
+    def _loop(self, gen: Generation, cancelled: Callable[[], bool] | None = None,
+              ) -> Generator[ForwardCall | list[int], Any, None]:
+        """One request's steps as a coroutine: it yields a ``ForwardCall`` and is
+        sent back ``(logits, hidden)``, and yields each step's emitted tokens
+        (sent ``None``). ``_run`` answers the calls one by one; the in-flight
+        batcher (``batching.py``) answers many sequences' calls in one pass and
+        handles cancellation itself, between steps."""
         import torch
 
         req = gen.request
@@ -389,8 +433,7 @@ class ReferenceEngine:
             if branch_rows:
                 last = p + n_verify + (len(la_state.rows) - 1) * la_state.W  # type: ignore[union-attr]
                 logit_rows += list(range(last, last + la_state.W))  # type: ignore[union-attr]
-            logits, hidden = self._forward(tokens, past, p, depths=depths, attend=attend,
-                                           cache=cache, logit_rows=logit_rows)
+            logits, hidden = yield ForwardCall(tokens, past, p, depths, attend, cache, logit_rows)
             gen.encoded_tokens += len(tokens)
             gen.steps += 1
 

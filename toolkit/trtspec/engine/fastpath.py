@@ -162,44 +162,116 @@ def forward(model: Any, ids: Any, cache: Any, *, position_ids: Any = None,
     ``attention_mask`` is an additive or boolean 4-D mask [1, 1, T, past + T]
     (tree verification); without one, attention is causal. ``position_ids``
     default to ``past .. past + T - 1``."""
+    segment = Segment(cache, int(ids.shape[1]), position_ids, attention_mask)
+    return forward_packed(model, ids, [segment])
+
+
+@dataclass
+class Segment:
+    """One sequence's rows in a packed forward: its own cache (appended to),
+    its row count, and optional ``position_ids`` [1, rows] / 4-D mask as in
+    ``forward``."""
+
+    cache: Any
+    rows: int
+    position_ids: Any = None
+    attention_mask: Any = None
+
+
+def row_independent(model: Any) -> bool:
+    """Whether every projection computes each row independently of the others
+    (oneDNN-packed float32: checked bit for bit by the tests), so sequences can
+    share one matrix call. Dynamic int8 quantizes activations with one scale
+    per call, and MKL's sgemm picks kernels by row count: those run per sequence."""
+    plan = _plan(model)
+    fns = [fn for layer in plan.layers for fn in layer[1:] if callable(fn)]
+    return all(getattr(getattr(fn, "__self__", None), "packed", None) is not None for fn in fns)
+
+
+def _per_segment(fn: Any, x: Any, bounds: list[tuple[int, int]], shared: bool) -> Any:
+    import torch
+
+    if shared or len(bounds) == 1:
+        return fn(x)
+    return torch.cat([fn(x[:, a:b]) for a, b in bounds], dim=1)
+
+
+def forward_packed(model: Any, ids: Any, segments: list[Segment]) -> Any:
+    """``forward`` for several sequences at once, packed without padding
+    (TRT-LLM's ``remove_input_padding`` layout): ``ids`` [1, sum(rows)] holds
+    each segment's tokens in order; the projections and the MLP see one matrix
+    of all rows (one weight read per step), attention runs per segment over
+    that segment's own cache exactly as ``forward`` runs it alone. Returns the
+    final hidden states [sum(rows), hidden]; each segment's cache grows by its
+    rows."""
     import torch
     import torch.nn.functional as F
 
     inner = model.model
     plan = _plan(model)
     n_heads, n_kv, head_dim, eps = plan.n_heads, plan.n_kv, plan.head_dim, plan.eps
-    past_kv = kv_tensors(cache) if cache.layers else []
-    past = int(past_kv[0][0].shape[-2]) if past_kv else 0
-    q_len = int(ids.shape[1])
-    if position_ids is None:
-        position_ids = torch.arange(past, past + q_len, dtype=torch.long)[None]
+    shared = len(segments) == 1 or _row_independent_cached(model)
+    bounds: list[tuple[int, int]] = []
+    pasts: list[list[tuple[Any, Any]]] = []
+    masks: list[tuple[Any, bool]] = []
+    positions = []
+    start = 0
+    for seg in segments:
+        past_kv = kv_tensors(seg.cache) if seg.cache.layers else []
+        past = int(past_kv[0][0].shape[-2]) if past_kv else 0
+        q_len = seg.rows
+        bounds.append((start, start + q_len))
+        start += q_len
+        pasts.append(past_kv)
+        pos = seg.position_ids
+        if pos is None:
+            pos = torch.arange(past, past + q_len, dtype=torch.long)[None]
+        positions.append(pos)
+        mask = seg.attention_mask
+        causal = False
+        if mask is None and q_len > 1:
+            if past:
+                mask = torch.ones(q_len, past + q_len, dtype=torch.bool).tril(past)
+            else:
+                causal = True
+        masks.append((mask, causal))
+    total = start
+    position_ids = positions[0] if len(positions) == 1 else torch.cat(positions, dim=1)
     x = inner.embed_tokens(ids)
     cos, sin = inner.rotary_emb(x, position_ids)
     cos, sin = cos[:, None], sin[:, None]
-    mask = attention_mask
-    causal = False
-    if mask is None and q_len > 1:
-        if past:
-            mask = torch.ones(q_len, past + q_len, dtype=torch.bool).tril(past)
-        else:
-            causal = True
-    new_kv = []
+    new_kv: list[list[tuple[Any, Any]]] = [[] for _ in segments]
     for i, (w_in, qkv_proj, o_proj, w_post, gate_up_proj, down_proj) in enumerate(plan.layers):
         h = _rms(x, w_in, eps)
-        qk, v = qkv_proj(h).split(plan.split_qkv, dim=-1)
+        qk, v = _per_segment(qkv_proj, h, bounds, shared).split(plan.split_qkv, dim=-1)
         # queries and keys rotated together: one set of element-wise ops per layer
-        qk = qk.reshape(1, q_len, n_heads + n_kv, head_dim).transpose(1, 2)
+        qk = qk.reshape(1, total, n_heads + n_kv, head_dim).transpose(1, 2)
         qk = qk * cos + _rotate_half(qk) * sin
-        q, k = qk[:, :n_heads], qk[:, n_heads:]
-        v = v.reshape(1, q_len, n_kv, head_dim).transpose(1, 2)
-        if past_kv:
-            k = torch.cat([past_kv[i][0], k], dim=-2)
-            v = torch.cat([past_kv[i][1], v], dim=-2)
-        new_kv.append((k, v))
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                           enable_gqa=n_kv != n_heads)
-        x = x + o_proj(o.transpose(1, 2).reshape(1, q_len, n_heads * head_dim))
-        gate, up = gate_up_proj(_rms(x, w_post, eps)).split(plan.split_mlp, dim=-1)
-        x = x + down_proj(F.silu(gate) * up)
-    cache.layers = make_cache(new_kv).layers
+        v = v.reshape(1, total, n_kv, head_dim).transpose(1, 2)
+        outs = []
+        for s, (a, b) in enumerate(bounds):
+            q, k, vs = qk[:, :n_heads, a:b], qk[:, n_heads:, a:b], v[:, :, a:b]
+            if pasts[s]:
+                k = torch.cat([pasts[s][i][0], k], dim=-2)
+                vs = torch.cat([pasts[s][i][1], vs], dim=-2)
+            new_kv[s].append((k, vs))
+            mask, causal = masks[s]
+            outs.append(F.scaled_dot_product_attention(q, k, vs, attn_mask=mask, is_causal=causal,
+                                                       enable_gqa=n_kv != n_heads))
+        o = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+        o = o.transpose(1, 2).reshape(1, total, n_heads * head_dim)
+        x = x + _per_segment(o_proj, o, bounds, shared)
+        gate, up = _per_segment(gate_up_proj, _rms(x, w_post, eps), bounds, shared).split(
+            plan.split_mlp, dim=-1)
+        x = x + _per_segment(down_proj, F.silu(gate) * up, bounds, shared)
+    for seg, kv in zip(segments, new_kv, strict=True):
+        seg.cache.layers = make_cache(kv).layers
     return _rms(x, inner.norm.weight, eps)[0]
+
+
+def _row_independent_cached(model: Any) -> bool:
+    flag = getattr(model, "_trtspec_row_independent", None)
+    if flag is None:
+        flag = row_independent(model)
+        model._trtspec_row_independent = flag
+    return bool(flag)

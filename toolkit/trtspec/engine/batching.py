@@ -55,6 +55,9 @@ from trtspec.engine.decode import (
 Listener = Callable[[Generation, "list[int] | None", "BaseException | None"], None]
 
 
+POLL_NS = 50_000_000
+
+
 class BatchedGeneration(Generation):
     """A ``Generation`` served by a ``BatchScheduler``: iterate it for deltas
     (from any thread); ``cancel()`` drops it at the next step boundary."""
@@ -98,6 +101,7 @@ class _Sequence:
     chunks: list[Any] = field(default_factory=list)  # hidden rows of prefilled chunks
     chunked: int = 0  # prompt tokens already prefilled by chunks
     deferred: int = 0  # steps this sequence's call waited for room
+    polled_ns: int = 0  # when ``is_cancelled`` was last asked
 
 
 @dataclass
@@ -109,6 +113,7 @@ class StepStats:
     max_step_tokens: int = 0
     max_step_sequences: int = 0
     chunked_steps: int = 0
+    mixed_steps: int = 0  # steps holding a prefill and a decode/verify call together
     finished: int = 0
     cancelled: int = 0
 
@@ -230,6 +235,11 @@ class BatchScheduler:
     def _is_cancelled(self, seq: _Sequence) -> bool:
         if id(seq.gen) in self._cancel:
             return True
+        # Triton's is_cancelled is a round trip to the server: ask every POLL_NS at most.
+        now = time.monotonic_ns()
+        if seq.is_cancelled is None or now - seq.polled_ns < POLL_NS:
+            return False
+        seq.polled_ns = now
         try:
             return bool(seq.is_cancelled and seq.is_cancelled())
         except Exception:  # a broken poll must not stop the batch
@@ -328,6 +338,8 @@ class BatchScheduler:
         st.tokens += rows_total
         st.max_step_tokens = max(st.max_step_tokens, rows_total)
         st.max_step_sequences = max(st.max_step_sequences, len(chosen))
+        kinds = {seq.call.n_pending > 1 for seq, _ in chosen if seq.call is not None}
+        st.mixed_steps += len(kinds) == 2
         for (seq, rows), (logits, hidden) in zip(chosen, results, strict=True):
             call = seq.call
             assert call is not None

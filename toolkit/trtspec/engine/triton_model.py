@@ -3,7 +3,10 @@
 Loaded by Triton as ``<engine>/1/model.py`` (which re-exports
 ``TritonPythonModel`` from here). It reads ``gpt_model_path`` and the optional
 ``lookahead_*``, ``medusa_choices``, ``eagle_choices``,
-``exclude_input_in_output`` and ``enable_kv_cache_reuse`` parameters, takes
+``exclude_input_in_output``, ``enable_kv_cache_reuse`` and ``gpt_model_type``
+parameters (``V1`` serves one request at a time; the in-flight batching types,
+the default, hand every request to one ``engine.batching.BatchScheduler`` and
+answer through response senders from its thread), takes
 the TensorRT-LLM backend's input tensors by name (both the ≥0.20 names ``seed``
 / ``min_tokens`` and the older ``random_seed`` / ``min_length``; every tensor
 with a leading batch dim), and answers with its output tensors. In decoupled
@@ -102,7 +105,7 @@ class TritonPythonModel:
     """The reference engine behind the ``tensorrtllm`` backend's tensors."""
 
     def initialize(self, args: dict[str, Any]) -> None:
-        from trtspec.engine.config import parse_choices
+        from trtspec.engine.config import parse_choices, read_engine_config
         from trtspec.engine.decode import ReferenceEngine, default_threads
 
         config = json.loads(args["model_config"])
@@ -126,8 +129,18 @@ class TritonPythonModel:
             lookahead=lookahead,  # type: ignore[arg-type]
             medusa_choices=parse_choices(_param(config, "medusa_choices")),
             eagle_choices=parse_choices(_param(config, "eagle_choices")),
-            kv_reuse=4 if reuse else 0,
+            # every in-flight sequence of a draft loop comes back next round:
+            # keep room for a full batch of them (TRT-LLM's reuse is bounded by
+            # KV memory, not a count)
+            kv_reuse=max(4, 2 * read_engine_config(path).max_batch_size) if reuse else 0,
         )
+        self.scheduler: Any = None
+        # gpt_model_type as the tensorrtllm backend reads it: V1 = no in-flight batching
+        if (_param(config, "gpt_model_type") or "inflight_fused_batching").lower() != "v1":
+            from trtspec.engine.batching import BatchScheduler
+
+            # the engine's max_batch_size / max_num_tokens bound a step, as in TRT-LLM
+            self.scheduler = BatchScheduler(self.engine)
 
     # ------------------------------------------------------------------ parse
     def _request(self, request: Any) -> tuple[Any, dict[str, Any]]:
@@ -234,8 +247,76 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
             "request cancelled", pb_utils.TritonError.CANCELLED))
 
+    def _error(self, exc: BaseException) -> Any:
+        from trtspec.errors import TrtspecError
+
+        if isinstance(exc, (InputError, TrtspecError)):
+            return pb_utils.InferenceResponse(
+                output_tensors=[],
+                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
+        import traceback
+
+        # a bug must fail this request, not the model
+        pb_utils.Logger.log_error("".join(traceback.format_exception(exc)))
+        return pb_utils.InferenceResponse(
+            output_tensors=[],
+            error=pb_utils.TritonError(f"reference engine internal error: {exc!r}"))
+
+    def _listener(self, sender: Any, options: dict[str, Any], cancel: Any) -> Any:
+        """The scheduler-thread callback answering one request through ``sender``:
+        a streaming request gets each step's delta (final flag on the last), any
+        other one response with everything when it ends; a cancelled one ends
+        as ``_run`` ends it."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        state = {"sent_final": False}
+
+        def listen(gen: Any, delta: list[int] | None, error: BaseException | None) -> None:
+            if state["sent_final"]:
+                return
+            if delta is not None:
+                if options["streaming"]:
+                    flags = final if gen.finished else 0
+                    sender.send(self._response(delta, gen, options), flags=flags)
+                    state["sent_final"] = bool(flags)
+                return
+            try:
+                if error is not None:
+                    sender.send(self._error(error), flags=final)
+                elif gen.cancelled and (options["streaming"] or self.decoupled):
+                    self._cancelled(gen)
+                    sender.send(flags=final)
+                elif gen.cancelled:
+                    sender.send(self._cancelled(gen), flags=final)
+                elif options["streaming"]:
+                    sender.send(self._response([], gen, options), flags=final)
+                else:
+                    tokens = list(gen.output_ids)
+                    if not options["exclude"]:
+                        tokens = list(gen.request.input_ids) + tokens
+                    sender.send(self._response(tokens, gen, options), flags=final)
+            finally:
+                state["sent_final"] = True
+                cancel.close()
+
+        return listen
+
+    def _submit(self, request: Any) -> None:
+        """Hand one request to the in-flight batcher; its responses follow from
+        the scheduler thread through the request's response sender."""
+        sender = request.get_response_sender()
+        cancel = Cancellation.of(request, sender if self.decoupled else request)
+        try:
+            req, options = self._request(request)
+            options["outputs"] = set(request.requested_output_names() or ())
+            self.scheduler.submit(req, listener=self._listener(sender, options, cancel),
+                                  is_cancelled=cancel.is_cancelled)
+        except Exception as exc:
+            cancel.close()
+            sender.send(self._error(exc), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
     def _run(self, request: Any) -> Any:
-        """Serve one request; returns the (single) response when not streaming."""
+        """Serve one request in this thread (``gpt_model_type: V1``); returns the
+        (single) response when not decoupled."""
         from trtspec.errors import TrtspecError
 
         sender = request.get_response_sender() if self.decoupled else None
@@ -290,8 +371,17 @@ class TritonPythonModel:
         return response
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
+        if self.scheduler is not None:
+            # execute returns at once; Triton can hand this instance the next
+            # requests while these decode (python_backend lets a model answer
+            # later, from another thread, through each request's response sender).
+            for request in requests:
+                self._submit(request)
+            return None
         responses = [self._run(r) for r in requests]
         return None if self.decoupled else responses
 
     def finalize(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.close()
         del self.engine

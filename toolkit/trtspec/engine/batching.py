@@ -237,11 +237,12 @@ class BatchScheduler:
             return True
         # Triton's is_cancelled is a round trip to the server: ask every POLL_NS at most.
         now = time.monotonic_ns()
-        if seq.is_cancelled is None or now - seq.polled_ns < POLL_NS:
+        poll = seq.is_cancelled
+        if poll is None or now - seq.polled_ns < POLL_NS:
             return False
         seq.polled_ns = now
         try:
-            return bool(seq.is_cancelled and seq.is_cancelled())
+            return bool(poll())
         except Exception:  # a broken poll must not stop the batch
             return False
 

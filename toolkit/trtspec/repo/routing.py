@@ -16,7 +16,8 @@ from typing import Any
 from trtspec.errors import RepoError
 
 SCHEMA_VERSION = 1
-ROUTE_KEYS = ("variant", "num_draft_tokens", "canary_percent", "decision", "fallback_variant")
+ROUTE_KEYS = ("variant", "num_draft_tokens", "canary_percent", "decision", "fallback_variant",
+              "max_concurrency")
 DECISIONS = ("promote", "exclude", "inconclusive")
 
 
@@ -27,6 +28,9 @@ class RouteRule:
     canary_percent: float = 100.0
     decision: str | None = None
     fallback_variant: str = "baseline"
+    # Most in-flight requests of this route the variant serves at once; the
+    # rest go to the fallback (a variant that wins only under light load).
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class RoutingTable:
             if rule.decision is not None:
                 entry["decision"] = rule.decision
             entry["fallback_variant"] = rule.fallback_variant
+            if rule.max_concurrency is not None:
+                entry["max_concurrency"] = rule.max_concurrency
             routes[name] = entry
         return {
             "schema_version": SCHEMA_VERSION,
@@ -133,7 +139,13 @@ def parse_routing(
         if not isinstance(fallback, str) or not fallback:
             raise _bad(source, f"{where}.fallback_variant", "must be a variant name",
                        "e.g. fallback_variant: baseline")
-        routes[str(name)] = RouteRule(variant, ndt, float(pct), decision, fallback)
+        limit = entry.get("max_concurrency")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise _bad(source, f"{where}.max_concurrency",
+                       f"must be a positive integer, got {limit!r}",
+                       "Remove it to send the route to its variant at any load.")
+        routes[str(name)] = RouteRule(variant, ndt, float(pct), decision, fallback, limit)
     return RoutingTable(default, routes, fingerprint)
 
 
@@ -179,3 +191,46 @@ def choose(table: RoutingTable, route: str | None, request_id: str) -> Choice:
     if canary_bucket(request_id) < round(rule.canary_percent * 100):
         return Choice(rule.variant, rule.fallback_variant, rule.num_draft_tokens, canary=True)
     return Choice(rule.fallback_variant, rule.fallback_variant, None, canary=False)
+
+
+class InFlight:
+    """Per-route counts of the requests a router has in flight on a route's
+    variant, enforcing the route's ``max_concurrency`` (thread-safe)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    @staticmethod
+    def _limited(table: RoutingTable, route: str | None, choice: Choice) -> str | None:
+        rule = table.routes.get(route) if route is not None else None
+        if rule is None or not choice.canary or rule.max_concurrency is None:
+            return None
+        return route
+
+    def admit(self, table: RoutingTable, route: str | None, choice: Choice) -> Choice:
+        """``choice``, or its fallback while the route's variant already serves
+        ``max_concurrency`` requests; pass what it returns to ``release`` when
+        the request ends."""
+        key = self._limited(table, route, choice)
+        if key is None:
+            return choice
+        with self._lock:
+            current = self._counts.get(key, 0)
+            if current >= table.routes[key].max_concurrency:  # type: ignore[operator]
+                return Choice(choice.fallback_variant, choice.fallback_variant, None,
+                              canary=False)
+            self._counts[key] = current + 1
+        return choice
+
+    def release(self, table: RoutingTable, route: str | None, choice: Choice) -> None:
+        key = self._limited(table, route, choice)
+        if key is not None:
+            with self._lock:
+                self._counts[key] = max(0, self._counts.get(key, 0) - 1)
+
+    def count(self, route: str) -> int:
+        with self._lock:
+            return self._counts.get(route, 0)

@@ -39,7 +39,7 @@ from trtspec.repo.models.threads import (
     stream_timeout_us,
     string_params,
 )
-from trtspec.repo.routing import choose, load_routing
+from trtspec.repo.routing import InFlight, choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
 OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
@@ -83,6 +83,7 @@ class TritonPythonModel:
         self.variants = {v for v in params.get("variants", "").split(",") if v}
         self._requests = RequestThreads()
         self._streams = BlsStreams()
+        self._in_flight = InFlight()
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -104,7 +105,9 @@ class TritonPythonModel:
                 request_id = _text(inputs["request_id"].reshape(-1)[0])
             else:
                 request_id = request.request_id() or uuid.uuid4().hex
-            choice = choose(self.table, route, request_id)
+            # over the route's max_concurrency the request goes to the fallback
+            choice = self._in_flight.admit(self.table, route, choose(self.table, route,
+                                                                     request_id))
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
             try:
@@ -120,6 +123,8 @@ class TritonPythonModel:
                 inputs.pop("num_draft_tokens", None)
                 self._forward(choice.fallback_variant, inputs, sender, progress, cancel,
                               fallback=True)
+            finally:
+                self._in_flight.release(self.table, route, choice)
         except Cancelled:
             pb_utils.Logger.log_info("router: request cancelled")
             end_cancelled(sender)

@@ -1,11 +1,13 @@
 """In-flight batching served for real: one engine-model instance, many concurrent requests.
 
-Both engine models run with ONE Triton instance: ``target`` (decoupled,
+The engine models run with ONE Triton instance: ``target`` (decoupled,
 streaming) and ``target_dte`` (not decoupled, what a BLS draft loop calls).
 Concurrent requests of different lengths must come back exactly as the same
 engine produces each alone in process, and they must have been decoded
 together: with one instance, overlapping [first scheduled, last token]
 intervals (from the perf tensors) can only come from the scheduler's batch.
+``target_v1`` (``gpt_model_type: V1``) serves one request at a time instead:
+its intervals never overlap.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def served_one_instance(tiny_llama: Path, tmp_path_factory: pytest.TempPathFacto
     repo = root / "repo"
     write_engine_model(repo, "target", target, decoupled=True, instances=1)
     write_engine_model(repo, "target_dte", dte, decoupled=False, instances=1)
+    write_engine_model(repo, "target_v1", target, decoupled=True, instances=1)
+    _set_parameter(repo / "target_v1" / "config.pbtxt", "gpt_model_type", "V1")
     server = Server(repo, log_path=root / "server.log", env={"TRTSPEC_ENGINE_THREADS": "1"})
     server.start(timeout=180)
     try:
@@ -41,6 +45,15 @@ def served_one_instance(tiny_llama: Path, tmp_path_factory: pytest.TempPathFacto
         server.stop()
         log = server.log_text()
         assert "Traceback" not in log, server.log_tail(60)
+
+
+def _set_parameter(path: Path, key: str, value: str) -> None:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    config = text_format.Parse(path.read_text(), mc.ModelConfig())
+    config.parameters[key].string_value = value
+    path.write_text(text_format.MessageToString(config))
 
 
 def _span(result) -> tuple[int, int]:
@@ -133,3 +146,21 @@ def test_long_prompt_with_streams_in_flight(served_one_instance) -> None:
         deltas, _, error = got[i]
         assert error is None
         assert [t for d in deltas for t in d] == expected[i]
+
+
+def test_v1_model_type_serves_one_request_at_a_time(served_one_instance) -> None:
+    from trtspec.engine import GenerationRequest, ReferenceEngine
+
+    server, target, _ = served_one_instance
+    engine = ReferenceEngine.load(target, kv_reuse=0)
+    prompts = [[*PROMPT, 60 + i] for i in range(3)]
+    expected = [engine.generate(GenerationRequest(p, 10)).output_ids for p in prompts]
+    got = _run_all(lambda i: _stream(server.grpc_url, "target_v1",
+                                     _inputs(prompts[i], 10, streaming=True)), 3)
+    spans = []
+    for i in range(3):
+        deltas, responses, error = got[i]
+        assert error is None
+        assert [t for d in deltas for t in d] == expected[i]
+        spans.append(_span(responses[-1]))
+    assert _overlapping(spans) == 0, spans

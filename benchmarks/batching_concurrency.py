@@ -17,7 +17,10 @@ highest level and served by one tritonserver (one engine-model instance):
    level's wall time and the completion tokens;
 3. prints throughput vs concurrency (aggregate completion tokens/s per arm,
    and the baseline's gain over its concurrency-1 figure) and speedup vs
-   concurrency (each variant's aggregate over the baseline's at that level).
+   concurrency (each variant's aggregate over the baseline's at that level);
+   the same gain for the baseline's engine model alone (``target``, token ids
+   in, one response per request), which separates the engine's batching from
+   the per-token costs of streaming through the orchestrator's Python stubs.
 
 Usage: ``python benchmarks/batching_concurrency.py [--levels 1,4,8,16]
 [--variants ngram,draft_int8,lookahead] [--route chat_short] [--max-tokens 48]``.
@@ -76,7 +79,7 @@ def write_spec(model: Path, variants: list[str], max_batch: int, route: str,
 def trtspec(*args: str) -> None:
     argv = [str(Path(sys.executable).with_name("trtspec")), *args]
     print("$ trtspec", " ".join(args), file=sys.stderr, flush=True)
-    subprocess.run(argv, cwd=WORK, check=True)
+    subprocess.run(argv, cwd=WORK, check=True, stdout=sys.stderr)
 
 
 def run_level(url: str, arm_model: str, route: str, texts: list[str], *, max_tokens: int,
@@ -105,6 +108,61 @@ def run_level(url: str, arm_model: str, route: str, texts: list[str], *, max_tok
     run_jobs(url, jobs, workers=concurrency, on_done=done, stop=threading.Event(),
              request_timeout_s=600)
     return time.perf_counter() - start, tokens[0], errors[0]
+
+
+def run_engine_level(url: str, model: str, prompts: list[list[int]], *, max_tokens: int,
+                     concurrency: int, n: int) -> tuple[float, int, int]:
+    """The same for the engine model alone (``target``: token ids in, no
+    orchestrator, no detokenizing, one response per request, no end id)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value: np.ndarray) -> grpcclient.InferInput:
+        t = grpcclient.InferInput(name, list(value.shape),
+                                  "BOOL" if value.dtype == np.bool_ else "INT32")
+        t.set_data_from_numpy(value)
+        return t
+
+    jobs = list(range(n))
+    lock = threading.Lock()
+    totals = [0, 0]
+
+    def worker() -> None:
+        client = grpcclient.InferenceServerClient(url)
+        results: list = []
+        client.start_stream(callback=lambda result, error: results.append((result, error)))
+        try:
+            while True:
+                with lock:
+                    if not jobs:
+                        return
+                    i = jobs.pop()
+                ids = prompts[i % len(prompts)]
+                results.clear()
+                client.async_stream_infer(model, [
+                    tensor("input_ids", np.array([ids], np.int32)),
+                    tensor("input_lengths", np.array([[len(ids)]], np.int32)),
+                    tensor("request_output_len", np.array([[max_tokens]], np.int32)),
+                    tensor("streaming", np.array([[False]], np.bool_))])
+                while not results:
+                    time.sleep(0.005)
+                result, error = results[0]
+                with lock:
+                    if error is not None:
+                        totals[1] += 1
+                    else:
+                        totals[0] += int(result.as_numpy("sequence_length").reshape(-1)[0])
+        finally:
+            client.stop_stream()
+            client.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start, totals[0], totals[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,11 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     server.start(timeout=600)
     arms = ["baseline", *variants]
     results: dict[tuple[str, int], tuple[float, int, int]] = {}
+    token_prompts = [list(tokenizer(t)["input_ids"]) for t in texts]
     try:
         for arm in arms:  # warm every model once (first-call costs stay out)
             run_level(server.grpc_url, arm, args.route, texts, max_tokens=8, concurrency=1, n=1)
         for c in levels:
             n = args.requests_per_level or max(4, 2 * c)
+            results[("engine", c)] = run_engine_level(
+                server.grpc_url, "target", token_prompts, max_tokens=args.max_tokens,
+                concurrency=c, n=n)
+            wall, tok, _ = results[("engine", c)]
+            print(f"  {'engine':<11} c={c:<3} {tok:5d} tokens in {wall:6.1f} s", file=sys.stderr,
+                  flush=True)
             for arm in arms:
                 results[(arm, c)] = run_level(server.grpc_url, arm, args.route, texts,
                                               max_tokens=args.max_tokens, concurrency=c, n=n)
@@ -167,12 +232,15 @@ def main(argv: list[str] | None = None) -> int:
           f"after {load_after[0]:.1f} on {os.cpu_count()} CPUs\n")
     print("Throughput vs concurrency (aggregate completion tokens/s)")
     print(f"{'arm':<12}" + "".join(f"{'c=' + str(c):>10}" for c in levels))
-    for arm in arms:
+    for arm in [*arms, "engine"]:
         print(f"{arm:<12}" + "".join(f"{tps(arm, c):>10.1f}" for c in levels))
-    base1 = tps("baseline", levels[0])
-    print(f"{'baseline ×':<12}" + "".join(
-        f"{(tps('baseline', c) / base1 if base1 else 0):>9.2f}x" for c in levels)
-        + f"   (gain over c={levels[0]})")
+    for arm in ("baseline", "engine"):
+        first = tps(arm, levels[0])
+        print(f"{arm + ' gain':<12}" + "".join(
+            f"{(tps(arm, c) / first if first else 0):>9.2f}x" for c in levels)
+            + f"   (over c={levels[0]})")
+    print("(engine: the baseline's engine model alone, token ids in, one response per "
+          "request: no orchestrator, no per-token streaming or detokenizing)")
     print("\nSpeedup vs concurrency (variant aggregate / baseline aggregate)")
     print(f"{'variant':<12}" + "".join(f"{'c=' + str(c):>10}" for c in levels))
     for arm in variants:

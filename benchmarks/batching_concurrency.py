@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{arm:<12}" + "".join(f"{tps(arm, c):>10.1f}" for c in levels))
     for arm in ("baseline", "engine"):
         first = tps(arm, levels[0])
-        print(f"{arm + ' gain':<12}" + "".join(
+        print(f"{arm + ' gain':<14}" + "".join(
             f"{(tps(arm, c) / first if first else 0):>9.2f}x" for c in levels)
             + f"   (over c={levels[0]})")
     print("(engine: the baseline's engine model alone, token ids in, one response per "

@@ -268,7 +268,7 @@ class TritonPythonModel:
         other one response with everything when it ends; a cancelled one ends
         as ``_run`` ends it."""
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        state = {"sent_final": False}
+        state = {"sent_final": False, "done": 0}
 
         def listen(gen: Any, delta: list[int] | None, error: BaseException | None) -> None:
             if state["sent_final"]:
@@ -276,7 +276,10 @@ class TritonPythonModel:
             if delta is not None:
                 if options["streaming"]:
                     flags = final if gen.finished else 0
-                    sender.send(self._response(delta, gen, options), flags=flags)
+                    done = state["done"]
+                    rows = gen.generation_logits[done:done + len(delta)]
+                    state["done"] = done + len(delta)
+                    sender.send(self._response(delta, gen, options, rows), flags=flags)
                     state["sent_final"] = bool(flags)
                 return
             try:
@@ -293,7 +296,8 @@ class TritonPythonModel:
                     tokens = list(gen.output_ids)
                     if not options["exclude"]:
                         tokens = list(gen.request.input_ids) + tokens
-                    sender.send(self._response(tokens, gen, options), flags=final)
+                    sender.send(self._response(tokens, gen, options, gen.generation_logits),
+                                flags=final)
             finally:
                 state["sent_final"] = True
                 cancel.close()

@@ -225,10 +225,10 @@ def test_every_stage_in_order(in_workdir: Path) -> None:
         if not dec["best_k"]:
             continue
         h = dec["headline"]
-        base, var = h["baseline_tokens_per_second"], h["variant_tokens_per_second"]
+        base, sp = h["baseline_tokens_per_second"], h["speedup"]
         assert re.search(
             rf"route={dec['route']}\s+baseline {base:.0f} tok/s\s+{re.escape(dec['variant'])}"
-            rf"\S* {var:.0f} tok/s.*→ {dec['decision']}", out), out
+            rf"\S*\s+speedup {sp['point']:.2f}x .*→ {dec['decision']}", out), out
 
     # routing.yaml feeds the router
     routing = yaml.safe_load((run / "routing.yaml").read_text())

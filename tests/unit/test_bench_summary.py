@@ -118,7 +118,11 @@ def test_decisions_on_constructed_run() -> None:
     assert summary["routing"] == {
         "schema_version": 1, "default_variant": "baseline",
         "routes": {"code": {"variant": "fast", "num_draft_tokens": 4, "canary_percent": 100,
-                            "decision": "promote", "fallback_variant": "baseline"},
+                            "decision": "promote", "fallback_variant": "baseline",
+                            "evidence": {"speedup": 2.0, "speedup_ci": [2.0, 2.0],
+                                         "confidence": 0.95, "tokens_per_second_change": 1.0,
+                                         "latency_change": -0.5, "pairs": 8,
+                                         "load": "concurrency=1", "temperature": 0.0}},
                    "chat": {"variant": "baseline", "decision": "exclude"}}}
     assert summary["totals"] == {"requests": 64, "errors": 1, "error_rate": 1 / 64, "incidents": 0,
                                  "warmup_requests": 1}
@@ -128,7 +132,7 @@ def test_judge_cell_rules() -> None:
     d = dict(DEFAULT_DECISION)
     cell = {"load": "concurrency=4", "temperature": 0.7, "error_rate": 0.0,
             "quality_pass_rate": 0.5, "baseline_quality_pass_rate": 0.5, "equal_rate": None,
-            "speedup": {"point": 1.3, "ci_low": 1.2, "ci_high": 1.4},
+            "speedup": {"point": 1.3, "ci_low": 1.2, "ci_high": 1.4}, "pairs": 8,
             "p95_latency_regression": 0.2}
     # quality as bad as the baseline's own does not count against the variant
     assert judge_cell(cell, d) == ("inconclusive", [
@@ -144,6 +148,80 @@ def test_judge_cell_rules() -> None:
         "concurrency=4 T=0.7: speedup 1.04x [0.98, 1.10] not above 1.05"])
     cell["speedup"] = None
     assert judge_cell(cell, d) == ("inconclusive", ["concurrency=4 T=0.7: no paired baseline"])
+
+
+def test_too_few_pairs_is_inconclusive_whatever_the_numbers() -> None:
+    d = {**DEFAULT_DECISION, "min_pairs": 5}
+    cell = {"load": "concurrency=1", "temperature": 0.0, "error_rate": 0.0,
+            "quality_pass_rate": None, "baseline_quality_pass_rate": None, "equal_rate": 1.0,
+            "speedup": {"point": 3.0, "ci_low": 2.5, "ci_high": 3.5}, "pairs": 4,
+            "p95_latency_regression": 0.0}
+    assert judge_cell(cell, d) == ("inconclusive", [
+        "concurrency=1 T=0: only 4 paired prompts (< min_pairs 5)"])
+    cell["speedup"] = {"point": 0.3, "ci_low": 0.25, "ci_high": 0.35}
+    cell["equal_rate"] = 0.5
+    assert judge_cell(cell, d) == ("inconclusive", [
+        "concurrency=1 T=0: output equals baseline in 50% of prompts at T=0 (need 100%)",
+        "concurrency=1 T=0: only 4 paired prompts (< min_pairs 5)"])
+    cell["pairs"] = 5
+    assert judge_cell(cell, d)[0] == "exclude"
+
+
+def _disagreeing_rows() -> list[dict[str, Any]]:
+    """Every paired prompt is 10% faster on the variant, yet its unpaired p50
+    latency is higher and its mean tok/s lower: the baseline also answered
+    cheap prompts the variant never got (its cell stopped earlier), which pull
+    the baseline's unpaired numbers down."""
+    base = [10.0, 11.0, 12.0, 100.0, 110.0, 120.0, 130.0]
+    rows = []
+    for i, lat in enumerate(base):
+        rows.append(row("r", "baseline", i, lat))
+        rows.append(row("r", "v", i, lat / 1.1, k=2))
+    # the baseline also answered three more cheap prompts the variant never got
+    for i in range(7, 10):
+        rows.append(row("r", "baseline", i, 9.0))
+    return rows
+
+
+def test_headline_follows_the_paired_estimate_not_unpaired_medians() -> None:
+    summary = build_summary(_disagreeing_rows(), {})
+    cells = cells_by(summary["cells"])
+    base, var = cells[("r", "baseline", None)], cells[("r", "v", 2)]
+    # unpaired: the variant looks slower on every detail-table number
+    assert var["latency_ms"]["p50"] > base["latency_ms"]["p50"]
+    assert var["tokens_per_second"]["mean"] < base["tokens_per_second"]["mean"]
+    # paired: 10% faster on each of its 7 prompts
+    dec = summary["decisions"][0]
+    h = dec["headline"]
+    assert h["speedup"]["point"] == pytest.approx(1.1)
+    assert h["tokens_per_second_change"]["point"] == pytest.approx(0.1)
+    assert h["latency_change"]["point"] == pytest.approx(1 / 1.1 - 1)
+    assert h["pairs"] == 7
+    line = console_lines(summary)[0]
+    assert "speedup 1.10x [1.10, 1.10]  tok/s +10%  latency -9% [-9%, -9%]  7 pairs" in line
+    # routing.yaml and the reports carry the same estimate
+    entry = summary["routing"]["routes"]["r"]
+    assert entry["evidence"]["speedup"] == pytest.approx(1.1)
+    assert entry["evidence"]["latency_change"] == pytest.approx(round(1 / 1.1 - 1, 4))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_headline_signs_never_disagree(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(8):
+        lat = rng.uniform(10, 200)
+        rows.append(row("r", "baseline", i, lat, tokens=rng.randint(5, 60)))
+        rows.append(row("r", "v", i, lat * rng.uniform(0.5, 1.6), k=2,
+                        tokens=rng.randint(5, 60)))
+    h = build_summary(rows, {})["decisions"][0]["headline"]
+    s = h["speedup"]
+    for key in ("point", "ci_low", "ci_high"):
+        assert (s[key] > 1) == (h["tokens_per_second_change"][key] > 0)
+    assert (s["point"] > 1) == (h["latency_change"]["point"] < 0)
+    assert (s["ci_low"] > 1) == (h["latency_change"]["ci_high"] < 0)
 
 
 def test_decide_with_rollout_settings() -> None:
@@ -196,9 +274,9 @@ def test_console_lines_use_summary_numbers() -> None:
     fast = next(d for d in summary["decisions"] if d["variant"] == "fast" and d["best_k"]
                 and d["route"] == "code")
     b = round(fast["headline"]["baseline_tokens_per_second"])
-    v = round(fast["headline"]["variant_tokens_per_second"])
-    assert lines[0] == (f"route=code  baseline {b} tok/s  fast(k=4) {v} tok/s  latency -50%  "
-                        "quality pass  → promote")
+    assert lines[0] == (f"route=code  baseline {b} tok/s  fast(k=4)  speedup 2.00x [2.00, 2.00]  "
+                        "tok/s +100%  latency -50% [-50%, -50%]  8 pairs  quality pass  "
+                        "→ promote")
     assert any(line.endswith("→ exclude  (short outputs)") for line in lines)
 
 

@@ -47,6 +47,12 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
     if sp is None:
         return ((EXCLUDE if broken else INCONCLUSIVE),
                 [*broken, *unsure, *noted, f"{where}: no paired baseline"])
+    min_pairs = int(d.get("min_pairs", 2))
+    if int(cell.get("pairs") or 0) < min_pairs:
+        # Too few pairs for any verdict, a broken one included: say what was seen.
+        return INCONCLUSIVE, [*broken, *unsure, *noted,
+                              f"{where}: only {int(cell.get('pairs') or 0)} paired "
+                              f"prompts (< min_pairs {min_pairs})"]
     ci = f"{sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
     if sp["ci_high"] < 1.0:
         return EXCLUDE, [*broken, f"{where}: slower than baseline, speedup {ci}"]
@@ -123,9 +129,8 @@ def decide(cells: list[dict[str, Any]], d: dict[str, Any], *,
             "headline": {
                 "load": head["load"], "temperature": head["temperature"],
                 "baseline_tokens_per_second": (base or {}).get("tokens_per_second", {}).get("mean"),
-                "variant_tokens_per_second": head["tokens_per_second"]["mean"],
-                "latency_change": _change(head, base),
-                "speedup": head.get("speedup"),
+                **paired_changes(head.get("speedup")),
+                "pairs": head.get("pairs", 0),
                 "quality_pass_rate": head.get("quality_pass_rate"),
                 "equal_rate": head.get("equal_rate"),
             },
@@ -141,11 +146,22 @@ def decide(cells: list[dict[str, Any]], d: dict[str, Any], *,
     return decisions, _routing(decisions, cells, rollout)
 
 
-def _change(cell: dict[str, Any], base: dict[str, Any] | None) -> float | None:
-    if not base:
-        return None
-    b, v = base["latency_ms"].get("p50"), cell["latency_ms"].get("p50")
-    return (v / b - 1.0) if b and v is not None else None
+def paired_changes(speedup: dict[str, Any] | None) -> dict[str, Any]:
+    """Every headline claim from the one paired estimate. The speedup S is the
+    geometric mean of per-prompt baseline/variant ms per output token, so the
+    variant's tokens/s change is S − 1 and its latency (per output token)
+    change is 1/S − 1, each with the interval mapped through the same
+    function: their signs agree with S by construction. Unpaired p50/p95
+    stay in the detail table, where they belong."""
+    if not speedup:
+        return {"speedup": None, "tokens_per_second_change": None, "latency_change": None}
+    s, lo, hi = speedup["point"], speedup["ci_low"], speedup["ci_high"]
+    return {
+        "speedup": speedup,
+        "tokens_per_second_change": {"point": s - 1.0, "ci_low": lo - 1.0, "ci_high": hi - 1.0},
+        "latency_change": {"point": 1.0 / s - 1.0, "ci_low": 1.0 / hi - 1.0,
+                           "ci_high": 1.0 / lo - 1.0},
+    }
 
 
 def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -172,7 +188,7 @@ def _routing(decisions: list[dict[str, Any]], cells: list[dict[str, Any]],
             if top["num_speculative_tokens"] is not None:
                 entry["num_draft_tokens"] = int(top["num_speculative_tokens"])
             entry.update({"canary_percent": canary, "decision": PROMOTE,
-                          "fallback_variant": fallback})
+                          "fallback_variant": fallback, "evidence": _evidence(top)})
         else:
             verdict = (INCONCLUSIVE if any(d["decision"] == INCONCLUSIVE for d in cands)
                        else EXCLUDE)
@@ -180,6 +196,21 @@ def _routing(decisions: list[dict[str, Any]], cells: list[dict[str, Any]],
         routes[route] = entry
     return {"schema_version": ROUTING_SCHEMA_VERSION, "default_variant": BASELINE,
             "routes": routes}
+
+
+def _evidence(dec: dict[str, Any]) -> dict[str, Any]:
+    """What a promoted entry rests on: the same paired estimate as the
+    console line (read by people; the router ignores it)."""
+    h = dec["headline"]
+
+    def r(v: float) -> float:
+        return round(float(v), 4)
+    sp, tps, lat = h["speedup"], h["tokens_per_second_change"], h["latency_change"]
+    return {"speedup": r(sp["point"]), "speedup_ci": [r(sp["ci_low"]), r(sp["ci_high"])],
+            "confidence": r(sp.get("confidence", 0.95)),
+            "tokens_per_second_change": r(tps["point"]), "latency_change": r(lat["point"]),
+            "pairs": int(h.get("pairs") or 0), "load": h["load"],
+            "temperature": h["temperature"]}
 
 
 def routing_yaml(routing: dict[str, Any]) -> str:

@@ -52,20 +52,36 @@ def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
     return f"quality {q:.0%} as baseline"
 
 
+def _pct(v: float) -> str:
+    return f"{v * 100:+.0f}%"
+
+
+def headline_text(h: dict[str, Any]) -> str:
+    """The paired claims of a headline: speedup, tokens/s change and latency
+    change, each with its interval (all from one estimate)."""
+    sp = h.get("speedup")
+    if not sp:
+        return "speedup -  tok/s -  latency -"
+    tps, lat = h["tokens_per_second_change"], h["latency_change"]
+    return (f"speedup {sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]  "
+            f"tok/s {_pct(tps['point'])}  latency {_pct(lat['point'])} "
+            f"[{_pct(lat['ci_low'])}, {_pct(lat['ci_high'])}]")
+
+
 def console_lines(summary: dict[str, Any]) -> list[str]:
-    """One line per route and variant (its best k), numbers from the summary."""
+    """One line per route and variant (its best k), numbers from the summary.
+    Speedup, tokens/s change and latency change all come from the paired
+    per-prompt estimate, so they cannot contradict each other."""
     lines = []
     decision = summary["settings"]["decision"]
     for dec in summary["decisions"]:
         if not dec["best_k"]:
             continue
         h = dec["headline"]
-        change = h.get("latency_change")
-        latency = "latency -" if change is None else f"latency {change * 100:+.0f}%"
         line = (f"route={dec['route']}  {dec.get('baseline') or BASELINE} "
                 f"{_fmt(h['baseline_tokens_per_second'])} tok/s  "
-                f"{arm_name(dec['variant'], dec['num_speculative_tokens'])} "
-                f"{_fmt(h['variant_tokens_per_second'])} tok/s  {latency}  "
+                f"{arm_name(dec['variant'], dec['num_speculative_tokens'])}  "
+                f"{headline_text(h)}  {h.get('pairs', 0)} pairs  "
                 f"{quality_label(dec, decision)}  → {dec['decision']}")
         if dec["short_output"]:
             line += "  (short outputs)"
@@ -110,7 +126,8 @@ def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
         sp = c.get("speedup")
         out.append([
             c["route"], arm_name(c["variant"], c.get("num_speculative_tokens")), c["load"],
-            f"{c['temperature']:g}", str(c["count"]), str(c["errors"]),
+            f"{c['temperature']:g}", str(c["count"]), str(c.get("pairs") or "-"),
+            str(c["errors"]),
             _fmt(c["ttft_ms"]["p50"], ".1f"), _fmt(c["ttft_ms"]["p95"], ".1f"),
             _fmt(c["latency_ms"]["p50"], ".1f"), _fmt(c["latency_ms"]["p95"], ".1f"),
             _fmt(c["tpot_ms"]["p50"], ".2f"), _fmt(c["tokens_per_second"]["mean"], ".1f"),
@@ -124,7 +141,7 @@ def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-CELL_HEADERS = ["route", "variant", "load", "T", "n", "err", "TTFT p50", "TTFT p95",
+CELL_HEADERS = ["route", "variant", "load", "T", "n", "pairs", "err", "TTFT p50", "TTFT p95",
                 "lat p50", "lat p95", "TPOT p50", "tok/s", "accept", "acc len",
                 "speedup [95% CI]", "equal@T0", "quality", "short", "mem MiB"]
 
@@ -183,6 +200,14 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _level(summary: dict[str, Any]) -> str:
+    seq = (summary.get("settings") or {}).get("sequential")
+    if seq and int(seq.get("looks", 1)) > 1:
+        return (f"{seq['confidence']:.2%} per look ({seq['looks']} looks, "
+                f"alpha {seq['alpha']:g} split over them)")
+    return "95%"
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
     parts = ["# trtspec benchmark report", ""]
     parts += [f"- **{k}**: {v}" for k, v in _header_facts(summary)]
@@ -194,8 +219,11 @@ def render_markdown(summary: dict[str, Any]) -> str:
     parts += ["## Per route × variant × load × temperature", "",
               _md_table(CELL_HEADERS, _cell_rows(summary)), ""]
     parts += ["Times in ms. TPOT = (E2E − TTFT)/(completion tokens − 1). Speedup = geometric "
-              "mean over paired prompts of baseline/variant ms per output token, paired "
-              "bootstrap 95% CI. acc len = (accepted + rounds)/rounds.", ""]
+              "mean over paired prompts of baseline/variant ms per output token, with the t "
+              f"interval on the log ratios at {_level(summary)}; the decision lines' tok/s and "
+              "latency changes are S − 1 and 1/S − 1 of that same estimate (unpaired p50/p95 "
+              "are in this table only). n = measured requests of the arm; pairs = prompts "
+              "paired with the baseline. acc len = (accepted + rounds)/rounds.", ""]
     parts += ["## Routing", "", "```yaml", routing_yaml(summary["routing"]).rstrip(), "```", ""]
     notes = _client_notes(summary)
     if notes:

@@ -6,7 +6,8 @@ Definitions: TTFT is the client-side time to the first non-empty text delta;
 TPOT = (E2E − TTFT)/(completion_tokens − 1) per request; acceptance rate =
 Σaccepted/Σdrafted; mean accepted length per round = (Σaccepted + Σrounds)/
 Σrounds; speedup is the geometric mean over paired prompts of baseline/variant
-ms-per-output-token with a paired bootstrap CI."""
+ms-per-output-token with the t interval on the log ratios (bench/sequential.py;
+at the run's per-look level when it sampled until decided)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from trtspec import __version__
 from trtspec.bench import stats
 from trtspec.bench.openai_metrics import attach_cell_acceptance
 from trtspec.bench.quality import FAIL, PASS, SKIPPED, quality_passed
+from trtspec.bench.sequential import SequentialPlan, paired_ratio_interval
 
 SUMMARY_SCHEMA_VERSION = 1
 BASELINE = "baseline"
@@ -35,6 +37,7 @@ DEFAULT_DECISION = {
     "min_quality_pass_rate": 0.95,
     "min_equal_rate": 1.0,
     "max_error_rate": 0.01,
+    "min_pairs": 5,
 }
 
 CellKey = tuple[str, str, Any, str, float]  # route, variant, k, load, temperature
@@ -88,7 +91,7 @@ def _aggregate_tps(rows: list[dict[str, Any]]) -> float | None:
 
 
 def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any]] | None,
-                   *, bootstrap_seed: int = stats.DEFAULT_BOOTSTRAP_SEED) -> dict[str, Any]:
+                   *, confidence: float = 0.95) -> dict[str, Any]:
     first = rows[0]
     ok = [r for r in rows if _ok(r)]
     errors = len(rows) - len(ok)
@@ -162,8 +165,8 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
                  if r.get("sample_index") in by_sample]
         costs = [(_cost(b), _cost(v)) for b, v in pairs]
         usable = [(b, v) for b, v in costs if b is not None and v is not None]
-        est = stats.paired_speedup([b for b, _ in usable], [v for _, v in usable],
-                                   seed=bootstrap_seed)
+        est = paired_ratio_interval([b for b, _ in usable], [v for _, v in usable],
+                                    confidence)
         cell["speedup"] = est.as_dict() if est else None
         cell["pairs"] = len(usable)
         if cell["temperature"] == 0.0:
@@ -183,8 +186,8 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
     return cell
 
 
-def summarize_rows(rows: list[dict[str, Any]], *, bootstrap_seed: int =
-                   stats.DEFAULT_BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+def summarize_rows(rows: list[dict[str, Any]], *,
+                   confidence: float = 0.95) -> list[dict[str, Any]]:
     """All cells, in the order their first row appears (measured rows only)."""
     groups: dict[CellKey, list[dict[str, Any]]] = {}
     for row in rows:
@@ -196,7 +199,7 @@ def summarize_rows(rows: list[dict[str, Any]], *, bootstrap_seed: int =
         route, _variant, _k, load, temp = key
         pair = pairs_with(group[0])
         base = None if pair is None else groups.get((route, pair, None, load, temp))
-        cells.append(summarize_cell(group, base, bootstrap_seed=bootstrap_seed))
+        cells.append(summarize_cell(group, base, confidence=confidence))
     # route, load and variant in order of first appearance; Triton arms before
     # external ones, baselines first in each block
     order = {name: {v: i for i, v in enumerate(dict.fromkeys(k[n] for k in groups))}
@@ -290,8 +293,8 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
 
     settings = run_info.get("settings") or {}
     decision = {**DEFAULT_DECISION, **(settings.get("decision") or {})}
-    cells = summarize_rows(rows, bootstrap_seed=int(settings.get("bootstrap_seed")
-                                                    or stats.DEFAULT_BOOTSTRAP_SEED))
+    plan = SequentialPlan.from_dict(settings.get("sequential"))
+    cells = summarize_rows(rows, confidence=plan.confidence if plan else 0.95)
     samples = memory_samples or []
     attach_memory(cells, [s for s in samples if "spec_decode" not in s])
     attach_cell_acceptance(cells, [s for s in samples if "spec_decode" in s])

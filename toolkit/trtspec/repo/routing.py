@@ -16,8 +16,10 @@ from typing import Any
 from trtspec.errors import RepoError
 
 SCHEMA_VERSION = 1
+# ``evidence`` (the benchmark's paired estimate behind a promote) is for
+# people reading routing.yaml; the router does not use it.
 ROUTE_KEYS = ("variant", "num_draft_tokens", "canary_percent", "decision", "fallback_variant",
-              "max_concurrency")
+              "max_concurrency", "evidence")
 DECISIONS = ("promote", "exclude", "inconclusive")
 
 

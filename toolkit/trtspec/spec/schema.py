@@ -353,6 +353,12 @@ class Decision(_Strict):
     max_error_rate: float = Field(
         default=0.01, ge=0.0, le=1.0, description="Largest allowed request error rate."
     )
+    min_pairs: int = Field(
+        default=5,
+        ge=2,
+        le=100000,
+        description="Fewest paired prompts a decision needs; fewer ends inconclusive.",
+    )
 
 
 ExternalName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]

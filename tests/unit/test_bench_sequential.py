@@ -3,6 +3,7 @@ the look schedule, and the error rate under repeated looks by simulation."""
 
 from __future__ import annotations
 
+import io
 import math
 import random
 
@@ -51,7 +52,8 @@ def test_look_schedule_and_level() -> None:
     assert SequentialPlan.from_dict(plan.as_dict()) == plan
 
 
-def _cell(rng: random.Random, speedup: float, sigma: float, n: int = 30) -> list[tuple[float, float]]:
+def _cell(rng: random.Random, speedup: float, sigma: float,
+          n: int = 30) -> list[tuple[float, float]]:
     out = []
     for _ in range(n):
         base = rng.uniform(20.0, 40.0)  # prompts differ a lot; pairing removes it
@@ -107,3 +109,108 @@ def test_uncorrected_repeated_looks_would_exceed_alpha() -> None:
 
     rate = _false_decisions(Naive(first=5, batch=5, maximum=30, alpha=0.05), SIMS, 7)
     assert rate > 0.05 + MC
+
+
+# -- the runner's block loop (bench/until.py) on synthetic cells -------------------------
+
+def _outcome(arm, sample: int, cost_ms: float, tokens: int = 20):
+    from trtspec.bench.client import Job, Outcome
+
+    job = Job(route="r", prompt_index=sample, sample_index=sample, item={}, text_input="",
+              max_tokens=tokens, arm=arm, temperature=0.0, top_p=1.0, top_k=0, seed=0,
+              load="concurrency=1", concurrency=1, request_rate=None, warmup=False,
+              request_id=f"{arm.label}-{sample}")
+    out = Outcome(job, send_ns=1_000_000, end_ns=1_000_000 + int(cost_ms * tokens * 1e6))
+    out.final["completion_tokens"] = tokens
+    return out
+
+
+def test_run_block_stops_each_synthetic_cell_where_it_should() -> None:
+    from trtspec.bench.client import Arm
+    from trtspec.bench.until import Block, run_block
+
+    base = Arm("baseline", "baseline")
+    win = Arm("win", "win", "ngram", True, None, 4)
+    loss = Arm("loss", "loss", "ngram", True, None, 2)
+    null = Arm("null", "null", "lookahead", True)
+    rng = random.Random(11)
+    truth = {"win": 1.8, "loss": 0.6, "null": 1.0}
+    sent: list[tuple[str, int]] = []
+    block = Block()
+    base_cost = {i: rng.uniform(20, 40) for i in range(40)}
+
+    def send(arms, samples) -> None:
+        for i in samples:
+            for arm in arms:
+                sent.append((arm.variant, i))
+                if arm.variant == "baseline":
+                    cost = base_cost[i]
+                else:
+                    noise = 0.002 if arm.variant == "null" else 0.05
+                    cost = base_cost[i] / truth[arm.variant] * math.exp(rng.gauss(0, noise))
+                block.record(_outcome(arm, i, cost))
+
+    progress: list[tuple[int, int]] = []
+    plan = SequentialPlan(first=5, batch=5, maximum=20)
+    stops = {s.arm.variant: s for s in run_block(
+        plan, [base, win, loss, null], 1.05, send=send, block=block, stopped=lambda: False,
+        on_batch=lambda n, d: progress.append((n, d)))}
+    assert (stops["win"].verdict, stops["win"].pairs) == (FASTER, 5)
+    assert (stops["loss"].verdict, stops["loss"].pairs) == (SLOWER, 5)
+    assert (stops["null"].verdict, stops["null"].pairs) == (UNDECIDED, 20)
+    # decided arms stop getting requests; the baseline keeps pairing the rest
+    assert max(i for v, i in sent if v == "win") == 4
+    assert max(i for v, i in sent if v == "null") == 19
+    assert max(i for v, i in sent if v == "baseline") == 19
+    assert progress == [(5, 2), (5, 2), (5, 2), (5, 2)]
+    assert stops["win"].as_dict("r", "concurrency=1", 0.0)["pairs_sent"] == 5
+
+
+def test_run_block_stops_when_told() -> None:
+    from trtspec.bench.client import Arm
+    from trtspec.bench.until import Block, run_block
+
+    calls = []
+    stops = run_block(SequentialPlan(), [Arm("baseline", "baseline"), Arm("v", "v")], 1.05,
+                      send=lambda arms, samples: calls.append(samples), block=Block(),
+                      stopped=lambda: bool(calls))
+    assert len(calls) == 1
+    assert stops[0].verdict == UNDECIDED
+
+
+# -- progress bars ------------------------------------------------------------------------
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_route_bars_draw_on_a_terminal() -> None:
+    from trtspec.bench.progress import RouteBars
+
+    stream = _Stream(tty=True)
+    bars = RouteBars(stream)
+    bars.route("code_completion concurrency=1 T=0", 30, 3)
+    bars.update(5, 1)
+    bars.update(5, 3)
+    bars.finish_early()
+    bars.close()
+    text = stream.getvalue()
+    assert "route=code_completion concurrency=1 T=0" in text
+    assert "10/10" in text  # ended early: the bar's total shrinks to what was sent
+    assert "decided 3/3" in text
+
+
+def test_route_bars_are_silent_off_a_terminal() -> None:
+    from trtspec.bench.progress import RouteBars
+
+    stream = _Stream(tty=False)
+    bars = RouteBars(stream)
+    bars.route("chat_short", 30, 3)
+    bars.update(5, 1)
+    bars.close()
+    assert stream.getvalue() == ""

@@ -30,6 +30,7 @@ from typing import Any
 
 from trtspec.bench.client import Arm, Job, LagProbe, Outcome, poisson_schedule, run_jobs
 from trtspec.bench.external import ExternalArms, external_arms
+from trtspec.bench.progress import RouteBars
 from trtspec.bench.quality import QualityRunner, default_checks, validate_check_names
 from trtspec.bench.records import (
     REQUEST_SCHEMA_VERSION,
@@ -42,7 +43,9 @@ from trtspec.bench.records import (
 )
 from trtspec.bench.report import METRICS_FILE, console_lines, render_run
 from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, render_prompt
+from trtspec.bench.sequential import DEFAULT_MAX_REQUESTS, SequentialPlan
 from trtspec.bench.summary import BASELINE, DEFAULT_DECISION, environment_info, git_commit
+from trtspec.bench.until import Block, run_block
 from trtspec.errors import BenchError, TrtspecError, os_error
 from trtspec.limits import request_seed
 from trtspec.serve.watchdog import Incident, StubWatchdog
@@ -66,6 +69,14 @@ class BenchSettings:
     rollout: dict[str, Any] = field(default_factory=dict)
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     max_inflight: int = DEFAULT_MAX_INFLIGHT
+    # Sample until decided (bench/sequential.py); None = a fixed count per route.
+    sequential: SequentialPlan | None = None
+
+    def settings_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "sequential"}
+        out["until_decided"] = self.sequential is not None
+        out["sequential"] = self.sequential.as_dict() if self.sequential else None
+        return out
 
     def loads(self) -> list[tuple[str, int | None, float | None]]:
         out: list[tuple[str, int | None, float | None]] = [
@@ -150,10 +161,13 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
                    num_draft_tokens: list[int] | None = None, requests: int | None = None,
                    warmup_requests: int | None = None, tokenizer: Path | None = None,
                    engines_root: Path = Path("engines"), external: list[str] | None = None,
-                   external_only: bool = False) -> BenchPlan:
+                   external_only: bool = False, until_decided: bool = False,
+                   max_requests: int = DEFAULT_MAX_REQUESTS) -> BenchPlan:
     """Everything the run needs from a ``trtspec.spec.Spec``. ``external``
     narrows the spec's external (OpenAI-compatible) arms, ``[]`` drops them;
-    ``external_only`` drops the Triton arms."""
+    ``external_only`` drops the Triton arms. ``until_decided`` (ignored when
+    ``requests`` fixes a count) samples each cell until its speedup is decided
+    or ``max_requests`` pairs were sent."""
     bench = _get(spec, "bench")
     spec_routes = _get(spec, "routes") or {}
     if not spec_routes:
@@ -175,6 +189,10 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
         decision={**DEFAULT_DECISION, **_dump(_get(bench, "decision"))},
         rollout=_dump(_get(spec, "rollout")),
     )
+    if until_decided and requests is None:
+        min_pairs = int(settings.decision.get("min_pairs", DEFAULT_DECISION["min_pairs"]))
+        settings.sequential = SequentialPlan(first=min(min_pairs, max_requests),
+                                             batch=min_pairs, maximum=max_requests)
     base = Path(_get(spec, "source_path") or Path.cwd() / "spec.yaml").parent
     route_sets = []
     for name in chosen_r:
@@ -389,7 +407,7 @@ def _abba(arms: list[Arm], sample_index: int) -> list[Arm]:
 
 class _Run:
     def __init__(self, plan: BenchPlan, run_dir: Path, run_id: str,
-                 progress: Callable[[str], None]) -> None:
+                 progress: Callable[[str], None], bars: RouteBars | None = None) -> None:
         self.plan, self.run_dir, self.run_id, self.progress = plan, run_dir, run_id, progress
         self.stop = threading.Event()
         self.tokenizer = None
@@ -408,6 +426,8 @@ class _Run:
         self._incident_rows: dict[int, dict[str, Any]] = {}
         self.incomplete_reason: str | None = None
         self._lock = threading.Lock()
+        self.bars = RouteBars(force=False) if bars is None else bars
+        self.stops: list[dict[str, Any]] = []  # where each until-decided arm stopped
 
     def abort(self, reason: str) -> None:
         """Stop the run; what completed stays, marked incomplete."""
@@ -481,10 +501,11 @@ class _Run:
         return recover
 
     def _jobs(self, route: RouteSet, arms: list[Arm], load: tuple[str, int | None, float | None],
-              temperature: float, *, samples: list[int] | None, warmup: bool) -> list[Job]:
+              temperature: float, *, samples: list[int] | range | None, warmup: bool,
+              count: int | None = None) -> list[Job]:
         s = self.plan.settings
         label, conc, rate = load
-        n = s.warmup_requests if warmup else (route.requests or s.requests_per_route)
+        n = count or (s.warmup_requests if warmup else (route.requests or s.requests_per_route))
         jobs = []
         for sample_index, item in route.sample(n):
             if samples is not None and sample_index not in samples:
@@ -510,7 +531,7 @@ class _Run:
                 for temp in s.temperatures:
                     if self.stop.is_set():
                         return
-                    label, conc, rate = load
+                    label, conc, _rate = load
                     warm = self._jobs(route, arms, load, temp, samples=None, warmup=True)
                     make_worker = self.external.worker_factory(target.url, s.request_timeout_s)
                     if warm:
@@ -518,24 +539,77 @@ class _Run:
                                  stop=self.stop, request_timeout_s=s.request_timeout_s,
                                  recover=self.recovery(target, recorder.put),
                                  make_worker=make_worker)
-                    jobs = self._jobs(route, arms, load, temp, samples=samples, warmup=False)
-                    self.progress(f"bench: route={route.name} {label} T={temp:g} "
-                                  f"{len(jobs)} requests over {len(arms)} arm(s)")
-                    schedule = (poisson_schedule(len(jobs), rate, s.seed) if rate else None)
                     assert self.memory is not None
                     with self.external.cell_window(route.name, label, conc, temp, arms,
                                                    record=self.memory.append):
-                        run_jobs(target.url, jobs,
-                                 workers=conc or min(s.max_inflight, max(1, len(jobs))),
-                                 on_done=recorder.put, stop=self.stop,
-                                 request_timeout_s=s.request_timeout_s, schedule_s=schedule,
-                                 recover=self.recovery(target, recorder.put),
-                                 make_worker=make_worker)
+                        # External arms pair with their own baselines: they
+                        # keep a fixed count (bench/until.py pairs with one).
+                        if s.sequential is not None and samples is None and not self.external:
+                            self._until_decided(target, recorder, route, arms, load,
+                                                temperature=temp, plan=s.sequential,
+                                                make_worker=make_worker)
+                        else:
+                            jobs = self._jobs(route, arms, load, temp, samples=samples,
+                                              warmup=False)
+                            self.progress(f"bench: route={route.name} {label} T={temp:g} "
+                                          f"{len(jobs)} requests over {len(arms)} arm(s)")
+                            self._send(target, recorder, jobs, load, make_worker=make_worker)
                     mem, kind = server_memory(target.metrics_url, target.server_pid)
                     self.memory.append({"route": route.name, "load": label,
                                         "temperature": temp, "variants": sorted(
                                             {a.variant for a in arms}),
                                         "bytes": mem, "kind": kind, "time": time.time()})
+
+
+    def _send(self, target: _Target, recorder: _Recorder, jobs: list[Job],
+              load: tuple[str, int | None, float | None], *,
+              also: Callable[[Outcome], None] | None = None,
+              make_worker: Callable[[], Any] | None = None) -> None:
+        s = self.plan.settings
+        _label, conc, rate = load
+        schedule = (poisson_schedule(len(jobs), rate, s.seed) if rate else None)
+
+        def done(out: Outcome) -> None:
+            if also is not None:
+                also(out)
+            recorder.put(out)
+
+        run_jobs(target.url, jobs, workers=conc or min(s.max_inflight, max(1, len(jobs))),
+                 on_done=done, stop=self.stop, request_timeout_s=s.request_timeout_s,
+                 schedule_s=schedule, recover=self.recovery(target, recorder.put),
+                 make_worker=make_worker)
+
+    def _until_decided(self, target: _Target, recorder: _Recorder, route: RouteSet,
+                       arms: list[Arm], load: tuple[str, int | None, float | None], *,
+                       temperature: float, plan: SequentialPlan,
+                       make_worker: Callable[[], Any] | None = None) -> None:
+        """Batches of pairs until every variant arm of this block is decided
+        (bench/until.py); where each stopped goes to run.json."""
+        label = load[0]
+        variants = [a for a in arms if a.variant != BASELINE]
+        base = next((a for a in arms if a.variant == BASELINE), None)
+        if base is None or not variants:
+            jobs = self._jobs(route, arms, load, temperature, samples=None, warmup=False,
+                              count=plan.maximum)
+            self._send(target, recorder, jobs, load, make_worker=make_worker)
+            return
+        self.progress(f"bench: route={route.name} {label} T={temperature:g} up to "
+                      f"{plan.maximum} pairs per arm over {len(arms)} arm(s), until decided")
+        self.bars.route(f"{route.name} {label} T={temperature:g}", plan.maximum, len(variants))
+        block = Block()
+
+        def send(now: list[Arm], samples: range) -> None:
+            jobs = self._jobs(route, now, load, temperature, samples=samples, warmup=False,
+                              count=plan.maximum)
+            self._send(target, recorder, jobs, load, also=block.record, make_worker=make_worker)
+
+        stops = run_block(plan, [base, *variants], float(self.plan.settings.decision[
+            "min_speedup"]), send=send, block=block, stopped=self.stop.is_set,
+            on_batch=self.bars.update)
+        if stops and max(st.pairs for st in stops) < plan.maximum:
+            self.bars.finish_early()
+        self.bars.close()
+        self.stops.extend(st.as_dict(route.name, label, temperature) for st in stops)
 
 
 def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> str | None:
@@ -630,7 +704,9 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                   tokenizer: Path | None = None, engines_root: Path = Path("engines"),
                   request_timeout_s: float | None = None, plots: bool = True,
                   external: list[str] | None = None, external_only: bool = False,
-                  progress: Callable[[str], None] | None = None) -> RunResult:
+                  progress: Callable[[str], None] | None = None,
+                  until_decided: bool = False, max_requests: int = DEFAULT_MAX_REQUESTS,
+                  bars: RouteBars | None = None) -> RunResult:
     """Bench ``spec`` (a ``Spec`` or a ready ``BenchPlan``) into ``output_dir``
     (the run folder). Without ``endpoint`` it serves ``repo`` (default
     ``triton_repo/<spec name>``) itself. Ctrl-C/SIGTERM stop the load, keep
@@ -640,7 +716,8 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
         request_rate=request_rate, temperatures=temperatures,
         num_draft_tokens=num_draft_tokens, requests=requests,
         warmup_requests=warmup_requests, tokenizer=tokenizer, engines_root=engines_root,
-        external=external, external_only=external_only)
+        external=external, external_only=external_only,
+        until_decided=until_decided and not isolate, max_requests=max_requests)
     if request_timeout_s is not None:
         plan.settings.request_timeout_s = request_timeout_s
     say = progress or (lambda _m: None)
@@ -650,7 +727,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                          hint="leave out --endpoint, or leave out --isolate")
     run_dir = Path(output_dir)
     # prompts are rendered (tokenizer loaded) before anything is written
-    run = _Run(plan, run_dir, run_dir.name or uuid.uuid4().hex[:8], say)
+    run = _Run(plan, run_dir, run_dir.name or uuid.uuid4().hex[:8], say, bars)
     if (run_dir / REQUESTS_FILE).exists():
         raise BenchError(f"{run_dir}: already holds a run ({REQUESTS_FILE} exists)",
                          hint="choose a new --run-dir, or delete the old run first")
@@ -670,7 +747,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                                        if any(it.get("messages") for it in r.items)]),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "complete": False,
-        "settings": {**plan.settings.__dict__,
+        "settings": {**plan.settings.settings_dict(),
                      "routes": {r.name: {"prompts": str(r.path), "max_tokens": r.max_tokens,
                                          "checks": r.checks, "requests": r.requests}
                                 for r in plan.routes},
@@ -710,6 +787,8 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
             if run_info["fingerprint"]:
                 run_info["fingerprint"]["versions"]["tritonserver"] = run.triton_version
             run_info["incidents"] = list(run.incidents)
+            run_info["sequential_stops"] = run.stops
+            run.bars.close()
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             run_info["complete"] = (not interrupted and recorder.error is None
                                     and run.incomplete_reason is None)

@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from trtspec.bench.stats import SpeedupEstimate
 
@@ -128,11 +129,11 @@ class SequentialPlan:
                 "alpha": self.alpha, "looks": self.looks, "confidence": self.confidence}
 
     @classmethod
-    def from_dict(cls, data: dict[str, object] | None) -> SequentialPlan | None:
+    def from_dict(cls, data: dict[str, Any] | None) -> SequentialPlan | None:
         if not data:
             return None
-        return cls(first=int(data["first"]), batch=int(data["batch"]),  # type: ignore[call-overload]
-                   maximum=int(data["maximum"]), alpha=float(data["alpha"]))  # type: ignore[arg-type]
+        return cls(first=int(data["first"]), batch=int(data["batch"]),
+                   maximum=int(data["maximum"]), alpha=float(data["alpha"]))
 
 
 def verdict(est: SpeedupEstimate | None, min_speedup: float) -> str:

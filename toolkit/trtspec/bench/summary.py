@@ -228,6 +228,20 @@ def attach_memory(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) ->
         cell["server_memory_kind"] = next(iter(kinds)) if len(kinds) == 1 else None
 
 
+def attach_stops(cells: list[dict[str, Any]], stops: list[dict[str, Any]]) -> None:
+    """Where a run that sampled until decided stopped each cell: ``stop`` =
+    faster | slower | undecided (at the cap or interrupted), after
+    ``pairs_sent`` pairs; absent on fixed-count runs."""
+    for cell in cells:
+        for st in stops:
+            if (st.get("route"), st.get("variant"), st.get("num_speculative_tokens"),
+                    str(st.get("load")), float(st.get("temperature") or 0.0)) == (
+                    cell["route"], cell["variant"], cell.get("num_speculative_tokens"),
+                    cell["load"], cell["temperature"]):
+                cell["stop"] = st.get("verdict")
+                cell["pairs_sent"] = st.get("pairs_sent")
+
+
 def read_jsonl_loose(path: Path) -> list[dict[str, Any]]:
     """Rows of an auxiliary JSONL file; unreadable lines are skipped because
     these files only add detail (memory samples) to what the rows say."""
@@ -298,6 +312,7 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
     samples = memory_samples or []
     attach_memory(cells, [s for s in samples if "spec_decode" not in s])
     attach_cell_acceptance(cells, [s for s in samples if "spec_decode" in s])
+    attach_stops(cells, run_info.get("sequential_stops") or [])
     measured = [r for r in rows if not r.get("warmup")]
     failed = sum(1 for r in measured if not _ok(r))
     decisions, routing = decide(cells, decision, rollout=settings.get("rollout") or {})

@@ -6,6 +6,7 @@ many failed requests exits 1."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -122,7 +123,14 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
               help="Sampling temperatures, e.g. 0,0.7.")
 @click.option("--num-draft-tokens", callback=_csv(_positive_int, "a positive integer"),
               help="Sweep k for draft_model/ngram variants (no rebuild), e.g. 2,4,6.")
-@click.option("--requests", type=click.IntRange(min=1), help="Requests per route and arm.")
+@click.option("--requests", type=click.IntRange(min=1),
+              help="A fixed count of requests per route and arm (turns --until-decided off).")
+@click.option("--until-decided/--fixed-count", default=True, show_default=True,
+              help="Send pairs in batches until each variant's speedup is decided "
+                   "(sequential CI, see docs/internals.md §10) or --max-requests is reached; "
+                   "--fixed-count sends the spec's requests per route.")
+@click.option("--max-requests", type=click.IntRange(min=2), default=30, show_default=True,
+              help="Most pairs per route and arm under --until-decided.")
 @click.option("--warmup", type=click.IntRange(min=0), help="Warmup requests per arm.")
 @click.option("--isolate", is_flag=True,
               help="Serve one variant at a time, each in its own tritonserver.")
@@ -149,12 +157,14 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
                   repo: Path | None, variants: list[str] | None, routes: list[str] | None,
                   concurrency: list[int] | None, request_rate: float | None,
                   temperatures: list[float] | None, num_draft_tokens: list[int] | None,
-                  requests: int | None, warmup: int | None, isolate: bool,
+                  requests: int | None, until_decided: bool, max_requests: int,
+                  warmup: int | None, isolate: bool,
                   tokenizer: Path | None, engines_root: Path, output: Path,
                   run_dir: Path | None, request_timeout_s: float | None, no_plots: bool,
                   external: list[str] | None, external_only: bool,
                   gates: list[Any], max_error_rate: float, fmt: str) -> None:
     """Benchmark every variant of SPEC against the baseline, per route."""
+    from trtspec.bench.progress import RouteBars
     from trtspec.bench.runner import run_benchmark
     from trtspec.spec import load_spec
 
@@ -171,7 +181,8 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
         temperatures=temperatures, num_draft_tokens=num_draft_tokens, requests=requests,
         warmup_requests=warmup, isolate=isolate, tokenizer=tokenizer,
         engines_root=engines_root, request_timeout_s=request_timeout_s, plots=not no_plots,
-        external=external, external_only=external_only, progress=progress)
+        external=external, external_only=external_only, progress=progress,
+        until_decided=until_decided, max_requests=max_requests, bars=RouteBars(sys.stderr))
     _finish(result.summary, gates, max_error_rate, fmt, result.run_dir)
 
 

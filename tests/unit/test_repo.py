@@ -167,6 +167,7 @@ def test_orchestrators_carry_their_callees(built) -> None:
         "draft_model": plan.variants["draft"].draft, "seed_input": "seed",
         "perf_metrics": "true", "max_draft_len": "4", "num_draft_tokens": "3",
         "draft_schedule": "constant", "use_draft_logits": "false",
+        "tokens_per_block": str(spec.target.kv_cache.tokens_per_block),
     }
     ngram = params(parse(repo / "ngram" / "config.pbtxt"))
     assert (ngram["mode"], ngram["max_draft_len"], ngram["num_draft_tokens"],

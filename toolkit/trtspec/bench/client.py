@@ -13,6 +13,7 @@ client-side timings."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import random
 import threading
@@ -70,6 +71,9 @@ class Job:
     warmup: bool
     request_id: str
     scheduled_ns: int | None = None
+    # --prefix-cache warm: send the same prompt with max_tokens 1 on the same
+    # stream first (not recorded), so the measured request finds it cached.
+    prime: bool = False
 
 
 @dataclass
@@ -117,7 +121,7 @@ def build_inputs(job: Job) -> list[Any]:
 
 
 _FINAL_INT = ("prompt_tokens", "completion_tokens", "draft_tokens", "accepted_tokens", "rounds",
-              "server_ttft_ns", "server_total_ns")
+              "server_ttft_ns", "server_total_ns", "prefix_reused_tokens")
 
 
 def _scalar(result: Any, name: str) -> Any:
@@ -333,6 +337,9 @@ def run_jobs(url: str, jobs: list[Job], *, workers: int, on_done: Callable[[Outc
                 continue
             if job is None:
                 return
+            if job.prime and not stop.is_set():
+                worker.run(dataclasses.replace(job, max_tokens=1, prime=False, warmup=True,
+                                               request_id=f"{job.request_id}-prime"), stop)
             outcome = worker.run(job, stop)
             if outcome.error is not None and recover is not None and not stop.is_set() \
                     and recover(outcome):

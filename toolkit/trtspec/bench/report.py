@@ -181,6 +181,7 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
     notes += [f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}; "
               f"{i.get('requests_failed', 0)} request(s) failed, counted as errors"
               for i in summary.get("incidents") or []]
+    notes += cache_notes(summary)
     if client.get("overhead_ms_p50") is not None:
         notes.insert(0, (
             f"client CPU time in trtspec code per request p50 {client['overhead_ms_p50']:.3f} ms, "
@@ -189,6 +190,31 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
             f"{_fmt(client.get('lag_ms_p95'), '.2f')} ms, "
             f"max {_fmt(client.get('lag_ms_max'), '.2f')} ms"
         ))
+    return notes
+
+
+def cache_notes(summary: dict[str, Any]) -> list[str]:
+    """What the report says about cache state: the policy, and every cell
+    where a prompt's baseline and variant rows started from different
+    prefix-cache states (their speedup mixes speculation with cache luck)."""
+    parity = summary.get("prefix_cache") or {}
+    notes = []
+    if parity.get("policy"):
+        how = {"cold": "no arm reuses another arm's KV blocks for the same prompt",
+               "warm": "each measured request follows a 1-token request for the same prompt",
+               "off": "arms share whatever engine models the repository shares"}
+        notes.append(f"prefix cache: {parity['policy']} ({how.get(parity['policy'], '')})"
+                     + ("" if parity.get("enforced", True) else " — not enforced on this server")
+                     + "".join(f"; {arm} served by its own {model}"
+                               for arm, model in (parity.get("own_engine_models") or {}).items()))
+    for c in summary["cells"]:
+        if c.get("cache_state_differs"):
+            arm = arm_name(c["variant"], c.get("num_speculative_tokens"))
+            notes.append(
+                f"cache state differs: {c['route']} {arm} "
+                f"{c['load']} T={c['temperature']:g}: {c['cache_state_differs']} of {c['pairs']} "
+                f"prompts had a different prefix_reused_tokens than the baseline "
+                f"(samples {c.get('cache_state_differs_samples')})")
     return notes
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from trtspec.bench.client import Arm, Job, LagProbe, Outcome, poisson_schedule, run_jobs
 from trtspec.bench.external import ExternalArms, external_arms
+from trtspec.bench.parity import COLD, POLICIES, WARM, parity_repo, shared_engines
 from trtspec.bench.progress import RouteBars
 from trtspec.bench.quality import QualityRunner, default_checks, validate_check_names
 from trtspec.bench.records import (
@@ -71,6 +72,8 @@ class BenchSettings:
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     # Sample until decided (bench/sequential.py); None = a fixed count per route.
     sequential: SequentialPlan | None = None
+    # Cache state each arm's requests start from (bench/parity.py).
+    prefix_cache: str = COLD
 
     def settings_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "sequential"}
@@ -382,6 +385,7 @@ class _Recorder:
             "ttft_ms": ttft, "latency_ms": latency, "tpot_ms": tpot, "tokens_per_second": tps,
             "accepted_tokens": f.get("accepted_tokens"), "draft_tokens": f.get("draft_tokens"),
             "rounds": f.get("rounds"), "server_ttft_ms": ns_ms(f.get("server_ttft_ns")),
+            "prefix_reused_tokens": _reused(f.get("prefix_reused_tokens")),
             "server_total_ms": ns_ms(f.get("server_total_ns")),
             "served_variant": f.get("variant"), "fallback": f.get("fallback"),
             "error": out.error, "incident": out.incident, "text_hash": text_hash(out.text),
@@ -399,6 +403,11 @@ class _Recorder:
             "accepted_per_position": f.get("accepted_per_position"),
             "finish_reason": f.get("finish_reason"),
         }
+
+
+def _reused(value: int | None) -> int | None:
+    # the orchestrator sends -1 when its engine reports no perf metrics
+    return None if value is None or value < 0 else int(value)
 
 
 def _abba(arms: list[Arm], sample_index: int) -> list[Arm]:
@@ -520,6 +529,7 @@ class _Run:
                     temperature=temperature, top_p=s.top_p, top_k=s.top_k,
                     seed=request_seed(s.seed, sample_index), load=label, concurrency=conc,
                     request_rate=rate, warmup=warmup,
+                    prime=s.prefix_cache == WARM and not warmup,
                     request_id=f"{self.run_id}-{'w' if warmup else 'm'}{self._counter}"))
         return jobs
 
@@ -706,7 +716,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                   external: list[str] | None = None, external_only: bool = False,
                   progress: Callable[[str], None] | None = None,
                   until_decided: bool = False, max_requests: int = DEFAULT_MAX_REQUESTS,
-                  bars: RouteBars | None = None) -> RunResult:
+                  prefix_cache: str = COLD, bars: RouteBars | None = None) -> RunResult:
     """Bench ``spec`` (a ``Spec`` or a ready ``BenchPlan``) into ``output_dir``
     (the run folder). Without ``endpoint`` it serves ``repo`` (default
     ``triton_repo/<spec name>``) itself. Ctrl-C/SIGTERM stop the load, keep
@@ -720,6 +730,10 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
         until_decided=until_decided and not isolate, max_requests=max_requests)
     if request_timeout_s is not None:
         plan.settings.request_timeout_s = request_timeout_s
+    if prefix_cache not in POLICIES:
+        raise BenchError(f"--prefix-cache: unknown policy {prefix_cache!r}",
+                         hint="use one of: " + ", ".join(POLICIES))
+    plan.settings.prefix_cache = prefix_cache
     say = progress or (lambda _m: None)
     triton = any(a.openai is None for a in plan.arms)
     if isolate and endpoint:
@@ -737,6 +751,9 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
     say(f"bench: writing {run_dir}")
     run_id = run.run_id
     repo = repo or Path("triton_repo") / plan.spec_name
+    parity = _cache_parity(plan, repo, run_dir, endpoint, say)
+    if parity.get("repo"):
+        repo = Path(parity["repo"])
     run_info: dict[str, Any] = {
         "run_id": run_id, "git_commit": git_commit(Path(__file__).parent),
         "spec": {"name": plan.spec_name, "hash": plan.spec_hash, "path": plan.spec_path},
@@ -745,6 +762,7 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
                    "repo": None if endpoint or not triton else str(repo), "isolate": isolate},
         "external": run.external.info([r.name for r in plan.routes
                                        if any(it.get("messages") for it in r.items)]),
+        "prefix_cache": parity,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "complete": False,
         "settings": {**plan.settings.settings_dict(),
@@ -847,6 +865,45 @@ def _measure(spec: Any, plan: BenchPlan, engines_root: Path,
                                routes={r.name: (r.path, r.max_tokens) for r in plan.routes},
                                sampling=sampling, tokenizer_dir=plan.tokenizer_dir,
                                repository=repo)
+
+
+def _cache_parity(plan: BenchPlan, repo: Path, run_dir: Path, endpoint: str | None,
+                  say: Callable[[str], None]) -> dict[str, Any]:
+    """Apply the run's --prefix-cache policy before anything is served; what
+    was done goes to run.json (and summary.json)."""
+    from trtspec.serve.manifest import MANIFEST_NAME, resolve_repo
+
+    policy = plan.settings.prefix_cache
+    out: dict[str, Any] = {"policy": policy, "repo": None, "own_engine_models": {}}
+    if not any(a.openai is None for a in plan.arms):
+        out["enforced"] = False  # external arms only: their servers are not ours
+        return out
+    if policy != COLD:
+        out["enforced"] = policy == WARM
+        return out
+    if endpoint:
+        out["enforced"] = False
+        say("bench: --prefix-cache cold cannot give arms their own engine models on a server "
+            "trtspec did not start; prefix_reused_tokens in the report shows any difference")
+        return out
+    source = resolve_repo(repo) if repo.is_dir() else repo
+    if not (source / MANIFEST_NAME).is_file():
+        out["enforced"] = False
+        return out  # the server start reports the missing repository
+    shared = shared_engines(source, plan.arms)
+    out["enforced"] = True
+    if not shared:
+        return out
+    dest = run_dir / "parity_repo"
+    arms = parity_repo(source, plan.arms, dest)
+    out["repo"] = str(dest)
+    out["own_engine_models"] = {a.label: a.model for a, b in zip(arms, plan.arms, strict=True)
+                                if a.model != b.model}
+    say("bench: --prefix-cache cold: " + "; ".join(
+        f"{engine} is shared by {', '.join(labels)}" for engine, labels in shared.items())
+        + f" — serving a copy with one engine model per arm ({dest})")
+    plan.arms = arms
+    return out
 
 
 def _run_isolated(run: _Run, plan: BenchPlan, repo: Path, recorder: _Recorder) -> None:

@@ -158,6 +158,8 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         "p95_latency_regression": None,
         "baseline_quality_pass_rate": None,
         "server_memory_bytes": None,
+        "prefix_reused_tokens_mean": _mean_reused(ok),
+        "cache_state_differs": None,
     }
     if baseline_rows is not None:
         by_sample = {r.get("sample_index"): r for r in baseline_rows}
@@ -169,6 +171,14 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
                                     confidence)
         cell["speedup"] = est.as_dict() if est else None
         cell["pairs"] = len(usable)
+        # Prompts whose two rows started from different cache states: the
+        # speedup of those pairs mixes speculation with cache luck.
+        differs = [r.get("sample_index") for b, r in pairs
+                   if _ok(b) and _ok(r) and b.get("prefix_reused_tokens") is not None
+                   and r.get("prefix_reused_tokens") is not None
+                   and b["prefix_reused_tokens"] != r["prefix_reused_tokens"]]
+        cell["cache_state_differs"] = len(differs)
+        cell["cache_state_differs_samples"] = differs[:20]
         if cell["temperature"] == 0.0:
             both_ok = [(b, v) for b, v in pairs if _ok(b) and _ok(v)]
             equal = sum(1 for b, v in both_ok if _same_output(b, v))
@@ -184,6 +194,11 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         cell["baseline_quality_pass_rate"] = stats.rate(sum(1 for q in base_judged if q),
                                                         len(base_judged))
     return cell
+
+
+def _mean_reused(rows: list[dict[str, Any]]) -> float | None:
+    vals = [r["prefix_reused_tokens"] for r in rows if r.get("prefix_reused_tokens") is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def summarize_rows(rows: list[dict[str, Any]], *,
@@ -330,6 +345,7 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
         "versions": run_info.get("versions"),
         "server": run_info.get("server"),
         "external": run_info.get("external") or {},
+        "prefix_cache": run_info.get("prefix_cache"),
         "started": run_info.get("started"),
         "finished": run_info.get("finished"),
         "complete": bool(run_info.get("complete")),

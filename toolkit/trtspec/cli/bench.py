@@ -131,6 +131,11 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
                    "--fixed-count sends the spec's requests per route.")
 @click.option("--max-requests", type=click.IntRange(min=2), default=30, show_default=True,
               help="Most pairs per route and arm under --until-decided.")
+@click.option("--prefix-cache", type=click.Choice(["cold", "warm", "off"]), default="cold",
+              show_default=True,
+              help="Cache state every arm starts a prompt from: cold = no arm reuses another "
+                   "arm's KV blocks (arms sharing an engine model get their own copy); warm = "
+                   "each request follows a 1-token request for its prompt; off = as served.")
 @click.option("--warmup", type=click.IntRange(min=0), help="Warmup requests per arm.")
 @click.option("--isolate", is_flag=True,
               help="Serve one variant at a time, each in its own tritonserver.")
@@ -158,7 +163,7 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
                   concurrency: list[int] | None, request_rate: float | None,
                   temperatures: list[float] | None, num_draft_tokens: list[int] | None,
                   requests: int | None, until_decided: bool, max_requests: int,
-                  warmup: int | None, isolate: bool,
+                  prefix_cache: str, warmup: int | None, isolate: bool,
                   tokenizer: Path | None, engines_root: Path, output: Path,
                   run_dir: Path | None, request_timeout_s: float | None, no_plots: bool,
                   external: list[str] | None, external_only: bool,
@@ -182,7 +187,8 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
         warmup_requests=warmup, isolate=isolate, tokenizer=tokenizer,
         engines_root=engines_root, request_timeout_s=request_timeout_s, plots=not no_plots,
         external=external, external_only=external_only, progress=progress,
-        until_decided=until_decided, max_requests=max_requests, bars=RouteBars(sys.stderr))
+        until_decided=until_decided, max_requests=max_requests, prefix_cache=prefix_cache,
+        bars=RouteBars(sys.stderr))
     _finish(result.summary, gates, max_error_rate, fmt, result.run_dir)
 
 

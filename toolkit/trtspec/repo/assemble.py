@@ -267,7 +267,7 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
     )
 
 
-def orchestrator_config(layout: Layout, variant: VariantModel) -> Any:
+def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block: int) -> Any:
     contract = engine_contract(layout.trtllm_version)
     params: dict[str, object] = {
         "variant": variant.name,
@@ -278,6 +278,8 @@ def orchestrator_config(layout: Layout, variant: VariantModel) -> Any:
         "draft_model": variant.draft,
         "seed_input": contract.seed_input,
         "perf_metrics": contract.perf_metrics,
+        # turns the target's kv_cache_reused_blocks into prefix_reused_tokens
+        "tokens_per_block": int(tokens_per_block),
     }
     if variant.mode in DRAFT_LOOP_MODES:
         params["max_draft_len"] = variant.max_draft_len
@@ -340,8 +342,9 @@ def write_tree(layout: Layout, spec: Any, repo: Path, routing: RoutingTable) -> 
         module = MODEL_SOURCES["engine"] if layout.backend == "reference" else None
         _write_model(repo, engine.name, engine_config(layout, engine, spec), module)
     for variant in layout.variants.values():
-        _write_model(repo, variant.name, orchestrator_config(layout, variant),
-                     MODEL_SOURCES["orchestrator"])
+        _write_model(repo, variant.name, orchestrator_config(
+            layout, variant, int(spec.target.kv_cache.tokens_per_block)),
+            MODEL_SOURCES["orchestrator"])
     router = configs.base_config(
         ROUTER, backend="python", max_batch_size=0, decoupled=True,
         inputs=ORCHESTRATOR_INPUTS, outputs=ORCHESTRATOR_OUTPUTS,

@@ -57,6 +57,7 @@ from trtspec.speculate import (
 
 DRAFT_LOOP_MODES = ("draft_model", "ngram")
 PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
+REUSED_BLOCKS = "kv_cache_reused_blocks"
 # BLS calls carry a deadline so a callee that never answers fails this request
 # with an error instead of hanging it (and the client) forever. One call is a
 # single verify/draft/detokenize step; a stream is a whole generation, whose
@@ -187,6 +188,9 @@ class _Generation:
         self.pad_id: int | None = None
         self.engine_draft: int | None = None
         self.engine_accepted: int | None = None
+        # Blocks the target engine reused at this request's first call (None
+        # until that call answered, or when the engine reports no perf metrics).
+        self.reused_blocks: int | None = None
 
     # -- BLS helpers -------------------------------------------------------
     def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
@@ -273,7 +277,16 @@ class _Generation:
         names = ["output_ids", "sequence_length"]
         if logits:
             names.append("generation_logits")
-        return [*names, *PERF_TOTALS] if self.model.perf_metrics else names
+        return [*names, *PERF_TOTALS, REUSED_BLOCKS] if self.model.perf_metrics else names
+
+    def note_reuse(self, response: Any) -> None:
+        """Keep the target's reused-block count from its first answer only:
+        later rounds of a draft loop reuse this request's own blocks."""
+        if self.reused_blocks is not None:
+            return
+        tensor = pb_utils.get_output_tensor_by_name(response, REUSED_BLOCKS)
+        if tensor is not None and tensor.as_numpy().size:
+            self.reused_blocks = int(tensor.as_numpy().reshape(-1)[0])
 
     @staticmethod
     def draft_rows(response: Any, drafted: int) -> np.ndarray | None:
@@ -344,6 +357,8 @@ class _Generation:
                 "draft_tokens": draft,
                 "accepted_tokens": accepted,
                 "rounds": self.stats.rounds,
+                "prefix_reused_tokens": (-1 if self.reused_blocks is None
+                                         else self.reused_blocks * self.model.tokens_per_block),
             }
             tensors.extend(
                 pb_utils.Tensor(k, np.array([v], dtype=np.int32)) for k, v in stats.items()
@@ -410,6 +425,7 @@ class _Generation:
                                    draft_logits=rows, seed=seeds[1]),
                 self.engine_outputs(),
             )
+            self.note_reuse(response)
             verified = self.tokens_of(response) or []
             accepted = min(accepted_count(draft, verified), len(draft))
             self.stats.record(len(draft), accepted)
@@ -440,6 +456,7 @@ class _Generation:
                     raise Cancelled
                 if response.has_error():
                     raise callee_error(m.target_model, response.error())
+                self.note_reuse(response)
                 ids = self.tokens_of(response)
                 if not ids:
                     continue
@@ -469,6 +486,7 @@ class TritonPythonModel:
         self.use_draft_logits = params.get("use_draft_logits", "false").lower() == "true"
         self.seed_input = params.get("seed_input") or "seed"
         self.perf_metrics = params.get("perf_metrics", "true").lower() == "true"
+        self.tokens_per_block = int(params.get("tokens_per_block") or 0)
         if self.mode == "draft_model" and not self.draft_model:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: mode draft_model needs the draft_model parameter"

@@ -174,7 +174,7 @@ def test_every_stage_in_order(in_workdir: Path) -> None:
         grpc = endpoints.get("grpc") or endpoints.get("grpc_url")
         assert grpc and grpc.startswith("127.0.0.1:"), endpoints
         out, _ = _run("bench", spec, "--endpoint", grpc, "--run-dir", "results/run1",
-                        "--no-plots", "--format", "table")
+                        "--no-plots", "--format", "table", "--fixed-count")
     finally:
         proc.send_signal(signal.SIGINT)
         try:

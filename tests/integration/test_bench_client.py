@@ -108,7 +108,7 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     run = tmp_path / "run"
     res = CliRunner().invoke(cli, [
         "bench", str(spec), "--endpoint", server.grpc_url, "--metrics-url", server.metrics_url,
-        "--run-dir", str(run), "--fail-on", "speedup<1.0@copy/fast"])
+        "--run-dir", str(run), "--fail-on", "speedup<1.0@copy/fast", "--fixed-count"])
     assert res.exit_code == 0, res.output
     rows = read_requests(run / "requests.jsonl")
     measured = [r for r in rows if not r["warmup"]]
@@ -220,7 +220,8 @@ def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: P
 
 
 def test_bench_starts_its_own_server(echo_repo: Path, tmp_path: Path) -> None:
-    spec = load_spec(_write_spec(tmp_path, requests=2, concurrency="[1]"))
+    # 5 pairs: the fewest a decision takes (bench.decision.min_pairs)
+    spec = load_spec(_write_spec(tmp_path, requests=5, concurrency="[1]"))
     result = run_benchmark(spec, output_dir=tmp_path / "run", repo=echo_repo, routes=["json"],
                            variants=["lossy"], warmup_requests=0, plots=False)
     assert (tmp_path / "run" / "tritonserver.log").is_file()

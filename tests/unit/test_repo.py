@@ -521,3 +521,53 @@ def test_cli_check_catches_a_deleted_engine_file(repo: Path, built) -> None:
         "Hint: Fix each file named above, or regenerate the repository with "
         "`trtspec repo SPEC`.\n"
     )
+
+
+# -- the benchmark's parity copy (bench/parity.py) -----------------------------
+
+
+def test_parity_copy_gives_each_arm_its_own_shared_engine_models(built) -> None:
+    from trtspec.bench.parity import parity_repo, shared_engines
+    from trtspec.bench.runner import arms_for
+
+    spec, plan, engines, output = built
+    spec = load_spec(write_spec(output.parent, backend="tensorrt_llm"))
+    plan = make_plan(spec, engines)
+    repo = assemble(spec, plan, engines, output)
+    arms = arms_for(spec.variants)
+    labels = [a.label for a in arms]
+    assert labels[:4] == ["baseline", "draft(k=2)", "draft(k=3)", "ngram(k=3)"]
+    draft_engine = plan.variants["draft"].draft
+    # target (baseline) has reuse off in this spec; the draft loop's engines have it on
+    assert shared_engines(repo, arms) == {
+        "target_dte": ["draft(k=2)", "draft(k=3)", "ngram(k=3)"],
+        draft_engine: ["draft(k=2)", "draft(k=3)"]}
+    before = float(params(parse(repo / "target" / "config.pbtxt"))[
+        "kv_cache_free_gpu_mem_fraction"])
+    n_before = sum(1 for e in plan.engines)
+    copy = output.parent / "copy"
+    got = parity_repo(repo, arms, copy)
+    assert [a.model for a in got[:4]] == ["baseline", "draft", "draft__arm2", "ngram__arm3"]
+    assert got[4:] == arms[4:]  # medusa, eagle, lookahead own their engines
+    draft2 = params(parse(copy / "draft__arm2" / "config.pbtxt"))
+    assert (draft2["target_model"], draft2["draft_model"]) == (
+        "target_dte__arm2", f"{draft_engine}__arm2")
+    assert params(parse(copy / "ngram__arm3" / "config.pbtxt"))["target_model"] == (
+        "target_dte__arm3")
+    dte3 = parse(copy / "target_dte__arm3" / "config.pbtxt")
+    assert dte3.name == "target_dte__arm3"
+    assert params(dte3)["gpt_model_path"] == params(parse(repo / "target_dte" / "config.pbtxt"))[
+        "gpt_model_path"]  # same engine folder, its own KV pool
+    # the GPU's KV fraction is split over every engine model, copies included
+    fractions = {p.parent.name: float(params(parse(p))["kv_cache_free_gpu_mem_fraction"])
+                 for p in copy.glob("*/config.pbtxt")
+                 if "kv_cache_free_gpu_mem_fraction" in params(parse(p))}
+    assert len(fractions) == n_before + 3
+    assert sum(fractions.values()) == pytest.approx(before * n_before, abs=1e-3)
+    manifest = json.loads((copy / "trtspec-repo.json").read_text())
+    assert manifest["models"]["ngram__arm3"]["calls"] == [
+        "preprocessing", "postprocessing", "target_dte__arm3"]
+    assert manifest["models"]["ngram__arm3"]["variant"] == "ngram"
+    assert check_repository(copy) == []
+    # the source repository is untouched
+    assert not (repo / "target_dte__arm2").exists()

@@ -138,3 +138,17 @@ def test_server_memory_sources(metrics_server: tuple[str, list[str]]) -> None:
     rss, kind = server_memory(url, os.getpid())
     assert kind == "process_rss" and rss > 1_000_000
     assert server_memory(None, None) == (None, None)
+
+
+def test_until_decided_plan_and_fixed_count(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    spec["bench"]["decision"]["min_pairs"] = 4
+    seq = plan_from_spec(spec, until_decided=True, max_requests=20).settings
+    assert seq.sequential is not None
+    assert seq.sequential.sizes == [4, 8, 12, 16, 20]
+    assert seq.settings_dict()["until_decided"] is True
+    assert seq.settings_dict()["sequential"]["confidence"] == pytest.approx(1 - 0.05 / 5)
+    # --requests N is a fixed count whatever --until-decided says
+    fixed = plan_from_spec(spec, until_decided=True, requests=6).settings
+    assert fixed.sequential is None and fixed.requests_per_route == 6
+    assert fixed.settings_dict()["until_decided"] is False

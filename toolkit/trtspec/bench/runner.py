@@ -54,6 +54,9 @@ from trtspec.serve.watchdog import Incident, StubWatchdog
 SPECULATIVE_K_MODES = ("draft_model", "ngram")
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 DEFAULT_MAX_INFLIGHT = 32
+# A repository with one engine model per arm (--prefix-cache cold) loads more
+# stubs; on a busy machine 120 s was not enough (`trtspec serve` waits 300 s).
+SERVER_START_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -677,7 +680,7 @@ def _serve(run: _Run, repo: Path, models: list[str] | None,
 
     server = Server(repo, models=models, log_path=log_path)
     try:
-        server.start()
+        server.start(timeout=SERVER_START_TIMEOUT_S)
         with StubWatchdog(server, on_incident=said).prime() as watchdog:
             yield _Target(server.grpc_url, server.metrics_url, server.pid, watchdog)
     finally:

@@ -13,7 +13,7 @@ from trtspec.errors import BenchError
 
 ROUTES_DIR = Path(__file__).resolve().parents[2] / "build_specs" / "routes"
 SHIPPED = ("chat_short", "chat_long", "code_completion", "rag_copy_heavy", "rag_reasoning",
-           "json_output")
+           "json_output", "json_fill")
 
 
 def _write(tmp_path: Path, *lines: object) -> Path:
@@ -108,8 +108,13 @@ def test_shipped_prompt_sets(name: str) -> None:
     if name == "rag_copy_heavy":
         # the golden answer is quoted from the passage inside the prompt
         assert all(it["golden"] in it["messages"][-1]["content"] for it in items)
-    if name == "json_output":
+    if name in ("json_output", "json_fill"):
         assert all(isinstance(it.get("schema"), dict) for it in items)
+    if name == "json_fill":
+        # the template in the prompt has exactly the schema's keys
+        for it in items:
+            template = json.loads(it["messages"][-1]["content"].rsplit("JSON: ", 1)[1])
+            assert sorted(template) == sorted(it["schema"]["required"])
     if name == "code_completion":
         assert all("prompt" in it for it in items)
     if name.startswith("chat_"):

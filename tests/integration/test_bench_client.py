@@ -170,9 +170,13 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     assert decisions[("copy", "fast", 3)]["best_k"] is True
     assert decisions[("json", "lossy", 2)]["decision"] == "exclude"
     routing = yaml.safe_load((run / "routing.yaml").read_text())
+    evidence = routing["routes"]["copy"].pop("evidence")
     assert routing["routes"]["copy"] == {"variant": "fast", "num_draft_tokens": 3,
                                          "canary_percent": 100, "decision": "promote",
                                          "fallback_variant": "baseline"}
+    # the same paired estimate as the summary's headline
+    assert evidence["speedup"] == round(cells[("copy", "fast", 3)]["speedup"]["point"], 4)
+    assert evidence["pairs"] == 6
     assert res.stdout.splitlines() == console_lines(summary)
     assert any(line.startswith("route=copy  baseline ") and "fast(k=3)" in line
                and line.endswith("quality pass  → promote  (short outputs)")
@@ -419,3 +423,29 @@ def _server_pids(repo: Path) -> list[int]:
         if b"tritonserver" in cmd and f"--model-repository={repo} ".encode() in cmd:
             pids.append(int(proc.name))
     return pids
+
+
+def test_bench_until_decided_stops_a_clear_win_early(server: Any, tmp_path: Path) -> None:
+    """The CLI's default: pairs in batches until the interval decides. The
+    echo ``fast`` variant at k=3 is several times faster than the baseline,
+    so it stops at a look well before the cap; stderr is not a terminal here,
+    so no progress bar is drawn."""
+    spec = _write_spec(tmp_path, requests=6, concurrency="[1]")
+    run = tmp_path / "run"
+    res = CliRunner().invoke(cli, [
+        "bench", str(spec), "--endpoint", server.grpc_url, "--run-dir", str(run),
+        "--routes", "copy", "--variants", "fast", "--num-draft-tokens", "3",
+        "--max-requests", "20", "--warmup", "0", "--no-plots"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["settings"]["until_decided"] is True
+    assert summary["settings"]["sequential"]["looks"] == 4  # at 5, 10, 15, 20 pairs
+    fast = next(c for c in summary["cells"] if c["variant"] == "fast")
+    assert fast["stop"] == "faster", fast
+    assert fast["pairs_sent"] in (5, 10), fast
+    assert fast["speedup"]["confidence"] == pytest.approx(1 - 0.05 / 4)
+    rows = [r for r in read_requests(run / "requests.jsonl") if not r["warmup"]]
+    assert len(rows) == 2 * fast["pairs_sent"]
+    assert "up to 20 pairs per arm over 2 arm(s), until decided" in res.stderr
+    assert "pair/s" not in res.stderr and "decided 1/1" not in res.stderr
+    assert f"{fast['pairs']} pairs" in res.stdout

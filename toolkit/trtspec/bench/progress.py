@@ -14,12 +14,19 @@ class RouteBars:
     """Bars for one run; ``route()`` opens the next route's bar and closes
     the previous one."""
 
-    def __init__(self, stream: TextIO | None = None, *, force: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", lambda: False)
-        self.enabled = force or bool(isatty())
+        self.enabled = bool(isatty())
         self._bar: Any = None
         self._cells = 0
+
+    @classmethod
+    def off(cls) -> RouteBars:
+        """Bars that never draw (library callers that did not ask for any)."""
+        bars = cls()
+        bars.enabled = False
+        return bars
 
     def route(self, name: str, total_pairs: int, cells: int) -> None:
         self.close()

@@ -438,7 +438,7 @@ class _Run:
         self._incident_rows: dict[int, dict[str, Any]] = {}
         self.incomplete_reason: str | None = None
         self._lock = threading.Lock()
-        self.bars = RouteBars(force=False) if bars is None else bars
+        self.bars = bars or RouteBars.off()
         self.stops: list[dict[str, Any]] = []  # where each until-decided arm stopped
 
     def abort(self, reason: str) -> None:

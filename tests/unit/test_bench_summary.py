@@ -345,3 +345,29 @@ def test_cli_report_usage_and_missing_run(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["report", str(empty), "--fail-on", "speedup=1"])
     assert res.exit_code == 2
     assert "Invalid value for '--fail-on': cannot parse 'speedup=1'" in res.stderr
+
+
+def test_cells_flag_prompts_whose_cache_state_differs() -> None:
+    rows = []
+    for i, lat in enumerate(BASE_LAT[:6]):
+        base = row("r", "baseline", i, lat)
+        var = row("r", "v", i, lat / 1.2, k=3)
+        base["prefix_reused_tokens"] = 0
+        var["prefix_reused_tokens"] = 64 if i % 2 else 0  # ABBA: second on odd prompts
+        rows += [base, var]
+    summary = build_summary(rows, {"prefix_cache": {"policy": "off", "enforced": False}})
+    cell = cells_by(summary["cells"])[("r", "v", 3)]
+    assert cell["cache_state_differs"] == 3
+    assert cell["cache_state_differs_samples"] == [1, 3, 5]
+    assert cell["prefix_reused_tokens_mean"] == 32
+    assert summary["prefix_cache"] == {"policy": "off", "enforced": False}
+    from trtspec.bench.report import render_markdown
+
+    text = render_markdown(summary)
+    assert ("cache state differs: r v(k=3) concurrency=1 T=0: 3 of 6 prompts had a different "
+            "prefix_reused_tokens than the baseline (samples [1, 3, 5])") in text
+    assert "prefix cache: off (arms share whatever engine models the repository shares) — not " \
+           "enforced on this server" in text
+    for r in rows:
+        r["prefix_reused_tokens"] = 0
+    assert cells_by(build_summary(rows, {})["cells"])[("r", "v", 3)]["cache_state_differs"] == 0

@@ -156,7 +156,8 @@ def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | 
             reply.ids.extend(int(t) for t in result.as_numpy("output_ids"))
             if bool(result.as_numpy("is_final")[0]):
                 for name in ("prompt_tokens", "completion_tokens", "draft_tokens",
-                             "accepted_tokens", "rounds", "server_ttft_ns", "server_total_ns"):
+                             "accepted_tokens", "rounds", "server_ttft_ns", "server_total_ns",
+                             "prefix_reused_tokens"):
                     reply.final[name] = int(result.as_numpy(name)[0])
                 reply.final["variant"] = result.as_numpy("variant")[0].decode()
                 reply.final["fallback"] = bool(result.as_numpy("fallback")[0])
@@ -187,6 +188,9 @@ def test_baseline_streams_deltas_with_stats(served, baseline) -> None:
         assert reply.final["draft_tokens"] == reply.final["accepted_tokens"] == 0
         assert reply.final["rounds"] == reply.final["completion_tokens"]
         assert 0 < reply.final["server_ttft_ns"] <= reply.final["server_total_ns"]
+        # whole KV blocks (32 tokens) reused from the prefix cache at the first call
+        reused = reply.final["prefix_reused_tokens"]
+        assert reused % 32 == 0 and 0 <= reused < reply.final["prompt_tokens"], reused
         # TTFT: the first delta arrives before the final response
         assert len(reply.times) >= 2 and reply.times[0] < reply.times[-1]
         # the deltas add up to the decode of all ids, multi-byte characters included

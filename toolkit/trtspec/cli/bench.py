@@ -127,7 +127,7 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
               help="A fixed count of requests per route and arm (turns --until-decided off).")
 @click.option("--until-decided/--fixed-count", default=True, show_default=True,
               help="Send pairs in batches until each variant's speedup is decided "
-                   "(sequential CI, see docs/internals.md §10) or --max-requests is reached; "
+                   "(sequential CI, see docs/internals.md §12) or --max-requests is reached; "
                    "--fixed-count sends the spec's requests per route.")
 @click.option("--max-requests", type=click.IntRange(min=2), default=30, show_default=True,
               help="Most pairs per route and arm under --until-decided.")

@@ -145,7 +145,7 @@ def test_external_pairs_with_its_own_baseline_and_is_never_routed() -> None:
     by = {d["variant"]: d for d in decisions}
     assert set(by) == {"ngram", "vspec"}
     assert by["vspec"]["baseline"] == "vbase" and by["vspec"]["arm_kind"] == "openai"
-    assert by["vspec"]["headline"]["latency_change"] == pytest.approx(-0.5)
+    assert by["vspec"]["headline"]["latency_change"]["point"] == pytest.approx(-0.5)
     assert by["vspec"]["decision"] == "exclude"  # text differs from its baseline at T=0
     # vspec is 2x faster but external: the Triton router cannot route to it
     assert routing["routes"]["r"]["variant"] == "baseline"

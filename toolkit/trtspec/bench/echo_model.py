@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+
 MODEL_SOURCE = '''\
 """trtspec echo orchestrator (no-op engine for benchmarking the client)."""
 import os
@@ -88,7 +90,7 @@ class TritonPythonModel:
                     accepted = max_tokens - rounds
                     ints = {"prompt_tokens": len(text), "completion_tokens": max_tokens,
                             "draft_tokens": drafted, "accepted_tokens": accepted,
-                            "rounds": rounds}
+                            "rounds": rounds, "prefix_reused_tokens": -1}  # no KV cache
                     tensors += [pb_utils.Tensor(n, np.array([v], dtype=np.int32))
                                 for n, v in ints.items()]
                     tensors += [
@@ -110,19 +112,6 @@ class TritonPythonModel:
             t.join(timeout=5)
 '''
 
-_INPUTS = [("text_input", "TYPE_STRING", False), ("max_tokens", "TYPE_INT32", False),
-           ("temperature", "TYPE_FP32", True), ("top_k", "TYPE_INT32", True),
-           ("top_p", "TYPE_FP32", True), ("seed", "TYPE_UINT64", True),
-           ("stream", "TYPE_BOOL", True), ("num_draft_tokens", "TYPE_INT32", True),
-           ("route", "TYPE_STRING", True), ("request_id", "TYPE_STRING", True)]
-_OUTPUTS = [("text_output", "TYPE_STRING", [1]), ("output_ids", "TYPE_INT32", [-1]),
-            ("is_final", "TYPE_BOOL", [1]), ("prompt_tokens", "TYPE_INT32", [1]),
-            ("completion_tokens", "TYPE_INT32", [1]), ("draft_tokens", "TYPE_INT32", [1]),
-            ("accepted_tokens", "TYPE_INT32", [1]), ("rounds", "TYPE_INT32", [1]),
-            ("server_ttft_ns", "TYPE_INT64", [1]), ("server_total_ns", "TYPE_INT64", [1]),
-            ("variant", "TYPE_STRING", [1]), ("fallback", "TYPE_BOOL", [1])]
-
-
 def echo_config(name: str, *, round_ms: float = 0.0, max_accept: int = 0,
                 corrupt: bool = False, instances: int = 1) -> str:
     """config.pbtxt text for one echo orchestrator, built as a ModelConfig."""
@@ -131,10 +120,13 @@ def echo_config(name: str, *, round_ms: float = 0.0, max_accept: int = 0,
 
     cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
     cfg.model_transaction_policy.decoupled = True
-    for n, dtype, optional in _INPUTS:
-        cfg.input.add(name=n, data_type=mc.DataType.Value(dtype), dims=[1], optional=optional)
-    for n, dtype, dims in _OUTPUTS:
-        cfg.output.add(name=n, data_type=mc.DataType.Value(dtype), dims=dims)
+    # The orchestrator contract, so a router in front of echo models asks for
+    # exactly the outputs they declare.
+    for t in ORCHESTRATOR_INPUTS:
+        cfg.input.add(name=t.name, data_type=mc.DataType.Value(t.data_type), dims=list(t.dims),
+                      optional=t.optional)
+    for t in ORCHESTRATOR_OUTPUTS:
+        cfg.output.add(name=t.name, data_type=mc.DataType.Value(t.data_type), dims=list(t.dims))
     cfg.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
     for key, value in (("variant", name), ("round_ms", f"{round_ms:g}"),
                        ("max_accept", str(max_accept)), ("corrupt", str(corrupt).lower())):

@@ -43,6 +43,7 @@ from trtspec.build.integrity import MANIFEST, describe, file_records, verify_fil
 from trtspec.errors import StepFailed, TrtspecError
 from trtspec.fsutil import atomic_write_json
 from trtspec.plan import Plan, Step
+from trtspec.procutil import pid_alive
 
 LOG = "build.log"
 TAIL_LINES = 30
@@ -291,15 +292,6 @@ def _restage(arg: str, unit: str, staging: Path) -> str:
     return arg
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def clean_stale_staging(root: Path) -> list[Path]:
     """Delete staging folders left by builds that died (their pid is gone)."""
@@ -309,7 +301,7 @@ def clean_stale_staging(root: Path) -> list[Path]:
         return removed
     for entry in staging.iterdir():
         suffix = entry.name.rsplit(".", 1)[-1]
-        if suffix.isdigit() and int(suffix) != os.getpid() and _pid_alive(int(suffix)):
+        if suffix.isdigit() and int(suffix) != os.getpid() and pid_alive(int(suffix)):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)

@@ -43,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 
 from trtspec.errors import ServerError
+from trtspec.procutil import pid_alive
 from trtspec.serve.access import (
     admin_headers,
     new_admin_key,
@@ -651,22 +652,13 @@ def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
             continue
         pid = int(match.group(1))
         if pid not in owners:
-            owners[pid] = _alive(pid)
+            owners[pid] = pid_alive(pid)
         if not owners[pid]:
             with contextlib.suppress(FileNotFoundError, PermissionError):
                 path.unlink()
                 removed.append(path.name)
     return sorted(removed)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -22,6 +22,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check toolkit tests benchmarks
+	$(VENV)/bin/ruff format --check toolkit tests benchmarks
 	$(VENV)/bin/mypy
 
 demo: $(STAMP)

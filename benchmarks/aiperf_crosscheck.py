@@ -42,15 +42,26 @@ def ensure_aiperf(venv: Path = VENV) -> Path:
         return exe
     print(f"installing aiperf=={AIPERF_PIN} into {venv} (once; a few minutes)", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"aiperf=={AIPERF_PIN}"],
-                   check=True)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", f"aiperf=={AIPERF_PIN}"], check=True
+    )
     return exe
 
 
 def start_server(engine: Path, mode: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trtspec.serve.openai_reference", "--engine", str(engine),
-         "--mode", mode], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "trtspec.serve.openai_reference",
+            "--engine",
+            str(engine),
+            "--mode",
+            mode,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -67,46 +78,106 @@ def prompts_of(path: Path, n: int) -> list[str]:
     items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     texts = [it["prompt"] for it in items if it.get("prompt")]
     if not texts:
-        raise SystemExit(f"{path}: no `prompt` items (chat items are rendered differently "
-                         "by the two tools; use a completion route)")
+        raise SystemExit(
+            f"{path}: no `prompt` items (chat items are rendered differently "
+            "by the two tools; use a completion route)"
+        )
     return [texts[i % len(texts)] for i in range(n)]
 
 
-def run_trtspec(url: str, model: str, prompts: list[str], *, max_tokens: int, warmup: int,
-                out: Path) -> tuple[list[float], list[float]]:
+def run_trtspec(
+    url: str, model: str, prompts: list[str], *, max_tokens: int, warmup: int, out: Path
+) -> tuple[list[float], list[float]]:
     from trtspec.bench.external import external_arms
     from trtspec.bench.records import read_requests
     from trtspec.bench.routes import RouteSet
     from trtspec.bench.runner import BenchPlan, BenchSettings, run_benchmark
 
-    route = RouteSet("crosscheck", out / "prompts.jsonl",
-                     [{"prompt": p} for p in prompts], max_tokens, [], len(prompts))
-    settings = BenchSettings(concurrency=[1], temperatures=[0.0], warmup_requests=warmup,
-                             requests_per_route=len(prompts))
-    plan = BenchPlan("crosscheck", None, None, [route],
-                     external_arms({"server": {"openai": url, "model": model}}), settings)
+    route = RouteSet(
+        "crosscheck",
+        out / "prompts.jsonl",
+        [{"prompt": p} for p in prompts],
+        max_tokens,
+        [],
+        len(prompts),
+    )
+    settings = BenchSettings(
+        concurrency=[1], temperatures=[0.0], warmup_requests=warmup, requests_per_route=len(prompts)
+    )
+    plan = BenchPlan(
+        "crosscheck",
+        None,
+        None,
+        [route],
+        external_arms({"server": {"openai": url, "model": model}}),
+        settings,
+    )
     run_benchmark(plan, output_dir=out / "trtspec", plots=False)
-    rows = [r for r in read_requests(out / "trtspec" / "requests.jsonl")
-            if not r["warmup"] and not r["error"]]
+    rows = [
+        r
+        for r in read_requests(out / "trtspec" / "requests.jsonl")
+        if not r["warmup"] and not r["error"]
+    ]
     return [r["ttft_ms"] for r in rows], [r["latency_ms"] for r in rows]
 
 
-def run_aiperf(exe: Path, url: str, model: str, prompts: list[str], *, max_tokens: int,
-               warmup: int, tokenizer: Path, out: Path) -> tuple[list[float], list[float]]:
+def run_aiperf(
+    exe: Path,
+    url: str,
+    model: str,
+    prompts: list[str],
+    *,
+    max_tokens: int,
+    warmup: int,
+    tokenizer: Path,
+    out: Path,
+) -> tuple[list[float], list[float]]:
     data = out / "aiperf_input.jsonl"
     # AIPerf's warmup takes the first entries of the sequential dataset; give it
     # the prompts trtspec warms up with, so the measured requests line up
     warm = [prompts[i % len(prompts)] for i in range(warmup)]
-    data.write_text("".join(json.dumps({"text": p, "output_length": max_tokens}) + "\n"
-                            for p in warm + prompts))
-    argv = [str(exe), "profile", "-m", model, "--url", url, "--endpoint-type", "completions",
-            "--streaming", "--input-file", str(data), "--custom-dataset-type", "single_turn",
-            "--dataset-sampling-strategy", "sequential", "--request-count", str(len(prompts)),
-            "--warmup-request-count", str(warmup), "--concurrency", "1",
-            "--tokenizer", str(tokenizer), "--use-server-token-count",
-            "--extra-inputs", "temperature:0", "--extra-inputs", "seed:1234",
-            "--output-artifact-dir", str(out / "aiperf"), "--ui-type", "none",
-            "--random-seed", "1234", "--no-auto-plot", "--workers-max", "1"]
+    data.write_text(
+        "".join(json.dumps({"text": p, "output_length": max_tokens}) + "\n" for p in warm + prompts)
+    )
+    argv = [
+        str(exe),
+        "profile",
+        "-m",
+        model,
+        "--url",
+        url,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--input-file",
+        str(data),
+        "--custom-dataset-type",
+        "single_turn",
+        "--dataset-sampling-strategy",
+        "sequential",
+        "--request-count",
+        str(len(prompts)),
+        "--warmup-request-count",
+        str(warmup),
+        "--concurrency",
+        "1",
+        "--tokenizer",
+        str(tokenizer),
+        "--use-server-token-count",
+        "--extra-inputs",
+        "temperature:0",
+        "--extra-inputs",
+        "seed:1234",
+        "--output-artifact-dir",
+        str(out / "aiperf"),
+        "--ui-type",
+        "none",
+        "--random-seed",
+        "1234",
+        "--no-auto-plot",
+        "--workers-max",
+        "1",
+    ]
     # AIPerf 0.13 in HF offline mode takes a local folder for a hub repo id
     # (HFValidationError); a local path needs no network without it.
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
@@ -135,14 +206,20 @@ def main() -> None:
     where.add_argument("--url", help="An OpenAI-compatible server to measure.")
     where.add_argument("--engine", type=Path, help="A reference engine folder to serve here.")
     parser.add_argument("--model", default="target", help="Served model name.")
-    parser.add_argument("--tokenizer", type=Path, help="Tokenizer folder for AIPerf "
-                        "(default ENGINE/tokenizer).")
+    parser.add_argument(
+        "--tokenizer", type=Path, help="Tokenizer folder for AIPerf (default ENGINE/tokenizer)."
+    )
     parser.add_argument("--prompts", type=Path, required=True, help="A route .jsonl file.")
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=2, help="Runs per tool, in ABBA order "
-                        "(trtspec, aiperf, aiperf, trtspec, ...); samples are pooled.")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="Runs per tool, in ABBA order "
+        "(trtspec, aiperf, aiperf, trtspec, ...); samples are pooled.",
+    )
     parser.add_argument("--output", type=Path, help="Folder for both tools' artefacts.")
     args = parser.parse_args()
     tokenizer = args.tokenizer or (args.engine / "tokenizer" if args.engine else None)
@@ -156,8 +233,7 @@ def main() -> None:
     url = args.url
     if args.engine:
         server, url = start_server(args.engine, "none")
-    pooled: dict[str, tuple[list[float], list[float]]] = {"trtspec": ([], []),
-                                                          "aiperf": ([], [])}
+    pooled: dict[str, tuple[list[float], list[float]]] = {"trtspec": ([], []), "aiperf": ([], [])}
     order = []
     for i in range(args.rounds):
         order += ["trtspec", "aiperf"] if i % 2 == 0 else ["aiperf", "trtspec"]
@@ -166,12 +242,25 @@ def main() -> None:
             where = out / f"{i}-{tool}"
             where.mkdir()
             if tool == "trtspec":
-                ttft, lat = run_trtspec(url, args.model, prompts, max_tokens=args.max_tokens,
-                                        warmup=args.warmup, out=where)
+                ttft, lat = run_trtspec(
+                    url,
+                    args.model,
+                    prompts,
+                    max_tokens=args.max_tokens,
+                    warmup=args.warmup,
+                    out=where,
+                )
             else:
-                ttft, lat = run_aiperf(exe, url, args.model, prompts,
-                                       max_tokens=args.max_tokens, warmup=args.warmup,
-                                       tokenizer=tokenizer, out=where)
+                ttft, lat = run_aiperf(
+                    exe,
+                    url,
+                    args.model,
+                    prompts,
+                    max_tokens=args.max_tokens,
+                    warmup=args.warmup,
+                    tokenizer=tokenizer,
+                    out=where,
+                )
             pooled[tool][0].extend(ttft)
             pooled[tool][1].extend(lat)
     finally:
@@ -180,17 +269,24 @@ def main() -> None:
             server.wait(10)
     from trtspec.bench.stats import percentile
 
-    print(f"server {url}, {len(prompts)} requests x {args.rounds} round(s) per tool "
-          f"({' '.join(order)}), concurrency 1, max_tokens {args.max_tokens}; "
-          f"artefacts in {out}")
+    print(
+        f"server {url}, {len(prompts)} requests x {args.rounds} round(s) per tool "
+        f"({' '.join(order)}), concurrency 1, max_tokens {args.max_tokens}; "
+        f"artefacts in {out}"
+    )
     print(f"{'metric (ms)':<14}{'trtspec':>10}{'aiperf':>10}{'diff':>9}")
-    for name, idx, q in (("ttft_p50", 0, 50), ("ttft_p95", 0, 95), ("latency_p50", 1, 50),
-                         ("latency_p95", 1, 95)):
+    for name, idx, q in (
+        ("ttft_p50", 0, 50),
+        ("ttft_p95", 0, 95),
+        ("latency_p50", 1, 50),
+        ("latency_p95", 1, 95),
+    ):
         a, b = percentile(pooled["trtspec"][idx], q), percentile(pooled["aiperf"][idx], q)
         diff = f"{(a / b - 1) * 100:+.1f}%" if a is not None and b else "-"
         print(f"{name:<14}{a or 0:>10.2f}{b or 0:>10.2f}{diff:>9}")
-    print(f"requests measured: trtspec {len(pooled['trtspec'][0])}, "
-          f"aiperf {len(pooled['aiperf'][0])}")
+    print(
+        f"requests measured: trtspec {len(pooled['trtspec'][0])}, aiperf {len(pooled['aiperf'][0])}"
+    )
 
 
 if __name__ == "__main__":

@@ -45,14 +45,32 @@ PROMPT = "The quick brown fox jumps over the lazy dog. "
 
 def jobs(n: int, model: str = "noop") -> list[Job]:
     arm = Arm(model, model)
-    return [Job(route="overhead", prompt_index=0, sample_index=i, item={}, text_input=PROMPT,
-                max_tokens=MAX_TOKENS, arm=arm, temperature=0.0, top_p=1.0, top_k=0, seed=i,
-                load="", concurrency=None, request_rate=None, warmup=False,
-                request_id=f"o{i}") for i in range(n)]
+    return [
+        Job(
+            route="overhead",
+            prompt_index=0,
+            sample_index=i,
+            item={},
+            text_input=PROMPT,
+            max_tokens=MAX_TOKENS,
+            arm=arm,
+            temperature=0.0,
+            top_p=1.0,
+            top_k=0,
+            seed=i,
+            load="",
+            concurrency=None,
+            request_rate=None,
+            warmup=False,
+            request_id=f"o{i}",
+        )
+        for i in range(n)
+    ]
 
 
-def run_ours(url: str, n: int, *, workers: int,
-             rate: float | None = None) -> tuple[list[Outcome], float, dict[str, Any]]:
+def run_ours(
+    url: str, n: int, *, workers: int, rate: float | None = None
+) -> tuple[list[Outcome], float, dict[str, Any]]:
     done: list[Outcome] = []
     lock = threading.Lock()
 
@@ -63,8 +81,15 @@ def run_ours(url: str, n: int, *, workers: int,
     schedule = poisson_schedule(n, rate, seed=1) if rate else None
     with LagProbe() as probe:
         t0 = time.perf_counter()
-        run_jobs(url, jobs(n), workers=workers, on_done=record, stop=threading.Event(),
-                 request_timeout_s=30, schedule_s=schedule)
+        run_jobs(
+            url,
+            jobs(n),
+            workers=workers,
+            on_done=record,
+            stop=threading.Event(),
+            request_timeout_s=30,
+            schedule_s=schedule,
+        )
         wall = time.perf_counter() - t0
     return done, wall, probe.summary()
 
@@ -107,14 +132,19 @@ def summarize(done: list[Outcome], wall: float, probe: dict[str, Any]) -> dict[s
     # from the first send to the last final response: leaves out the start-up
     # of the worker pool, which is not part of the load
     span = (max(o.end_ns for o in ok) - min(o.send_ns for o in ok)) / 1e9 if ok else 0.0
-    return {"requests": len(done), "errors": len(done) - len(ok), "wall_s": wall,
-            "span_s": span, "req_per_s": len(ok) / span if span else None,
-            "latency_ms_p50": stats.percentile(lat, 50),
-            "latency_ms_p95": stats.percentile(lat, 95),
-            "overhead_ms_p50": stats.percentile(over, 50),
-            "overhead_ms_p95": stats.percentile(over, 95),
-            "send_lag_ms_p95": stats.percentile(lag, 95),
-            "probe_lag_ms_p95": probe.get("lag_ms_p95")}
+    return {
+        "requests": len(done),
+        "errors": len(done) - len(ok),
+        "wall_s": wall,
+        "span_s": span,
+        "req_per_s": len(ok) / span if span else None,
+        "latency_ms_p50": stats.percentile(lat, 50),
+        "latency_ms_p95": stats.percentile(lat, 95),
+        "overhead_ms_p50": stats.percentile(over, 50),
+        "overhead_ms_p95": stats.percentile(over, 95),
+        "send_lag_ms_p95": stats.percentile(lag, 95),
+        "probe_lag_ms_p95": probe.get("lag_ms_p95"),
+    }
 
 
 def main() -> int:
@@ -127,16 +157,20 @@ def main() -> int:
     args = ap.parse_args()
     results: dict[str, Any] = {"closed_loop": {}, "open_loop": {}, "plain_sync": {}}
     with tempfile.TemporaryDirectory(prefix="trtspec-overhead-") as tmp:
-        repo = write_echo_repository(Path(tmp) / "repo",
-                                     {"noop": {"round_ms": 0, "max_accept": 10_000}})
+        repo = write_echo_repository(
+            Path(tmp) / "repo", {"noop": {"round_ms": 0, "max_accept": 10_000}}
+        )
         with Server(repo, log_path=Path(tmp) / "tritonserver.log") as server:
             url = server.grpc_url
             run_ours(url, 20, workers=2)  # warm the server and the client's imports
             wall, lat = run_plain(url, args.requests)
-            results["plain_sync"] = {"requests": args.requests, "wall_s": wall,
-                                     "req_per_s": args.requests / wall,
-                                     "latency_ms_p50": stats.percentile(lat, 50),
-                                     "latency_ms_p95": stats.percentile(lat, 95)}
+            results["plain_sync"] = {
+                "requests": args.requests,
+                "wall_s": wall,
+                "req_per_s": args.requests / wall,
+                "latency_ms_p50": stats.percentile(lat, 50),
+                "latency_ms_p95": stats.percentile(lat, 95),
+            }
             for c in (int(x) for x in args.concurrency.split(",")):
                 done, wall, probe = run_ours(url, args.requests, workers=c)
                 results["closed_loop"][c] = summarize(done, wall, probe)
@@ -148,26 +182,35 @@ def main() -> int:
                 # the realised Poisson rate of this schedule, not the nominal one
                 offered = n / poisson_schedule(n, rate, seed=1)[-1]
                 s["offered_req_per_s"] = offered
-                s["sustained"] = bool(s["errors"] == 0 and s["req_per_s"]
-                                      and s["req_per_s"] >= 0.95 * offered
-                                      and (s["send_lag_ms_p95"] or 0) <= 10.0)
+                s["sustained"] = bool(
+                    s["errors"] == 0
+                    and s["req_per_s"]
+                    and s["req_per_s"] >= 0.95 * offered
+                    and (s["send_lag_ms_p95"] or 0) <= 10.0
+                )
                 results["open_loop"][rate] = s
                 if not s["sustained"]:
                     break  # the highest rate is the last one before the first failure
                 best = rate
             results["highest_sustained_rate"] = best
     p = results["plain_sync"]
-    print(f"plain synchronous tritonclient loop: {p['req_per_s']:.0f} req/s, "
-          f"latency p50 {p['latency_ms_p50']:.2f} ms")
+    print(
+        f"plain synchronous tritonclient loop: {p['req_per_s']:.0f} req/s, "
+        f"latency p50 {p['latency_ms_p50']:.2f} ms"
+    )
     for c, s in results["closed_loop"].items():
-        print(f"trtspec client closed loop c={c}: {s['req_per_s']:.0f} req/s, latency p50 "
-              f"{s['latency_ms_p50']:.2f} ms, our overhead p50 {s['overhead_ms_p50']:.3f} ms "
-              f"p95 {s['overhead_ms_p95']:.3f} ms, lag probe p95 {s['probe_lag_ms_p95']:.2f} ms")
+        print(
+            f"trtspec client closed loop c={c}: {s['req_per_s']:.0f} req/s, latency p50 "
+            f"{s['latency_ms_p50']:.2f} ms, our overhead p50 {s['overhead_ms_p50']:.3f} ms "
+            f"p95 {s['overhead_ms_p95']:.3f} ms, lag probe p95 {s['probe_lag_ms_p95']:.2f} ms"
+        )
     for r, s in results["open_loop"].items():
-        print(f"trtspec client open loop {r:g} req/s nominal ({s['offered_req_per_s']:.0f} "
-              f"offered): {s['req_per_s']:.0f} req/s done, "
-              f"send lag p95 {s['send_lag_ms_p95']:.2f} ms, "
-              f"{'sustained' if s['sustained'] else 'NOT sustained'}")
+        print(
+            f"trtspec client open loop {r:g} req/s nominal ({s['offered_req_per_s']:.0f} "
+            f"offered): {s['req_per_s']:.0f} req/s done, "
+            f"send lag p95 {s['send_lag_ms_p95']:.2f} ms, "
+            f"{'sustained' if s['sustained'] else 'NOT sustained'}"
+        )
     print(f"highest sustained open-loop rate: {results['highest_sustained_rate']} req/s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))

@@ -68,8 +68,18 @@ def build(model: Path, draft_kind: str, work: Path, k: int) -> tuple[Path, Path]
     return target, draft
 
 
-def generate(draft, target, prompt: list[int], *, tokens: int, k: int, temperature: float,
-             seed: int, by_logits: bool, end_id: int | None) -> tuple[int, int, int]:
+def generate(
+    draft,
+    target,
+    prompt: list[int],
+    *,
+    tokens: int,
+    k: int,
+    temperature: float,
+    seed: int,
+    by_logits: bool,
+    end_id: int | None,
+) -> tuple[int, int, int]:
     """One request through the draft loop; (drafted, accepted, rounds)."""
     import torch
 
@@ -82,15 +92,28 @@ def generate(draft, target, prompt: list[int], *, tokens: int, k: int, temperatu
         n = draft_budget(k, k, tokens - out)
         proposal, rows = [], None
         if n > 0:
-            gen = draft.generate(GenerationRequest(
-                seq, n, end_id=end_id, return_generation_logits=by_logits,
-                sampling=dataclasses.replace(params, seed=round_seed(seed, rounds, 0))))
+            gen = draft.generate(
+                GenerationRequest(
+                    seq,
+                    n,
+                    end_id=end_id,
+                    return_generation_logits=by_logits,
+                    sampling=dataclasses.replace(params, seed=round_seed(seed, rounds, 0)),
+                )
+            )
             proposal = gen.output_ids
             if by_logits and proposal:
-                rows = torch.stack(gen.generation_logits[-len(proposal):])
-        verified = target.generate(GenerationRequest(
-            seq, len(proposal) + 1, end_id=end_id, draft_ids=proposal or None, draft_logits=rows,
-            sampling=dataclasses.replace(params, seed=round_seed(seed, rounds, 1))))
+                rows = torch.stack(gen.generation_logits[-len(proposal) :])
+        verified = target.generate(
+            GenerationRequest(
+                seq,
+                len(proposal) + 1,
+                end_id=end_id,
+                draft_ids=proposal or None,
+                draft_logits=rows,
+                sampling=dataclasses.replace(params, seed=round_seed(seed, rounds, 1)),
+            )
+        )
         drafted += verified.total_draft_tokens
         accepted += verified.total_accepted_draft_tokens
         rounds += 1
@@ -105,8 +128,12 @@ def generate(draft, target, prompt: list[int], *, tokens: int, k: int, temperatu
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, help="HF model folder (default: the tiny test Llama)")
-    ap.add_argument("--draft", choices=("int8", "noisy"), default=None,
-                    help="draft: the int8 copy (default with --model) or a noisy copy")
+    ap.add_argument(
+        "--draft",
+        choices=("int8", "noisy"),
+        default=None,
+        help="draft: the int8 copy (default with --model) or a noisy copy",
+    )
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.7, 1.0])
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--seeds", type=int, default=4)
@@ -133,25 +160,39 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(str(model))
         prompts = [tokenizer.encode(p) for p in PROMPTS]
         end_id = tokenizer.eos_token_id
-        print(f"model {model.name}, draft {draft_kind}, k={args.k}, {len(prompts)} prompts x "
-              f"{args.seeds} seeds, {args.tokens} tokens each")
-        print(f"{'T':>4}  {'rule':<9}  {'drafted':>7}  {'accepted':>8}  {'rate':>6}  "
-              f"{'tok/round':>9}  {'s':>6}")
+        print(
+            f"model {model.name}, draft {draft_kind}, k={args.k}, {len(prompts)} prompts x "
+            f"{args.seeds} seeds, {args.tokens} tokens each"
+        )
+        print(
+            f"{'T':>4}  {'rule':<9}  {'drafted':>7}  {'accepted':>8}  {'rate':>6}  "
+            f"{'tok/round':>9}  {'s':>6}"
+        )
         for temperature in args.temperatures:
             for by_logits in (False, True):
                 start = time.perf_counter()
                 drafted = accepted = rounds = 0
                 for prompt in prompts:
                     for seed in range(args.seeds):
-                        d, a, r = generate(draft, target, prompt, tokens=args.tokens, k=args.k,
-                                           temperature=temperature, seed=seed,
-                                           by_logits=by_logits, end_id=end_id)
+                        d, a, r = generate(
+                            draft,
+                            target,
+                            prompt,
+                            tokens=args.tokens,
+                            k=args.k,
+                            temperature=temperature,
+                            seed=seed,
+                            by_logits=by_logits,
+                            end_id=end_id,
+                        )
                         drafted, accepted, rounds = drafted + d, accepted + a, rounds + r
                 rate = accepted / drafted if drafted else 0.0
                 per_round = (accepted + rounds) / rounds if rounds else 0.0
-                print(f"{temperature:>4.1f}  {'by logits' if by_logits else 'matching':<9}  "
-                      f"{drafted:>7}  {accepted:>8}  {rate:>6.3f}  {per_round:>9.2f}  "
-                      f"{time.perf_counter() - start:>6.1f}")
+                print(
+                    f"{temperature:>4.1f}  {'by logits' if by_logits else 'matching':<9}  "
+                    f"{drafted:>7}  {accepted:>8}  {rate:>6.3f}  {per_round:>9.2f}  "
+                    f"{time.perf_counter() - start:>6.1f}"
+                )
 
 
 if __name__ == "__main__":

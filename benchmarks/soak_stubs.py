@@ -93,8 +93,13 @@ def build_repo(work: Path) -> Path:
     plan = make_plan(spec, work / "engines")
     for step in plan.steps:
         build(parse_args(list(step.argv[3:])))
-    return assemble(spec, plan, work / "engines", work / "triton_repo",
-                    routing=load_routing(work / "routing.yaml"))
+    return assemble(
+        spec,
+        plan,
+        work / "engines",
+        work / "triton_repo",
+        routing=load_routing(work / "routing.yaml"),
+    )
 
 
 def jobs(n: int, level: int, max_tokens: int) -> list[Job]:
@@ -102,11 +107,26 @@ def jobs(n: int, level: int, max_tokens: int) -> list[Job]:
     out = []
     for i in range(n):
         route, prompt = PROMPTS[i % len(PROMPTS)]
-        out.append(Job(route=route, prompt_index=i % len(PROMPTS), sample_index=i, item={},
-                       text_input=prompt, max_tokens=max_tokens, arm=arm, temperature=0.0,
-                       top_p=1.0, top_k=0, seed=i, load=f"concurrency={level}",
-                       concurrency=level, request_rate=None, warmup=False,
-                       request_id=f"soak-c{level}-{i}"))
+        out.append(
+            Job(
+                route=route,
+                prompt_index=i % len(PROMPTS),
+                sample_index=i,
+                item={},
+                text_input=prompt,
+                max_tokens=max_tokens,
+                arm=arm,
+                temperature=0.0,
+                top_p=1.0,
+                top_k=0,
+                seed=i,
+                load=f"concurrency={level}",
+                concurrency=level,
+                request_rate=None,
+                warmup=False,
+                request_id=f"soak-c{level}-{i}",
+            )
+        )
     return out
 
 
@@ -139,8 +159,12 @@ def main() -> int:
     repo = build_repo(work)
     print(f"soak: repository {repo} built in {time.monotonic() - t_build:.1f} s", file=sys.stderr)
     env = {"TRTSPEC_BLS_WORKAROUND": "0"} if args.no_workaround else {}
-    server = Server(repo, models=sorted(read_manifest(repo)["models"]),
-                    log_path=work / "tritonserver.log", env=env)
+    server = Server(
+        repo,
+        models=sorted(read_manifest(repo)["models"]),
+        log_path=work / "tritonserver.log",
+        env=env,
+    )
     server.start(timeout=600)
     lock = threading.Lock()
     done: list[Outcome] = []
@@ -155,8 +179,10 @@ def main() -> int:
     timer.start()
 
     def say(incident: Any) -> None:
-        print(f"soak: {incident.message()}; {incident.action} in {incident.recovery_s:.1f} s",
-              file=sys.stderr)
+        print(
+            f"soak: {incident.message()}; {incident.action} in {incident.recovery_s:.1f} s",
+            file=sys.stderr,
+        )
 
     watchdog = StubWatchdog(server, on_incident=say).prime().start()
 
@@ -191,13 +217,27 @@ def main() -> int:
             if stop.is_set():
                 break
             t0, before = time.monotonic(), len(done)
-            run_jobs(server.grpc_url, jobs(args.requests, level, args.max_tokens),
-                     workers=level, on_done=record, stop=stop,
-                     request_timeout_s=args.request_timeout, recover=recover)
-            levels.append({"concurrency": level, "requests": len(done) - before,
-                           "seconds": round(time.monotonic() - t0, 1)})
-            print(f"soak: concurrency {level}: {len(done) - before} requests in "
-                  f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+            run_jobs(
+                server.grpc_url,
+                jobs(args.requests, level, args.max_tokens),
+                workers=level,
+                on_done=record,
+                stop=stop,
+                request_timeout_s=args.request_timeout,
+                recover=recover,
+            )
+            levels.append(
+                {
+                    "concurrency": level,
+                    "requests": len(done) - before,
+                    "seconds": round(time.monotonic() - t0, 1),
+                }
+            )
+            print(
+                f"soak: concurrency {level}: {len(done) - before} requests in "
+                f"{time.monotonic() - t0:.0f} s",
+                file=sys.stderr,
+            )
     finally:
         timer.cancel()
         watchdog.stop()

@@ -37,7 +37,8 @@ def _run(*args: str) -> tuple[str, str]:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert result.exit_code == 0, (
         f"trtspec {' '.join(args)} exited {result.exit_code}\n"
-        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
     return result.stdout, result.stderr
 
 
@@ -46,14 +47,24 @@ def workdir(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     from trtspec.engine.testing import build_engine
 
     root = tmp_path_factory.mktemp("e2e-external")
-    dte = build_engine(tiny_llama, root / "served" / "target_dte", "draft_tokens_external",
-                       max_draft_len=4, max_batch_size=2, max_input_len=256, max_seq_len=512)
+    dte = build_engine(
+        tiny_llama,
+        root / "served" / "target_dte",
+        "draft_tokens_external",
+        max_draft_len=4,
+        max_batch_size=2,
+        max_input_len=256,
+        max_seq_len=512,
+    )
     (root / "routes").mkdir()
     (root / "routes" / "rag.jsonl").write_text(
-        "".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+        "".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS)
+    )
     old = Path.cwd()
-    with openai_reference(dte, mode="none") as base, \
-            openai_reference(dte, mode="ngram", num_draft_tokens=4) as ngram:
+    with (
+        openai_reference(dte, mode="none") as base,
+        openai_reference(dte, mode="ngram", num_draft_tokens=4) as ngram,
+    ):
         (root / "tiny.yaml").write_text(f"""\
 name: tiny-ext
 backend: reference
@@ -91,20 +102,31 @@ def test_triton_and_external_arms_in_one_report(workdir: Path) -> None:
     rows = [r for r in read_requests(run / "requests.jsonl") if not r["warmup"]]
     assert not [r["error"] for r in rows if r["error"]]
     assert {(r["variant"], r["arm_kind"], r["pairs_with"]) for r in rows} == {
-        ("baseline", "triton", None), ("ngram", "triton", "baseline"),
-        ("vllm_base", "openai", None), ("vllm_ngram", "openai", "vllm_base")}
+        ("baseline", "triton", None),
+        ("ngram", "triton", "baseline"),
+        ("vllm_base", "openai", None),
+        ("vllm_ngram", "openai", "vllm_base"),
+    }
     assert len(rows) == 4 * 3
     by_arm = {v: [r for r in rows if r["variant"] == v] for v in ("ngram", "vllm_ngram")}
     assert {r["acceptance_source"] for r in by_arm["ngram"]} == {"response"}
     assert {r["acceptance_source"] for r in by_arm["vllm_ngram"]} == {"metrics"}
     # the same prompt-lookup proposer and engine on both sides: the same counts
-    assert [r["draft_tokens"] for r in by_arm["vllm_ngram"]] == \
-        [r["draft_tokens"] for r in by_arm["ngram"]]
-    assert [r["accepted_tokens"] for r in by_arm["vllm_ngram"]] == \
-        [r["accepted_tokens"] for r in by_arm["ngram"]]
+    assert [r["draft_tokens"] for r in by_arm["vllm_ngram"]] == [
+        r["draft_tokens"] for r in by_arm["ngram"]
+    ]
+    assert [r["accepted_tokens"] for r in by_arm["vllm_ngram"]] == [
+        r["accepted_tokens"] for r in by_arm["ngram"]
+    ]
     # same prompt text, same greedy tokens: the external arms' text equals Triton's
-    texts = {v: [r["output_text"] for r in sorted(rows, key=lambda r: r["sample_index"])
-                 if r["variant"] == v] for v in ("baseline", "vllm_base", "vllm_ngram")}
+    texts = {
+        v: [
+            r["output_text"]
+            for r in sorted(rows, key=lambda r: r["sample_index"])
+            if r["variant"] == v
+        ]
+        for v in ("baseline", "vllm_base", "vllm_ngram")
+    }
     assert texts["baseline"] == texts["vllm_base"] == texts["vllm_ngram"]
 
     summary = json.loads((run / "summary.json").read_text())
@@ -116,17 +138,27 @@ def test_triton_and_external_arms_in_one_report(workdir: Path) -> None:
     cells = {c["variant"]: c for c in summary["cells"]}
     assert cells["vllm_ngram"]["acceptance_rate"] is not None
     assert cells["vllm_ngram"]["equal_rate"] == 1.0 and cells["ngram"]["equal_rate"] == 1.0
-    assert [c["variant"] for c in summary["cells"]] == ["baseline", "ngram", "vllm_base",
-                                                          "vllm_ngram"]
+    assert [c["variant"] for c in summary["cells"]] == [
+        "baseline",
+        "ngram",
+        "vllm_base",
+        "vllm_ngram",
+    ]
     assert summary["routing"]["routes"]["rag"]["variant"] in ("baseline", "ngram")
     lines = out.splitlines()
-    assert any(line.startswith("route=rag  baseline ") and " ngram(k=4) " in line
-               for line in lines), out
-    assert any(line.startswith("route=rag  vllm_base ") and " vllm_ngram " in line
-               for line in lines), out
+    assert any(
+        line.startswith("route=rag  baseline ") and " ngram(k=4) " in line for line in lines
+    ), out
+    assert any(
+        line.startswith("route=rag  vllm_base ") and " vllm_ngram " in line for line in lines
+    ), out
     report = (run / "report.md").read_text()
-    for arm in ("| rag | baseline |", "| rag | ngram(k=4) |", "| rag | vllm_base |",
-                "| rag | vllm_ngram |"):
+    for arm in (
+        "| rag | baseline |",
+        "| rag | ngram(k=4) |",
+        "| rag | vllm_base |",
+        "| rag | vllm_ngram |",
+    ):
         assert arm in report
     assert "external arm vllm_ngram:" in report
     assert "vllm_ngram" in (run / "report.html").read_text()

@@ -66,8 +66,12 @@ def workdir(tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPat
             fh.write(json.dumps({"prompt": p}) + "\n")
     with open(routes / "rag_copy_heavy.jsonl", "w") as fh:
         for p in RAG_PROMPTS:
-            fh.write(json.dumps({"messages": [{"role": "user", "content": p}],
-                                 "golden": p.split("\n")[0][9:60]}) + "\n")
+            fh.write(
+                json.dumps(
+                    {"messages": [{"role": "user", "content": p}], "golden": p.split("\n")[0][9:60]}
+                )
+                + "\n"
+            )
     (root / "specs" / "tiny.yaml").write_text(f"""\
 name: tiny-e2e
 backend: reference
@@ -165,16 +169,44 @@ def test_every_stage_in_order(in_workdir: Path) -> None:
     # serve in a real process; bench against it; stop with SIGINT
     log = in_workdir / "serve.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trtspec.cli.main", "serve", str(repo), "--http-port", "0",
-         "--grpc-port", "0", "--metrics-port", "0", "--format", "json", "--log-file", str(log)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "trtspec.cli.main",
+            "serve",
+            str(repo),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--format",
+            "json",
+            "--log-file",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         endpoints = _wait_ready(proc, 240)
         grpc = endpoints.get("grpc") or endpoints.get("grpc_url")
         assert grpc and grpc.startswith("127.0.0.1:"), endpoints
-        out, _ = _run("bench", spec, "--endpoint", grpc, "--run-dir", "results/run1",
-                        "--no-plots", "--format", "table", "--fixed-count")
+        out, _ = _run(
+            "bench",
+            spec,
+            "--endpoint",
+            grpc,
+            "--run-dir",
+            "results/run1",
+            "--no-plots",
+            "--format",
+            "table",
+            "--fixed-count",
+        )
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -204,11 +236,13 @@ def test_every_stage_in_order(in_workdir: Path) -> None:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["totals"]["requests"] == len(measured)
     for cell in summary["cells"]:
-        cell_rows = [r for r in measured if r["route"] == cell["route"]
-                     and r["variant"] == cell["variant"]]
+        cell_rows = [
+            r for r in measured if r["route"] == cell["route"] and r["variant"] == cell["variant"]
+        ]
         assert cell["count"] == len(cell_rows)
         assert cell["latency_ms"]["p50"] == pytest.approx(
-            stats.percentile([r["latency_ms"] for r in cell_rows], 50))
+            stats.percentile([r["latency_ms"] for r in cell_rows], 50)
+        )
         if cell["variant"] != "baseline":
             assert cell["draft_tokens"] == sum(r["draft_tokens"] for r in cell_rows)
             assert cell["accepted_tokens"] == sum(r["accepted_tokens"] for r in cell_rows)
@@ -228,7 +262,9 @@ def test_every_stage_in_order(in_workdir: Path) -> None:
         base, sp = h["baseline_tokens_per_second"], h["speedup"]
         assert re.search(
             rf"route={dec['route']}\s+baseline {base:.0f} tok/s\s+{re.escape(dec['variant'])}"
-            rf"\S*\s+speedup {sp['point']:.2f}x .*→ {dec['decision']}", out), out
+            rf"\S*\s+speedup {sp['point']:.2f}x .*→ {dec['decision']}",
+            out,
+        ), out
 
     # routing.yaml feeds the router
     routing = yaml.safe_load((run / "routing.yaml").read_text())

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-ADD_ONE = '''\
+ADD_ONE = """\
 import triton_python_backend_utils as pb_utils
 import numpy as np
 
@@ -41,9 +41,9 @@ class TritonPythonModel:
             y = (x + 1).astype(np.int32)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
         return responses
-'''
+"""
 
-TIMES_TEN_VIA = '''\
+TIMES_TEN_VIA = """\
 import triton_python_backend_utils as pb_utils
 import numpy as np
 
@@ -66,9 +66,9 @@ class TritonPythonModel:
             out = (y * 10).astype(np.int32)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", out)]))
         return responses
-'''
+"""
 
-BROKEN = '''\
+BROKEN = """\
 import triton_python_backend_utils as pb_utils
 
 
@@ -78,9 +78,9 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-'''
+"""
 
-SLOW_INIT = '''\
+SLOW_INIT = """\
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -92,7 +92,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-'''
+"""
 
 
 class ModelRepo:
@@ -134,8 +134,13 @@ class ModelRepo:
         (folder / "1" / "model.py").write_text(source)
         return folder
 
-    def write_manifest(self, models: dict[str, dict[str, Any]], variants: Sequence[str],
-                       *, backend: str = "reference") -> Path:
+    def write_manifest(
+        self,
+        models: dict[str, dict[str, Any]],
+        variants: Sequence[str],
+        *,
+        backend: str = "reference",
+    ) -> Path:
         """Write ``trtspec-repo.json`` as docs/internals.md §7 describes it."""
         manifest = {
             "schema_version": 1,

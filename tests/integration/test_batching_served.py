@@ -30,8 +30,13 @@ def served_one_instance(tiny_llama: Path, tmp_path_factory: pytest.TempPathFacto
 
     root = tmp_path_factory.mktemp("batched")
     target = build_engine(tiny_llama, root / "engines" / "target", "none", max_batch_size=8)
-    dte = build_engine(tiny_llama, root / "engines" / "target_dte", "draft_tokens_external",
-                       max_draft_len=4, max_batch_size=8)
+    dte = build_engine(
+        tiny_llama,
+        root / "engines" / "target_dte",
+        "draft_tokens_external",
+        max_draft_len=4,
+        max_batch_size=8,
+    )
     repo = root / "repo"
     write_engine_model(repo, "target", target, decoupled=True, instances=1)
     write_engine_model(repo, "target_dte", dte, decoupled=False, instances=1)
@@ -57,14 +62,18 @@ def _set_parameter(path: Path, key: str, value: str) -> None:
 
 
 def _span(result) -> tuple[int, int]:
-    return (int(result.as_numpy("first_scheduled_time_ns").reshape(-1)[0]),
-            int(result.as_numpy("last_token_time_ns").reshape(-1)[0]))
+    return (
+        int(result.as_numpy("first_scheduled_time_ns").reshape(-1)[0]),
+        int(result.as_numpy("last_token_time_ns").reshape(-1)[0]),
+    )
 
 
 def _overlapping(spans: list[tuple[int, int]]) -> int:
     """How many spans overlap another one."""
-    return sum(any(a < d and c < b for j, (c, d) in enumerate(spans) if j != i)
-               for i, (a, b) in enumerate(spans))
+    return sum(
+        any(a < d and c < b for j, (c, d) in enumerate(spans) if j != i)
+        for i, (a, b) in enumerate(spans)
+    )
 
 
 def _run_all(work, n: int) -> dict:
@@ -88,10 +97,16 @@ def test_concurrent_streams_are_batched_and_exact(served_one_instance) -> None:
     engine = ReferenceEngine.load(target, kv_reuse=0)
     prompts = [[*PROMPT[: 3 + 2 * i], 50 + i] * (1 + i % 3) for i in range(6)]
     lengths = [24 + 4 * i for i in range(6)]
-    expected = [engine.generate(GenerationRequest(p, n)).output_ids
-                for p, n in zip(prompts, lengths, strict=True)]
-    got = _run_all(lambda i: _stream(server.grpc_url, "target",
-                                     _inputs(prompts[i], lengths[i], streaming=True)), 6)
+    expected = [
+        engine.generate(GenerationRequest(p, n)).output_ids
+        for p, n in zip(prompts, lengths, strict=True)
+    ]
+    got = _run_all(
+        lambda i: _stream(
+            server.grpc_url, "target", _inputs(prompts[i], lengths[i], streaming=True)
+        ),
+        6,
+    )
     spans = []
     for i in range(6):
         deltas, responses, error = got[i]
@@ -110,8 +125,10 @@ def test_concurrent_draft_verifications_without_decoupled_mode(served_one_instan
     engine = ReferenceEngine.load(dte, kv_reuse=0)
     prompts = [[*PROMPT, 200 + i] * (2 + i) for i in range(5)]
     drafts = [[(7 * i + j) % 300 for j in range(1 + i % 4)] for i in range(5)]
-    expected = [engine.generate(GenerationRequest(p, 5, draft_ids=d)) for p, d in
-                zip(prompts, drafts, strict=True)]
+    expected = [
+        engine.generate(GenerationRequest(p, 5, draft_ids=d))
+        for p, d in zip(prompts, drafts, strict=True)
+    ]
 
     def call(i: int):
         client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -140,8 +157,14 @@ def test_long_prompt_with_streams_in_flight(served_one_instance) -> None:
     engine = ReferenceEngine.load(target, kv_reuse=0)
     prompts = [PROMPT * 2, [3 + (i * 11) % 300 for i in range(300)]]
     expected = [engine.generate(GenerationRequest(p, 16)).output_ids for p in prompts]
-    got = _run_all(lambda i: _stream(server.grpc_url, "target", _inputs(
-        prompts[i], 16, streaming=True, extra={"end_id": np.array([[-1]], np.int32)})), 2)
+    got = _run_all(
+        lambda i: _stream(
+            server.grpc_url,
+            "target",
+            _inputs(prompts[i], 16, streaming=True, extra={"end_id": np.array([[-1]], np.int32)}),
+        ),
+        2,
+    )
     for i in range(2):
         deltas, _, error = got[i]
         assert error is None
@@ -155,8 +178,9 @@ def test_v1_model_type_serves_one_request_at_a_time(served_one_instance) -> None
     engine = ReferenceEngine.load(target, kv_reuse=0)
     prompts = [[*PROMPT, 60 + i] for i in range(3)]
     expected = [engine.generate(GenerationRequest(p, 10)).output_ids for p in prompts]
-    got = _run_all(lambda i: _stream(server.grpc_url, "target_v1",
-                                     _inputs(prompts[i], 10, streaming=True)), 3)
+    got = _run_all(
+        lambda i: _stream(server.grpc_url, "target_v1", _inputs(prompts[i], 10, streaming=True)), 3
+    )
     spans = []
     for i in range(3):
         deltas, responses, error = got[i]

@@ -33,13 +33,19 @@ from trtspec.spec import load_spec
 
 pytestmark = pytest.mark.slow
 
-COPY_PROMPTS = ["The bridge opened in 1932 and is 503 metres long. ",
-                "Tomatoes and basil share bed one this year. ",
-                "Flight KL1234 departs at 09:15 from gate D7. ",
-                "Sample B7 has a pH of 6.8 at four metres. "]
+COPY_PROMPTS = [
+    "The bridge opened in 1932 and is 503 metres long. ",
+    "Tomatoes and basil share bed one this year. ",
+    "Flight KL1234 departs at 09:15 from gate D7. ",
+    "Sample B7 has a pH of 6.8 at four metres. ",
+]
 JSON_DOCS = ['{"a": 1, "b": "xy"}', '{"a": 22, "b": "north"}', '{"a": 3, "b": "q"}']
-SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
-          "required": ["a", "b"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
 MODELS: dict[str, dict[str, object]] = {
     "baseline": {"round_ms": 8},
     "fast": {"round_ms": 8, "max_accept": 3},
@@ -81,10 +87,17 @@ bench:
 @pytest.fixture(scope="module")
 def echo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = write_echo_repository(tmp_path_factory.mktemp("echo") / "repo", MODELS)
-    manifest = {"schema_version": 1, "spec": "echo", "spec_hash": None, "backend": "reference",
-                "trtllm_version": None, "variants": ["baseline", "fast", "lossy"],
-                "models": {n: {"role": "orchestrator", "calls": [], "variant": n, "mode": None}
-                           for n in MODELS}}
+    manifest = {
+        "schema_version": 1,
+        "spec": "echo",
+        "spec_hash": None,
+        "backend": "reference",
+        "trtllm_version": None,
+        "variants": ["baseline", "fast", "lossy"],
+        "models": {
+            n: {"role": "orchestrator", "calls": [], "variant": n, "mode": None} for n in MODELS
+        },
+    }
     (repo / "trtspec-repo.json").write_text(json.dumps(manifest))
     return repo
 
@@ -106,9 +119,22 @@ def _by(rows: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:
 def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     spec = _write_spec(tmp_path)
     run = tmp_path / "run"
-    res = CliRunner().invoke(cli, [
-        "bench", str(spec), "--endpoint", server.grpc_url, "--metrics-url", server.metrics_url,
-        "--run-dir", str(run), "--fail-on", "speedup<1.0@copy/fast", "--fixed-count"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            str(spec),
+            "--endpoint",
+            server.grpc_url,
+            "--metrics-url",
+            server.metrics_url,
+            "--run-dir",
+            str(run),
+            "--fail-on",
+            "speedup<1.0@copy/fast",
+            "--fixed-count",
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = read_requests(run / "requests.jsonl")
     measured = [r for r in rows if not r["warmup"]]
@@ -119,43 +145,60 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     r0 = _by(rows, route="copy", variant="fast", num_speculative_tokens=3)[0]
     assert r0["output_text"] == COPY_PROMPTS[0][:16]
     assert (r0["completion_tokens"], r0["prompt_tokens"], r0["rounds"]) == (
-        16, len(COPY_PROMPTS[0]), 4)
+        16,
+        len(COPY_PROMPTS[0]),
+        4,
+    )
     assert (r0["draft_tokens"], r0["accepted_tokens"]) == (12, 12)
     assert r0["speculative"] is True and r0["mode"] == "ngram"
     assert r0["served_variant"] == "fast" and r0["fallback"] is False
     assert r0["ttft_ms"] < r0["latency_ms"]
     assert r0["tpot_ms"] == pytest.approx((r0["latency_ms"] - r0["ttft_ms"]) / 15)
-    assert r0["quality"] == {"golden": {"status": "pass",
-                                        "detail": "similarity 1.00 (threshold 0.60)"}}
+    assert r0["quality"] == {
+        "golden": {"status": "pass", "detail": "similarity 1.00 (threshold 0.60)"}
+    }
     # paired: every sample went to every arm with the same seed, in ABBA order
     for s in range(6):
         seen = _by(rows, route="json", sample_index=s)
         assert {(r["variant"], r["num_speculative_tokens"]) for r in seen} == {
-            ("baseline", None), ("fast", 1), ("fast", 3), ("lossy", 2)}
+            ("baseline", None),
+            ("fast", 1),
+            ("fast", 3),
+            ("lossy", 2),
+        }
         assert len({r["seed"] for r in seen}) == 1
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["schema_version"] == 1 and summary["complete"] is True
     assert summary["spec"]["name"] == "echo" and summary["spec"]["hash"]
     assert summary["versions"]["tritonserver"] == "2.51.0"
-    cells = {(c["route"], c["variant"], c["num_speculative_tokens"]): c
-             for c in summary["cells"]}
+    cells = {(c["route"], c["variant"], c["num_speculative_tokens"]): c for c in summary["cells"]}
     for (route, variant, k), cell in cells.items():
         mine = _by(rows, route=route, variant=variant, num_speculative_tokens=k)
         assert cell["count"] == len(mine) == 6
         assert cell["ttft_ms"]["p50"] == pytest.approx(
-            stats.percentile([r["ttft_ms"] for r in mine], 50))
+            stats.percentile([r["ttft_ms"] for r in mine], 50)
+        )
         assert cell["latency_ms"]["p95"] == pytest.approx(
-            stats.percentile([r["latency_ms"] for r in mine], 95))
+            stats.percentile([r["latency_ms"] for r in mine], 95)
+        )
         if variant != "baseline":
             base = {r["sample_index"]: r for r in _by(rows, route=route, variant="baseline")}
-            ratios = [(base[r["sample_index"]]["latency_ms"] / base[r["sample_index"]][
-                "completion_tokens"]) / (r["latency_ms"] / r["completion_tokens"]) for r in mine]
-            assert cell["speedup"]["point"] == pytest.approx(stats.paired_speedup(
-                ratios, [1.0] * len(ratios)).point)
+            ratios = [
+                (
+                    base[r["sample_index"]]["latency_ms"]
+                    / base[r["sample_index"]]["completion_tokens"]
+                )
+                / (r["latency_ms"] / r["completion_tokens"])
+                for r in mine
+            ]
+            assert cell["speedup"]["point"] == pytest.approx(
+                stats.paired_speedup(ratios, [1.0] * len(ratios)).point
+            )
             drafted = sum(r["draft_tokens"] for r in mine)
             assert cell["acceptance_rate"] == pytest.approx(
-                sum(r["accepted_tokens"] for r in mine) / drafted)
+                sum(r["accepted_tokens"] for r in mine) / drafted
+            )
     assert cells[("copy", "fast", 3)]["equal_rate"] == 1.0
     assert cells[("json", "fast", 1)]["equal_rate"] == 1.0
     assert cells[("json", "lossy", 2)]["equal_rate"] == 0.0
@@ -164,23 +207,31 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     assert cells[("copy", "fast", 3)]["speedup"]["ci_low"] > 1.5
     assert cells[("copy", "baseline", None)]["server_memory_bytes"] > 0
 
-    decisions = {(d["route"], d["variant"], d["num_speculative_tokens"]): d
-                 for d in summary["decisions"]}
+    decisions = {
+        (d["route"], d["variant"], d["num_speculative_tokens"]): d for d in summary["decisions"]
+    }
     assert decisions[("copy", "fast", 3)]["decision"] == "promote"
     assert decisions[("copy", "fast", 3)]["best_k"] is True
     assert decisions[("json", "lossy", 2)]["decision"] == "exclude"
     routing = yaml.safe_load((run / "routing.yaml").read_text())
     evidence = routing["routes"]["copy"].pop("evidence")
-    assert routing["routes"]["copy"] == {"variant": "fast", "num_draft_tokens": 3,
-                                         "canary_percent": 100, "decision": "promote",
-                                         "fallback_variant": "baseline"}
+    assert routing["routes"]["copy"] == {
+        "variant": "fast",
+        "num_draft_tokens": 3,
+        "canary_percent": 100,
+        "decision": "promote",
+        "fallback_variant": "baseline",
+    }
     # the same paired estimate as the summary's headline
     assert evidence["speedup"] == round(cells[("copy", "fast", 3)]["speedup"]["point"], 4)
     assert evidence["pairs"] == 6
     assert res.stdout.splitlines() == console_lines(summary)
-    assert any(line.startswith("route=copy  baseline ") and "fast(k=3)" in line
-               and line.endswith("quality pass  → promote  (short outputs)")
-               for line in res.stdout.splitlines())
+    assert any(
+        line.startswith("route=copy  baseline ")
+        and "fast(k=3)" in line
+        and line.endswith("quality pass  → promote  (short outputs)")
+        for line in res.stdout.splitlines()
+    )
     assert "bench: route=copy concurrency=2 T=0 24 requests over 4 arm(s)" in res.stderr
     html = (run / "report.html").read_text()
     for png in ("speedup.png", "latency_copy.png", "latency_json.png", "acceptance_vs_k.png"):
@@ -190,28 +241,49 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
 
 def test_bench_open_loop_and_gate_exit(server: Any, tmp_path: Path) -> None:
     spec = load_spec(_write_spec(tmp_path, requests=4, concurrency="[1]"))
-    result = run_benchmark(spec, output_dir=tmp_path / "run", endpoint=server.grpc_url,
-                           routes=["copy"], variants=["fast"], num_draft_tokens=[2],
-                           request_rate=40.0, temperatures=[0.0, 0.8], plots=False)
+    result = run_benchmark(
+        spec,
+        output_dir=tmp_path / "run",
+        endpoint=server.grpc_url,
+        routes=["copy"],
+        variants=["fast"],
+        num_draft_tokens=[2],
+        request_rate=40.0,
+        temperatures=[0.0, 0.8],
+        plots=False,
+    )
     loads = {(c["load"], c["temperature"]) for c in result.summary["cells"]}
-    assert loads == {("concurrency=1", 0.0), ("rate=40/s", 0.0), ("concurrency=1", 0.8),
-                     ("rate=40/s", 0.8)}
+    assert loads == {
+        ("concurrency=1", 0.0),
+        ("rate=40/s", 0.0),
+        ("concurrency=1", 0.8),
+        ("rate=40/s", 0.8),
+    }
     rows = read_requests(tmp_path / "run" / "requests.jsonl")
     open_rows = _by(rows, load="rate=40/s")
     assert len(open_rows) == 2 * 4 * 2 and all(r["send_lag_ms"] is not None for r in open_rows)
     hot = [c for c in result.summary["cells"] if c["temperature"] == 0.8]
     assert all(c["equal_rate"] is None for c in hot)
-    res = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-plots",
-                                   "--fail-on", "speedup<100@copy"])
+    res = CliRunner().invoke(
+        cli, ["report", str(tmp_path / "run"), "--no-plots", "--fail-on", "speedup<100@copy"]
+    )
     assert res.exit_code == 3
     assert res.stderr.count("speedup<100@copy: speedup=") == 4
 
 
 def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: Path) -> None:
     spec = load_spec(_write_spec(tmp_path, requests=2, concurrency="[1]"))
-    result = run_benchmark(spec, output_dir=tmp_path / "run", repo=echo_repo, isolate=True,
-                           routes=["copy"], variants=["fast"], num_draft_tokens=[3],
-                           warmup_requests=0, plots=False)
+    result = run_benchmark(
+        spec,
+        output_dir=tmp_path / "run",
+        repo=echo_repo,
+        isolate=True,
+        routes=["copy"],
+        variants=["fast"],
+        num_draft_tokens=[3],
+        warmup_requests=0,
+        plots=False,
+    )
     logs = sorted(p.name for p in (tmp_path / "run").glob("tritonserver-*.log"))
     assert logs == ["tritonserver-baseline.log", "tritonserver-fast.log"]
     # each server loaded only its own variant
@@ -226,24 +298,49 @@ def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: P
 def test_bench_starts_its_own_server(echo_repo: Path, tmp_path: Path) -> None:
     # 5 pairs: the fewest a decision takes (bench.decision.min_pairs)
     spec = load_spec(_write_spec(tmp_path, requests=5, concurrency="[1]"))
-    result = run_benchmark(spec, output_dir=tmp_path / "run", repo=echo_repo, routes=["json"],
-                           variants=["lossy"], warmup_requests=0, plots=False)
+    result = run_benchmark(
+        spec,
+        output_dir=tmp_path / "run",
+        repo=echo_repo,
+        routes=["json"],
+        variants=["lossy"],
+        warmup_requests=0,
+        plots=False,
+    )
     assert (tmp_path / "run" / "tritonserver.log").is_file()
     cells = {c["variant"]: c for c in result.summary["cells"]}
     # CPU: memory is the RSS of the server process and its Python backend stubs
     assert cells["baseline"]["server_memory_kind"] == "process_rss"
     assert cells["baseline"]["server_memory_bytes"] > 10 * 2**20
     assert [d["decision"] for d in result.summary["decisions"]] == ["exclude"]
-    assert result.summary["routing"]["routes"]["json"] == {"variant": "baseline",
-                                                           "decision": "exclude"}
+    assert result.summary["routing"]["routes"]["json"] == {
+        "variant": "baseline",
+        "decision": "exclude",
+    }
 
 
 def _start_bench(spec: Path, run: Path, url: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "toolkit")}
     return subprocess.Popen(
-        [sys.executable, "-m", "trtspec.cli.main", "bench", str(spec), "--endpoint", url,
-         "--run-dir", str(run), "--routes", "copy", "--requests", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        [
+            sys.executable,
+            "-m",
+            "trtspec.cli.main",
+            "bench",
+            str(spec),
+            "--endpoint",
+            url,
+            "--run-dir",
+            str(run),
+            "--routes",
+            "copy",
+            "--requests",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
 
 
 def _wait_rows(path: Path, n: int, proc: subprocess.Popen[bytes]) -> None:
@@ -258,8 +355,7 @@ def _wait_rows(path: Path, n: int, proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigint"])
-def test_interrupted_bench_keeps_completed_requests(server: Any, tmp_path: Path,
-                                                    how: str) -> None:
+def test_interrupted_bench_keeps_completed_requests(server: Any, tmp_path: Path, how: str) -> None:
     spec = _write_spec(tmp_path)
     run = tmp_path / "run"
     proc = _start_bench(spec, run, server.grpc_url)
@@ -308,12 +404,21 @@ def _run_with_a_kill(echo_repo: Path, tmp_path: Path, pick: Any) -> tuple[Any, l
     spec = load_spec(_write_spec(tmp_path, requests=6, concurrency="[1]"))
     run_dir = tmp_path / "run"
     killed: list[int] = []
-    killer = threading.Thread(target=_kill_after_rows,
-                              args=(run_dir / "requests.jsonl", 4, pick, killed), daemon=True)
+    killer = threading.Thread(
+        target=_kill_after_rows, args=(run_dir / "requests.jsonl", 4, pick, killed), daemon=True
+    )
     killer.start()
-    result = run_benchmark(spec, output_dir=run_dir, repo=echo_repo, routes=["copy"],
-                           variants=["fast"], num_draft_tokens=[3], warmup_requests=0,
-                           request_timeout_s=60, plots=False)
+    result = run_benchmark(
+        spec,
+        output_dir=run_dir,
+        repo=echo_repo,
+        routes=["copy"],
+        variants=["fast"],
+        num_draft_tokens=[3],
+        warmup_requests=0,
+        request_timeout_s=60,
+        plots=False,
+    )
     killer.join(timeout=5)
     assert killed, "the test found nothing to kill"
     return result, killed
@@ -339,8 +444,10 @@ def _check_recovered_run(result: Any, what: str) -> list[dict[str, Any]]:
     assert "decision: exclude" not in (run_dir / "routing.yaml").read_text()
     log = (run_dir / "tritonserver.log").read_text(errors="replace")
     assert log.count("Started GRPCInferenceService") == 2  # one log, two starts
-    assert "server incident: baseline" in (run_dir / "report.md").read_text() or \
-        "server incident: None" in (run_dir / "report.md").read_text()
+    assert (
+        "server incident: baseline" in (run_dir / "report.md").read_text()
+        or "server incident: None" in (run_dir / "report.md").read_text()
+    )
     return failed
 
 
@@ -377,8 +484,7 @@ def test_bench_restarts_a_dead_server_it_owns(echo_repo: Path, tmp_path: Path) -
     _check_recovered_run(result, f"tritonserver (pid {killed[0]}) was killed by SIGKILL")
 
 
-def test_bench_on_an_endpoint_that_dies_stops_incomplete(echo_repo: Path,
-                                                        tmp_path: Path) -> None:
+def test_bench_on_an_endpoint_that_dies_stops_incomplete(echo_repo: Path, tmp_path: Path) -> None:
     """With --endpoint the server is not the bench's to restart: it stops,
     keeps what completed, marks the run incomplete and exits 1; nothing is
     written as ``exclude`` because of it."""
@@ -388,19 +494,41 @@ def test_bench_on_an_endpoint_that_dies_stops_incomplete(echo_repo: Path,
     run = tmp_path / "run"
     killed: list[int] = []
     with Server(echo_repo, log_path=tmp_path / "endpoint.log") as server:
-        killer = threading.Thread(target=_kill_after_rows,
-                                  args=(run / "requests.jsonl", 4, lambda: server.pid, killed),
-                                  daemon=True)
+        killer = threading.Thread(
+            target=_kill_after_rows,
+            args=(run / "requests.jsonl", 4, lambda: server.pid, killed),
+            daemon=True,
+        )
         killer.start()
-        res = CliRunner().invoke(cli, [
-            "bench", str(spec), "--endpoint", server.grpc_url, "--run-dir", str(run),
-            "--routes", "copy", "--variants", "fast", "--num-draft-tokens", "3",
-            "--warmup", "0", "--no-plots", "--timeout", "60"])
+        res = CliRunner().invoke(
+            cli,
+            [
+                "bench",
+                str(spec),
+                "--endpoint",
+                server.grpc_url,
+                "--run-dir",
+                str(run),
+                "--routes",
+                "copy",
+                "--variants",
+                "fast",
+                "--num-draft-tokens",
+                "3",
+                "--warmup",
+                "0",
+                "--no-plots",
+                "--timeout",
+                "60",
+            ],
+        )
         killer.join(timeout=5)
     assert killed
     assert res.exit_code == 1, res.output
-    assert f"Error: the benchmark is incomplete: the server at {server.grpc_url} stopped " \
-           "answering (" in res.stderr
+    assert (
+        f"Error: the benchmark is incomplete: the server at {server.grpc_url} stopped "
+        "answering (" in res.stderr
+    )
     summary = json.loads((run / "summary.json").read_text())
     assert summary["complete"] is False
     assert summary["incomplete_reason"].startswith(f"the server at {server.grpc_url} stopped")
@@ -432,10 +560,28 @@ def test_bench_until_decided_stops_a_clear_win_early(server: Any, tmp_path: Path
     so no progress bar is drawn."""
     spec = _write_spec(tmp_path, requests=6, concurrency="[1]")
     run = tmp_path / "run"
-    res = CliRunner().invoke(cli, [
-        "bench", str(spec), "--endpoint", server.grpc_url, "--run-dir", str(run),
-        "--routes", "copy", "--variants", "fast", "--num-draft-tokens", "3",
-        "--max-requests", "20", "--warmup", "0", "--no-plots"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            str(spec),
+            "--endpoint",
+            server.grpc_url,
+            "--run-dir",
+            str(run),
+            "--routes",
+            "copy",
+            "--variants",
+            "fast",
+            "--num-draft-tokens",
+            "3",
+            "--max-requests",
+            "20",
+            "--warmup",
+            "0",
+            "--no-plots",
+        ],
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads((run / "summary.json").read_text())
     assert summary["settings"]["until_decided"] is True

@@ -35,10 +35,19 @@ def servers(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     from trtspec.engine.testing import build_engine
 
     root = tmp_path_factory.mktemp("external")
-    dte = build_engine(tiny_llama, root / "target_dte", "draft_tokens_external", max_draft_len=4,
-                       max_batch_size=2, max_input_len=256, max_seq_len=512)
-    with openai_reference(dte, mode="none") as base, \
-            openai_reference(dte, mode="ngram", num_draft_tokens=4) as ngram:
+    dte = build_engine(
+        tiny_llama,
+        root / "target_dte",
+        "draft_tokens_external",
+        max_draft_len=4,
+        max_batch_size=2,
+        max_input_len=256,
+        max_seq_len=512,
+    )
+    with (
+        openai_reference(dte, mode="none") as base,
+        openai_reference(dte, mode="ngram", num_draft_tokens=4) as ngram,
+    ):
         yield {"root": root, "base": base, "ngram": ngram, "model": tiny_llama}
 
 
@@ -46,23 +55,44 @@ def _spec(servers: dict, **bench: object) -> Path:
     root: Path = servers["root"]
     routes = root / "routes"
     routes.mkdir(exist_ok=True)
-    (routes / "copy.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n"
-                                               for p in COPY_PROMPTS))
-    (routes / "chat.jsonl").write_text("".join(
-        json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n"
-        for p in COPY_PROMPTS[:2]))
+    (routes / "copy.jsonl").write_text(
+        "".join(json.dumps({"prompt": p}) + "\n" for p in COPY_PROMPTS)
+    )
+    (routes / "chat.jsonl").write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n"
+            for p in COPY_PROMPTS[:2]
+        )
+    )
     spec = {
-        "name": "ext", "backend": "reference",
-        "target": {"model": str(servers["model"]), "family": "llama", "max_batch_size": 2,
-                   "max_input_len": 256, "max_seq_len": 512, "max_num_tokens": 1024},
-        "routes": {"copy": {"prompts": "routes/copy.jsonl", "max_tokens": 24},
-                   "chat": {"prompts": "routes/chat.jsonl", "max_tokens": 16}},
-        "bench": {"requests_per_route": 3, "warmup_requests": 1, "concurrency": [1],
-                  "external": {
-                      "ext_base": {"openai": servers["base"], "model": "target"},
-                      "ext_ngram": {"openai": servers["ngram"] + "/v1", "model": "target",
-                                    "baseline": "ext_base"}},
-                  **bench},
+        "name": "ext",
+        "backend": "reference",
+        "target": {
+            "model": str(servers["model"]),
+            "family": "llama",
+            "max_batch_size": 2,
+            "max_input_len": 256,
+            "max_seq_len": 512,
+            "max_num_tokens": 1024,
+        },
+        "routes": {
+            "copy": {"prompts": "routes/copy.jsonl", "max_tokens": 24},
+            "chat": {"prompts": "routes/chat.jsonl", "max_tokens": 16},
+        },
+        "bench": {
+            "requests_per_route": 3,
+            "warmup_requests": 1,
+            "concurrency": [1],
+            "external": {
+                "ext_base": {"openai": servers["base"], "model": "target"},
+                "ext_ngram": {
+                    "openai": servers["ngram"] + "/v1",
+                    "model": "target",
+                    "baseline": "ext_base",
+                },
+            },
+            **bench,
+        },
     }
     path = root / "ext.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -78,8 +108,9 @@ def _bench(*args: str, expect: int = 0) -> tuple[str, str]:
 def test_external_only_run(servers: dict) -> None:
     spec = _spec(servers, concurrency=[1, 2])
     run_dir = servers["root"] / "run"
-    stdout, _ = _bench(str(spec), "--external-only", "--run-dir", str(run_dir),
-                       "--no-plots", "--timeout", "120")
+    stdout, _ = _bench(
+        str(spec), "--external-only", "--run-dir", str(run_dir), "--no-plots", "--timeout", "120"
+    )
     rows = read_requests(run_dir / "requests.jsonl")
     measured = [r for r in rows if not r["warmup"]]
     # 2 routes × 2 loads × 2 arms × 3 requests
@@ -103,7 +134,8 @@ def test_external_only_run(servers: dict) -> None:
             assert cell["equal_rate"] == 1.0  # prompt lookup is lossless at T=0
             assert cell["pairs"] == 3 and cell["speedup"] is not None
     assert cells[("copy", "ext_ngram", "concurrency=2")]["acceptance_note"] == (
-        "one delta over the whole cell (concurrency > 1)")
+        "one delta over the whole cell (concurrency > 1)"
+    )
     decisions = {(d["route"], d["variant"]): d for d in summary["decisions"]}
     assert set(decisions) == {("copy", "ext_ngram"), ("chat", "ext_ngram")}
     assert decisions[("copy", "ext_ngram")]["baseline"] == "ext_base"
@@ -113,8 +145,9 @@ def test_external_only_run(servers: dict) -> None:
     report = (run_dir / "report.md").read_text()
     assert "external arm ext_ngram: " + servers["ngram"] in report
     assert "acceptance from vllm Prometheus counter deltas" in report
-    assert ("routes chat: external arms send `messages` and the server renders its own chat "
-            "template") in report
+    assert (
+        "routes chat: external arms send `messages` and the server renders its own chat template"
+    ) in report
     run = json.loads((run_dir / "run.json").read_text())
     assert run["server"] == {"endpoint": None, "repo": None, "isolate": False}
     assert run["external"]["arms"]["ext_ngram"]["acceptance_counters"] == "vllm"
@@ -129,10 +162,21 @@ def test_baseline_without_counters_and_narrowing(servers: dict) -> None:
     data["bench"]["external"]["ext_ngram"]["openai"] = servers["base"]
     spec.write_text(yaml.safe_dump(data))
     run_dir = servers["root"] / "run-nocounters"
-    _, stderr = _bench(str(spec), "--external-only", "--external", "ext_ngram",
-                       "--routes", "copy", "--run-dir", str(run_dir), "--no-plots")
-    assert "bench: external arm ext_ngram: acceptance unknown (no speculative-decoding " \
-           "counters" in stderr
+    _, stderr = _bench(
+        str(spec),
+        "--external-only",
+        "--external",
+        "ext_ngram",
+        "--routes",
+        "copy",
+        "--run-dir",
+        str(run_dir),
+        "--no-plots",
+    )
+    assert (
+        "bench: external arm ext_ngram: acceptance unknown (no speculative-decoding "
+        "counters" in stderr
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     cell = next(c for c in summary["cells"] if c["variant"] == "ext_ngram")
     assert cell["acceptance_rate"] is None and cell["acceptance_source"] is None
@@ -142,32 +186,35 @@ def test_baseline_without_counters_and_narrowing(servers: dict) -> None:
 
 def test_cli_errors(servers: dict) -> None:
     spec = _spec(servers)
-    result = CliRunner().invoke(cli, ["bench", str(spec), "--external", "nope",
-                                      "--external-only"])
+    result = CliRunner().invoke(cli, ["bench", str(spec), "--external", "nope", "--external-only"])
     assert result.exit_code == 1
-    assert result.stderr == ("Error: --external: no external arm named 'nope'\n"
-                             "Hint: external arms in the spec: ext_base, ext_ngram\n")
-    result = CliRunner().invoke(cli, ["bench", str(spec), "--external", "none",
-                                      "--external-only"])
+    assert result.stderr == (
+        "Error: --external: no external arm named 'nope'\n"
+        "Hint: external arms in the spec: ext_base, ext_ngram\n"
+    )
+    result = CliRunner().invoke(cli, ["bench", str(spec), "--external", "none", "--external-only"])
     assert result.exit_code == 2
     assert "--external none and --external-only leave no arm to bench" in result.stderr
     data = yaml.safe_load(spec.read_text())
     data["bench"]["external"]["ext_base"]["model"] = "missing-model"
     spec.write_text(yaml.safe_dump(data))
-    result = CliRunner().invoke(cli, ["bench", str(spec), "--external-only",
-                                      "--run-dir", str(servers["root"] / "never")])
+    result = CliRunner().invoke(
+        cli, ["bench", str(spec), "--external-only", "--run-dir", str(servers["root"] / "never")]
+    )
     assert result.exit_code == 1
     assert result.stderr == (
         f"Error: external arm 'ext_base': {servers['base']} does not serve model "
-        "'missing-model'\nHint: set bench.external.ext_base.model to one of: target\n")
+        "'missing-model'\nHint: set bench.external.ext_base.model to one of: target\n"
+    )
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as resp:
             return resp.status, json.loads(resp.read())
@@ -179,24 +226,44 @@ def test_openai_reference_answers_whole_and_rejects_bad_requests(servers: dict) 
     import urllib.request
 
     base = servers["ngram"]
-    status, body = _post(base + "/v1/completions", {
-        "model": "target", "prompt": COPY_PROMPTS[0], "max_tokens": 8, "temperature": 0})
+    status, body = _post(
+        base + "/v1/completions",
+        {"model": "target", "prompt": COPY_PROMPTS[0], "max_tokens": 8, "temperature": 0},
+    )
     assert status == 200 and body["object"] == "text_completion"
-    assert body["usage"]["completion_tokens"] == 8 and body["choices"][0]["finish_reason"] == \
-        "length"
-    status, chat = _post(base + "/v1/chat/completions", {
-        "model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-        "temperature": 0})
+    assert (
+        body["usage"]["completion_tokens"] == 8 and body["choices"][0]["finish_reason"] == "length"
+    )
+    status, chat = _post(
+        base + "/v1/chat/completions",
+        {
+            "model": "target",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4,
+            "temperature": 0,
+        },
+    )
     assert status == 200 and chat["choices"][0]["message"]["role"] == "assistant"
-    assert _post(base + "/v1/completions", {"model": "other", "prompt": "x"}) == (404, {
-        "error": {"message": "The model `other` does not exist.", "type": "NotFoundError",
-                  "param": None, "code": 404}})
-    status, err = _post(base + "/v1/completions", {"model": "target", "prompt": "x",
-                                                    "max_tokens": 0})
+    assert _post(base + "/v1/completions", {"model": "other", "prompt": "x"}) == (
+        404,
+        {
+            "error": {
+                "message": "The model `other` does not exist.",
+                "type": "NotFoundError",
+                "param": None,
+                "code": 404,
+            }
+        },
+    )
+    status, err = _post(
+        base + "/v1/completions", {"model": "target", "prompt": "x", "max_tokens": 0}
+    )
     assert status == 400 and err["error"]["message"] == (
-        "max_tokens: must be a positive integer, got 0")
-    status, err = _post(base + "/v1/completions", {"model": "target", "prompt": "x " * 400,
-                                                    "max_tokens": 8})
+        "max_tokens: must be a positive integer, got 0"
+    )
+    status, err = _post(
+        base + "/v1/completions", {"model": "target", "prompt": "x " * 400, "max_tokens": 8}
+    )
     assert status == 400 and "exceeds maximum input length" in err["error"]["message"]
     with urllib.request.urlopen(base + "/health", timeout=10) as resp:
         assert resp.status == 200

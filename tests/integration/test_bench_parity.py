@@ -37,12 +37,14 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def parity_setup(tiny_llama: Path, tiny_draft: Path,
-                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def parity_setup(
+    tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("parity")
     (root / "routes").mkdir()
     (root / "routes" / "logs.jsonl").write_text(
-        "".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+        "".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS)
+    )
     spec = root / "parity.yaml"
     spec.write_text(f"""\
 name: parity
@@ -58,8 +60,10 @@ routes:
 bench: {{concurrency: [1], temperatures: [0.0], warmup_requests: 0, requests_per_route: 3}}
 """)
     engines, repos = root / "engines", root / "triton_repo"
-    for args in (["build", str(spec), "--engines", str(engines)],
-                 ["repo", str(spec), "--engines", str(engines), "--output", str(repos)]):
+    for args in (
+        ["build", str(spec), "--engines", str(engines)],
+        ["repo", str(spec), "--engines", str(engines), "--output", str(repos)],
+    ):
         res = CliRunner().invoke(cli, args, catch_exceptions=False)
         assert res.exit_code == 0, res.output
     return {"spec": load_spec(spec), "engines": engines, "repo": repos / "parity", "root": root}
@@ -76,12 +80,18 @@ def served_repo(parity_setup: dict[str, Any]) -> Iterator[str]:
     assert "Traceback" not in (parity_setup["root"] / "served.log").read_text(errors="replace")
 
 
-def _bench(setup: dict[str, Any], policy: str, endpoint: str | None = None
-           ) -> list[dict[str, Any]]:
+def _bench(setup: dict[str, Any], policy: str, endpoint: str | None = None) -> list[dict[str, Any]]:
     run = setup["root"] / f"run-{policy}"
-    result = run_benchmark(setup["spec"], output_dir=run, repo=setup["repo"],
-                           endpoint=endpoint, engines_root=setup["engines"],
-                           prefix_cache=policy, plots=False, request_timeout_s=120)
+    result = run_benchmark(
+        setup["spec"],
+        output_dir=run,
+        repo=setup["repo"],
+        endpoint=endpoint,
+        engines_root=setup["engines"],
+        prefix_cache=policy,
+        plots=False,
+        request_timeout_s=120,
+    )
     assert result.summary["prefix_cache"]["policy"] == policy
     rows = [r for r in read_requests(run / "requests.jsonl") if not r["warmup"]]
     assert len(rows) == 9 and all(r["error"] is None for r in rows), rows
@@ -95,8 +105,9 @@ def _reused(rows: list[dict[str, Any]]) -> dict[int, dict[str, int]]:
     return out
 
 
-def test_parity_off_reproduces_the_abba_asymmetry(parity_setup: dict[str, Any],
-                                                  served_repo: str) -> None:
+def test_parity_off_reproduces_the_abba_asymmetry(
+    parity_setup: dict[str, Any], served_repo: str
+) -> None:
     reused = _reused(_bench(parity_setup, "off", served_repo))
     # ABBA: sample 0 runs baseline, ngram, draft; sample 1 draft, ngram, baseline.
     assert reused[0]["ngram"] == 0 and reused[0]["draft"] >= 32, reused
@@ -105,12 +116,17 @@ def test_parity_off_reproduces_the_abba_asymmetry(parity_setup: dict[str, Any],
     # the summary flags the cells and the report says so
     run = parity_setup["root"] / "run-off"
     summary = json.loads((run / "summary.json").read_text())
-    differs = {c["variant"]: c["cache_state_differs"] for c in summary["cells"]
-               if c["variant"] != "baseline"}
+    differs = {
+        c["variant"]: c["cache_state_differs"]
+        for c in summary["cells"]
+        if c["variant"] != "baseline"
+    }
     # draft went second on samples 0 and 2, ngram on sample 1
     assert differs == {"ngram": 1, "draft": 2}, differs
-    assert "cache state differs: logs draft(k=3) concurrency=1 T=0: 2 of 3 prompts" in (
-        run / "report.md").read_text()
+    assert (
+        "cache state differs: logs draft(k=3) concurrency=1 T=0: 2 of 3 prompts"
+        in (run / "report.md").read_text()
+    )
 
 
 def test_warm_primes_every_arm_alike(parity_setup: dict[str, Any], served_repo: str) -> None:

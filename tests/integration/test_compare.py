@@ -29,12 +29,26 @@ def two_runs(server: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     root = tmp_path_factory.mktemp("compare")
     spec_path = _write_spec(root, requests=4, concurrency="[1]")
     a, b = root / "run-k3", root / "run-k1"
-    run_benchmark(load_spec(spec_path), output_dir=a, endpoint=server.grpc_url,
-                  routes=["copy"], variants=["fast"], num_draft_tokens=[3], plots=False)
+    run_benchmark(
+        load_spec(spec_path),
+        output_dir=a,
+        endpoint=server.grpc_url,
+        routes=["copy"],
+        variants=["fast"],
+        num_draft_tokens=[3],
+        plots=False,
+    )
     with open(root / "routes" / "copy.jsonl", "a") as fh:
         fh.write(json.dumps({"prompt": "A fifth prompt, never sampled. "}) + "\n")
-    run_benchmark(load_spec(spec_path), output_dir=b, endpoint=server.grpc_url,
-                  routes=["copy"], variants=["fast"], num_draft_tokens=[1], plots=False)
+    run_benchmark(
+        load_spec(spec_path),
+        output_dir=b,
+        endpoint=server.grpc_url,
+        routes=["copy"],
+        variants=["fast"],
+        num_draft_tokens=[1],
+        plots=False,
+    )
     return a, b
 
 
@@ -42,8 +56,13 @@ def test_each_run_records_its_fingerprint(two_runs: tuple[Path, Path]) -> None:
     a, _ = two_runs
     summary = json.loads((a / "summary.json").read_text())
     fp = summary["fingerprint"]
-    assert fp["routes"]["copy"]["sampling"] == {"temperatures": [0.0], "top_p": 1.0,
-                                                "top_k": 0, "seed": 1234, "max_tokens": 16}
+    assert fp["routes"]["copy"]["sampling"] == {
+        "temperatures": [0.0],
+        "top_p": 1.0,
+        "top_k": 0,
+        "seed": 1234,
+        "max_tokens": 16,
+    }
     assert fp["versions"]["tritonserver"] == "2.51.0"
     assert fp["repository"] is None  # benched an endpoint: no repository of ours to hash
     assert yaml.safe_load((a / "routing.yaml").read_text())["fingerprint"] == fp
@@ -66,8 +85,9 @@ def test_compare_json(two_runs: tuple[Path, Path]) -> None:
     assert fast["changes"]["mean_accepted_length_drop"] == 2.0
     sa, sb = fast["speedup"]["a"], fast["speedup"]["b"]
     assert fast["changes"]["speedup_drop"] == pytest.approx(sa["point"] - sb["point"])
-    assert fast["speedup_ci_overlap"] == (sa["ci_low"] <= sb["ci_high"]
-                                          and sb["ci_low"] <= sa["ci_high"])
+    assert fast["speedup_ci_overlap"] == (
+        sa["ci_low"] <= sb["ci_high"] and sb["ci_low"] <= sa["ci_high"]
+    )
     summary_a = json.loads((a / "summary.json").read_text())
     cell = next(c for c in summary_a["cells"] if c["variant"] == "fast")
     assert fast["ttft_p95_ms"]["a"] == cell["ttft_ms"]["p95"]
@@ -76,7 +96,8 @@ def test_compare_json(two_runs: tuple[Path, Path]) -> None:
     prompts = Path(summary_a["settings"]["routes"]["copy"]["prompts"])
     old = summary_a["fingerprint"]["routes"]["copy"]["prompts"]
     assert data["fingerprint_changes"] == [
-        f"routes.copy.prompts: {old} → {fingerprint.file_hash(prompts)}"]
+        f"routes.copy.prompts: {old} → {fingerprint.file_hash(prompts)}"
+    ]
     assert data["only_in_a"] == [] and data["only_in_b"] == []
 
 
@@ -86,12 +107,36 @@ def test_compare_table_and_html(two_runs: tuple[Path, Path], tmp_path: Path) -> 
     res = CliRunner().invoke(cli, ["compare", str(a), str(b), "--html", str(page)])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].split() == ["route", "variant", "load", "T", "k", "acceptance", "Δ",
-                                "mean_acc_len", "speedup", "A", "speedup", "B", "CIs",
-                                "overlap", "ttft_p50_ms", "ttft_p95_ms", "quality"]
+    assert lines[0].split() == [
+        "route",
+        "variant",
+        "load",
+        "T",
+        "k",
+        "acceptance",
+        "Δ",
+        "mean_acc_len",
+        "speedup",
+        "A",
+        "speedup",
+        "B",
+        "CIs",
+        "overlap",
+        "ttft_p50_ms",
+        "ttft_p95_ms",
+        "quality",
+    ]
     fast = next(ln for ln in lines if ln.startswith("copy") and " fast " in ln).split()
-    assert fast[:8] == ["copy", "fast", "concurrency=1", "0", "3→1", "1.00→1.00", "+0.00",
-                        "4.00→2.00"]
+    assert fast[:8] == [
+        "copy",
+        "fast",
+        "concurrency=1",
+        "0",
+        "3→1",
+        "1.00→1.00",
+        "+0.00",
+        "4.00→2.00",
+    ]
     assert fast[-1] == "100%→100%"
     assert lines[-2] == "fingerprint: 1 difference"
     assert lines[-1].startswith("  routes.copy.prompts: ")
@@ -105,12 +150,14 @@ def test_compare_gate_exits_3(two_runs: tuple[Path, Path]) -> None:
     a, b = two_runs
     ok = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-on", "acceptance_drop>0.1"])
     assert ok.exit_code == 0, ok.output
-    res = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-on",
-                                   "mean_accepted_length_drop>1@copy/fast"])
+    res = CliRunner().invoke(
+        cli, ["compare", str(a), str(b), "--fail-on", "mean_accepted_length_drop>1@copy/fast"]
+    )
     assert res.exit_code == 3, res.output
     assert res.stderr == (
         "Error: --fail-on breached:\n  mean_accepted_length_drop>1@copy/fast: "
-        "mean_accepted_length_drop=2 at route=copy variant=fast (concurrency=1 T=0.0 k=1)\n")
+        "mean_accepted_length_drop=2 at route=copy variant=fast (concurrency=1 T=0.0 k=1)\n"
+    )
     bad = CliRunner().invoke(cli, ["compare", str(a), str(b), "--fail-on", "acceptance<0.1"])
     assert bad.exit_code == 2
     assert "unknown metric 'acceptance'" in bad.stderr

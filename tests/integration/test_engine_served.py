@@ -33,8 +33,9 @@ from trtspec.engine.triton_model import TritonPythonModel  # noqa: E402,F401
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 8, 64, 12, 77, 3]
 
 
-def write_engine_model(repo: Path, name: str, engine: Path, *, decoupled: bool,
-                       instances: int) -> None:
+def write_engine_model(
+    repo: Path, name: str, engine: Path, *, decoupled: bool, instances: int
+) -> None:
     """One engine model folder (config.pbtxt from a ModelConfig + the model.py shim).
 
     The only place this test builds configs, so it can follow trtspec.repo's builders."""
@@ -43,10 +44,18 @@ def write_engine_model(repo: Path, name: str, engine: Path, *, decoupled: bool,
 
     contract = engine_contract("1.1.0")
     config = configs.base_config(
-        name, backend="python", max_batch_size=4, decoupled=decoupled, instances=instances,
-        inputs=contract.inputs, outputs=contract.outputs,
-        parameters={"gpt_model_path": str(engine), "exclude_input_in_output": True,
-                    "enable_kv_cache_reuse": True},
+        name,
+        backend="python",
+        max_batch_size=4,
+        decoupled=decoupled,
+        instances=instances,
+        inputs=contract.inputs,
+        outputs=contract.outputs,
+        parameters={
+            "gpt_model_path": str(engine),
+            "exclude_input_in_output": True,
+            "enable_kv_cache_reuse": True,
+        },
     )
     configs.write_config(repo / name / "config.pbtxt", config)
     (repo / name / "1").mkdir(parents=True, exist_ok=True)
@@ -60,8 +69,9 @@ def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
 
     root = tmp_path_factory.mktemp("served")
     target = build_engine(tiny_llama, root / "engines" / "target", "none")
-    dte = build_engine(tiny_llama, root / "engines" / "target_dte", "draft_tokens_external",
-                       max_draft_len=4)
+    dte = build_engine(
+        tiny_llama, root / "engines" / "target_dte", "draft_tokens_external", max_draft_len=4
+    )
     repo = root / "repo"
     write_engine_model(repo, "target", target, decoupled=True, instances=2)
     write_engine_model(repo, "target_dte", dte, decoupled=False, instances=1)
@@ -75,15 +85,28 @@ def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
         assert "Traceback" not in log, server.log_tail(60)
 
 
-def _inputs(ids: list[int], output_len: int, *, streaming: bool = False,
-            draft: list[int] | None = None, extra: dict | None = None) -> list:
+def _inputs(
+    ids: list[int],
+    output_len: int,
+    *,
+    streaming: bool = False,
+    draft: list[int] | None = None,
+    extra: dict | None = None,
+) -> list:
     import tritonclient.grpc as grpcclient
 
     def tensor(name: str, value: np.ndarray) -> grpcclient.InferInput:
-        t = grpcclient.InferInput(name, list(value.shape),
-                                  "BOOL" if value.dtype == np.bool_ else
-                                  {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32",
-                                   np.dtype(np.uint64): "UINT64"}[value.dtype])
+        t = grpcclient.InferInput(
+            name,
+            list(value.shape),
+            "BOOL"
+            if value.dtype == np.bool_
+            else {
+                np.dtype(np.int32): "INT32",
+                np.dtype(np.float32): "FP32",
+                np.dtype(np.uint64): "UINT64",
+            }[value.dtype],
+        )
         t.set_data_from_numpy(value)
         return t
 
@@ -132,8 +155,9 @@ def test_streaming_matches_in_process_engine(served) -> None:
 
     server, target, _ = served
     expected = ReferenceEngine.load(target).generate(GenerationRequest(PROMPT, 12)).output_ids
-    deltas, responses, error = _stream(server.grpc_url, "target", _inputs(PROMPT, 12,
-                                                                            streaming=True))
+    deltas, responses, error = _stream(
+        server.grpc_url, "target", _inputs(PROMPT, 12, streaming=True)
+    )
     assert error is None
     assert len(deltas) == 12  # target-only: one token per step, one response per step
     assert [t for d in deltas for t in d] == expected
@@ -169,8 +193,9 @@ def test_draft_verification_and_stats(served) -> None:
     assert result.as_numpy("kv_cache_reused_blocks").reshape(-1).tolist() == [0]
     long_prompt = [3 + (i * 7) % 300 for i in range(70)]
     first = client.infer("target_dte", _inputs(long_prompt, 1))
-    again = client.infer("target_dte", _inputs(
-        long_prompt + first.as_numpy("output_ids").reshape(-1).tolist(), 1))
+    again = client.infer(
+        "target_dte", _inputs(long_prompt + first.as_numpy("output_ids").reshape(-1).tolist(), 1)
+    )
     assert again.as_numpy("kv_cache_reused_blocks").reshape(-1).tolist() == [70 // 32]
     assert again.as_numpy("kv_cache_alloc_total_blocks").reshape(-1).tolist() == [3]
     client.close()
@@ -185,24 +210,34 @@ def test_bad_requests_get_errors_and_model_keeps_serving(served) -> None:
     with pytest.raises(InferenceServerException) as err:
         client.infer("target_dte", _inputs(PROMPT, 7, draft=[1, 2, 3, 4, 5, 6]))
     assert "Number of draft tokens (6) is larger than maximum number of draft tokens (4)" in str(
-        err.value)
+        err.value
+    )
     with pytest.raises(InferenceServerException) as err:
         client.infer("target_dte", _inputs([3 + i % 300 for i in range(597)], 4))
     assert "Prompt length (597) exceeds maximum input length (512)." in str(err.value)
     with pytest.raises(InferenceServerException) as err:
         client.infer("target_dte", _inputs(PROMPT, 4, streaming=True))
     assert "Streaming is only supported if model is deployed using decoupled mode." in str(
-        err.value)
+        err.value
+    )
     missing = [t for t in _inputs(PROMPT, 4) if t.name() != "request_output_len"]
     with pytest.raises(InferenceServerException) as err:
         client.infer("target_dte", missing)
     assert "request_output_len" in str(err.value)
-    _, _, error = _stream(server.grpc_url, "target",
-                          _inputs(PROMPT, 4, streaming=True,
-                                  extra={"lookahead_window_size": np.array([[2]], np.int32),
-                                         "lookahead_ngram_size": np.array([[2]], np.int32),
-                                         "lookahead_verification_set_size":
-                                             np.array([[1]], np.int32)}))
+    _, _, error = _stream(
+        server.grpc_url,
+        "target",
+        _inputs(
+            PROMPT,
+            4,
+            streaming=True,
+            extra={
+                "lookahead_window_size": np.array([[2]], np.int32),
+                "lookahead_ngram_size": np.array([[2]], np.int32),
+                "lookahead_verification_set_size": np.array([[1]], np.int32),
+            },
+        ),
+    )
     assert error is not None and "not built for lookahead decoding" in error
     ok = client.infer("target_dte", _inputs(PROMPT, 3))
     assert ok.as_numpy("sequence_length").reshape(-1).tolist() == [3]
@@ -215,16 +250,23 @@ def test_concurrent_streams(served) -> None:
     server, target, _ = served
     engine = ReferenceEngine.load(target)
     prompts = [[*PROMPT[: 4 + i], 100 + i] for i in range(4)]
-    expected = [engine.generate(GenerationRequest(p, 10, sampling=SamplingParams(
-        temperature=0.8, top_k=50, seed=7 + i))).output_ids for i, p in enumerate(prompts)]
+    expected = [
+        engine.generate(
+            GenerationRequest(p, 10, sampling=SamplingParams(temperature=0.8, top_k=50, seed=7 + i))
+        ).output_ids
+        for i, p in enumerate(prompts)
+    ]
     got: dict[int, tuple] = {}
 
     def worker(i: int) -> None:
-        extra = {"temperature": np.array([[0.8]], np.float32),
-                 "runtime_top_k": np.array([[50]], np.int32),
-                 "seed": np.array([[7 + i]], np.uint64)}
-        got[i] = _stream(server.grpc_url, "target",
-                         _inputs(prompts[i], 10, streaming=True, extra=extra))
+        extra = {
+            "temperature": np.array([[0.8]], np.float32),
+            "runtime_top_k": np.array([[50]], np.int32),
+            "seed": np.array([[7 + i]], np.uint64),
+        }
+        got[i] = _stream(
+            server.grpc_url, "target", _inputs(prompts[i], 10, streaming=True, extra=extra)
+        )
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     for t in threads:

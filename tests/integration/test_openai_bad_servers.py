@@ -76,12 +76,37 @@ def serve() -> Iterator[Callable[[Callable[[web.Request], Any]], str]]:
 
 def _run(url: str, timeout_s: float = 1.5, n: int = 2, workers: int = 1) -> list[Outcome]:
     arm = Arm("ext", "m", openai=OpenAIEndpoint(url, "m"))
-    jobs = [Job("r", 0, i, {"prompt": "p"}, "p", 8, arm, 0.0, 1.0, 0, i, "concurrency=1",
-                workers, None, False, f"id{i}") for i in range(n)]
+    jobs = [
+        Job(
+            "r",
+            0,
+            i,
+            {"prompt": "p"},
+            "p",
+            8,
+            arm,
+            0.0,
+            1.0,
+            0,
+            i,
+            "concurrency=1",
+            workers,
+            None,
+            False,
+            f"id{i}",
+        )
+        for i in range(n)
+    ]
     done: list[Outcome] = []
-    run_jobs("", jobs, workers=workers, on_done=done.append, stop=threading.Event(),
-             request_timeout_s=timeout_s,
-             make_worker=lambda: ArmWorker("", timeout_s, lambda job: None))
+    run_jobs(
+        "",
+        jobs,
+        workers=workers,
+        on_done=done.append,
+        stop=threading.Event(),
+        request_timeout_s=timeout_s,
+        make_worker=lambda: ArmWorker("", timeout_s, lambda job: None),
+    )
     return done
 
 
@@ -107,9 +132,17 @@ def test_connection_refused() -> None:
 
 def test_http_500_with_vllm_error_body(serve: Callable[..., str]) -> None:
     async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"error": {"message": "CUDA out of memory", "type":
-                                            "InternalServerError", "param": None, "code": 500}},
-                                 status=500)
+        return web.json_response(
+            {
+                "error": {
+                    "message": "CUDA out of memory",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                }
+            },
+            status=500,
+        )
 
     outcomes = _run(serve(handler))
     assert [o.error for o in outcomes] == ["HTTP 500: CUDA out of memory"] * 2
@@ -137,8 +170,8 @@ def test_stream_without_done(serve: Callable[..., str]) -> None:
 
     outcomes = _run(serve(handler))
     assert [o.error for o in outcomes] == [
-        "stream ended without data: [DONE] after 2 chunk(s): the server closed the response "
-        "early"] * 2
+        "stream ended without data: [DONE] after 2 chunk(s): the server closed the response early"
+    ] * 2
 
 
 @pytest.mark.parametrize("before_headers", [True, False])
@@ -155,7 +188,8 @@ def test_stalled_server_times_out(serve: Callable[..., str], before_headers: boo
     elapsed = time.monotonic() - t0
     received = 0 if before_headers else 1
     assert [o.error for o in outcomes] == [
-        f"timeout: stream unfinished after 1s ({received} chunk(s) received)"] * 2
+        f"timeout: stream unfinished after 1s ({received} chunk(s) received)"
+    ] * 2
     assert elapsed < 20, elapsed  # two 1 s timeouts, generous under CPU contention
 
 
@@ -165,7 +199,8 @@ def test_wrong_content_type(serve: Callable[..., str]) -> None:
 
     assert _run(serve(handler), n=1)[0].error == (
         "expected an SSE stream (Content-Type text/event-stream), got "
-        "application/json; charset=utf-8")
+        "application/json; charset=utf-8"
+    )
 
 
 def test_connection_dropped_without_response() -> None:
@@ -193,8 +228,10 @@ def test_connection_dropped_without_response() -> None:
         listener.close()
         thread.join(10)
     for o in outcomes:
-        assert o.error == ("connection closed mid-response after 0 chunk(s) without data: "
-                           "[DONE] (ServerDisconnectedError)"), o.error
+        assert o.error == (
+            "connection closed mid-response after 0 chunk(s) without data: "
+            "[DONE] (ServerDisconnectedError)"
+        ), o.error
 
 
 def test_good_stream_after_bad_one_on_the_same_worker(serve: Callable[..., str]) -> None:
@@ -205,8 +242,7 @@ def test_good_stream_after_bad_one_on_the_same_worker(serve: Callable[..., str])
         calls.append(1)
         if len(calls) == 1:
             return await _sse(request, b"data: {oops\n\n")
-        usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 1,
-                                                      "completion_tokens": 1}})
+        usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
         return await _sse(request, CHUNK + f"data: {usage}\n\ndata: [DONE]\n\n".encode())
 
     first, second = _run(serve(handler))

@@ -93,14 +93,21 @@ def served(tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPath
     medusa = make_medusa_checkpoint(root / "medusa", tiny_llama, num_heads=2)
     eagle = make_eagle_checkpoint(root / "eagle", tiny_llama)
     spec_path = root / "spec.yaml"
-    spec_path.write_text(SPEC.format(target=tiny_llama, draft=tiny_draft, medusa=medusa,
-                                     eagle=eagle), encoding="utf-8")
+    spec_path.write_text(
+        SPEC.format(target=tiny_llama, draft=tiny_draft, medusa=medusa, eagle=eagle),
+        encoding="utf-8",
+    )
     (root / "routing.yaml").write_text(ROUTING, encoding="utf-8")
     spec = load_spec(spec_path)
     plan = make_plan(spec, root / "engines")
     run_plan_steps(plan)
-    repo = assemble(spec, plan, root / "engines", root / "triton_repo",
-                    routing=load_routing(root / "routing.yaml"))
+    repo = assemble(
+        spec,
+        plan,
+        root / "engines",
+        root / "triton_repo",
+        routing=load_routing(root / "routing.yaml"),
+    )
     models = sorted(read_manifest(repo)["models"])
     server = Server(repo, models=models, log_path=root / "tritonserver.log")
     server.start(timeout=300)
@@ -112,24 +119,38 @@ def served(tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPath
         assert "Traceback" not in log, log[-4000:]
 
 
-def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | None = None,
-          request_id: str | None = None, num_draft_tokens: int | None = None,
-          temperature: float = 0.0, seed: int | None = None) -> Reply:
+def infer(
+    server,
+    model: str,
+    prompt: str,
+    *,
+    stream: bool = True,
+    route: str | None = None,
+    request_id: str | None = None,
+    num_draft_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> Reply:
     import tritonclient.grpc as grpcclient
 
     def tensor(name: str, value, dtype: str):
         array = np.array([value], dtype=np.object_ if dtype == "BYTES" else None)
         if dtype != "BYTES":
-            array = array.astype({"INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_,
-                                  "UINT64": np.uint64}[dtype])
+            array = array.astype(
+                {"INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_, "UINT64": np.uint64}[
+                    dtype
+                ]
+            )
         t = grpcclient.InferInput(name, [1], dtype)
         t.set_data_from_numpy(array)
         return t
 
-    inputs = [tensor("text_input", prompt.encode("utf-8"), "BYTES"),
-              tensor("max_tokens", MAX_TOKENS, "INT32"),
-              tensor("temperature", temperature, "FP32"),
-              tensor("stream", stream, "BOOL")]
+    inputs = [
+        tensor("text_input", prompt.encode("utf-8"), "BYTES"),
+        tensor("max_tokens", MAX_TOKENS, "INT32"),
+        tensor("temperature", temperature, "FP32"),
+        tensor("stream", stream, "BOOL"),
+    ]
     if route is not None:
         inputs.append(tensor("route", route.encode(), "BYTES"))
     if request_id is not None:
@@ -142,8 +163,9 @@ def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     reply = Reply()
     try:
-        client.start_stream(callback=lambda result, error: results.put((result, error,
-                                                                        time.monotonic())))
+        client.start_stream(
+            callback=lambda result, error: results.put((result, error, time.monotonic()))
+        )
         client.async_stream_infer(model, inputs, request_id=request_id or "")
         deadline = time.monotonic() + 120
         while True:
@@ -155,9 +177,16 @@ def infer(server, model: str, prompt: str, *, stream: bool = True, route: str | 
             reply.texts.append(result.as_numpy("text_output")[0].decode("utf-8"))
             reply.ids.extend(int(t) for t in result.as_numpy("output_ids"))
             if bool(result.as_numpy("is_final")[0]):
-                for name in ("prompt_tokens", "completion_tokens", "draft_tokens",
-                             "accepted_tokens", "rounds", "server_ttft_ns", "server_total_ns",
-                             "prefix_reused_tokens"):
+                for name in (
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "draft_tokens",
+                    "accepted_tokens",
+                    "rounds",
+                    "server_ttft_ns",
+                    "server_total_ns",
+                    "prefix_reused_tokens",
+                ):
                     reply.final[name] = int(result.as_numpy(name)[0])
                 reply.final["variant"] = result.as_numpy("variant")[0].decode()
                 reply.final["fallback"] = bool(result.as_numpy("fallback")[0])
@@ -205,8 +234,9 @@ def test_non_streaming_returns_the_whole_text_once(served, baseline) -> None:
     assert reply.ids == baseline[0].ids
 
 
-@pytest.mark.parametrize("variant", ["draft", "draft_logits", "ngram", "medusa", "eagle",
-                                     "lookahead"])
+@pytest.mark.parametrize(
+    "variant", ["draft", "draft_logits", "ngram", "medusa", "eagle", "lookahead"]
+)
 def test_variant_equals_baseline_at_temperature_zero(served, baseline, variant: str) -> None:
     for prompt, expected in zip(PROMPTS, baseline, strict=True):
         reply = infer(served[0], variant, prompt)
@@ -235,8 +265,9 @@ def _tokenizer_dir(repo: Path) -> str:
     return parameters_of(read_config(repo / "preprocessing" / "config.pbtxt"))["tokenizer_dir"]
 
 
-@pytest.mark.parametrize(("variant", "schedule"),
-                         [("ngram", "constant"), ("ngram_adaptive", "adaptive")])
+@pytest.mark.parametrize(
+    ("variant", "schedule"), [("ngram", "constant"), ("ngram_adaptive", "adaptive")]
+)
 def test_ngram_counts_are_exact(served, baseline, variant: str, schedule: str) -> None:
     from trtspec.speculate import propose_ngram, simulate_rounds
 
@@ -246,18 +277,33 @@ def test_ngram_counts_are_exact(served, baseline, variant: str, schedule: str) -
     for prompt, expected in zip(PROMPTS, baseline, strict=True):
         prompt_ids = _prompt_ids(repo, prompt)
         assert len(prompt_ids) == expected.final["prompt_tokens"]
-        want = simulate_rounds(prompt_ids, expected.ids, lambda s, k: propose_ngram(s, k, 2),
-                               num_draft_tokens=4, max_draft_len=4, max_tokens=MAX_TOKENS,
-                               schedule=schedule)
+        want = simulate_rounds(
+            prompt_ids,
+            expected.ids,
+            lambda s, k: propose_ngram(s, k, 2),
+            num_draft_tokens=4,
+            max_draft_len=4,
+            max_tokens=MAX_TOKENS,
+            schedule=schedule,
+        )
         reply = infer(server, variant, prompt)
         assert reply.error is None, reply.error
         assert reply.ids == expected.ids, prompt  # the schedule never changes the output
         got = reply.final
         assert (got["rounds"], got["draft_tokens"], got["accepted_tokens"]) == (
-            want.rounds, want.draft_tokens, want.accepted_tokens), prompt
+            want.rounds,
+            want.draft_tokens,
+            want.accepted_tokens,
+        ), prompt
         accepted += got["accepted_tokens"]
-        constant = simulate_rounds(prompt_ids, expected.ids, lambda s, k: propose_ngram(s, k, 2),
-                                   num_draft_tokens=4, max_draft_len=4, max_tokens=MAX_TOKENS)
+        constant = simulate_rounds(
+            prompt_ids,
+            expected.ids,
+            lambda s, k: propose_ngram(s, k, 2),
+            num_draft_tokens=4,
+            max_draft_len=4,
+            max_tokens=MAX_TOKENS,
+        )
         schedule_mattered |= want.per_round != constant.per_round
     assert accepted > 0  # the prompts repeat themselves: lookups must hit
     # the adaptive schedule drafts differently on these prompts (a real check of it)
@@ -274,26 +320,49 @@ def test_draft_model_counts_are_exact(served, baseline) -> None:
     end_id = _end_id(repo)
 
     def propose(sequence, k):
-        gen = draft_engine.stream(GenerationRequest(
-            input_ids=list(sequence), max_new_tokens=k, end_id=end_id,
-            sampling=SamplingParams(temperature=0.0)))
+        gen = draft_engine.stream(
+            GenerationRequest(
+                input_ids=list(sequence),
+                max_new_tokens=k,
+                end_id=end_id,
+                sampling=SamplingParams(temperature=0.0),
+            )
+        )
         for _ in gen:
             pass
         return list(gen.output_ids)
 
     for prompt, expected in zip(PROMPTS, baseline, strict=True):
-        want = simulate_rounds(_prompt_ids(repo, prompt), expected.ids, propose,
-                               num_draft_tokens=3, max_draft_len=4, max_tokens=MAX_TOKENS)
+        want = simulate_rounds(
+            _prompt_ids(repo, prompt),
+            expected.ids,
+            propose,
+            num_draft_tokens=3,
+            max_draft_len=4,
+            max_tokens=MAX_TOKENS,
+        )
         reply = infer(server, "draft", prompt)
         got = reply.final
         assert (got["rounds"], got["draft_tokens"], got["accepted_tokens"]) == (
-            want.rounds, want.draft_tokens, want.accepted_tokens), prompt
+            want.rounds,
+            want.draft_tokens,
+            want.accepted_tokens,
+        ), prompt
         # a per-request override within max_draft_len is honoured ...
-        want2 = simulate_rounds(_prompt_ids(repo, prompt), expected.ids, propose,
-                                num_draft_tokens=1, max_draft_len=4, max_tokens=MAX_TOKENS)
+        want2 = simulate_rounds(
+            _prompt_ids(repo, prompt),
+            expected.ids,
+            propose,
+            num_draft_tokens=1,
+            max_draft_len=4,
+            max_tokens=MAX_TOKENS,
+        )
         got2 = infer(server, "draft", prompt, num_draft_tokens=1).final
         assert (got2["rounds"], got2["draft_tokens"], got2["accepted_tokens"]) == (
-            want2.rounds, want2.draft_tokens, want2.accepted_tokens), prompt
+            want2.rounds,
+            want2.draft_tokens,
+            want2.accepted_tokens,
+        ), prompt
         assert got["accepted_tokens"] > 0  # the noisy draft agrees with the target often
 
 
@@ -327,8 +396,10 @@ def _end_id(repo: Path) -> int | None:
 def test_num_draft_tokens_above_max_draft_len_is_an_error(served) -> None:
     reply = infer(served[0], "ngram", PROMPTS[0], num_draft_tokens=9)
     assert reply.error is not None
-    assert reply.error == ("ngram: invalid request: num_draft_tokens must be in [0, 4] "
-                           "(the variant's max_draft_len), got 9")
+    assert reply.error == (
+        "ngram: invalid request: num_draft_tokens must be in [0, 4] "
+        "(the variant's max_draft_len), got 9"
+    )
 
 
 def test_router_sends_the_canary_share_deterministically(served, baseline) -> None:
@@ -386,12 +457,18 @@ def test_in_engine_counts_are_the_engines_own(served, variant: str) -> None:
     engine = ReferenceEngine.load(str(plan.engine(plan.variants[variant].target).dir), **options)
     accepted_somewhere = 0
     for prompt in PROMPTS:
-        gen = engine.stream(GenerationRequest(input_ids=_prompt_ids(repo, prompt),
-                                              max_new_tokens=MAX_TOKENS, end_id=_end_id(repo)))
+        gen = engine.stream(
+            GenerationRequest(
+                input_ids=_prompt_ids(repo, prompt), max_new_tokens=MAX_TOKENS, end_id=_end_id(repo)
+            )
+        )
         steps = sum(1 for delta in gen if delta)
         got = infer(server, variant, prompt).final
         assert (got["draft_tokens"], got["accepted_tokens"], got["rounds"]) == (
-            gen.total_draft_tokens, gen.total_accepted_draft_tokens, steps), prompt
+            gen.total_draft_tokens,
+            gen.total_accepted_draft_tokens,
+            steps,
+        ), prompt
         accepted_somewhere += got["accepted_tokens"]
     assert accepted_somewhere > 0  # the tiny heads agree with the target sometimes
 
@@ -402,9 +479,14 @@ def test_concurrent_requests_are_served_independently(served, baseline) -> None:
     server = served[0]
     jobs = [("ngram", 0), ("draft", 1), ("lookahead", 2), ("router", 0)]
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        replies = list(pool.map(
-            lambda job: infer(server, job[0], PROMPTS[job[1]], route="chat",
-                              request_id=f"c{job[1]}"), jobs))
+        replies = list(
+            pool.map(
+                lambda job: infer(
+                    server, job[0], PROMPTS[job[1]], route="chat", request_id=f"c{job[1]}"
+                ),
+                jobs,
+            )
+        )
     for (_, index), reply in zip(jobs, replies, strict=True):
         assert reply.error is None, reply.error
         assert reply.ids == baseline[index].ids

@@ -82,10 +82,16 @@ def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
     spec = load_spec(spec_path)
     plan = make_plan(spec, root / "engines")
     run_plan_steps(plan)
-    repo = assemble(spec, plan, root / "engines", root / "triton_repo",
-                    routing=load_routing(root / "routing.yaml"))
-    server = Server(repo, models=sorted(read_manifest(repo)["models"]),
-                    log_path=root / "tritonserver.log")
+    repo = assemble(
+        spec,
+        plan,
+        root / "engines",
+        root / "triton_repo",
+        routing=load_routing(root / "routing.yaml"),
+    )
+    server = Server(
+        repo, models=sorted(read_manifest(repo)["models"]), log_path=root / "tritonserver.log"
+    )
     server.start(timeout=300)
     try:
         yield server, plan
@@ -99,21 +105,35 @@ def _inputs(prompt: str, max_tokens: int, **extra: Any) -> list:
     import tritonclient.grpc as grpcclient
 
     def tensor(name: str, value: Any, dtype: str) -> Any:
-        kind = {"BYTES": np.object_, "INT32": np.int32, "FP32": np.float32, "BOOL": np.bool_,
-                "UINT64": np.uint64}[dtype]
+        kind = {
+            "BYTES": np.object_,
+            "INT32": np.int32,
+            "FP32": np.float32,
+            "BOOL": np.bool_,
+            "UINT64": np.uint64,
+        }[dtype]
         t = grpcclient.InferInput(name, [1], dtype)
         t.set_data_from_numpy(np.array([value], dtype=kind))
         return t
 
-    dtypes = {"route": "BYTES", "temperature": "FP32", "top_p": "FP32", "top_k": "INT32",
-              "num_draft_tokens": "INT32", "seed": "UINT64"}
-    tensors = [tensor("text_input", prompt.encode(), "BYTES"),
-               tensor("max_tokens", max_tokens, "INT32"),
-               tensor("stream", True, "BOOL")]
+    dtypes = {
+        "route": "BYTES",
+        "temperature": "FP32",
+        "top_p": "FP32",
+        "top_k": "INT32",
+        "num_draft_tokens": "INT32",
+        "seed": "UINT64",
+    }
+    tensors = [
+        tensor("text_input", prompt.encode(), "BYTES"),
+        tensor("max_tokens", max_tokens, "INT32"),
+        tensor("stream", True, "BOOL"),
+    ]
     extra.setdefault("temperature", 0.0)
     for name, value in extra.items():
-        tensors.append(tensor(name, value.encode() if isinstance(value, str) else value,
-                              dtypes[name]))
+        tensors.append(
+            tensor(name, value.encode() if isinstance(value, str) else value, dtypes[name])
+        )
     return tensors
 
 
@@ -182,13 +202,17 @@ def _successes(server: Any, model: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-@pytest.mark.parametrize(("model", "variant", "route"), [
-    ("baseline", "baseline", None),
-    ("ngram", "ngram", None),
-    ("router", "lookahead", "long"),
-])
+@pytest.mark.parametrize(
+    ("model", "variant", "route"),
+    [
+        ("baseline", "baseline", None),
+        ("ngram", "ngram", None),
+        ("router", "lookahead", "long"),
+    ],
+)
 def test_a_cancelled_stream_stops_every_model_at_the_next_step(
-        served, model: str, variant: str, route: str | None) -> None:
+    served, model: str, variant: str, route: str | None
+) -> None:
     server, plan = served
     extra = {"route": route} if route else {}
     alone = infer(server, model, SHORT_PROMPT, SHORT, **extra)
@@ -208,9 +232,14 @@ def test_a_cancelled_stream_stops_every_model_at_the_next_step(
     # As if alone: a short request behind the cancelled one does not wait for
     # the rest of it (before: it waited for nearly all of ``whole``).
     assert after.seconds < alone.seconds + 0.25 * whole.seconds, (
-        after.seconds, alone.seconds, whole.seconds)
-    print(f"\n{model}: short alone {alone.seconds:.2f}s, {LONG} tokens {whole.seconds:.2f}s, "
-          f"short after a cancel {after.seconds:.2f}s")  # figures for the closing note (-s)
+        after.seconds,
+        alone.seconds,
+        whole.seconds,
+    )
+    print(
+        f"\n{model}: short alone {alone.seconds:.2f}s, {LONG} tokens {whole.seconds:.2f}s, "
+        f"short after a cancel {after.seconds:.2f}s"
+    )  # figures for the closing note (-s)
 
     orchestrator = re.compile(rf"{variant}: request cancelled after (\d+) of {LONG} tokens")
     stopped = _wait_for(server, orchestrator, mark)
@@ -244,7 +273,8 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("extra", "message"), BAD_VALUES)
 def test_bad_values_are_the_clients_error_at_router_and_orchestrator(
-        served, extra: dict, message: str) -> None:
+    served, extra: dict, message: str
+) -> None:
     server, _ = served
     for model, prefix in (("router", "router"), ("baseline", "baseline"), ("ngram", "ngram")):
         reply = infer(server, model, PROMPT, SHORT, **extra)
@@ -253,21 +283,35 @@ def test_bad_values_are_the_clients_error_at_router_and_orchestrator(
 
 def test_max_tokens_zero_is_the_clients_error(served) -> None:
     reply = infer(served[0], "router", PROMPT, 0)
-    assert reply.error == ("router: invalid request: max_tokens must be an integer in "
-                           "[1, 2147483647], got 0")
+    assert reply.error == (
+        "router: invalid request: max_tokens must be an integer in [1, 2147483647], got 0"
+    )
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("temperature", np.float32("nan"),
-     "temperature must be a finite number >= 0 (0 = greedy), got nan"),
-    ("temperature", np.float32(-0.5),
-     "temperature must be a finite number >= 0 (0 = greedy), got -0.5"),
-    ("runtime_top_p", np.float32(2.0), "runtime_top_p must be in (0, 1] (1 = off), got 2.0"),
-    ("runtime_top_k", np.int32(-3),
-     "runtime_top_k must be an integer in [0, 2147483647] (0 = off), got -3"),
-])
-def test_bad_values_are_the_clients_error_at_the_engine(served, name: str, value: Any,
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        (
+            "temperature",
+            np.float32("nan"),
+            "temperature must be a finite number >= 0 (0 = greedy), got nan",
+        ),
+        (
+            "temperature",
+            np.float32(-0.5),
+            "temperature must be a finite number >= 0 (0 = greedy), got -0.5",
+        ),
+        ("runtime_top_p", np.float32(2.0), "runtime_top_p must be in (0, 1] (1 = off), got 2.0"),
+        (
+            "runtime_top_k",
+            np.int32(-3),
+            "runtime_top_k must be an integer in [0, 2147483647] (0 = off), got -3",
+        ),
+    ],
+)
+def test_bad_values_are_the_clients_error_at_the_engine(
+    served, name: str, value: Any, message: str
+) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -275,16 +319,21 @@ def test_bad_values_are_the_clients_error_at_the_engine(served, name: str, value
     engine = plan.variants["ngram"].target  # not decoupled: one infer call
 
     def tensor(tname: str, array: np.ndarray) -> Any:
-        dtype = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32",
-                 np.dtype(np.bool_): "BOOL"}[array.dtype]
+        dtype = {
+            np.dtype(np.int32): "INT32",
+            np.dtype(np.float32): "FP32",
+            np.dtype(np.bool_): "BOOL",
+        }[array.dtype]
         t = grpcclient.InferInput(tname, list(array.shape), dtype)
         t.set_data_from_numpy(array)
         return t
 
-    inputs = [tensor("input_ids", np.array([[5, 17, 42, 99]], dtype=np.int32)),
-              tensor("input_lengths", np.array([[4]], dtype=np.int32)),
-              tensor("request_output_len", np.array([[2]], dtype=np.int32)),
-              tensor(name, np.array([[value]]))]
+    inputs = [
+        tensor("input_ids", np.array([[5, 17, 42, 99]], dtype=np.int32)),
+        tensor("input_lengths", np.array([[4]], dtype=np.int32)),
+        tensor("request_output_len", np.array([[2]], dtype=np.int32)),
+        tensor(name, np.array([[value]])),
+    ]
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         with pytest.raises(InferenceServerException) as err:
@@ -298,8 +347,10 @@ def test_router_returns_a_clients_error_without_the_fallback(served) -> None:
     server, _ = served
     baseline_runs = _successes(server, "baseline")
     reply = infer(server, "router", PROMPT, SHORT, route="code", num_draft_tokens=9)
-    assert reply.error == ("router: ngram: invalid request: num_draft_tokens must be in "
-                           "[0, 4] (the variant's max_draft_len), got 9")
+    assert reply.error == (
+        "router: ngram: invalid request: num_draft_tokens must be in "
+        "[0, 4] (the variant's max_draft_len), got 9"
+    )
     assert _successes(server, "baseline") == baseline_runs  # never run twice
 
 

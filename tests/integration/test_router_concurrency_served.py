@@ -28,17 +28,31 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("router-limit")
-    repo = write_echo_repository(root / "repo", {"baseline": {"round_ms": 50.0},
-                                                 "ngram": {"round_ms": 50.0}})
+    repo = write_echo_repository(
+        root / "repo", {"baseline": {"round_ms": 50.0}, "ngram": {"round_ms": 50.0}}
+    )
     router = configs.base_config(
-        assemble.ROUTER, backend="python", max_batch_size=0, decoupled=True,
-        inputs=ORCHESTRATOR_INPUTS, outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,ngram"})
+        assemble.ROUTER,
+        backend="python",
+        max_batch_size=0,
+        decoupled=True,
+        inputs=ORCHESTRATOR_INPUTS,
+        outputs=ORCHESTRATOR_OUTPUTS,
+        parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,ngram"},
+    )
     assemble._write_model(repo, assemble.ROUTER, router, assemble.MODEL_SOURCES[assemble.ROUTER])
-    (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(json.dumps({
-        "schema_version": 1, "default_variant": "baseline",
-        "routes": {"code": {"variant": "ngram", "max_concurrency": 2},
-                   "chat": {"variant": "ngram"}}}))
+    (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "default_variant": "baseline",
+                "routes": {
+                    "code": {"variant": "ngram", "max_concurrency": 2},
+                    "chat": {"variant": "ngram"},
+                },
+            }
+        )
+    )
     with Server(repo, log_path=root / "server.log") as srv:
         yield srv
     assert "Traceback" not in srv.log_text(), srv.log_tail(60)
@@ -46,10 +60,24 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 def _send(url: str, route: str, i: int) -> str | None:
     arm = Arm(variant="router", model="router")
-    job = Job(route=route, prompt_index=0, sample_index=i, item={},
-              text_input="abcdefghijklmnopqrstuvwxyz0123456789", max_tokens=36, arm=arm,
-              temperature=0.0, top_p=1.0, top_k=0, seed=i, load="c6", concurrency=6,
-              request_rate=None, warmup=False, request_id=f"{route}-{i}")
+    job = Job(
+        route=route,
+        prompt_index=0,
+        sample_index=i,
+        item={},
+        text_input="abcdefghijklmnopqrstuvwxyz0123456789",
+        max_tokens=36,
+        arm=arm,
+        temperature=0.0,
+        top_p=1.0,
+        top_k=0,
+        seed=i,
+        load="c6",
+        concurrency=6,
+        request_rate=None,
+        warmup=False,
+        request_id=f"{route}-{i}",
+    )
     worker = StreamWorker(url, 120)
     try:
         outcome = worker.run(job)

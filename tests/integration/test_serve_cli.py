@@ -52,8 +52,10 @@ def _read_json(process: subprocess.Popen[bytes], tmp_path: Path, timeout: float 
     selector.close()
     process.kill()
     process.wait()
-    pytest.fail(f"no endpoints from trtspec serve; stdout={data!r}\n"
-                f"stderr={(tmp_path / 'cli.err').read_text()}")
+    pytest.fail(
+        f"no endpoints from trtspec serve; stdout={data!r}\n"
+        f"stderr={(tmp_path / 'cli.err').read_text()}"
+    )
 
 
 def _repo(model_repo) -> Path:
@@ -64,10 +66,13 @@ def _repo(model_repo) -> Path:
     repo.write_manifest(
         {
             "add_one": {"role": "engine", "calls": [], "variant": None, "mode": None},
-            "fast": {"role": "orchestrator", "calls": ["add_one"], "variant": "fast",
-                     "mode": "ngram"},
-            "other": {"role": "orchestrator", "calls": [], "variant": "baseline",
-                      "mode": "none"},
+            "fast": {
+                "role": "orchestrator",
+                "calls": ["add_one"],
+                "variant": "fast",
+                "mode": "ngram",
+            },
+            "other": {"role": "orchestrator", "calls": [], "variant": "baseline", "mode": "none"},
         },
         ["fast", "baseline"],
     )
@@ -84,9 +89,24 @@ def _status(url: str) -> int:
 
 def test_sigint_stops_server_and_stubs(model_repo, tmp_path, group_pids, triton_install) -> None:
     log = tmp_path / "serve.log"
-    process = _launch([str(_repo(model_repo)), "--variant", "fast", "--http-port", "0",
-                       "--grpc-port", "0", "--metrics-port", "0", "--log-file", str(log),
-                       "--format", "json"], tmp_path)
+    process = _launch(
+        [
+            str(_repo(model_repo)),
+            "--variant",
+            "fast",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--log-file",
+            str(log),
+            "--format",
+            "json",
+        ],
+        tmp_path,
+    )
     try:
         info = _read_json(process, tmp_path)
         assert info["models"] == ["add_one", "fast"]
@@ -112,12 +132,25 @@ def test_sigint_stops_server_and_stubs(model_repo, tmp_path, group_pids, triton_
     assert "Traceback" not in log.read_text()
 
 
-def test_sigkill_of_the_cli_still_takes_the_server_down(model_repo, tmp_path, group_pids,
-                                                        triton_install) -> None:
+def test_sigkill_of_the_cli_still_takes_the_server_down(
+    model_repo, tmp_path, group_pids, triton_install
+) -> None:
     repo = model_repo("solo")
     repo.add_python_model("add_one", ADD_ONE)
-    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
-                       "--metrics-port", "0", "--format", "json"], tmp_path)
+    process = _launch(
+        [
+            str(repo.path),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--format",
+            "json",
+        ],
+        tmp_path,
+    )
     try:
         _read_json(process, tmp_path)
         pgid = _server_pgid(process.pid)
@@ -132,12 +165,14 @@ def test_sigkill_of_the_cli_still_takes_the_server_down(model_repo, tmp_path, gr
     assert group_pids(pgid) == []
 
 
-def test_sigint_while_starting_stops_everything(model_repo, tmp_path, group_pids,
-                                               triton_install) -> None:
+def test_sigint_while_starting_stops_everything(
+    model_repo, tmp_path, group_pids, triton_install
+) -> None:
     repo = model_repo("slow")
     repo.add_python_model("slow", SLOW_INIT)
-    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
-                       "--metrics-port", "0"], tmp_path)
+    process = _launch(
+        [str(repo.path), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"], tmp_path
+    )
     try:
         deadline = time.monotonic() + 30
         pgid = None
@@ -160,13 +195,26 @@ def test_sigint_while_starting_stops_everything(model_repo, tmp_path, group_pids
     assert group_pids(pgid) == []
 
 
-def test_server_dying_ends_the_cli_with_the_log_tail(model_repo, tmp_path, group_pids,
-                                                     triton_install) -> None:
+def test_server_dying_ends_the_cli_with_the_log_tail(
+    model_repo, tmp_path, group_pids, triton_install
+) -> None:
     repo = model_repo("dies")
     repo.add_python_model("add_one", ADD_ONE)
     log = tmp_path / "dies.log"
-    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
-                       "--metrics-port", "0", "--log-file", str(log)], tmp_path)
+    process = _launch(
+        [
+            str(repo.path),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--log-file",
+            str(log),
+        ],
+        tmp_path,
+    )
     try:
         _read_table(process, tmp_path)
         pgid = _server_pgid(process.pid)
@@ -185,8 +233,7 @@ def test_server_dying_ends_the_cli_with_the_log_tail(model_repo, tmp_path, group
     assert group_pids(pgid) == []  # its stubs went with it
 
 
-def test_a_crashed_stub_is_restarted_and_reported(model_repo, tmp_path,
-                                                  triton_install) -> None:
+def test_a_crashed_stub_is_restarted_and_reported(model_repo, tmp_path, triton_install) -> None:
     """`trtspec serve` runs the stub watchdog: a stub killed by SIGSEGV is
     reported on stderr within seconds and the model answers again on the same
     port."""
@@ -194,18 +241,35 @@ def test_a_crashed_stub_is_restarted_and_reported(model_repo, tmp_path,
 
     repo = model_repo("crashes")
     repo.add_python_model("add_one", ADD_ONE)
-    process = _launch([str(repo.path), "--http-port", "0", "--grpc-port", "0",
-                       "--metrics-port", "0", "--format", "json"], tmp_path)
+    process = _launch(
+        [
+            str(repo.path),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--format",
+            "json",
+        ],
+        tmp_path,
+    )
     try:
         info = _read_json(process, tmp_path)
         stub = next(s for s in stubs_of(info["pid"]).values() if s.model == "add_one")
         os.kill(stub.pid, signal.SIGSEGV)
-        expected = (f"Error: the Python-backend stub of model 'add_one' (pid {stub.pid}) was "
-                    "killed by SIGSEGV; the requests in flight failed; tritonserver restarted "
-                    "on the same ports in ")
+        expected = (
+            f"Error: the Python-backend stub of model 'add_one' (pid {stub.pid}) was "
+            "killed by SIGSEGV; the requests in flight failed; tritonserver restarted "
+            "on the same ports in "
+        )
         deadline = time.monotonic() + 200
-        while expected not in (tmp_path / "cli.err").read_text() and \
-                time.monotonic() < deadline and process.poll() is None:
+        while (
+            expected not in (tmp_path / "cli.err").read_text()
+            and time.monotonic() < deadline
+            and process.poll() is None
+        ):
             time.sleep(0.2)
         assert expected in (tmp_path / "cli.err").read_text()
         assert _status(f"{info['http']}/v2/models/add_one/ready") == 200
@@ -253,8 +317,9 @@ def _server_pgid(cli_pid: int) -> int | None:
     return None
 
 
-def test_table_output_and_sigterm_in_process(model_repo, tmp_path, triton_install,
-                                             monkeypatch) -> None:
+def test_table_output_and_sigterm_in_process(
+    model_repo, tmp_path, triton_install, monkeypatch
+) -> None:
     from click.testing import CliRunner
 
     import trtspec.cli.serve as serve_cli
@@ -285,10 +350,21 @@ def test_table_output_and_sigterm_in_process(model_repo, tmp_path, triton_instal
 
     watcher = threading.Thread(target=stop_when_ready, daemon=True)
     watcher.start()
-    result = CliRunner().invoke(cli, [
-        "serve", str(repo.path), "--http-port", str(http), "--grpc-port", str(grpc),
-        "--metrics-port", str(metrics), "--log-file", str(log),
-    ])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "serve",
+            str(repo.path),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--log-file",
+            str(log),
+        ],
+    )
     watcher.join(timeout=5)
     assert sent == [True]
     assert result.exit_code == 0, result.output

@@ -37,10 +37,18 @@ def _variant_repo(repo: ModelRepo) -> ModelRepo:
         {
             "add_one": {"role": "engine", "calls": [], "variant": None, "mode": None},
             "twice": {"role": "engine", "calls": ["add_one"], "variant": None, "mode": None},
-            "fast": {"role": "orchestrator", "calls": ["add_one"], "variant": "fast",
-                     "mode": "ngram"},
-            "baseline": {"role": "orchestrator", "calls": ["twice"], "variant": "baseline",
-                         "mode": "none"},
+            "fast": {
+                "role": "orchestrator",
+                "calls": ["add_one"],
+                "variant": "fast",
+                "mode": "ngram",
+            },
+            "baseline": {
+                "role": "orchestrator",
+                "calls": ["twice"],
+                "variant": "baseline",
+                "mode": "none",
+            },
         },
         ["fast", "baseline"],
     )
@@ -51,8 +59,12 @@ def _variant_repo(repo: ModelRepo) -> ModelRepo:
 def served(triton_install, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("serve")
     repo = _variant_repo(ModelRepo(root / "repo"))
-    server = Server(repo.path, install=triton_install, log_path=root / "logs" / "server.log",
-                    models=variant_models(repo.path, "fast"))
+    server = Server(
+        repo.path,
+        install=triton_install,
+        log_path=root / "logs" / "server.log",
+        models=variant_models(repo.path, "fast"),
+    )
     server.start(timeout=90)
     try:
         yield server
@@ -91,8 +103,10 @@ def test_only_the_variant_closure_is_loaded(served: Server) -> None:
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(served.grpc_url)
-    index = {m.name: m.state for m in client.get_model_repository_index(
-        headers=served.admin_headers("grpc")).models}
+    index = {
+        m.name: m.state
+        for m in client.get_model_repository_index(headers=served.admin_headers("grpc")).models
+    }
     client.close()
     assert index["fast"] == "READY" and index["add_one"] == "READY"
     assert index.get("baseline", "") != "READY" and index.get("twice", "") != "READY"
@@ -127,7 +141,7 @@ def test_log_file_is_written(served: Server) -> None:
 
 # The payload of D1: a Python model uploaded through the repository API with
 # `file:` overrides; its initialize() leaves a marker proving it ran.
-_UPLOADED = '''\
+_UPLOADED = """\
 import pathlib
 
 
@@ -137,19 +151,29 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-'''
+"""
 
 
 def _upload_request(marker: Path) -> tuple[str, dict[str, bytes]]:
-    config = json.dumps({"name": "uploaded", "backend": "python", "max_batch_size": 0,
-                         "input": [{"name": "X", "data_type": "TYPE_INT32", "dims": [1]}],
-                         "output": [{"name": "Y", "data_type": "TYPE_INT32", "dims": [1]}]})
+    config = json.dumps(
+        {
+            "name": "uploaded",
+            "backend": "python",
+            "max_batch_size": 0,
+            "input": [{"name": "X", "data_type": "TYPE_INT32", "dims": [1]}],
+            "output": [{"name": "Y", "data_type": "TYPE_INT32", "dims": [1]}],
+        }
+    )
     return config, {"file:1/model.py": _UPLOADED.format(marker=str(marker)).encode()}
 
 
 def _http(served: Server, path: str, body: dict, headers: dict[str, str] | None = None):
-    request = urllib.request.Request(f"http://{served.http_url}{path}", method="POST",
-                                     data=json.dumps(body).encode(), headers=headers or {})
+    request = urllib.request.Request(
+        f"http://{served.http_url}{path}",
+        method="POST",
+        data=json.dumps(body).encode(),
+        headers=headers or {},
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, response.read().decode()
@@ -163,19 +187,29 @@ def test_repository_api_refuses_requests_without_the_key(served: Server, tmp_pat
 
     marker = tmp_path / "uploaded-model-ran"
     config, files = _upload_request(marker)
-    body = {"parameters": {"config": config,
-                           **{k: base64.b64encode(v).decode() for k, v in files.items()}}}
+    body = {
+        "parameters": {
+            "config": config,
+            **{k: base64.b64encode(v).decode() for k, v in files.items()},
+        }
+    }
     # HTTP: load with a file: override, and the repository index.
     assert _http(served, "/v2/repository/models/uploaded/load", body) == (
-        403, '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}')
+        403,
+        '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}',
+    )
     assert _http(served, "/v2/repository/index", {}) == (
-        403, '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}')
+        403,
+        '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}',
+    )
     wrong = {"trtspec-admin-key": "0" * 32}
     assert _http(served, "/v2/repository/models/uploaded/load", body, wrong)[0] == 403
     # gRPC: the same load, the index, and shared-memory registration.
     client = grpcclient.InferenceServerClient(served.grpc_url)
-    refused = ("[StatusCode.UNAVAILABLE] This protocol is restricted, expecting header "
-               "'triton-grpc-protocol-trtspec-admin-key'")
+    refused = (
+        "[StatusCode.UNAVAILABLE] This protocol is restricted, expecting header "
+        "'triton-grpc-protocol-trtspec-admin-key'"
+    )
     try:
         calls = [
             lambda: client.load_model("uploaded", config=config, files=files),
@@ -191,8 +225,9 @@ def test_repository_api_refuses_requests_without_the_key(served: Server, tmp_pat
         assert served.model_ready("fast")
         # With this server's key the very same upload goes through: the refusals
         # above were the restriction, not a broken payload.
-        client.load_model("uploaded", config=config, files=files,
-                          headers=served.admin_headers("grpc"))
+        client.load_model(
+            "uploaded", config=config, files=files, headers=served.admin_headers("grpc")
+        )
         assert marker.read_text() == "ran as the server's user"
         client.unload_model("uploaded", headers=served.admin_headers("grpc"))
     finally:
@@ -212,8 +247,9 @@ def test_stop_is_clean_and_idempotent(served: Server, group_pids) -> None:
     assert "Traceback" not in served.log_text(), served.log_tail(40)
 
 
-def test_broken_model_fails_start_naming_the_model(model_repo, triton_install, tmp_path,
-                                                   group_pids) -> None:
+def test_broken_model_fails_start_naming_the_model(
+    model_repo, triton_install, tmp_path, group_pids
+) -> None:
     repo = model_repo("broken_repo")
     repo.add_python_model("add_one", ADD_ONE)
     repo.add_python_model("broken", BROKEN)
@@ -233,8 +269,7 @@ def test_broken_model_fails_start_naming_the_model(model_repo, triton_install, t
     assert not server.running
 
 
-def test_start_deadline_stops_the_server(model_repo, triton_install, tmp_path,
-                                         group_pids) -> None:
+def test_start_deadline_stops_the_server(model_repo, triton_install, tmp_path, group_pids) -> None:
     repo = model_repo("slow_repo")
     repo.add_python_model("slow", SLOW_INIT)
     server = Server(repo.path, install=triton_install, log_path=tmp_path / "slow.log")
@@ -250,8 +285,9 @@ def test_taken_explicit_port_is_reported(model_repo, triton_install, tmp_path) -
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        server = Server(repo.path, install=triton_install, grpc_port=port,
-                        log_path=tmp_path / "busy.log")
+        server = Server(
+            repo.path, install=triton_install, grpc_port=port, log_path=tmp_path / "busy.log"
+        )
         with pytest.raises(ServerError) as err:
             server.start(timeout=60)
     assert err.value.message.startswith("tritonserver exited with code 1 before it was ready\n")
@@ -262,8 +298,9 @@ def test_taken_explicit_port_is_reported(model_repo, triton_install, tmp_path) -
     )
 
 
-def test_picked_port_taken_meanwhile_is_repicked(model_repo, start_server, tmp_path,
-                                                 monkeypatch) -> None:
+def test_picked_port_taken_meanwhile_is_repicked(
+    model_repo, start_server, tmp_path, monkeypatch
+) -> None:
     import trtspec.serve.supervisor as serve_module
 
     real = serve_module.free_ports
@@ -285,8 +322,9 @@ def test_picked_port_taken_meanwhile_is_repicked(model_repo, start_server, tmp_p
     assert server.grpc_port == calls[1][1] != calls[0][1]
 
 
-def test_stop_after_sigkill_removes_the_shared_memory_left_behind(model_repo, start_server,
-                                                                   tmp_path) -> None:
+def test_stop_after_sigkill_removes_the_shared_memory_left_behind(
+    model_repo, start_server, tmp_path
+) -> None:
     repo = model_repo("shm")
     repo.add_python_model("add_one", ADD_ONE)
     server = start_server(repo.path, log_path=tmp_path / "shm.log")
@@ -324,4 +362,3 @@ def test_check_alive_reports_a_dead_server(model_repo, start_server, tmp_path) -
     with pytest.raises(ServerError) as err:
         server.check_alive()
     assert err.value.message.startswith("tritonserver exited unexpectedly with code -9\n")
-

@@ -27,7 +27,7 @@ from tests.integration.conftest import ADD_ONE, SLOW_INIT
 
 pytestmark = pytest.mark.slow
 
-SLOW_EXEC = '''\
+SLOW_EXEC = """\
 import time
 
 import numpy as np
@@ -39,14 +39,15 @@ class TritonPythonModel:
         time.sleep(120)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.zeros(1, np.int32))])
                 for _ in requests]
-'''
+"""
 
 
 def _infer(url: str, model: str, timeout: float = 200.0) -> tuple[Any, str | None]:
     import tritonclient.http as httpclient
 
-    client = httpclient.InferenceServerClient(url, network_timeout=timeout,
-                                              connection_timeout=timeout)
+    client = httpclient.InferenceServerClient(
+        url, network_timeout=timeout, connection_timeout=timeout
+    )
     x = httpclient.InferInput("X", [1], "INT32")
     x.set_data_from_numpy(np.array([41], dtype=np.int32))
     try:
@@ -99,7 +100,7 @@ def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_se
     assert server.restarts == 1
 
 
-OWNER = '''\
+OWNER = """\
 import sys, threading, time
 from trtspec.serve import Server
 
@@ -118,7 +119,7 @@ if phase == "stop":
     print("stopping", flush=True)
     server.stop()
 time.sleep(600)
-'''
+"""
 
 
 def _leftovers(prefix: str) -> tuple[list[int], list[str]]:
@@ -140,22 +141,31 @@ def _leftovers(prefix: str) -> tuple[list[int], list[str]]:
 # (phase, signal, started from): kill -9 during start / steady / stop, SIGTERM in
 # steady state; a server started from a thread other than the main one (the
 # parent-death signal is tied to the thread that forked) during start and steady
-TRIALS = [("start", signal.SIGKILL, "main"), ("steady", signal.SIGKILL, "main"),
-          ("stop", signal.SIGKILL, "main"), ("steady", signal.SIGTERM, "main"),
-          ("start", signal.SIGKILL, "thread"), ("steady", signal.SIGKILL, "thread")]
+TRIALS = [
+    ("start", signal.SIGKILL, "main"),
+    ("steady", signal.SIGKILL, "main"),
+    ("stop", signal.SIGKILL, "main"),
+    ("steady", signal.SIGTERM, "main"),
+    ("start", signal.SIGKILL, "thread"),
+    ("steady", signal.SIGKILL, "thread"),
+]
 
 
 @pytest.mark.parametrize("trial", TRIALS, ids=[f"{p}-{s.name}-{t}" for p, s, t in TRIALS])
-def test_no_orphans_after_the_owner_dies(trial: tuple[str, signal.Signals, str], model_repo,
-                                         triton_install, tmp_path: Path) -> None:
+def test_no_orphans_after_the_owner_dies(
+    trial: tuple[str, signal.Signals, str], model_repo, triton_install, tmp_path: Path
+) -> None:
     phase, sig, starter = trial
     repo = model_repo("owner")
     repo.add_python_model("addone", ADD_ONE)
     repo.add_python_model("slowinit", SLOW_INIT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(repo.path), phase,
-                              str(tmp_path / "server.log"), starter],
-                             stdout=subprocess.PIPE, text=True, env=env)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(repo.path), phase, str(tmp_path / "server.log"), starter],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     rng = random.Random(f"{phase}-{sig}-{starter}")
     try:
         assert owner.stdout is not None

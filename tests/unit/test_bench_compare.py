@@ -14,17 +14,30 @@ from trtspec.cli.main import cli
 
 
 def cell(variant: str, k: int | None, point: float, lo: float, hi: float) -> dict:
-    return {"route": "code", "variant": variant, "num_speculative_tokens": k,
-            "load": "concurrency=1", "temperature": 0.0, "acceptance_rate": 0.5,
-            "mean_accepted_length": 2.0, "quality_pass_rate": 1.0,
-            "ttft_ms": {"p50": 10.0, "p95": 20.0},
-            "speedup": {"point": point, "ci_low": lo, "ci_high": hi}}
+    return {
+        "route": "code",
+        "variant": variant,
+        "num_speculative_tokens": k,
+        "load": "concurrency=1",
+        "temperature": 0.0,
+        "acceptance_rate": 0.5,
+        "mean_accepted_length": 2.0,
+        "quality_pass_rate": 1.0,
+        "ttft_ms": {"p50": 10.0, "p95": 20.0},
+        "speedup": {"point": point, "ci_low": lo, "ci_high": hi},
+    }
 
 
 def summary(run: str, cells: list[dict], best: int) -> dict:
-    return {"run_id": run, "cells": cells, "fingerprint": None,
-            "decisions": [{"route": "code", "variant": "d", "num_speculative_tokens": k,
-                           "best_k": k == best} for k in (2, 4)]}
+    return {
+        "run_id": run,
+        "cells": cells,
+        "fingerprint": None,
+        "decisions": [
+            {"route": "code", "variant": "d", "num_speculative_tokens": k, "best_k": k == best}
+            for k in (2, 4)
+        ],
+    }
 
 
 def test_best_k_stands_for_the_variant_and_overlap_is_computed() -> None:
@@ -43,12 +56,16 @@ def test_folder_without_summary_is_a_clean_error(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     res = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert res.exit_code == 1
-    assert res.stderr == (f"Error: {tmp_path / 'a' / 'summary.json'}: not found\n"
-                          f"Hint: render it with `trtspec report {tmp_path / 'a'}`\n")
+    assert res.stderr == (
+        f"Error: {tmp_path / 'a' / 'summary.json'}: not found\n"
+        f"Hint: render it with `trtspec report {tmp_path / 'a'}`\n"
+    )
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "summary.json").write_text(json.dumps({"run_id": "b"}))
     (tmp_path / "a" / "summary.json").write_text(json.dumps({"cells": []}))
     res = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert res.exit_code == 1
-    assert res.stderr == (f"Error: {tmp_path / 'b' / 'summary.json'}: cells: missing\n"
-                          f"Hint: re-render it with `trtspec report {tmp_path / 'b'}`\n")
+    assert res.stderr == (
+        f"Error: {tmp_path / 'b' / 'summary.json'}: cells: missing\n"
+        f"Hint: re-render it with `trtspec report {tmp_path / 'b'}`\n"
+    )

@@ -18,26 +18,54 @@ from trtspec.cli.main import cli
 LAT = [100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 100.0]
 
 
-def row(variant: str, sample: int, latency: float, *, error: str | None = None,
-        incident: str | None = None) -> dict[str, Any]:
+def row(
+    variant: str,
+    sample: int,
+    latency: float,
+    *,
+    error: str | None = None,
+    incident: str | None = None,
+) -> dict[str, Any]:
     spec = variant != "baseline"
     return {
-        "schema_version": 1, "route": "code", "variant": variant, "model": variant,
-        "mode": "ngram" if spec else "none", "speculative": spec,
-        "num_speculative_tokens": 4 if spec else None, "sample_index": sample,
-        "prompt_index": sample, "temperature": 0.0, "load": "concurrency=1", "concurrency": 1,
-        "request_rate": None, "warmup": False, "send_time_unix": 1000.0 + sample,
-        "completion_tokens": None if error else 40, "prompt_tokens": 12,
-        "ttft_ms": None if error else 10.0, "latency_ms": None if error else latency,
-        "tpot_ms": None, "tokens_per_second": None, "error": error, "incident": incident,
-        "output_ids_hash": None if error else "same", "text_hash": "same", "quality": {},
-        "draft_tokens": 40, "accepted_tokens": 30, "rounds": 10, "client_overhead_ms": 0.2,
+        "schema_version": 1,
+        "route": "code",
+        "variant": variant,
+        "model": variant,
+        "mode": "ngram" if spec else "none",
+        "speculative": spec,
+        "num_speculative_tokens": 4 if spec else None,
+        "sample_index": sample,
+        "prompt_index": sample,
+        "temperature": 0.0,
+        "load": "concurrency=1",
+        "concurrency": 1,
+        "request_rate": None,
+        "warmup": False,
+        "send_time_unix": 1000.0 + sample,
+        "completion_tokens": None if error else 40,
+        "prompt_tokens": 12,
+        "ttft_ms": None if error else 10.0,
+        "latency_ms": None if error else latency,
+        "tpot_ms": None,
+        "tokens_per_second": None,
+        "error": error,
+        "incident": incident,
+        "output_ids_hash": None if error else "same",
+        "text_hash": "same",
+        "quality": {},
+        "draft_tokens": 40,
+        "accepted_tokens": 30,
+        "rounds": 10,
+        "client_overhead_ms": 0.2,
         "send_lag_ms": None,
     }
 
 
-CRASH = ("the Python-backend stub of model 'fast' (pid 4242) was killed by SIGSEGV; the "
-         "requests in flight failed (Socket closed); tritonserver restarted on the same ports")
+CRASH = (
+    "the Python-backend stub of model 'fast' (pid 4242) was killed by SIGSEGV; the "
+    "requests in flight failed (Socket closed); tritonserver restarted on the same ports"
+)
 
 
 def rows_with(failed: int, *, incident: str | None) -> list[dict[str, Any]]:
@@ -45,15 +73,15 @@ def rows_with(failed: int, *, incident: str | None) -> list[dict[str, Any]]:
     for i, lat in enumerate(LAT):
         rows.append(row("baseline", i, lat))
         if i < failed:  # the failed attempt, then the request sent again
-            rows.append(row("fast", i, 0.0, error=CRASH if incident else "boom",
-                            incident=incident))
+            rows.append(row("fast", i, 0.0, error=CRASH if incident else "boom", incident=incident))
         rows.append(row("fast", i, lat / 2))
     return rows
 
 
 def summary_of(rows: list[dict[str, Any]], **decision: float) -> dict[str, Any]:
-    return build_summary(rows, {"settings": {"decision": {**DEFAULT_DECISION, **decision}},
-                                "complete": True})
+    return build_summary(
+        rows, {"settings": {"decision": {**DEFAULT_DECISION, **decision}}, "complete": True}
+    )
 
 
 def test_incident_rows_are_errors_but_never_exclude() -> None:
@@ -67,9 +95,12 @@ def test_incident_rows_are_errors_but_never_exclude() -> None:
     assert decision["decision"] == "inconclusive"
     assert decision["reasons"] == [
         "concurrency=1 T=0: 2 request(s) failed by a stub crash or server restart, counted as "
-        "errors (error rate 20.0%) > 1.0%: not judged on infrastructure failures"]
-    assert summary["routing"]["routes"]["code"] == {"variant": "baseline",
-                                                    "decision": "inconclusive"}
+        "errors (error rate 20.0%) > 1.0%: not judged on infrastructure failures"
+    ]
+    assert summary["routing"]["routes"]["code"] == {
+        "variant": "baseline",
+        "decision": "inconclusive",
+    }
 
 
 def test_a_promoted_variant_says_its_stub_crashed() -> None:
@@ -78,7 +109,8 @@ def test_a_promoted_variant_says_its_stub_crashed() -> None:
     assert decision["decision"] == "promote"
     assert decision["reasons"][1] == (
         "concurrency=1 T=0: 1 request(s) failed by a stub crash or server restart, counted as "
-        "errors (error rate 11.1%)")
+        "errors (error rate 11.1%)"
+    )
 
 
 def test_the_variants_own_errors_still_exclude() -> None:
@@ -91,19 +123,29 @@ def test_incomplete_run_is_reported_and_exits_1(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     rows = rows_with(0, incident=None)[:6]
-    rows.append(row("fast", 3, 0.0, error="[StatusCode.UNAVAILABLE] Socket closed",
-                    incident="server_unreachable"))
+    rows.append(
+        row(
+            "fast",
+            3,
+            0.0,
+            error="[StatusCode.UNAVAILABLE] Socket closed",
+            incident="server_unreachable",
+        )
+    )
     (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    reason = ("the server at 127.0.0.1:8001 stopped answering "
-              "([StatusCode.UNAVAILABLE] Socket closed)")
-    (run / "run.json").write_text(json.dumps({"run_id": "r", "complete": False,
-                                              "incomplete_reason": reason, "settings": {}}))
+    reason = (
+        "the server at 127.0.0.1:8001 stopped answering ([StatusCode.UNAVAILABLE] Socket closed)"
+    )
+    (run / "run.json").write_text(
+        json.dumps({"run_id": "r", "complete": False, "incomplete_reason": reason, "settings": {}})
+    )
     res = CliRunner().invoke(cli, ["report", str(run), "--no-plots"])
     assert res.exit_code == 1, res.output
     assert res.stderr.splitlines()[-2:] == [
         f"Error: the benchmark is incomplete: {reason}",
         f'Hint: partial results are in {run} (summary.json: "complete": false); decisions '
-        "there use only the requests that completed"]
+        "there use only the requests that completed",
+    ]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["complete"] is False and summary["incomplete_reason"] == reason
     assert "decision: exclude" not in (run / "routing.yaml").read_text()

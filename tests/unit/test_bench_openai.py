@@ -40,7 +40,7 @@ def _events(raw: bytes, step: int | None = None) -> tuple[list[SseEvent], SsePar
         return parser.feed(raw), parser
     out: list[SseEvent] = []
     for i in range(0, len(raw), step):
-        out += parser.feed(raw[i:i + step])
+        out += parser.feed(raw[i : i + step])
     return out, parser
 
 
@@ -74,7 +74,8 @@ def test_vllm_completions_stream() -> None:
 def test_vllm_error_event_is_the_request_error() -> None:
     state = _state("vllm_error.sse")
     assert OpenAIWorker._verdict(state) == (
-        "server error event: This model's maximum context length is 4096 tokens.")
+        "server error event: This model's maximum context length is 4096 tokens."
+    )
 
 
 @pytest.mark.parametrize("step", [None, 1, 5])
@@ -94,8 +95,8 @@ def test_stream_cut_without_done_is_an_error() -> None:
     state = _state("trtllm_serve_cut.sse")
     assert state.text == "partial"
     assert OpenAIWorker._verdict(state) == (
-        "stream ended without data: [DONE] after 2 chunk(s): the server closed the response "
-        "early")
+        "stream ended without data: [DONE] after 2 chunk(s): the server closed the response early"
+    )
 
 
 def test_missing_usage_is_an_error() -> None:
@@ -104,7 +105,8 @@ def test_missing_usage_is_an_error() -> None:
     state.apply(SseEvent("[DONE]"), 2)
     assert OpenAIWorker._verdict(state) == (
         "stream carried no usage chunk: the server ignored stream_options.include_usage, so "
-        "token counts are unknown")
+        "token counts are unknown"
+    )
 
 
 def test_malformed_data_and_error_event_type() -> None:
@@ -132,17 +134,40 @@ def test_sse_framing_rules() -> None:
 
 
 def _job(item: dict, top_k: int = 0) -> Job:
-    return Job("r", 0, 3, item, item.get("prompt") or "rendered", 32,
-               Arm("x", "m"), 0.7, 0.9, top_k, 1237, "concurrency=1", 1, None, False, "rid")
+    return Job(
+        "r",
+        0,
+        3,
+        item,
+        item.get("prompt") or "rendered",
+        32,
+        Arm("x", "m"),
+        0.7,
+        0.9,
+        top_k,
+        1237,
+        "concurrency=1",
+        1,
+        None,
+        False,
+        "rid",
+    )
 
 
 def test_request_body_routes_prompts_and_messages() -> None:
     ep = OpenAIEndpoint("http://h:1", "served")
     path, api, body = request_body(_job({"prompt": "def f():"}), ep)
     assert (path, api) == ("/v1/completions", "completions")
-    assert body == {"model": "served", "stream": True, "stream_options": {"include_usage": True},
-                    "max_tokens": 32, "temperature": 0.7, "top_p": 0.9, "seed": 1237,
-                    "prompt": "def f():"}
+    assert body == {
+        "model": "served",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 32,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "seed": 1237,
+        "prompt": "def f():",
+    }
     msgs = [{"role": "user", "content": "hi"}]
     path, api, body = request_body(_job({"messages": msgs}, top_k=5), ep)
     assert (path, api) == ("/v1/chat/completions", "chat")
@@ -189,22 +214,31 @@ def test_vllm_counters_summed_per_model_without_decoys() -> None:
     profile, reason = detect(VLLM_PAGE)
     assert profile is not None and profile.runtime == "vllm" and reason is None
     c = counts(VLLM_PAGE, profile, "target")
-    assert c == Counts(draft_tokens=48.0, accepted_tokens=24.0, drafts=12.0,
-                       per_position={0: 12.0, 1: 7.0})
+    assert c == Counts(
+        draft_tokens=48.0, accepted_tokens=24.0, drafts=12.0, per_position={0: 12.0, 1: 7.0}
+    )
 
 
 def test_trtllm_counters_have_no_draft_count() -> None:
     profile, _ = detect(TRTLLM_PAGE)
     assert profile is not None and profile.runtime == "trtllm-serve"
     c = counts(TRTLLM_PAGE, profile, "target")  # its model_name label is "undefined"
-    assert (c.draft_tokens, c.accepted_tokens, c.drafts, c.per_position) == (30.0, 12.0, None,
-                                                                             {0: 8.0})
+    assert (c.draft_tokens, c.accepted_tokens, c.drafts, c.per_position) == (
+        30.0,
+        12.0,
+        None,
+        {0: 8.0},
+    )
 
 
 def test_gauges_only_and_empty_pages_give_reasons() -> None:
-    assert detect(SGLANG_PAGE) == (None, (
-        "SGLang exposes only the gauges sglang:spec_accept_length/spec_accept_rate (a running "
-        "average, not counters), so no per-run delta exists"))
+    assert detect(SGLANG_PAGE) == (
+        None,
+        (
+            "SGLang exposes only the gauges sglang:spec_accept_length/spec_accept_rate (a running "
+            "average, not counters), so no per-run delta exists"
+        ),
+    )
     profile, reason = detect("vllm:prompt_tokens_total 5\n")
     assert profile is None and reason.startswith("no speculative-decoding counters")
 
@@ -218,23 +252,45 @@ def test_acceptance_fields_from_deltas() -> None:
     before = Counts(10, 4, 3, {0: 3, 1: 1})
     after = Counts(18, 9, 5, {0: 5, 1: 3, 2: 0})
     assert acceptance_fields(after.minus(before)) == {
-        "draft_tokens": 8, "accepted_tokens": 5, "rounds": 2,
+        "draft_tokens": 8,
+        "accepted_tokens": 5,
+        "rounds": 2,
         "accepted_per_position": {"0": 2, "1": 2, "2": 0},
-        "acceptance_source": "metrics", "acceptance_note": None}
+        "acceptance_source": "metrics",
+        "acceptance_note": None,
+    }
     assert acceptance_fields(before.minus(after))["acceptance_note"] == (
-        "a counter went backwards (server restarted?)")
+        "a counter went backwards (server restarted?)"
+    )
 
 
 def test_attach_cell_acceptance_above_concurrency_one() -> None:
-    cell = {"arm_kind": "openai", "speculative": True, "route": "r", "variant": "v",
-            "load": "concurrency=4", "temperature": 0.0, "acceptance_source": None}
+    cell = {
+        "arm_kind": "openai",
+        "speculative": True,
+        "route": "r",
+        "variant": "v",
+        "load": "concurrency=4",
+        "temperature": 0.0,
+        "acceptance_source": None,
+    }
     fields = acceptance_fields(Counts(40, 30, 10, {}))
-    attach_cell_acceptance([cell], [cell_sample("r", "concurrency=4", 0.0, "v", fields),
-                                    {"route": "r", "bytes": 5}])
+    attach_cell_acceptance(
+        [cell], [cell_sample("r", "concurrency=4", 0.0, "v", fields), {"route": "r", "bytes": 5}]
+    )
     assert cell["acceptance_rate"] == 0.75 and cell["mean_accepted_length"] == 4.0
     assert cell["acceptance_source"] == "metrics"
-    other = {"arm_kind": "openai", "speculative": True, "route": "r", "variant": "w",
-             "load": "concurrency=4", "temperature": 0.0, "acceptance_source": None}
-    attach_cell_acceptance([other], [cell_sample("r", "concurrency=4", 0.0, "w",
-                                                 acceptance_fields(None, "no counters"))])
+    other = {
+        "arm_kind": "openai",
+        "speculative": True,
+        "route": "r",
+        "variant": "w",
+        "load": "concurrency=4",
+        "temperature": 0.0,
+        "acceptance_source": None,
+    }
+    attach_cell_acceptance(
+        [other],
+        [cell_sample("r", "concurrency=4", 0.0, "w", acceptance_fields(None, "no counters"))],
+    )
     assert other["acceptance_note"] == "no counters" and "acceptance_rate" not in other

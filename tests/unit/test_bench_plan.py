@@ -19,8 +19,13 @@ from trtspec.bench.runner import _abba, arms_for, plan_from_spec, server_memory
 from trtspec.errors import BenchError
 
 VARIANTS = [
-    {"name": "draft", "mode": "draft_model", "draft": {"model": "org/draft"}, "max_draft_len": 6,
-     "num_draft_tokens": [2, 4, 6]},
+    {
+        "name": "draft",
+        "mode": "draft_model",
+        "draft": {"model": "org/draft"},
+        "max_draft_len": 6,
+        "num_draft_tokens": [2, 4, 6],
+    },
     {"name": "ngram", "mode": "ngram", "max_draft_len": 8, "num_draft_tokens": None},
     {"name": "medusa", "mode": "medusa", "max_draft_len": None},
 ]
@@ -28,21 +33,40 @@ VARIANTS = [
 
 def _spec(tmp_path: Path) -> dict:
     (tmp_path / "r.jsonl").write_text(json.dumps({"prompt": "def f():\n"}) + "\n")
-    return {"name": "s", "source_path": tmp_path / "s.yaml", "variants": VARIANTS,
-            "routes": {"code": {"prompts": "r.jsonl", "max_tokens": 16, "checks": ["ruff"]},
-                       "chat": {"prompts": "r.jsonl", "max_tokens": 8}},
-            "bench": {"concurrency": [1, 4], "temperatures": [0.0], "seed": 7,
-                      "decision": {"min_speedup": 1.2}},
-            "rollout": {"canary_percent": 50}}
+    return {
+        "name": "s",
+        "source_path": tmp_path / "s.yaml",
+        "variants": VARIANTS,
+        "routes": {
+            "code": {"prompts": "r.jsonl", "max_tokens": 16, "checks": ["ruff"]},
+            "chat": {"prompts": "r.jsonl", "max_tokens": 8},
+        },
+        "bench": {
+            "concurrency": [1, 4],
+            "temperatures": [0.0],
+            "seed": 7,
+            "decision": {"min_speedup": 1.2},
+        },
+        "rollout": {"canary_percent": 50},
+    }
 
 
 def test_arms_sweep_k_only_for_per_request_modes() -> None:
     arms = arms_for(VARIANTS)
-    assert [a.label for a in arms] == ["baseline", "draft(k=2)", "draft(k=4)", "draft(k=6)",
-                                       "ngram(k=8)", "medusa"]
+    assert [a.label for a in arms] == [
+        "baseline",
+        "draft(k=2)",
+        "draft(k=4)",
+        "draft(k=6)",
+        "ngram(k=8)",
+        "medusa",
+    ]
     assert arms[1] == Arm("draft", "draft", "draft_model", True, "org/draft", 2)
     assert [a.label for a in arms_for(VARIANTS[:2], ks=[3])] == [
-        "baseline", "draft(k=3)", "ngram(k=3)"]
+        "baseline",
+        "draft(k=3)",
+        "ngram(k=3)",
+    ]
 
 
 def test_k_beyond_the_engine_is_an_exact_error() -> None:
@@ -53,13 +77,18 @@ def test_k_beyond_the_engine_is_an_exact_error() -> None:
 
 
 def test_plan_from_spec_settings_and_narrowing(tmp_path: Path) -> None:
-    plan = plan_from_spec(_spec(tmp_path), variants=["ngram"], routes=["chat"],
-                          num_draft_tokens=[2, 4])
+    plan = plan_from_spec(
+        _spec(tmp_path), variants=["ngram"], routes=["chat"], num_draft_tokens=[2, 4]
+    )
     assert [r.name for r in plan.routes] == ["chat"]
     assert [a.label for a in plan.arms] == ["baseline", "ngram(k=2)", "ngram(k=4)"]
     s = plan.settings
     assert (s.concurrency, s.seed, s.decision["min_speedup"], s.decision["max_error_rate"]) == (
-        [1, 4], 7, 1.2, 0.01)
+        [1, 4],
+        7,
+        1.2,
+        0.01,
+    )
     assert s.rollout == {"canary_percent": 50}
     assert s.loads() == [("concurrency=1", 1, None), ("concurrency=4", 4, None)]
     assert plan.tokenizer_dir == Path("engines/s/target/tokenizer")

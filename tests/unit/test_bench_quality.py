@@ -17,7 +17,7 @@ from trtspec.bench.quality import (
 )
 from trtspec.errors import BenchError
 
-COMPLETION_ITEM = {"prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n"}
+COMPLETION_ITEM = {"prompt": 'def add(a, b):\n    """Add."""\n'}
 CHAT_ITEM = {"messages": [{"role": "user", "content": "write code"}]}
 
 
@@ -25,7 +25,8 @@ def test_extract_code_prefers_fenced_block_then_prompt_plus_completion() -> None
     text = "Here:\n```python\nx = 1\n```\nDone."
     assert extract_code(text, CHAT_ITEM) == "x = 1\n"
     assert extract_code("    return a + b\n", COMPLETION_ITEM) == (
-        COMPLETION_ITEM["prompt"] + "    return a + b\n")
+        COMPLETION_ITEM["prompt"] + "    return a + b\n"
+    )
     assert extract_code("plain", CHAT_ITEM) == "plain"
 
 
@@ -57,8 +58,15 @@ def test_ruff_pass_fail_and_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_json_schema_checks() -> None:
-    item = {"messages": [], "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
-                                       "required": ["a"], "additionalProperties": False}}
+    item = {
+        "messages": [],
+        "schema": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+    }
     assert check_json_schema('{"a": 3}', item).status == "pass"
     assert check_json_schema('Sure! ```json\n{"a": 3}\n```', item).status == "pass"
     wrong = check_json_schema('{"a": "x"}', item)
@@ -72,8 +80,10 @@ def test_json_schema_checks() -> None:
 
 def test_golden_found_inside_a_longer_answer_passes() -> None:
     item = {"prompt": "q", "golden": "It was completed in 1987."}
-    quoted = ("The passage describes the bridge. It mentions that Harlow Footbridge was "
-              "completed in 1987, a milestone.")
+    quoted = (
+        "The passage describes the bridge. It mentions that Harlow Footbridge was "
+        "completed in 1987, a milestone."
+    )
     result = check_golden(quoted, item)
     assert result.status == "pass", result.detail
     unrelated = "The bridge is long and made of larch wood, linking the mill to the station."
@@ -83,7 +93,8 @@ def test_golden_found_inside_a_longer_answer_passes() -> None:
 def test_golden_similarity_threshold() -> None:
     item = {"prompt": "q", "golden": "It was completed in 1987."}
     assert check_golden("It was completed in 1987.", item).detail == (
-        "similarity 1.00 (threshold 0.60)")
+        "similarity 1.00 (threshold 0.60)"
+    )
     assert check_golden("Bananas are yellow fruit.", item).status == "fail"
     loose = {**item, "golden_threshold": 0.1}
     assert check_golden("completed", loose).status == "pass"
@@ -119,5 +130,7 @@ def test_unknown_check_name_is_exact() -> None:
     with pytest.raises(BenchError) as exc:
         quality.validate_check_names(["json_shema"], "routes.json_output.checks")
     assert exc.value.message == "routes.json_output.checks: unknown quality check 'json_shema'"
-    assert exc.value.hint == ("did you mean 'json_schema'? known checks: golden, json_schema, "
-                              "pytest, python_compile, ruff")
+    assert exc.value.hint == (
+        "did you mean 'json_schema'? known checks: golden, json_schema, "
+        "pytest, python_compile, ruff"
+    )

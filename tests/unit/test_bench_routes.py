@@ -12,8 +12,15 @@ from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, rend
 from trtspec.errors import BenchError
 
 ROUTES_DIR = Path(__file__).resolve().parents[2] / "build_specs" / "routes"
-SHIPPED = ("chat_short", "chat_long", "code_completion", "rag_copy_heavy", "rag_reasoning",
-           "json_output", "json_fill")
+SHIPPED = (
+    "chat_short",
+    "chat_long",
+    "code_completion",
+    "rag_copy_heavy",
+    "rag_reasoning",
+    "json_output",
+    "json_fill",
+)
 
 
 def _write(tmp_path: Path, *lines: object) -> Path:
@@ -29,29 +36,53 @@ def _error(path: Path) -> BenchError:
 
 
 def test_load_valid_set(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"prompt": "def f():\n", "max_tokens": 8}, "",
-                  {"messages": [{"role": "user", "content": "hi"}], "golden": "hello"})
+    path = _write(
+        tmp_path,
+        {"prompt": "def f():\n", "max_tokens": 8},
+        "",
+        {"messages": [{"role": "user", "content": "hi"}], "golden": "hello"},
+    )
     items = load_prompt_set(path)
     assert [sorted(i) for i in items] == [["max_tokens", "prompt"], ["golden", "messages"]]
 
 
-@pytest.mark.parametrize(("line", "message", "hint"), [
-    ({"promt": "x"}, "{p}:1: unknown field 'promt'",
-     "did you mean 'prompt'? allowed fields: id, messages, prompt, max_tokens, golden, "
-     "golden_threshold, schema, tests"),
-    ({"prompt": "x", "messages": []}, "{p}:1: needs exactly one of 'messages' or 'prompt'",
-     "see build_specs/routes/README.md for the prompt-set format"),
-    ({"prompt": "x", "max_tokens": 0}, "{p}:1: max_tokens: must be a positive integer, got 0",
-     "see build_specs/routes/README.md for the prompt-set format"),
-    ({"messages": [{"role": "bot", "content": "x"}]},
-     "{p}:1: messages[0].role: 'bot' is not one of system, user, assistant",
-     "see build_specs/routes/README.md for the prompt-set format"),
-    ({"prompt": "x", "schema": {"type": "strang"}},
-     "{p}:1: schema: not a valid JSON Schema ('strang' is not valid under any of the given "
-     "schemas)", "see build_specs/routes/README.md for the prompt-set format"),
-    ('{"prompt": "x",', "{p}:1: invalid JSON (Expecting property name enclosed in double "
-     "quotes at column 16)", "see build_specs/routes/README.md for the prompt-set format"),
-])
+@pytest.mark.parametrize(
+    ("line", "message", "hint"),
+    [
+        (
+            {"promt": "x"},
+            "{p}:1: unknown field 'promt'",
+            "did you mean 'prompt'? allowed fields: id, messages, prompt, max_tokens, golden, "
+            "golden_threshold, schema, tests",
+        ),
+        (
+            {"prompt": "x", "messages": []},
+            "{p}:1: needs exactly one of 'messages' or 'prompt'",
+            "see build_specs/routes/README.md for the prompt-set format",
+        ),
+        (
+            {"prompt": "x", "max_tokens": 0},
+            "{p}:1: max_tokens: must be a positive integer, got 0",
+            "see build_specs/routes/README.md for the prompt-set format",
+        ),
+        (
+            {"messages": [{"role": "bot", "content": "x"}]},
+            "{p}:1: messages[0].role: 'bot' is not one of system, user, assistant",
+            "see build_specs/routes/README.md for the prompt-set format",
+        ),
+        (
+            {"prompt": "x", "schema": {"type": "strang"}},
+            "{p}:1: schema: not a valid JSON Schema ('strang' is not valid under any of the given "
+            "schemas)",
+            "see build_specs/routes/README.md for the prompt-set format",
+        ),
+        (
+            '{"prompt": "x",',
+            "{p}:1: invalid JSON (Expecting property name enclosed in double quotes at column 16)",
+            "see build_specs/routes/README.md for the prompt-set format",
+        ),
+    ],
+)
 def test_load_errors_are_exact(tmp_path: Path, line: object, message: str, hint: str) -> None:
     path = _write(tmp_path, line)
     err = _error(path)
@@ -71,17 +102,24 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
 def test_route_sample_cycles_prompts() -> None:
     rs = RouteSet("r", Path("x"), [{"prompt": "a"}, {"prompt": "b"}], 8)
     assert [(i, it["prompt"]) for i, it in rs.sample(5)] == [
-        (0, "a"), (1, "b"), (2, "a"), (3, "b"), (4, "a")]
+        (0, "a"),
+        (1, "b"),
+        (2, "a"),
+        (3, "b"),
+        (4, "a"),
+    ]
     assert len(rs.sample(None)) == 2
 
 
 def test_render_chat_with_the_target_chat_template(tiny_llama: Path) -> None:
     tok = load_tokenizer(tiny_llama)
-    item = {"messages": [{"role": "system", "content": "Be brief."},
-                         {"role": "user", "content": "Hi?"}]}
+    item = {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
+    }
     assert render_prompt(item, tok) == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n"
-        "<|im_start|>assistant\n")
+        "<|im_start|>assistant\n"
+    )
     assert render_prompt({"prompt": "def f():"}, None) == "def f():"
     with pytest.raises(BenchError) as exc:
         render_prompt(item, None)

@@ -20,9 +20,18 @@ from trtspec.bench.sequential import (
 )
 
 
-@pytest.mark.parametrize(("p", "df", "expected"), [
-    (0.975, 1, 12.7062), (0.975, 4, 2.7764), (0.975, 10, 2.2281), (0.995, 4, 4.6041),
-    (0.975, 29, 2.0452), (0.9975, 5, 4.7733), (0.995, 5, 4.0321)])
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    [
+        (0.975, 1, 12.7062),
+        (0.975, 4, 2.7764),
+        (0.975, 10, 2.2281),
+        (0.995, 4, 4.6041),
+        (0.975, 29, 2.0452),
+        (0.9975, 5, 4.7733),
+        (0.995, 5, 4.0321),
+    ],
+)
 def test_t_quantile_matches_tables(p: float, df: int, expected: float) -> None:
     assert t_quantile(p, df) == pytest.approx(expected, rel=2e-3)
 
@@ -52,8 +61,9 @@ def test_look_schedule_and_level() -> None:
     assert SequentialPlan.from_dict(plan.as_dict()) == plan
 
 
-def _cell(rng: random.Random, speedup: float, sigma: float,
-          n: int = 30) -> list[tuple[float, float]]:
+def _cell(
+    rng: random.Random, speedup: float, sigma: float, n: int = 30
+) -> list[tuple[float, float]]:
     out = []
     for _ in range(n):
         base = rng.uniform(20.0, 40.0)  # prompts differ a lot; pairing removes it
@@ -113,13 +123,28 @@ def test_uncorrected_repeated_looks_would_exceed_alpha() -> None:
 
 # -- the runner's block loop (bench/until.py) on synthetic cells -------------------------
 
+
 def _outcome(arm, sample: int, cost_ms: float, tokens: int = 20):
     from trtspec.bench.client import Job, Outcome
 
-    job = Job(route="r", prompt_index=sample, sample_index=sample, item={}, text_input="",
-              max_tokens=tokens, arm=arm, temperature=0.0, top_p=1.0, top_k=0, seed=0,
-              load="concurrency=1", concurrency=1, request_rate=None, warmup=False,
-              request_id=f"{arm.label}-{sample}")
+    job = Job(
+        route="r",
+        prompt_index=sample,
+        sample_index=sample,
+        item={},
+        text_input="",
+        max_tokens=tokens,
+        arm=arm,
+        temperature=0.0,
+        top_p=1.0,
+        top_k=0,
+        seed=0,
+        load="concurrency=1",
+        concurrency=1,
+        request_rate=None,
+        warmup=False,
+        request_id=f"{arm.label}-{sample}",
+    )
     out = Outcome(job, send_ns=1_000_000, end_ns=1_000_000 + int(cost_ms * tokens * 1e6))
     out.final["completion_tokens"] = tokens
     return out
@@ -152,9 +177,18 @@ def test_run_block_stops_each_synthetic_cell_where_it_should() -> None:
 
     progress: list[tuple[int, int]] = []
     plan = SequentialPlan(first=5, batch=5, maximum=20)
-    stops = {s.arm.variant: s for s in run_block(
-        plan, [base, win, loss, null], 1.05, send=send, block=block, stopped=lambda: False,
-        on_batch=lambda n, d: progress.append((n, d)))}
+    stops = {
+        s.arm.variant: s
+        for s in run_block(
+            plan,
+            [base, win, loss, null],
+            1.05,
+            send=send,
+            block=block,
+            stopped=lambda: False,
+            on_batch=lambda n, d: progress.append((n, d)),
+        )
+    }
     assert (stops["win"].verdict, stops["win"].pairs) == (FASTER, 5)
     assert (stops["loss"].verdict, stops["loss"].pairs) == (SLOWER, 5)
     assert (stops["null"].verdict, stops["null"].pairs) == (UNDECIDED, 20)
@@ -171,14 +205,20 @@ def test_run_block_stops_when_told() -> None:
     from trtspec.bench.until import Block, run_block
 
     calls = []
-    stops = run_block(SequentialPlan(), [Arm("baseline", "baseline"), Arm("v", "v")], 1.05,
-                      send=lambda arms, samples: calls.append(samples), block=Block(),
-                      stopped=lambda: bool(calls))
+    stops = run_block(
+        SequentialPlan(),
+        [Arm("baseline", "baseline"), Arm("v", "v")],
+        1.05,
+        send=lambda arms, samples: calls.append(samples),
+        block=Block(),
+        stopped=lambda: bool(calls),
+    )
     assert len(calls) == 1
     assert stops[0].verdict == UNDECIDED
 
 
 # -- progress bars ------------------------------------------------------------------------
+
 
 class _Stream(io.StringIO):
     def __init__(self, tty: bool) -> None:

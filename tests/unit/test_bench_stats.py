@@ -37,8 +37,14 @@ def test_percentile_edge_cases() -> None:
 
 def test_distribution_skips_nulls() -> None:
     d = stats.distribution([1.0, None, 3.0, 2.0])
-    assert d == {"p50": 2.0, "p95": pytest.approx(2.9), "p99": pytest.approx(2.98),
-                 "mean": 2.0, "min": 1.0, "max": 3.0}
+    assert d == {
+        "p50": 2.0,
+        "p95": pytest.approx(2.9),
+        "p99": pytest.approx(2.98),
+        "mean": 2.0,
+        "min": 1.0,
+        "max": 3.0,
+    }
     assert stats.distribution([None])["p50"] is None
 
 

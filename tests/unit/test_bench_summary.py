@@ -22,24 +22,56 @@ from trtspec.cli.main import cli
 from trtspec.errors import BenchError
 
 
-def row(route: str, variant: str, sample: int, latency: float, *, k: int | None = None,
-        tokens: int = 40, ttft: float = 10.0, out: str = "same", error: str | None = None,
-        temp: float = 0.0, warmup: bool = False, quality: dict | None = None,
-        drafted: int | None = None, accepted: int | None = None,
-        rounds: int | None = None) -> dict[str, Any]:
+def row(
+    route: str,
+    variant: str,
+    sample: int,
+    latency: float,
+    *,
+    k: int | None = None,
+    tokens: int = 40,
+    ttft: float = 10.0,
+    out: str = "same",
+    error: str | None = None,
+    temp: float = 0.0,
+    warmup: bool = False,
+    quality: dict | None = None,
+    drafted: int | None = None,
+    accepted: int | None = None,
+    rounds: int | None = None,
+) -> dict[str, Any]:
     spec = variant != "baseline"
     return {
-        "schema_version": 1, "route": route, "variant": variant, "model": variant,
-        "mode": "ngram" if spec else "none", "speculative": spec,
-        "num_speculative_tokens": k, "sample_index": sample, "prompt_index": sample,
-        "temperature": temp, "load": "concurrency=1", "concurrency": 1, "request_rate": None,
-        "warmup": warmup, "send_time_unix": 1000.0 + sample, "completion_tokens": tokens,
-        "prompt_tokens": 12, "ttft_ms": ttft, "latency_ms": latency,
+        "schema_version": 1,
+        "route": route,
+        "variant": variant,
+        "model": variant,
+        "mode": "ngram" if spec else "none",
+        "speculative": spec,
+        "num_speculative_tokens": k,
+        "sample_index": sample,
+        "prompt_index": sample,
+        "temperature": temp,
+        "load": "concurrency=1",
+        "concurrency": 1,
+        "request_rate": None,
+        "warmup": warmup,
+        "send_time_unix": 1000.0 + sample,
+        "completion_tokens": tokens,
+        "prompt_tokens": 12,
+        "ttft_ms": ttft,
+        "latency_ms": latency,
         "tpot_ms": (latency - ttft) / (tokens - 1),
-        "tokens_per_second": tokens / (latency / 1000.0), "error": error,
-        "output_ids_hash": out, "text_hash": out, "quality": quality or {},
-        "draft_tokens": drafted, "accepted_tokens": accepted, "rounds": rounds,
-        "client_overhead_ms": 0.2, "send_lag_ms": None,
+        "tokens_per_second": tokens / (latency / 1000.0),
+        "error": error,
+        "output_ids_hash": out,
+        "text_hash": out,
+        "quality": quality or {},
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "rounds": rounds,
+        "client_overhead_ms": 0.2,
+        "send_lag_ms": None,
     }
 
 
@@ -50,17 +82,41 @@ def run_rows() -> list[dict[str, Any]]:
     rows = [row("code", "baseline", 0, 999.0, warmup=True)]
     for i, lat in enumerate(BASE_LAT):
         rows.append(row("code", "baseline", i, lat, quality={"ruff": {"status": "pass"}}))
-        rows.append(row("code", "fast", i, lat / 2, k=4, drafted=40, accepted=30, rounds=10,
-                        quality={"ruff": {"status": "pass"}}))
-        rows.append(row("code", "fast", i, lat / 1.5, k=2, drafted=20, accepted=18, rounds=20,
-                        quality={"ruff": {"status": "pass"}}))
+        rows.append(
+            row(
+                "code",
+                "fast",
+                i,
+                lat / 2,
+                k=4,
+                drafted=40,
+                accepted=30,
+                rounds=10,
+                quality={"ruff": {"status": "pass"}},
+            )
+        )
+        rows.append(
+            row(
+                "code",
+                "fast",
+                i,
+                lat / 1.5,
+                k=2,
+                drafted=20,
+                accepted=18,
+                rounds=20,
+                quality={"ruff": {"status": "pass"}},
+            )
+        )
         rows.append(row("code", "slow", i, lat * 1.5, drafted=40, accepted=5, rounds=20))
-        rows.append(row("code", "lossy", i, lat / 2, out=f"diff{i}", drafted=10, accepted=9,
-                        rounds=5))
+        rows.append(
+            row("code", "lossy", i, lat / 2, out=f"diff{i}", drafted=10, accepted=9, rounds=5)
+        )
         rows.append(row("code", "noisy", i, lat * (0.7 if i % 2 else 1.3)))
         rows.append(row("chat", "baseline", i, lat, tokens=8))
-        rows.append(row("chat", "fast", i, lat * 0.9, tokens=8, k=4,
-                        error="boom" if i == 0 else None))
+        rows.append(
+            row("chat", "fast", i, lat * 0.9, tokens=8, k=4, error="boom" if i == 0 else None)
+        )
     return rows
 
 
@@ -85,7 +141,8 @@ def test_cells_recomputed_from_rows() -> None:
     assert fast["quality_pass_rate"] == 1.0
     assert fast["p95_latency_regression"] == pytest.approx(-0.5)
     assert fast["tokens_per_second"]["mean"] == pytest.approx(
-        sum(40 / (lat / 2000.0) for lat in BASE_LAT) / 8)
+        sum(40 / (lat / 2000.0) for lat in BASE_LAT) / 8
+    )
     noisy = cells[("code", "noisy", None)]
     expected = math.exp(sum(math.log(1 / (0.7 if i % 2 else 1.3)) for i in range(8)) / 8)
     assert noisy["speedup"]["point"] == pytest.approx(expected)
@@ -109,60 +166,104 @@ def test_decisions_on_constructed_run() -> None:
     assert slow["reasons"][0].startswith("concurrency=1 T=0: slower than baseline, speedup 0.67x")
     lossy = got[("code", "lossy", None)]
     assert lossy["decision"] == "exclude"
-    assert lossy["reasons"] == ["concurrency=1 T=0: output equals baseline in 0% of prompts at "
-                                "T=0 (need 100%)"]
+    assert lossy["reasons"] == [
+        "concurrency=1 T=0: output equals baseline in 0% of prompts at T=0 (need 100%)"
+    ]
     assert got[("code", "noisy", None)]["decision"] == "inconclusive"
     chat = got[("chat", "fast", 4)]
     assert chat["decision"] == "exclude"  # 12.5% errors > 1%
     assert chat["short_output"] is True
     assert summary["routing"] == {
-        "schema_version": 1, "default_variant": "baseline",
-        "routes": {"code": {"variant": "fast", "num_draft_tokens": 4, "canary_percent": 100,
-                            "decision": "promote", "fallback_variant": "baseline",
-                            "evidence": {"speedup": 2.0, "speedup_ci": [2.0, 2.0],
-                                         "confidence": 0.95, "tokens_per_second_change": 1.0,
-                                         "latency_change": -0.5, "pairs": 8,
-                                         "load": "concurrency=1", "temperature": 0.0}},
-                   "chat": {"variant": "baseline", "decision": "exclude"}}}
-    assert summary["totals"] == {"requests": 64, "errors": 1, "error_rate": 1 / 64, "incidents": 0,
-                                 "warmup_requests": 1}
+        "schema_version": 1,
+        "default_variant": "baseline",
+        "routes": {
+            "code": {
+                "variant": "fast",
+                "num_draft_tokens": 4,
+                "canary_percent": 100,
+                "decision": "promote",
+                "fallback_variant": "baseline",
+                "evidence": {
+                    "speedup": 2.0,
+                    "speedup_ci": [2.0, 2.0],
+                    "confidence": 0.95,
+                    "tokens_per_second_change": 1.0,
+                    "latency_change": -0.5,
+                    "pairs": 8,
+                    "load": "concurrency=1",
+                    "temperature": 0.0,
+                },
+            },
+            "chat": {"variant": "baseline", "decision": "exclude"},
+        },
+    }
+    assert summary["totals"] == {
+        "requests": 64,
+        "errors": 1,
+        "error_rate": 1 / 64,
+        "incidents": 0,
+        "warmup_requests": 1,
+    }
 
 
 def test_judge_cell_rules() -> None:
     d = dict(DEFAULT_DECISION)
-    cell = {"load": "concurrency=4", "temperature": 0.7, "error_rate": 0.0,
-            "quality_pass_rate": 0.5, "baseline_quality_pass_rate": 0.5, "equal_rate": None,
-            "speedup": {"point": 1.3, "ci_low": 1.2, "ci_high": 1.4}, "pairs": 8,
-            "p95_latency_regression": 0.2}
+    cell = {
+        "load": "concurrency=4",
+        "temperature": 0.7,
+        "error_rate": 0.0,
+        "quality_pass_rate": 0.5,
+        "baseline_quality_pass_rate": 0.5,
+        "equal_rate": None,
+        "speedup": {"point": 1.3, "ci_low": 1.2, "ci_high": 1.4},
+        "pairs": 8,
+        "p95_latency_regression": 0.2,
+    }
     # quality as bad as the baseline's own does not count against the variant
-    assert judge_cell(cell, d) == ("inconclusive", [
-        "concurrency=4 T=0.7: p95 latency +20% > +10%"])
+    assert judge_cell(cell, d) == ("inconclusive", ["concurrency=4 T=0.7: p95 latency +20% > +10%"])
     cell["p95_latency_regression"] = 0.0
     assert judge_cell(cell, d)[0] == "promote"
     cell["quality_pass_rate"] = 0.4
-    assert judge_cell(cell, d) == ("exclude", [
-        "concurrency=4 T=0.7: quality pass 40% < 95% and below baseline 50%"])
+    assert judge_cell(cell, d) == (
+        "exclude",
+        ["concurrency=4 T=0.7: quality pass 40% < 95% and below baseline 50%"],
+    )
     cell["quality_pass_rate"] = 0.5
     cell["speedup"] = {"point": 1.04, "ci_low": 0.98, "ci_high": 1.1}
-    assert judge_cell(cell, d) == ("inconclusive", [
-        "concurrency=4 T=0.7: speedup 1.04x [0.98, 1.10] not above 1.05"])
+    assert judge_cell(cell, d) == (
+        "inconclusive",
+        ["concurrency=4 T=0.7: speedup 1.04x [0.98, 1.10] not above 1.05"],
+    )
     cell["speedup"] = None
     assert judge_cell(cell, d) == ("inconclusive", ["concurrency=4 T=0.7: no paired baseline"])
 
 
 def test_too_few_pairs_is_inconclusive_whatever_the_numbers() -> None:
     d = {**DEFAULT_DECISION, "min_pairs": 5}
-    cell = {"load": "concurrency=1", "temperature": 0.0, "error_rate": 0.0,
-            "quality_pass_rate": None, "baseline_quality_pass_rate": None, "equal_rate": 1.0,
-            "speedup": {"point": 3.0, "ci_low": 2.5, "ci_high": 3.5}, "pairs": 4,
-            "p95_latency_regression": 0.0}
-    assert judge_cell(cell, d) == ("inconclusive", [
-        "concurrency=1 T=0: only 4 paired prompts (< min_pairs 5)"])
+    cell = {
+        "load": "concurrency=1",
+        "temperature": 0.0,
+        "error_rate": 0.0,
+        "quality_pass_rate": None,
+        "baseline_quality_pass_rate": None,
+        "equal_rate": 1.0,
+        "speedup": {"point": 3.0, "ci_low": 2.5, "ci_high": 3.5},
+        "pairs": 4,
+        "p95_latency_regression": 0.0,
+    }
+    assert judge_cell(cell, d) == (
+        "inconclusive",
+        ["concurrency=1 T=0: only 4 paired prompts (< min_pairs 5)"],
+    )
     cell["speedup"] = {"point": 0.3, "ci_low": 0.25, "ci_high": 0.35}
     cell["equal_rate"] = 0.5
-    assert judge_cell(cell, d) == ("inconclusive", [
-        "concurrency=1 T=0: output equals baseline in 50% of prompts at T=0 (need 100%)",
-        "concurrency=1 T=0: only 4 paired prompts (< min_pairs 5)"])
+    assert judge_cell(cell, d) == (
+        "inconclusive",
+        [
+            "concurrency=1 T=0: output equals baseline in 50% of prompts at T=0 (need 100%)",
+            "concurrency=1 T=0: only 4 paired prompts (< min_pairs 5)",
+        ],
+    )
     cell["pairs"] = 5
     assert judge_cell(cell, d)[0] == "exclude"
 
@@ -214,8 +315,7 @@ def test_headline_signs_never_disagree(seed: int) -> None:
     for i in range(8):
         lat = rng.uniform(10, 200)
         rows.append(row("r", "baseline", i, lat, tokens=rng.randint(5, 60)))
-        rows.append(row("r", "v", i, lat * rng.uniform(0.5, 1.6), k=2,
-                        tokens=rng.randint(5, 60)))
+        rows.append(row("r", "v", i, lat * rng.uniform(0.5, 1.6), k=2, tokens=rng.randint(5, 60)))
     h = build_summary(rows, {})["decisions"][0]["headline"]
     s = h["speedup"]
     for key in ("point", "ci_low", "ci_high"):
@@ -226,8 +326,11 @@ def test_headline_signs_never_disagree(seed: int) -> None:
 
 def test_decide_with_rollout_settings() -> None:
     cells = summarize_rows(run_rows())
-    _, routing = decide(cells, dict(DEFAULT_DECISION),
-                        rollout={"canary_percent": 25, "fallback_variant": "baseline"})
+    _, routing = decide(
+        cells,
+        dict(DEFAULT_DECISION),
+        rollout={"canary_percent": 25, "fallback_variant": "baseline"},
+    )
     assert routing["routes"]["code"]["canary_percent"] == 25
 
 
@@ -244,9 +347,16 @@ def _write_run(tmp_path: Path, rows: list[dict[str, Any]], torn: bool = False) -
 def test_render_run_writes_every_artefact(tmp_path: Path) -> None:
     run = _write_run(tmp_path, run_rows(), torn=True)
     summary = render_run(run)
-    for name in ("summary.json", "routing.yaml", "report.md", "report.html",
-                 "plots/speedup.png", "plots/latency_code.png", "plots/latency_chat.png",
-                 "plots/acceptance_vs_k.png"):
+    for name in (
+        "summary.json",
+        "routing.yaml",
+        "report.md",
+        "report.html",
+        "plots/speedup.png",
+        "plots/latency_code.png",
+        "plots/latency_chat.png",
+        "plots/acceptance_vs_k.png",
+    ):
         assert (run / name).is_file(), name
     assert (run / "plots/speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (run / "report.html").read_text()
@@ -271,12 +381,17 @@ def test_render_run_writes_every_artefact(tmp_path: Path) -> None:
 def test_console_lines_use_summary_numbers() -> None:
     summary = build_summary(run_rows(), {})
     lines = console_lines(summary)
-    fast = next(d for d in summary["decisions"] if d["variant"] == "fast" and d["best_k"]
-                and d["route"] == "code")
+    fast = next(
+        d
+        for d in summary["decisions"]
+        if d["variant"] == "fast" and d["best_k"] and d["route"] == "code"
+    )
     b = round(fast["headline"]["baseline_tokens_per_second"])
-    assert lines[0] == (f"route=code  baseline {b} tok/s  fast(k=4)  speedup 2.00x [2.00, 2.00]  "
-                        "tok/s +100%  latency -50% [-50%, -50%]  8 pairs  quality pass  "
-                        "→ promote")
+    assert lines[0] == (
+        f"route=code  baseline {b} tok/s  fast(k=4)  speedup 2.00x [2.00, 2.00]  "
+        "tok/s +100%  latency -50% [-50%, -50%]  8 pairs  quality pass  "
+        "→ promote"
+    )
     assert any(line.endswith("→ exclude  (short outputs)") for line in lines)
 
 
@@ -290,6 +405,7 @@ def test_read_requests_rejects_a_broken_middle_line(tmp_path: Path) -> None:
 
 # -- the CLI --------------------------------------------------------------------------------
 
+
 def test_cli_report_prints_decisions(tmp_path: Path) -> None:
     run = _write_run(tmp_path, run_rows())
     res = CliRunner().invoke(cli, ["report", str(run), "--no-plots", "--max-error-rate", "0.5"])
@@ -302,16 +418,27 @@ def test_cli_report_prints_decisions(tmp_path: Path) -> None:
 
 def test_cli_report_json_format(tmp_path: Path) -> None:
     run = _write_run(tmp_path, run_rows())
-    res = CliRunner().invoke(cli, ["report", str(run), "--no-plots", "--format", "json",
-                                   "--max-error-rate", "0.5"])
+    res = CliRunner().invoke(
+        cli, ["report", str(run), "--no-plots", "--format", "json", "--max-error-rate", "0.5"]
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["routing"]["routes"]["code"]["variant"] == "fast"
 
 
 def test_cli_gate_breach_exits_3(tmp_path: Path) -> None:
     run = _write_run(tmp_path, run_rows())
-    res = CliRunner().invoke(cli, ["report", str(run), "--no-plots", "--max-error-rate", "0.5",
-                                   "--fail-on", "speedup<1.0@code,error_rate>0.01"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "report",
+            str(run),
+            "--no-plots",
+            "--max-error-rate",
+            "0.5",
+            "--fail-on",
+            "speedup<1.0@code,error_rate>0.01",
+        ],
+    )
     assert res.exit_code == 3, res.output
     # noisy's geometric-mean speedup is above 1 (1/sqrt(0.7*1.3)), so only slow breaches
     assert res.stderr.splitlines()[-3:] == [
@@ -334,8 +461,10 @@ def test_cli_report_usage_and_missing_run(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "none")])
     assert res.exit_code == 1
     assert res.stdout == ""
-    assert res.stderr == (f"Error: {tmp_path / 'none'}: not a folder\n"
-                          "Hint: pass a run folder such as results/<run>/\n")
+    assert res.stderr == (
+        f"Error: {tmp_path / 'none'}: not a folder\n"
+        "Hint: pass a run folder such as results/<run>/\n"
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "requests.jsonl").write_text("")
@@ -364,10 +493,14 @@ def test_cells_flag_prompts_whose_cache_state_differs() -> None:
     from trtspec.bench.report import render_markdown
 
     text = render_markdown(summary)
-    assert ("cache state differs: r v(k=3) concurrency=1 T=0: 3 of 6 prompts had a different "
-            "prefix_reused_tokens than the baseline (samples [1, 3, 5])") in text
-    assert "prefix cache: off (arms share whatever engine models the repository shares) — not " \
-           "enforced on this server" in text
+    assert (
+        "cache state differs: r v(k=3) concurrency=1 T=0: 3 of 6 prompts had a different "
+        "prefix_reused_tokens than the baseline (samples [1, 3, 5])"
+    ) in text
+    assert (
+        "prefix cache: off (arms share whatever engine models the repository shares) — not "
+        "enforced on this server" in text
+    )
     for r in rows:
         r["prefix_reused_tokens"] = 0
     assert cells_by(build_summary(rows, {})["cells"])[("r", "v", 3)]["cache_state_differs"] == 0

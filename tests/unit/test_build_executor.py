@@ -300,10 +300,13 @@ def test_manifest_records_files_and_the_cache_rebuilds_a_damaged_unit(
     monkeypatch.setattr(integrity, "HASH_MAX_BYTES", 0)
     execute(plan, backend=ReferenceBackend(), force=True)
     assert json.loads((ckpt / "trtspec.json").read_text())["files"]["weights.bin"] == {
-        "size": 1, "sha256": None}
+        "size": 1,
+        "sha256": None,
+    }
     (ckpt / "weights.bin").write_text("")
     assert integrity.verify_files(ckpt, json.loads((ckpt / "trtspec.json").read_text())) == [
-        ("weights.bin", "0 bytes, but 1 when built (truncated?)")]
+        ("weights.bin", "0 bytes, but 1 when built (truncated?)")
+    ]
     assert not is_cached(plan, str(ckpt))
 
     # A manifest from before file records keeps its cache (unverifiable, not rebuilt).

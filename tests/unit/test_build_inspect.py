@@ -168,8 +168,12 @@ def test_inspect_verifies_files_against_the_manifest(tmp_path: Path) -> None:
 
     folder = engine_017(tmp_path / "target")
     (folder / "rank0.engine").write_bytes(b"\0" * 100)
-    manifest = {"spec": "v", "engine": {"name": "target", "variants": ["baseline", "ngram"]},
-                "steps": [{"id": "build:target"}], "files": file_records(folder)}
+    manifest = {
+        "spec": "v",
+        "engine": {"name": "target", "variants": ["baseline", "ngram"]},
+        "steps": [{"id": "build:target"}],
+        "files": file_records(folder),
+    }
     (folder / "trtspec.json").write_text(json.dumps(manifest))
     assert read_engine(folder)["files_check"] == "ok: 2 files match trtspec.json"
     (folder / "rank0.engine").write_bytes(b"\0" * 10)

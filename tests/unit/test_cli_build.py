@@ -92,8 +92,8 @@ def test_validate_warning_on_stderr(tmp_path: Path) -> None:
     spec = tmp_path / "w.yaml"
     spec.write_text(
         'name: x\nstack: {trtllm_version: "1.0.0", triton_image: '
-        'nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3}\n'
-        'target: {model: org/m, family: llama}\n'
+        "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3}\n"
+        "target: {model: org/m, family: llama}\n"
     )
     res = run("validate", str(spec))
     assert res.exit_code == 0, res.output

@@ -14,9 +14,17 @@ def test_readme_reference_sections_are_fresh() -> None:
 
 def test_spec_reference_covers_every_mode_and_section() -> None:
     text = docgen.spec_reference()
-    for needle in ("variants[mode=draft_model]", "variants[mode=ngram]", "variants[mode=medusa]",
-                   "variants[mode=eagle]", "variants[mode=lookahead]", "`routes", "`bench",
-                   "`rollout", "`stack.trtllm_version`"):
+    for needle in (
+        "variants[mode=draft_model]",
+        "variants[mode=ngram]",
+        "variants[mode=medusa]",
+        "variants[mode=eagle]",
+        "variants[mode=lookahead]",
+        "`routes",
+        "`bench",
+        "`rollout",
+        "`stack.trtllm_version`",
+    ):
         assert needle in text, needle
 
 

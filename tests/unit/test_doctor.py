@@ -55,25 +55,35 @@ def test_cpu_machine_reports_gpu_checks_as_not_available() -> None:
     assert res.exit_code == 0, res.output
     assert res.stderr == ""
     checks = checks_of(res)
-    assert list(checks) == ["tensorrt_llm", "GPUs", "tritonserver", "tensorrtllm backend",
-                            "/dev/shm"]
-    assert checks["GPUs"] == {"name": "GPUs", "status": "not available",
-                              "detail": "nvidia-smi not found or failed", "fix": ""}
+    assert list(checks) == [
+        "tensorrt_llm",
+        "GPUs",
+        "tritonserver",
+        "tensorrtllm backend",
+        "/dev/shm",
+    ]
+    assert checks["GPUs"] == {
+        "name": "GPUs",
+        "status": "not available",
+        "detail": "nvidia-smi not found or failed",
+        "fix": "",
+    }
     if doctor.probe_trtllm_version() is None:
         assert checks["tensorrt_llm"]["status"] == "not available"
     if not doctor.BACKEND_DIR.is_dir():
         assert checks["tensorrtllm backend"] == {
-            "name": "tensorrtllm backend", "status": "not available",
+            "name": "tensorrtllm backend",
+            "status": "not available",
             "detail": "/opt/tritonserver/backends/tensorrtllm missing",
-            "fix": "only the reference backend can serve here"}
+            "fix": "only the reference backend can serve here",
+        }
     # the nvidia-pytriton wheel's tritonserver is found for real
     assert checks["tritonserver"]["status"] == "ok"
     assert checks["tritonserver"]["detail"].endswith("/bin/tritonserver")
     # the table form of the same
     table = run()
     assert table.exit_code == 0, table.output
-    assert table.stdout.splitlines()[0].split() == ["check", "status", "detail", "what", "to",
-                                                    "do"]
+    assert table.stdout.splitlines()[0].split() == ["check", "status", "detail", "what", "to", "do"]
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
@@ -85,11 +95,15 @@ def test_cpu_machine_with_a_gpu_spec_names_the_blockers(tmp_path: Path) -> None:
     if doctor.probe_trtllm_version() is None and shutil.which("trtllm-build") is None:
         assert res.exit_code == 1
         assert checks["tensorrt_llm"] == {
-            "name": "tensorrt_llm", "status": "blocker", "detail": "not installed",
+            "name": "tensorrt_llm",
+            "status": "blocker",
+            "detail": "not installed",
             "fix": "run inside nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 "
-                   "(TensorRT-LLM 1.1.0)"}
-        assert res.stderr.startswith("Error: 4 blockers: tensorrt_llm, trtllm-build, "
-                                     "examples scripts, tensorrtllm backend\n")
+            "(TensorRT-LLM 1.1.0)",
+        }
+        assert res.stderr.startswith(
+            "Error: 4 blockers: tensorrt_llm, trtllm-build, examples scripts, tensorrtllm backend\n"
+        )
 
 
 @pytest.fixture
@@ -111,56 +125,81 @@ def test_healthy_gpu_container(tmp_path: Path, gpu_machine) -> None:
     assert res.exit_code == 0, res.output
     assert res.stderr == ""
     rows = [line.split("  ")[0] for line in res.stdout.splitlines()[2:]]
-    assert rows == ["tensorrt_llm", "trtllm-build", "examples scripts", "GPUs", "GPU memory",
-                    "tritonserver", "tensorrtllm backend", "/dev/shm"]
+    assert rows == [
+        "tensorrt_llm",
+        "trtllm-build",
+        "examples scripts",
+        "GPUs",
+        "GPU memory",
+        "tritonserver",
+        "tensorrtllm backend",
+        "/dev/shm",
+    ]
     checks = checks_of(run(str(make_spec(tmp_path)), "--format", "json"))
     assert checks["tensorrt_llm"]["detail"] == "1.1.0 installed, the spec pins 1.1.0"
-    assert checks["examples scripts"]["detail"] == (
-        "1 found under /app/examples/models/core/llama")
+    assert checks["examples scripts"]["detail"] == ("1 found under /app/examples/models/core/llama")
     assert checks["GPUs"]["detail"] == "1 (NVIDIA H100 80GB HBM3), the spec needs TP×PP = 1"
     assert checks["GPU memory"] == {
-        "name": "GPU memory", "status": "ok",
+        "name": "GPU memory",
+        "status": "ok",
         "detail": "79.6 GiB per GPU; the repository needs at least 32.3 GiB, 60.3 GiB for a "
-                  "full KV cache", "fix": ""}
+        "full KV cache",
+        "fix": "",
+    }
     assert {c["status"] for c in checks.values()} == {"ok"}
 
 
 def test_each_blocker_says_what_to_do(tmp_path: Path, gpu_machine) -> None:
-    gpu_machine.update(version="0.20.0", gpus=[doctor.Gpu("NVIDIA GeForce RTX 3070", 8192 << 20)],
-                       shm=64 << 20,
-                       missing={"/app/examples/models/core/llama/convert_checkpoint.py"})
+    gpu_machine.update(
+        version="0.20.0",
+        gpus=[doctor.Gpu("NVIDIA GeForce RTX 3070", 8192 << 20)],
+        shm=64 << 20,
+        missing={"/app/examples/models/core/llama/convert_checkpoint.py"},
+    )
     res = run(str(make_spec(tmp_path, tp=2)), "--format", "json")
     assert res.exit_code == 1
     assert res.stderr == (
         "Error: 4 blockers: tensorrt_llm, examples scripts, GPUs, GPU memory\n"
-        "Hint: fix the lines marked blocker above, then rerun `trtspec doctor`\n")
+        "Hint: fix the lines marked blocker above, then rerun `trtspec doctor`\n"
+    )
     checks = checks_of(res)
     assert checks["tensorrt_llm"] == {
-        "name": "tensorrt_llm", "status": "blocker",
+        "name": "tensorrt_llm",
+        "status": "blocker",
         "detail": "0.20.0 installed, the spec pins 1.1.0",
         "fix": "use nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3, or set "
-               "stack.trtllm_version to \"0.20.0\" (flags and tensors differ between versions)"}
+        'stack.trtllm_version to "0.20.0" (flags and tensors differ between versions)',
+    }
     assert checks["examples scripts"] == {
-        "name": "examples scripts", "status": "blocker",
+        "name": "examples scripts",
+        "status": "blocker",
         "detail": "missing: /app/examples/models/core/llama/convert_checkpoint.py",
         "fix": "point stack.examples_dir (or --examples-dir) at the TensorRT-LLM examples "
-               "folder of version 1.1.0"}
+        "folder of version 1.1.0",
+    }
     assert checks["GPUs"] == {
-        "name": "GPUs", "status": "blocker",
+        "name": "GPUs",
+        "status": "blocker",
         "detail": "1 (NVIDIA GeForce RTX 3070), the spec needs TP×PP = 2",
-        "fix": "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp"}
+        "fix": "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp",
+    }
     # per GPU at TP 2: 6.3 GiB of weights + 0.3 activations + 0.5 runtime, 1 GiB of
     # CUDA context, 1 GiB for one 4096-token sequence
     assert checks["GPU memory"] == {
-        "name": "GPU memory", "status": "blocker",
+        "name": "GPU memory",
+        "status": "blocker",
         "detail": "8.0 GiB per GPU; the repository needs at least 17.1 GiB, 31.1 GiB for a "
-                  "full KV cache",
+        "full KV cache",
         "fix": "the repository's 2 engines need at least 17.1 GiB but the GPU has 8.0 GiB; "
-               "the baseline alone needs 9.1 GiB: quantize the target or raise target.tp; "
-               "variant lookahead alone needs 9.1 GiB: drop it, quantize, or raise target.tp"}
+        "the baseline alone needs 9.1 GiB: quantize the target or raise target.tp; "
+        "variant lookahead alone needs 9.1 GiB: drop it, quantize, or raise target.tp",
+    }
     assert checks["/dev/shm"] == {
-        "name": "/dev/shm", "status": "warn", "detail": "0.1 GiB, below 2.0 GiB",
-        "fix": "start the container with `--shm-size=2g` (Python models pass tensors through it)"}
+        "name": "/dev/shm",
+        "status": "warn",
+        "detail": "0.1 GiB, below 2.0 GiB",
+        "fix": "start the container with `--shm-size=2g` (Python models pass tensors through it)",
+    }
 
 
 def test_patch_release_mismatch_is_a_warning(tmp_path: Path, gpu_machine) -> None:
@@ -168,19 +207,25 @@ def test_patch_release_mismatch_is_a_warning(tmp_path: Path, gpu_machine) -> Non
     res = run(str(make_spec(tmp_path)), "--format", "json")
     assert res.exit_code == 0, res.output
     assert checks_of(res)["tensorrt_llm"] == {
-        "name": "tensorrt_llm", "status": "warn", "detail": "1.1.1 installed, the spec pins 1.1.0",
-        "fix": "set stack.trtllm_version: \"1.1.1\" so the build cache records what really "
-               "built the engines"}
+        "name": "tensorrt_llm",
+        "status": "warn",
+        "detail": "1.1.1 installed, the spec pins 1.1.0",
+        "fix": 'set stack.trtllm_version: "1.1.1" so the build cache records what really '
+        "built the engines",
+    }
 
 
 def test_nvidia_smi_is_read_through_the_subprocess_chokepoint(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\n"
-                    "[ \"$1 $2\" = '--query-gpu=name,memory.total --format=csv,noheader,nounits' ]"
-                    " || exit 9\n"
-                    "echo 'NVIDIA H200, 143771'\necho 'NVIDIA H200, 143771'\n")
+    fake.write_text(
+        "#!/bin/sh\n"
+        "[ \"$1 $2\" = '--query-gpu=name,memory.total --format=csv,noheader,nounits' ]"
+        " || exit 9\n"
+        "echo 'NVIDIA H200, 143771'\necho 'NVIDIA H200, 143771'\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     assert doctor.probe_gpus() == [doctor.Gpu("NVIDIA H200", 143771 << 20)] * 2

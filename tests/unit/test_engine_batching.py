@@ -31,8 +31,9 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def loaded(tiny_llama: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> dict[str, ReferenceEngine]:
+def loaded(
+    tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, ReferenceEngine]:
     from trtspec.engine.testing import build_engine, make_eagle_checkpoint, make_medusa_checkpoint
 
     root = tmp_path_factory.mktemp("batching")
@@ -41,12 +42,35 @@ def loaded(tiny_llama: Path,
     paths = {
         "none": build_engine(tiny_llama, root / "none", "none"),
         "dte": build_engine(tiny_llama, root / "dte", "draft_tokens_external", max_draft_len=4),
-        "medusa": build_engine(tiny_llama, root / "medusa", "medusa", extra=[
-            "--medusa-dir", str(medusa), "--num-medusa-heads", "3", "--medusa-choices", CHOICES]),
-        "eagle": build_engine(tiny_llama, root / "eagle", "eagle", extra=[
-            "--eagle-dir", str(eagle), "--num-eagle-layers", "3", "--eagle-choices", CHOICES]),
-        "lookahead": build_engine(tiny_llama, root / "lookahead", "lookahead",
-                                  extra=["--lookahead", "4,3,4"]),
+        "medusa": build_engine(
+            tiny_llama,
+            root / "medusa",
+            "medusa",
+            extra=[
+                "--medusa-dir",
+                str(medusa),
+                "--num-medusa-heads",
+                "3",
+                "--medusa-choices",
+                CHOICES,
+            ],
+        ),
+        "eagle": build_engine(
+            tiny_llama,
+            root / "eagle",
+            "eagle",
+            extra=[
+                "--eagle-dir",
+                str(eagle),
+                "--num-eagle-layers",
+                "3",
+                "--eagle-choices",
+                CHOICES,
+            ],
+        ),
+        "lookahead": build_engine(
+            tiny_llama, root / "lookahead", "lookahead", extra=["--lookahead", "4,3,4"]
+        ),
     }
     # kv_reuse off: a request's cost must not depend on what ran before it
     return {name: ReferenceEngine.load(p, threads=1, kv_reuse=0) for name, p in paths.items()}
@@ -59,8 +83,14 @@ def _requests(mode: str) -> list[GenerationRequest]:
             reqs.append(GenerationRequest(prompt, 6, draft_ids=[prompt[-1], 5, 6, 7][: 1 + i % 4]))
         else:
             reqs.append(GenerationRequest(prompt, 9 + 7 * i))
-    reqs.append(GenerationRequest(PROMPTS[0], 12, draft_ids=[9, 2] if mode == "dte" else None,
-                                  sampling=SamplingParams(temperature=1.0, top_k=5, seed=3)))
+    reqs.append(
+        GenerationRequest(
+            PROMPTS[0],
+            12,
+            draft_ids=[9, 2] if mode == "dte" else None,
+            sampling=SamplingParams(temperature=1.0, top_k=5, seed=3),
+        )
+    )
     return reqs
 
 
@@ -111,8 +141,9 @@ def test_mixed_batch_equals_each_request_alone(loaded, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["none", "eagle", "lookahead"])
-def test_step_never_exceeds_max_num_tokens(loaded, mode: str,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_step_never_exceeds_max_num_tokens(
+    loaded, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = loaded[mode]
     reqs = _requests(mode)
     alone = [_facts(engine.generate(r)) for r in reqs]
@@ -156,8 +187,12 @@ def test_sampled_outputs_do_not_depend_on_batch_neighbours(loaded) -> None:
     # test_engine_decode.py then carry over to batches.
     for mode in ("none", "medusa", "lookahead"):
         engine = loaded[mode]
-        reqs = [GenerationRequest(PROMPTS[i % 3], 12, sampling=SamplingParams(
-            temperature=1.3, top_k=4, seed=seed)) for i, seed in enumerate(range(40, 52))]
+        reqs = [
+            GenerationRequest(
+                PROMPTS[i % 3], 12, sampling=SamplingParams(temperature=1.3, top_k=4, seed=seed)
+            )
+            for i, seed in enumerate(range(40, 52))
+        ]
         alone = [engine.generate(r).output_ids for r in reqs]
         scheduler = BatchScheduler(engine, max_batch_size=12)
         try:
@@ -178,8 +213,12 @@ def test_sampling_distribution_holds_in_a_batch(loaded) -> None:
     params = SamplingParams(temperature=1.5, top_k=3)
     probs = _exact_pair_probs(hf, prompt, params)
     n = 400
-    reqs = [GenerationRequest(prompt, 2, sampling=SamplingParams(
-        temperature=1.5, top_k=3, seed=5000 + s)) for s in range(n)]
+    reqs = [
+        GenerationRequest(
+            prompt, 2, sampling=SamplingParams(temperature=1.5, top_k=3, seed=5000 + s)
+        )
+        for s in range(n)
+    ]
     scheduler = BatchScheduler(engine, max_batch_size=16)
     try:
         gens = serve_all(scheduler, reqs)
@@ -238,8 +277,9 @@ def test_a_failing_request_fails_alone(loaded, monkeypatch) -> None:
         yield next(inner)  # its first forward runs in the batch, then it breaks
         raise RuntimeError("failure on purpose")
 
-    monkeypatch.setattr(engine, "_loop", lambda gen: failing(gen) if gen.request is bad
-                        else real(gen))
+    monkeypatch.setattr(
+        engine, "_loop", lambda gen: failing(gen) if gen.request is bad else real(gen)
+    )
     scheduler = BatchScheduler(engine, max_batch_size=4)
     try:
         g1 = scheduler.submit(good)

@@ -35,14 +35,35 @@ def engines(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
     return {
         "none": build_engine(tiny_llama, root / "target", "none"),
         "dte": build_engine(tiny_llama, root / "dte", "draft_tokens_external", max_draft_len=4),
-        "medusa": build_engine(tiny_llama, root / "medusa", "medusa", extra=[
-            "--medusa-dir", str(medusa), "--num-medusa-heads", "3",
-            "--medusa-choices", "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"]),
-        "eagle": build_engine(tiny_llama, root / "eagle", "eagle", extra=[
-            "--eagle-dir", str(eagle), "--num-eagle-layers", "3",
-            "--eagle-choices", "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"]),
-        "lookahead": build_engine(tiny_llama, root / "lookahead", "lookahead",
-                                  extra=["--lookahead", "4,3,4"]),
+        "medusa": build_engine(
+            tiny_llama,
+            root / "medusa",
+            "medusa",
+            extra=[
+                "--medusa-dir",
+                str(medusa),
+                "--num-medusa-heads",
+                "3",
+                "--medusa-choices",
+                "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]",
+            ],
+        ),
+        "eagle": build_engine(
+            tiny_llama,
+            root / "eagle",
+            "eagle",
+            extra=[
+                "--eagle-dir",
+                str(eagle),
+                "--num-eagle-layers",
+                "3",
+                "--eagle-choices",
+                "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]",
+            ],
+        ),
+        "lookahead": build_engine(
+            tiny_llama, root / "lookahead", "lookahead", extra=["--lookahead", "4,3,4"]
+        ),
     }
 
 
@@ -61,8 +82,9 @@ def hf_model(tiny_llama: Path):
 
 
 def truth(loaded: dict[str, ReferenceEngine], prompt: list[int], n: int) -> list[int]:
-    fresh = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
-                            medusa_choices=None, kv_reuse=0)
+    fresh = ReferenceEngine(
+        loaded["none"].config, loaded["none"].model, lookahead=None, medusa_choices=None, kv_reuse=0
+    )
     return fresh.generate(GenerationRequest(prompt, n)).output_ids
 
 
@@ -70,10 +92,16 @@ def test_target_only_matches_hf_generate_and_never_reencodes(hf_model, loaded) -
     import torch
 
     prompt = PROMPTS[0]
-    hf = hf_model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
-                        eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
-    engine = ReferenceEngine(loaded["none"].config, loaded["none"].model, lookahead=None,
-                             medusa_choices=None, kv_reuse=0)
+    hf = hf_model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=24,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )[0, len(prompt) :].tolist()
+    engine = ReferenceEngine(
+        loaded["none"].config, loaded["none"].model, lookahead=None, medusa_choices=None, kv_reuse=0
+    )
     gen = engine.generate(GenerationRequest(prompt, 24))
     assert gen.output_ids == hf
     # The prompt once, then one new token per step: no prefix re-encoding.
@@ -108,8 +136,15 @@ def test_eagle_tree_siblings_do_not_leak_into_the_chain(loaded) -> None:
     from trtspec.engine.kv_reuse import make_cache
 
     tree = loaded["eagle"]
-    chain = ReferenceEngine(tree.config, tree.model, lookahead=None, medusa_choices=None,
-                            eagle_choices=[[0], [0, 0], [0, 0, 0]], eagle=tree.eagle, kv_reuse=0)
+    chain = ReferenceEngine(
+        tree.config,
+        tree.model,
+        lookahead=None,
+        medusa_choices=None,
+        eagle_choices=[[0], [0, 0], [0, 0, 0]],
+        eagle=tree.eagle,
+        kv_reuse=0,
+    )
     prompt = PROMPTS[0]
     with torch.inference_mode():
         feats = tree.hidden_states(prompt[:-1])
@@ -118,13 +153,15 @@ def test_eagle_tree_siblings_do_not_leak_into_the_chain(loaded) -> None:
         n2, p2, _, fed = tree._propose_eagle(*args, make_cache(), fed=0, budget=10)
         # The chain by hand: one plain causal EAGLE step at a time.
         cache, m = make_cache(), len(prompt) - 1
-        h, lg = tree.eagle.forward(torch.tensor([prompt[1:]]), feats[None],
-                                   torch.arange(m)[None], cache)
+        h, lg = tree.eagle.forward(
+            torch.tensor([prompt[1:]]), feats[None], torch.arange(m)[None], cache
+        )
         manual, last = [], h[:, -1:]
         for j in range(3):
             manual.append(int(torch.argmax(lg[0, -1])))
-            last, lg = tree.eagle.forward(torch.tensor([[manual[-1]]]), last,
-                                          torch.tensor([[m + j]]), cache)
+            last, lg = tree.eagle.forward(
+                torch.tensor([[manual[-1]]]), last, torch.tensor([[m + j]]), cache
+            )
     assert n1 == manual
     # tree order: [0], [1], [0,0], [0,1], [1,0], [0,0,0]
     assert p1 == [-1, 0, 1]
@@ -134,15 +171,18 @@ def test_eagle_tree_siblings_do_not_leak_into_the_chain(loaded) -> None:
     assert fed == len(prompt) - 1
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_external_draft_accounting_property(loaded, data) -> None:
     prompt = PROMPTS[0]
     expected = truth(loaded, prompt, 5)
     # Each draft position is the true token or a random one: agreement varies.
-    draft = [data.draw(st.sampled_from([expected[i], (expected[i] + 7) % 384]))
-             for i in range(data.draw(st.integers(1, 4)))]
+    draft = [
+        data.draw(st.sampled_from([expected[i], (expected[i] + 7) % 384]))
+        for i in range(data.draw(st.integers(1, 4)))
+    ]
     gen = loaded["dte"].generate(GenerationRequest(prompt, len(draft) + 1, draft_ids=draft))
     agree = next((i for i, t in enumerate(draft) if t != expected[i]), len(draft))
     assert gen.total_accepted_draft_tokens == agree <= gen.total_draft_tokens == len(draft)
@@ -161,7 +201,7 @@ def test_draft_tokens_external_accounting_is_exact(loaded, agree: int) -> None:
     expected = truth(loaded, prompt, 5)
     draft = expected[:4]
     if agree < 4:
-        draft = [*expected[:agree], (expected[agree] + 1) % 384, *expected[agree + 1:4]]
+        draft = [*expected[:agree], (expected[agree] + 1) % 384, *expected[agree + 1 : 4]]
     gen = loaded["dte"].generate(GenerationRequest(prompt, len(draft) + 1, draft_ids=draft))
     assert gen.output_ids == expected[: agree + 1]  # accepted prefix + the target's token
     assert gen.total_draft_tokens == 4
@@ -182,11 +222,12 @@ def test_draft_loop_with_a_partly_agreeing_draft_model(tiny_draft: Path, loaded,
     while len(seq) < len(prompt) + n:
         want = min(k, len(prompt) + n - len(seq) - 1)
         proposal = draft.generate(GenerationRequest(seq, want)).output_ids if want > 0 else []
-        gen = loaded["dte"].generate(GenerationRequest(seq, len(proposal) + 1,
-                                                       draft_ids=proposal or None))
+        gen = loaded["dte"].generate(
+            GenerationRequest(seq, len(proposal) + 1, draft_ids=proposal or None)
+        )
         # Exact by construction: the accepted count is the proposal's agreement
         # with the target-only continuation.
-        ref = expected[len(seq) - len(prompt):]
+        ref = expected[len(seq) - len(prompt) :]
         pairs = enumerate(zip(proposal, ref, strict=False))
         agree = next((i for i, (a, b) in pairs if a != b), len(proposal))
         assert gen.total_accepted_draft_tokens == agree
@@ -195,7 +236,7 @@ def test_draft_loop_with_a_partly_agreeing_draft_model(tiny_draft: Path, loaded,
         accepted += gen.total_accepted_draft_tokens
         seq += gen.output_ids
         rounds += 1
-    assert seq[len(prompt):] == expected
+    assert seq[len(prompt) :] == expected
     assert 0 < accepted < drafted  # the noisy draft agrees on some tokens, not all
     assert rounds < n
 
@@ -234,21 +275,36 @@ def test_streaming_deltas_and_end_id(loaded) -> None:
     gen = engine.generate(GenerationRequest(PROMPTS[1], 30, end_id=stop_at))
     assert gen.output_ids == expected[:cut]
     # min_tokens keeps end_id from being picked before that many tokens.
-    gen = loaded["none"].generate(GenerationRequest(PROMPTS[1], 4, end_id=expected[0],
-                                                    min_tokens=2))
+    gen = loaded["none"].generate(
+        GenerationRequest(PROMPTS[1], 4, end_id=expected[0], min_tokens=2)
+    )
     assert len(gen.output_ids) >= 2 and expected[0] not in gen.output_ids[:2]
 
 
 def test_sampling_is_reproducible_per_seed(loaded) -> None:
     def run(seed: int) -> list[int]:
-        return loaded["lookahead"].generate(GenerationRequest(PROMPTS[0], 16, sampling=(
-            SamplingParams(temperature=1.0, top_p=0.9, seed=seed)))).output_ids
+        return (
+            loaded["lookahead"]
+            .generate(
+                GenerationRequest(
+                    PROMPTS[0], 16, sampling=(SamplingParams(temperature=1.0, top_p=0.9, seed=seed))
+                )
+            )
+            .output_ids
+        )
 
     assert run(3) == run(3)
     assert len({tuple(run(s)) for s in range(4)}) > 1
     # TRT-LLM's rule: top_k 0 with top_p 0 is greedy, whatever the temperature.
-    greedy = loaded["none"].generate(GenerationRequest(PROMPTS[0], 8, sampling=SamplingParams(
-        temperature=1.0, top_k=0, top_p=0.0, seed=5))).output_ids
+    greedy = (
+        loaded["none"]
+        .generate(
+            GenerationRequest(
+                PROMPTS[0], 8, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=0.0, seed=5)
+            )
+        )
+        .output_ids
+    )
     assert greedy == truth(loaded, PROMPTS[0], 8)
 
 
@@ -299,9 +355,12 @@ def test_sampling_distribution_matches_target(loaded, hf_model, mode: str) -> No
     greedy = truth(loaded, prompt, 2)
     n, counts, firsts, accepted = 600, {}, {}, 0
     for seed in range(n):
-        req = GenerationRequest(prompt, 2, sampling=SamplingParams(
-            temperature=1.5, top_k=3, seed=1000 + seed),
-            draft_ids=greedy[:1] if mode == "dte" else None)
+        req = GenerationRequest(
+            prompt,
+            2,
+            sampling=SamplingParams(temperature=1.5, top_k=3, seed=1000 + seed),
+            draft_ids=greedy[:1] if mode == "dte" else None,
+        )
         gen = loaded[mode].generate(req)
         first = gen.output_ids[0]
         firsts[(first,)] = firsts.get((first,), 0) + 1
@@ -334,29 +393,56 @@ def test_sampling_distribution_matches_target(loaded, hf_model, mode: str) -> No
 def test_bad_requests_have_trtllm_wording(loaded) -> None:
     dte, la, none = loaded["dte"], loaded["lookahead"], loaded["none"]
     cases = [
-        (dte, GenerationRequest(PROMPTS[0], 7, draft_ids=[1] * 6),
-         "Number of draft tokens (6) is larger than maximum number of draft tokens (4)"),
-        (none, GenerationRequest(PROMPTS[0], 3, draft_ids=[1, 2]),
-         "Number of draft tokens (2) is larger than maximum number of draft tokens (0)"),
-        (dte, GenerationRequest([3] * 513, 4),
-         "Prompt length (513) exceeds maximum input length (512)."),
-        (dte, GenerationRequest([3] * 500, 600),
-         "Prompt length + number of requested output tokens (500 + 600) exceeds maximum "
-         "sequence length (1028)."),
-        (la, GenerationRequest(PROMPTS[0], 4, lookahead=(5, 3, 4)),
-         "Lookahead config (w=5, n=3, g=4) is not within the engine's (W=4, N=3, G=4): "
-         "need 1 <= w <= W, 1 <= n <= N, 0 <= g <= G"),
-        (none, GenerationRequest(PROMPTS[0], 4, lookahead=(2, 2, 1)),
-         "lookahead_window_size/ngram_size/verification_set_size given, but the engine was "
-         "not built for lookahead decoding"),
-        (none, GenerationRequest([], 4),
-         "input_ids is empty: a request needs at least one prompt token"),
-        (none, GenerationRequest([1, 999], 4),
-         "input_ids contains token id 999 outside the vocabulary [0, 384)"),
+        (
+            dte,
+            GenerationRequest(PROMPTS[0], 7, draft_ids=[1] * 6),
+            "Number of draft tokens (6) is larger than maximum number of draft tokens (4)",
+        ),
+        (
+            none,
+            GenerationRequest(PROMPTS[0], 3, draft_ids=[1, 2]),
+            "Number of draft tokens (2) is larger than maximum number of draft tokens (0)",
+        ),
+        (
+            dte,
+            GenerationRequest([3] * 513, 4),
+            "Prompt length (513) exceeds maximum input length (512).",
+        ),
+        (
+            dte,
+            GenerationRequest([3] * 500, 600),
+            "Prompt length + number of requested output tokens (500 + 600) exceeds maximum "
+            "sequence length (1028).",
+        ),
+        (
+            la,
+            GenerationRequest(PROMPTS[0], 4, lookahead=(5, 3, 4)),
+            "Lookahead config (w=5, n=3, g=4) is not within the engine's (W=4, N=3, G=4): "
+            "need 1 <= w <= W, 1 <= n <= N, 0 <= g <= G",
+        ),
+        (
+            none,
+            GenerationRequest(PROMPTS[0], 4, lookahead=(2, 2, 1)),
+            "lookahead_window_size/ngram_size/verification_set_size given, but the engine was "
+            "not built for lookahead decoding",
+        ),
+        (
+            none,
+            GenerationRequest([], 4),
+            "input_ids is empty: a request needs at least one prompt token",
+        ),
+        (
+            none,
+            GenerationRequest([1, 999], 4),
+            "input_ids contains token id 999 outside the vocabulary [0, 384)",
+        ),
         (none, GenerationRequest([1, 2], 0), "request_output_len must be at least 1 (got 0)"),
-        (loaded["medusa"], GenerationRequest(PROMPTS[0], 3, draft_ids=[1]),
-         "draft_input_ids given, but this engine's speculative decoding mode is medusa; only "
-         "draft_tokens_external engines verify external drafts"),
+        (
+            loaded["medusa"],
+            GenerationRequest(PROMPTS[0], 3, draft_ids=[1]),
+            "draft_input_ids given, but this engine's speculative decoding mode is medusa; only "
+            "draft_tokens_external engines verify external drafts",
+        ),
     ]
     for engine, req, message in cases:
         with pytest.raises(RequestError) as err:
@@ -373,8 +459,10 @@ def test_int8_draft_engine_mostly_agrees(tiny_llama: Path, loaded, tmp_path) -> 
     path = build_engine(tiny_llama, tmp_path / "int8", "none", extra=["--quantization", "int8"])
     engine = ReferenceEngine.load(path, threads=1)
     assert engine.config.quantization == "int8"
-    assert "Quantized" in type(engine.model.lm_head).__name__ or "quantized" in type(
-        engine.model.lm_head).__module__
+    assert (
+        "Quantized" in type(engine.model.lm_head).__name__
+        or "quantized" in type(engine.model.lm_head).__module__
+    )
     expected = truth(loaded, PROMPTS[0], 20)
     got = engine.generate(GenerationRequest(PROMPTS[0], 20)).output_ids
     assert sum(a == b for a, b in zip(got, expected, strict=True)) >= 5
@@ -382,10 +470,12 @@ def test_int8_draft_engine_mostly_agrees(tiny_llama: Path, loaded, tmp_path) -> 
 
 @pytest.mark.parametrize("mode", ["none", "lookahead"])
 def test_a_cancelled_generation_stops_before_the_next_step_and_frees_its_cache(
-        loaded, mode: str) -> None:
+    loaded, mode: str
+) -> None:
     base = loaded[mode]
-    engine = ReferenceEngine(base.config, base.model, lookahead=base.lookahead,
-                             medusa_choices=None, kv_reuse=4)
+    engine = ReferenceEngine(
+        base.config, base.model, lookahead=base.lookahead, medusa_choices=None, kv_reuse=4
+    )
     asked: list[int] = []
 
     def cancelled() -> bool:
@@ -415,22 +505,41 @@ def draft_engine(tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return ReferenceEngine.load(path, threads=1, kv_reuse=0)
 
 
-def _logits_round(draft: ReferenceEngine, target: ReferenceEngine, seq: list[int], k: int, *,
-                  params: SamplingParams, seed: int, by_logits: bool):
+def _logits_round(
+    draft: ReferenceEngine,
+    target: ReferenceEngine,
+    seq: list[int],
+    k: int,
+    *,
+    params: SamplingParams,
+    seed: int,
+    by_logits: bool,
+):
     """One BLS round as the orchestrator runs it: the draft samples k tokens
     (returning its logits when asked), the target verifies them."""
     import dataclasses
 
     import torch
 
-    proposal = draft.generate(GenerationRequest(
-        seq, k, sampling=dataclasses.replace(params, seed=seed),
-        return_generation_logits=by_logits))
+    proposal = draft.generate(
+        GenerationRequest(
+            seq,
+            k,
+            sampling=dataclasses.replace(params, seed=seed),
+            return_generation_logits=by_logits,
+        )
+    )
     assert len(proposal.generation_logits) == (len(proposal.output_ids) if by_logits else 0)
     rows = torch.stack(proposal.generation_logits) if by_logits else None
-    return target.generate(GenerationRequest(
-        seq, len(proposal.output_ids) + 1, sampling=dataclasses.replace(params, seed=seed + 1),
-        draft_ids=proposal.output_ids, draft_logits=rows))
+    return target.generate(
+        GenerationRequest(
+            seq,
+            len(proposal.output_ids) + 1,
+            sampling=dataclasses.replace(params, seed=seed + 1),
+            draft_ids=proposal.output_ids,
+            draft_logits=rows,
+        )
+    )
 
 
 def test_accept_by_logits_keeps_the_target_distribution(loaded, hf_model, draft_engine) -> None:
@@ -443,13 +552,14 @@ def test_accept_by_logits_keeps_the_target_distribution(loaded, hf_model, draft_
     for sample in range(n):
         seq, seed = list(prompt), 10_000 + 100 * sample
         while len(seq) < len(prompt) + 2:
-            gen = _logits_round(draft_engine, loaded["dte"], seq, 2, params=params, seed=seed,
-                                 by_logits=True)
+            gen = _logits_round(
+                draft_engine, loaded["dte"], seq, 2, params=params, seed=seed, by_logits=True
+            )
             drafted += gen.total_draft_tokens
             accepted += gen.total_accepted_draft_tokens
             seq += gen.output_ids
             seed += 2
-        key = tuple(seq[len(prompt):len(prompt) + 2])
+        key = tuple(seq[len(prompt) : len(prompt) + 2])
         counts[key] = counts.get(key, 0) + 1
     stat, dof = _chi_square(counts, probs, n)
     assert dof >= 2
@@ -466,8 +576,15 @@ def test_accept_by_logits_beats_matching_at_temperature(loaded, draft_engine) ->
         drafted = accepted = 0
         for prompt in PROMPTS:
             for seed in range(0, 60, 2):
-                gen = _logits_round(draft_engine, loaded["dte"], prompt, 4, params=params,
-                                    seed=seed, by_logits=by_logits)
+                gen = _logits_round(
+                    draft_engine,
+                    loaded["dte"],
+                    prompt,
+                    4,
+                    params=params,
+                    seed=seed,
+                    by_logits=by_logits,
+                )
                 drafted += gen.total_draft_tokens
                 accepted += gen.total_accepted_draft_tokens
         totals[by_logits] = (accepted, drafted)
@@ -479,12 +596,15 @@ def test_accept_by_logits_beats_matching_at_temperature(loaded, draft_engine) ->
 def test_accept_by_logits_at_temperature_zero_is_matching(loaded, draft_engine) -> None:
     """Greedy: p is one-hot, so speculative sampling keeps exactly the matching prefix."""
     for prompt in PROMPTS:
-        plain = _logits_round(draft_engine, loaded["dte"], prompt, 4, params=SamplingParams(),
-                              seed=0, by_logits=False)
-        by_logits = _logits_round(draft_engine, loaded["dte"], prompt, 4,
-                                  params=SamplingParams(), seed=0, by_logits=True)
-        assert by_logits.output_ids == plain.output_ids == truth(
-            loaded, prompt, len(plain.output_ids))
+        plain = _logits_round(
+            draft_engine, loaded["dte"], prompt, 4, params=SamplingParams(), seed=0, by_logits=False
+        )
+        by_logits = _logits_round(
+            draft_engine, loaded["dte"], prompt, 4, params=SamplingParams(), seed=0, by_logits=True
+        )
+        assert (
+            by_logits.output_ids == plain.output_ids == truth(loaded, prompt, len(plain.output_ids))
+        )
         assert by_logits.total_accepted_draft_tokens == plain.total_accepted_draft_tokens
 
 
@@ -503,11 +623,15 @@ def test_bad_draft_logits_are_refused(loaded) -> None:
 
     dte = loaded["dte"]
     with pytest.raises(RequestError) as err:
-        dte.generate(GenerationRequest(PROMPTS[0], 3, draft_ids=[5, 6],
-                                       draft_logits=torch.zeros(3, 384)))
-    assert str(err.value) == ("draft_logits has shape [3, 384]; expected [2, 384] "
-                              "(one row of vocabulary logits per draft token)")
+        dte.generate(
+            GenerationRequest(PROMPTS[0], 3, draft_ids=[5, 6], draft_logits=torch.zeros(3, 384))
+        )
+    assert str(err.value) == (
+        "draft_logits has shape [3, 384]; expected [2, 384] "
+        "(one row of vocabulary logits per draft token)"
+    )
     with pytest.raises(RequestError) as err:
         dte.generate(GenerationRequest(PROMPTS[0], 3, draft_logits=torch.zeros(2, 384)))
-    assert str(err.value) == ("draft_logits given without draft_input_ids: the logits "
-                              "belong to the drafted tokens")
+    assert str(err.value) == (
+        "draft_logits given without draft_input_ids: the logits belong to the drafted tokens"
+    )

@@ -28,9 +28,17 @@ def _tiny_qwen2(*, tied: bool = False):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(3)
-    cfg = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=tied, attn_implementation="sdpa")
+    cfg = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=tied,
+        attn_implementation="sdpa",
+    )
     return Qwen2ForCausalLM(cfg).eval()
 
 
@@ -38,7 +46,8 @@ def _tiny_llama(path: Path):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=torch.float32, attn_implementation="sdpa").eval()
+        str(path), dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
 
 
 def _hf_logits(model, prefix: list[int], tokens: list[int], mask=None, positions=None):
@@ -60,8 +69,9 @@ def _fast_logits(model, prefix: list[int], tokens: list[int], mask=None, positio
         if prefix:
             fastpath.forward(model, torch.tensor([prefix]), cache)
         assert cache.get_seq_length() == len(prefix)
-        hidden = fastpath.forward(model, torch.tensor([tokens]), cache,
-                                  attention_mask=mask, position_ids=positions)
+        hidden = fastpath.forward(
+            model, torch.tensor([tokens]), cache, attention_mask=mask, position_ids=positions
+        )
         assert cache.get_seq_length() == len(prefix) + len(tokens)
         return model.lm_head(hidden)
 
@@ -93,9 +103,9 @@ def test_fused_forward_matches_the_model_forward(family: str, tiny_llama: Path) 
     prefix = [5, 17, 33, 2, 99, 41, 7]
     mask, positions = _tree_mask(len(prefix))
     cases = [
-        ([], prefix, None, None),                 # prefill, causal
-        (prefix, [12], None, None),               # one cached step
-        (prefix, [12, 80, 3], None, None),        # a cached chain (verification)
+        ([], prefix, None, None),  # prefill, causal
+        (prefix, [12], None, None),  # one cached step
+        (prefix, [12, 80, 3], None, None),  # a cached chain (verification)
         (prefix, [12, 80, 3, 64], mask, positions),  # a tree
     ]
     for past, tokens, m, pos in cases:

@@ -47,21 +47,33 @@ def test_limits_are_stricter_than_trtllm_on_meaningless_temperatures() -> None:
             check_sampling(temperature=value)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"temperature": math.nan},
-     "temperature must be a finite number >= 0 (0 = greedy), got nan"),
-    ({"temperature": -0.5}, "temperature must be a finite number >= 0 (0 = greedy), got -0.5"),
-    ({"temperature": math.inf}, "temperature must be a finite number >= 0 (0 = greedy), got inf"),
-    ({"top_p": 0.0}, "top_p must be in (0, 1] (1 = off), got 0.0"),
-    ({"top_p": math.nan}, "top_p must be in (0, 1] (1 = off), got nan"),
-    ({"top_k": -1}, "top_k must be an integer in [0, 2147483647] (0 = off), got -1"),
-    ({"seed": 2**64},
-     "seed must be an unsigned 64-bit integer, in [0, 18446744073709551615], "
-     "got 18446744073709551616"),
-    ({"max_tokens": 0}, "max_tokens must be an integer in [1, 2147483647], got 0"),
-    ({"top_k": -2, "names": {"top_k": "runtime_top_k"}},
-     "runtime_top_k must be an integer in [0, 2147483647] (0 = off), got -2"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"temperature": math.nan},
+            "temperature must be a finite number >= 0 (0 = greedy), got nan",
+        ),
+        ({"temperature": -0.5}, "temperature must be a finite number >= 0 (0 = greedy), got -0.5"),
+        (
+            {"temperature": math.inf},
+            "temperature must be a finite number >= 0 (0 = greedy), got inf",
+        ),
+        ({"top_p": 0.0}, "top_p must be in (0, 1] (1 = off), got 0.0"),
+        ({"top_p": math.nan}, "top_p must be in (0, 1] (1 = off), got nan"),
+        ({"top_k": -1}, "top_k must be an integer in [0, 2147483647] (0 = off), got -1"),
+        (
+            {"seed": 2**64},
+            "seed must be an unsigned 64-bit integer, in [0, 18446744073709551615], "
+            "got 18446744073709551616",
+        ),
+        ({"max_tokens": 0}, "max_tokens must be an integer in [1, 2147483647], got 0"),
+        (
+            {"top_k": -2, "names": {"top_k": "runtime_top_k"}},
+            "runtime_top_k must be an integer in [0, 2147483647] (0 = off), got -2",
+        ),
+    ],
+)
 def test_messages(kwargs: dict, message: str) -> None:
     with pytest.raises(ParamError) as err:
         check_sampling(**kwargs)
@@ -80,7 +92,8 @@ def test_num_draft_tokens_against_the_variant() -> None:
     with pytest.raises(ParamError) as err:
         limits.check("num_draft_tokens", 9, limits.draft_tokens_problem, 4)
     assert str(err.value) == (
-        "num_draft_tokens must be in [0, 4] (the variant's max_draft_len), got 9")
+        "num_draft_tokens must be in [0, 4] (the variant's max_draft_len), got 9"
+    )
 
 
 def test_request_seeds_stay_unsigned_64_bit() -> None:

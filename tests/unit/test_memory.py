@@ -30,11 +30,14 @@ def published(name: str) -> tuple[ModelShape, int]:
     return ModelShape.from_config(cfg), int(cfg["_published_weights_bytes"])
 
 
-@pytest.mark.parametrize(("name", "dtype"), [
-    ("llama-2-7b-hf", "float16"),
-    ("qwen2.5-7b-instruct", "bfloat16"),
-    ("mistral-7b-v0.1", "bfloat16"),
-])
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        ("llama-2-7b-hf", "float16"),
+        ("qwen2.5-7b-instruct", "bfloat16"),
+        ("mistral-7b-v0.1", "bfloat16"),
+    ],
+)
 def test_weights_match_the_published_checkpoint_size(name: str, dtype: str) -> None:
     shape, size = published(name)
     estimate = shape.weight_bytes(dtype)
@@ -74,7 +77,9 @@ def test_sizes_and_their_errors() -> None:
     with pytest.raises(MemoryPlanError) as err:
         parse_size("80")
     assert (err.value.message, err.value.hint) == (
-        "GPU memory '80' is not a size", "write a number and a unit, e.g. 80GiB, 141GB or 24576MiB")
+        "GPU memory '80' is not a size",
+        "write a number and a unit, e.g. 80GiB, 141GB or 24576MiB",
+    )
 
 
 def test_unreadable_config_names_the_file(tmp_path: Path) -> None:
@@ -82,7 +87,8 @@ def test_unreadable_config_names_the_file(tmp_path: Path) -> None:
         ModelShape.from_config({"hidden_size": 64}, str(tmp_path / "config.json"))
     assert err.value.message == (
         f"{tmp_path / 'config.json'}: not a decoder config the memory plan can read "
-        "(KeyError('num_attention_heads') missing or bad)")
+        "(KeyError('num_attention_heads') missing or bad)"
+    )
 
 
 # ------------------------------------------------------------------ a spec
@@ -98,16 +104,24 @@ variants:
   - {name: lookahead, mode: lookahead, window_size: 4, ngram_size: 3, verification_set_size: 4}
 """
 # TinyLlama-1.1B's config.json (TinyLlama/TinyLlama-1.1B-Chat-v1.0 on the Hub)
-TINY = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
-        "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
-        "tie_word_embeddings": False, "model_type": "llama"}
+TINY = {
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "model_type": "llama",
+}
 
 
 @pytest.fixture
 def spec_path(tmp_path: Path) -> Path:
     (tmp_path / "llama").mkdir()
     (tmp_path / "llama" / "config.json").write_text(
-        (DATA / "llama-2-7b-hf.json").read_text(encoding="utf-8"), encoding="utf-8")
+        (DATA / "llama-2-7b-hf.json").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "config.json").write_text(json.dumps(TINY), encoding="utf-8")
     path = tmp_path / "mem.yaml"
@@ -159,7 +173,8 @@ def test_warning_names_the_split_that_fits(spec_path: Path) -> None:
     assert mp.warnings() == [
         "the repository's 4 engines need at least 50.9 GiB but the GPU has 48.0 GiB; each "
         "of baseline, draft, lookahead fits alone: benchmark with `trtspec bench --isolate` "
-        "(one server per variant)"]
+        "(one server per variant)"
+    ]
     # the fractions are then sized for one variant per server
     assert mp.fractions["target"] == 0.9
     _, _, small = _plan(spec_path, 18 * GIB)
@@ -167,7 +182,8 @@ def test_warning_names_the_split_that_fits(spec_path: Path) -> None:
         "the repository's 4 engines need at least 50.9 GiB but the GPU has 18.0 GiB; each "
         "of baseline, lookahead fits alone: benchmark with `trtspec bench --isolate` (one "
         "server per variant); variant draft alone needs 19.6 GiB: drop it, quantize, or "
-        "raise target.tp"]
+        "raise target.tp"
+    ]
     _, _, roomy = _plan(spec_path, 141 * GIB)
     assert roomy.warnings() == []
 
@@ -182,18 +198,33 @@ def test_validate_prints_the_plan_and_warns(spec_path: Path) -> None:
     assert res.stderr == (
         "Warning: the repository's 4 engines need at least 50.9 GiB but the GPU has 48.0 GiB; "
         "each of baseline, draft, lookahead fits alone: benchmark with `trtspec bench "
-        "--isolate` (one server per variant)\n")
+        "--isolate` (one server per variant)\n"
+    )
     out = res.stdout.split("\n\n", 1)[1].splitlines()
     assert out[0] == "GPU memory plan (estimate per GPU; GPU 48.0 GiB)"
     assert out[3].split() == ["target", "12.6", "GiB", "512", "KiB", "16.0", "GiB", "0.9000"]
     assert out[5].split()[:3] == ["draft_tiny", "2.0", "GiB"]
     assert res.stdout.splitlines()[-4].split() == [
-        "repository", "4", "50.9", "GiB", "93.5", "GiB", "does", "not", "fit"]
-    data = json.loads(run("validate", str(spec_path), "--gpu-memory", "48GiB",
-                          "--format", "json").stdout)
+        "repository",
+        "4",
+        "50.9",
+        "GiB",
+        "93.5",
+        "GiB",
+        "does",
+        "not",
+        "fit",
+    ]
+    data = json.loads(
+        run("validate", str(spec_path), "--gpu-memory", "48GiB", "--format", "json").stdout
+    )
     assert data["memory"]["gpu_memory_bytes"] == 48 * GIB
     assert [s["verdict"] for s in data["memory"]["servers"]] == [
-        "does not fit", "fits", "fits", "fits"]
+        "does not fit",
+        "fits",
+        "fits",
+        "fits",
+    ]
     assert data["memory"]["engines"][0]["weights_bytes"] == 13476831232
 
 
@@ -202,7 +233,8 @@ def test_bad_gpu_memory_is_a_usage_error(spec_path: Path) -> None:
     assert res.exit_code == 2
     assert res.stderr.splitlines()[-1] == (
         "Error: Invalid value for '--gpu-memory': GPU memory 'lots' is not a size; write a "
-        "number and a unit, e.g. 80GiB, 141GB or 24576MiB")
+        "number and a unit, e.g. 80GiB, 141GB or 24576MiB"
+    )
 
 
 def test_dry_run_shows_the_plan_without_a_gpu_size(spec_path: Path) -> None:
@@ -222,13 +254,20 @@ def test_dry_run_shows_the_plan_without_a_gpu_size(spec_path: Path) -> None:
 def test_unknown_models_are_listed_not_guessed(tmp_path: Path) -> None:
     from tests.fixtures.specs import copy_example
 
-    res = run("validate", str(copy_example(tmp_path, "vicuna-7b.yaml")), "--gpu-memory",
-              "80GiB", "--format", "json")
+    res = run(
+        "validate",
+        str(copy_example(tmp_path, "vicuna-7b.yaml")),
+        "--gpu-memory",
+        "80GiB",
+        "--format",
+        "json",
+    )
     assert res.exit_code == 0, res.output
     memory = json.loads(res.stdout)["memory"]
     assert memory["known"] is False and memory["warnings"] == []
     assert {e["note"] for e in memory["engines"]} == {
-        "config.json not on this machine (build downloads it)"}
+        "config.json not on this machine (build downloads it)"
+    }
     assert {s["verdict"] for s in memory["servers"]} == {"unknown"}
 
 
@@ -237,8 +276,14 @@ def test_repo_writes_the_planned_fractions(spec_path: Path, tmp_path: Path) -> N
     from trtspec.repo.configs import parameters_of, read_config
 
     spec, plan, mp = _plan(spec_path, 80 * GIB)
-    repo = assemble(spec, plan, spec_path.parent / "engines", tmp_path / "repo",
-                    require_engines=False, gpu_bytes=80 * GIB)
+    repo = assemble(
+        spec,
+        plan,
+        spec_path.parent / "engines",
+        tmp_path / "repo",
+        require_engines=False,
+        gpu_bytes=80 * GIB,
+    )
     for name, fraction in mp.fractions.items():
         params = parameters_of(read_config(repo / name / "config.pbtxt"))
         assert params["kv_cache_free_gpu_mem_fraction"] == str(fraction)
@@ -250,18 +295,38 @@ def test_repo_command_takes_gpu_memory(spec_path: Path, tmp_path: Path) -> None:
 
     engines = tmp_path / "engines"
     # engine folders as trtllm-build leaves them, as far as `repo` reads them
-    for name, draft_len in (("target", 0), ("target_dte", 4), ("draft_tiny", 0),
-                            ("target_lookahead_lookahead", 15)):
+    for name, draft_len in (
+        ("target", 0),
+        ("target_dte", 4),
+        ("draft_tiny", 0),
+        ("target_lookahead_lookahead", 15),
+    ):
         (engines / "mem" / name).mkdir(parents=True)
         (engines / "mem" / name / "config.json").write_text(
-            json.dumps({"build_config": {"max_draft_len": draft_len}}), encoding="utf-8")
+            json.dumps({"build_config": {"max_draft_len": draft_len}}), encoding="utf-8"
+        )
     (engines / "mem" / "target" / "tokenizer").mkdir()
-    res = run("repo", str(spec_path), "--engines", str(engines), "--output",
-              str(tmp_path / "out"), "--gpu-memory", "48GiB", "--format", "json")
+    res = run(
+        "repo",
+        str(spec_path),
+        "--engines",
+        str(engines),
+        "--output",
+        str(tmp_path / "out"),
+        "--gpu-memory",
+        "48GiB",
+        "--format",
+        "json",
+    )
     assert res.exit_code == 0, res.output
-    assert "Warning: the repository's 4 engines need at least 50.9 GiB but the GPU has " \
+    assert (
+        "Warning: the repository's 4 engines need at least 50.9 GiB but the GPU has "
         "48.0 GiB" in res.stderr
+    )
     config = read_config(tmp_path / "out" / "mem" / "target_dte" / "config.pbtxt")
     _, _, mp = _plan(spec_path, 48 * GIB)
-    assert parameters_of(config)["kv_cache_free_gpu_mem_fraction"] == str(
-        mp.fractions["target_dte"]) == "0.7892"
+    assert (
+        parameters_of(config)["kv_cache_free_gpu_mem_fraction"]
+        == str(mp.fractions["target_dte"])
+        == "0.7892"
+    )

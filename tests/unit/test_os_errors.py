@@ -47,8 +47,11 @@ def _tmpfs(where: Path, options: str) -> Iterator[bool]:
     if os.geteuid() != 0:
         yield False
         return
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
     try:
         yield done.returncode == 0
     finally:
@@ -83,12 +86,16 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path | None]:
 def _expected(path: Path, code: int) -> str:
     folder = path.parent
     if code == errno.EROFS:
-        return (f"Error: {path}: the file system is read-only\n"
-                "Hint: write to a folder on a writable file system (pass another output "
-                "folder)\n")
-    return (f"Error: {path}: permission denied\n"
-            f"Hint: give user {getpass.getuser()} access to {folder} (see `ls -ld "
-            f"{folder}`), or use another folder\n")
+        return (
+            f"Error: {path}: the file system is read-only\n"
+            "Hint: write to a folder on a writable file system (pass another output "
+            "folder)\n"
+        )
+    return (
+        f"Error: {path}: permission denied\n"
+        f"Hint: give user {getpass.getuser()} access to {folder} (see `ls -ld "
+        f"{folder}`), or use another folder\n"
+    )
 
 
 # -- umask ---------------------------------------------------------------------
@@ -114,24 +121,39 @@ def test_atomic_writes_respect_the_umask(tmp_path: Path, mask: int) -> None:
 # -- read-only -----------------------------------------------------------------
 
 
-def test_read_only_run_dir_is_an_expected_error(read_only_dir: tuple[Path, int],
-                                                tiny_llama: Path) -> None:
+def test_read_only_run_dir_is_an_expected_error(
+    read_only_dir: tuple[Path, int], tiny_llama: Path
+) -> None:
     folder, code = read_only_dir
     spec = folder.parent / "s.yaml"
     (folder.parent / "p.jsonl").write_text(json.dumps({"prompt": "Hi"}) + "\n")
-    spec.write_text("name: s\nbackend: reference\ntarget: {model: org/tiny, family: llama}\n"
-                    "variants:\n  - {name: ngram, mode: ngram, max_draft_len: 4}\n"
-                    "routes:\n  r: {prompts: p.jsonl, max_tokens: 8}\n")
+    spec.write_text(
+        "name: s\nbackend: reference\ntarget: {model: org/tiny, family: llama}\n"
+        "variants:\n  - {name: ngram, mode: ngram, max_draft_len: 4}\n"
+        "routes:\n  r: {prompts: p.jsonl, max_tokens: 8}\n"
+    )
     run = folder / "run"
-    res = CliRunner().invoke(cli, ["bench", str(spec), "--endpoint", "127.0.0.1:1",
-                                   "--run-dir", str(run), "--tokenizer", str(tiny_llama)])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            str(spec),
+            "--endpoint",
+            "127.0.0.1:1",
+            "--run-dir",
+            str(run),
+            "--tokenizer",
+            str(tiny_llama),
+        ],
+    )
     assert res.exit_code == 1, res.output
     assert res.stdout == ""
     assert res.stderr == _expected(run, code)
 
 
 def test_atomic_write_into_a_read_only_folder_names_the_file(
-        read_only_dir: tuple[Path, int]) -> None:
+    read_only_dir: tuple[Path, int],
+) -> None:
     folder, code = read_only_dir
     with pytest.raises(OSError) as err:
         fsutil.atomic_write_text(folder / "summary.json", "{}")
@@ -154,21 +176,39 @@ def test_full_disk_atomic_write_fails_whole(tiny_disk: Path | None) -> None:
     assert sorted(os.listdir(tiny_disk)) == ["summary.json"]  # no temp file left
     error = os_error(err.value)
     assert error is not None
-    assert (error.message, error.hint) == (f"{target}: no space left on the device",
-                                           FULL_HINT.format(folder=tiny_disk))
+    assert (error.message, error.hint) == (
+        f"{target}: no space left on the device",
+        FULL_HINT.format(folder=tiny_disk),
+    )
 
 
 def _outcome(n: int) -> Outcome:
-    job = Job(route="r", prompt_index=0, sample_index=n, item={"prompt": "p"}, text_input="p",
-              max_tokens=8, arm=Arm("baseline", "baseline"), temperature=0.0, top_p=1.0,
-              top_k=0, seed=n, load="c=1", concurrency=1, request_rate=None, warmup=False,
-              request_id=f"id{n}")
-    return Outcome(job, send_ns=1, end_ns=2_000_001, first_text_ns=1_000_001,
-                   text="x" * 3000, ids=[1, 2, 3])
+    job = Job(
+        route="r",
+        prompt_index=0,
+        sample_index=n,
+        item={"prompt": "p"},
+        text_input="p",
+        max_tokens=8,
+        arm=Arm("baseline", "baseline"),
+        temperature=0.0,
+        top_p=1.0,
+        top_k=0,
+        seed=n,
+        load="c=1",
+        concurrency=1,
+        request_rate=None,
+        warmup=False,
+        request_id=f"id{n}",
+    )
+    return Outcome(
+        job, send_ns=1, end_ns=2_000_001, first_text_ns=1_000_001, text="x" * 3000, ids=[1, 2, 3]
+    )
 
 
 def test_recorder_stops_the_run_on_a_full_disk_and_keeps_whole_rows(
-        tiny_disk: Path | None, tmp_path: Path) -> None:
+    tiny_disk: Path | None, tmp_path: Path
+) -> None:
     path = tiny_disk / "requests.jsonl" if tiny_disk is not None else Path("/dev/full")
     log = RequestLog(path)
     stop = threading.Event()

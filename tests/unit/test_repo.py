@@ -24,8 +24,13 @@ from trtspec.repo.check import check_repository
 from trtspec.repo.routing import RouteRule, RoutingTable
 from trtspec.spec import load_spec
 
-MODE_INTS = {"none": 1, "draft_tokens_external": 2, "medusa": 4, "lookahead_decoding": 8,
-             "eagle": 32}
+MODE_INTS = {
+    "none": 1,
+    "draft_tokens_external": 2,
+    "medusa": 4,
+    "lookahead_decoding": 8,
+    "eagle": 32,
+}
 
 SPEC = """\
 name: tiny-all
@@ -64,9 +69,14 @@ def write_engines(plan, skip: tuple[str, ...] = ()) -> None:
             continue
         folder = Path(engine.dir)
         (folder / "tokenizer").mkdir(parents=True, exist_ok=True)
-        document = {"version": "1.1.0", "pretrained_config": {"architecture": "LlamaForCausalLM"},
-                    "build_config": {"max_draft_len": engine.max_draft_len,
-                                     "speculative_decoding_mode": MODE_INTS[engine.mode]}}
+        document = {
+            "version": "1.1.0",
+            "pretrained_config": {"architecture": "LlamaForCausalLM"},
+            "build_config": {
+                "max_draft_len": engine.max_draft_len,
+                "speculative_decoding_mode": MODE_INTS[engine.mode],
+            },
+        }
         (folder / "config.json").write_text(json.dumps(document), encoding="utf-8")
 
 
@@ -95,11 +105,25 @@ def test_assemble_writes_one_model_per_engine_and_variant(built) -> None:
     repo = assemble(spec, plan, engines, output)
     assert repo == output / "tiny-all"
     folders = sorted(p.name for p in repo.iterdir() if p.is_dir())
-    assert folders == sorted([
-        "preprocessing", "postprocessing", "router", "baseline", "draft", "ngram", "medusa",
-        "eagle", "lookahead", "target", "target_dte", plan.variants["draft"].draft,
-        "target_medusa_medusa", "target_eagle_eagle", "target_lookahead_lookahead",
-    ])
+    assert folders == sorted(
+        [
+            "preprocessing",
+            "postprocessing",
+            "router",
+            "baseline",
+            "draft",
+            "ngram",
+            "medusa",
+            "eagle",
+            "lookahead",
+            "target",
+            "target_dte",
+            plan.variants["draft"].draft,
+            "target_medusa_medusa",
+            "target_eagle_eagle",
+            "target_lookahead_lookahead",
+        ]
+    )
     for engine in plan.engines:
         assert (repo / engine.name / "config.pbtxt").is_file()
     # nothing left behind by the atomic swap
@@ -120,12 +144,17 @@ def test_every_config_round_trips_and_has_no_placeholder(built) -> None:
 def test_engine_models_decoupled_only_when_streamed(built) -> None:
     spec, plan, engines, output = built
     repo = assemble(spec, plan, engines, output)
-    decoupled = {e.name: parse(repo / e.name / "config.pbtxt").model_transaction_policy.decoupled
-                 for e in plan.engines}
+    decoupled = {
+        e.name: parse(repo / e.name / "config.pbtxt").model_transaction_policy.decoupled
+        for e in plan.engines
+    }
     draft_engine = plan.variants["draft"].draft
     assert decoupled == {
-        "target": True, "target_dte": False, draft_engine: False,
-        "target_medusa_medusa": True, "target_eagle_eagle": True,
+        "target": True,
+        "target_dte": False,
+        draft_engine: False,
+        "target_medusa_medusa": True,
+        "target_eagle_eagle": True,
         "target_lookahead_lookahead": True,
     }
 
@@ -140,10 +169,14 @@ def test_reference_engine_model_parameters(built) -> None:
         (2, model_config_pb2.ModelInstanceGroup.KIND_CPU)
     ]
     p = params(config)
-    assert p["gpt_model_path"] == str((engines / "tiny-all" / "target_lookahead_lookahead")
-                                      .resolve())
-    assert (p["lookahead_window_size"], p["lookahead_ngram_size"],
-            p["lookahead_verification_set_size"]) == ("2", "2", "2")
+    assert p["gpt_model_path"] == str(
+        (engines / "tiny-all" / "target_lookahead_lookahead").resolve()
+    )
+    assert (
+        p["lookahead_window_size"],
+        p["lookahead_ngram_size"],
+        p["lookahead_verification_set_size"],
+    ) == ("2", "2", "2")
     assert p["decoding_mode"] == "lookahead"
     assert p["exclude_input_in_output"] == "true"
     # six engines share the GPU fraction
@@ -162,17 +195,28 @@ def test_orchestrators_carry_their_callees(built) -> None:
     repo = assemble(spec, plan, engines, output)
     draft = params(parse(repo / "draft" / "config.pbtxt"))
     assert draft == {
-        "variant": "draft", "mode": "draft_model", "preprocessing_model": "preprocessing",
-        "postprocessing_model": "postprocessing", "target_model": "target_dte",
-        "draft_model": plan.variants["draft"].draft, "seed_input": "seed",
-        "perf_metrics": "true", "max_draft_len": "4", "num_draft_tokens": "3",
-        "draft_schedule": "constant", "use_draft_logits": "false",
+        "variant": "draft",
+        "mode": "draft_model",
+        "preprocessing_model": "preprocessing",
+        "postprocessing_model": "postprocessing",
+        "target_model": "target_dte",
+        "draft_model": plan.variants["draft"].draft,
+        "seed_input": "seed",
+        "perf_metrics": "true",
+        "max_draft_len": "4",
+        "num_draft_tokens": "3",
+        "draft_schedule": "constant",
+        "use_draft_logits": "false",
         "tokens_per_block": str(spec.target.kv_cache.tokens_per_block),
     }
     ngram = params(parse(repo / "ngram" / "config.pbtxt"))
-    assert (ngram["mode"], ngram["max_draft_len"], ngram["num_draft_tokens"],
-            ngram["max_matching_ngram_size"], ngram["draft_schedule"]) == (
-                "ngram", "3", "3", "2", "adaptive")
+    assert (
+        ngram["mode"],
+        ngram["max_draft_len"],
+        ngram["num_draft_tokens"],
+        ngram["max_matching_ngram_size"],
+        ngram["draft_schedule"],
+    ) == ("ngram", "3", "3", "2", "adaptive")
     assert "draft_schedule" not in params(parse(repo / "medusa" / "config.pbtxt"))
     assert "draft_model" not in ngram
     baseline = parse(repo / "baseline" / "config.pbtxt")
@@ -193,9 +237,10 @@ def test_manifest_lists_roles_calls_and_variants(built) -> None:
     assert manifest["variants"] == ["draft", "eagle", "lookahead", "medusa", "ngram", "baseline"]
     draft_engine = plan.variants["draft"].draft
     assert manifest["models"]["draft"] == {
-        "role": "orchestrator", "calls": ["preprocessing", "postprocessing", "target_dte",
-                                          draft_engine],
-        "variant": "draft", "mode": "draft_model",
+        "role": "orchestrator",
+        "calls": ["preprocessing", "postprocessing", "target_dte", draft_engine],
+        "variant": "draft",
+        "mode": "draft_model",
     }
     assert manifest["models"]["router"]["calls"] == sorted(plan.variants)
     assert manifest["models"]["target_lookahead_lookahead"]["role"] == "engine"
@@ -206,9 +251,19 @@ def test_routing_table_is_written_for_the_router(built) -> None:
     table = RoutingTable("baseline", {"code": RouteRule("ngram", 2, 25.0, "promote")})
     repo = assemble(spec, plan, engines, output, routing=table)
     written = json.loads((repo / "router" / "routing.json").read_text(encoding="utf-8"))
-    assert written == {"schema_version": 1, "default_variant": "baseline", "routes": {
-        "code": {"variant": "ngram", "num_draft_tokens": 2, "canary_percent": 25.0,
-                 "decision": "promote", "fallback_variant": "baseline"}}}
+    assert written == {
+        "schema_version": 1,
+        "default_variant": "baseline",
+        "routes": {
+            "code": {
+                "variant": "ngram",
+                "num_draft_tokens": 2,
+                "canary_percent": 25.0,
+                "decision": "promote",
+                "fallback_variant": "baseline",
+            }
+        },
+    }
 
 
 def test_routing_to_an_unknown_variant_is_rejected(built) -> None:
@@ -323,8 +378,9 @@ def test_check_rejects_a_missing_engine_folder(repo: Path, built) -> None:
 
 def test_check_rejects_a_decoupled_engine_behind_a_draft_loop(repo: Path) -> None:
     config = repo / "target_dte" / "config.pbtxt"
-    edit(config, "model_transaction_policy {\n}",
-         "model_transaction_policy {\n  decoupled: true\n}")
+    edit(
+        config, "model_transaction_policy {\n}", "model_transaction_policy {\n  decoupled: true\n}"
+    )
     fix = "set model_transaction_policy { decoupled: false }"
     assert [str(p) for p in check_repository(repo)] == [
         f"{config}: target_dte is decoupled but draft calls it in a draft loop with exec(); {fix}",
@@ -334,8 +390,11 @@ def test_check_rejects_a_decoupled_engine_behind_a_draft_loop(repo: Path) -> Non
 
 def test_check_rejects_unparseable_config_and_placeholders(repo: Path) -> None:
     (repo / "preprocessing" / "config.pbtxt").write_text("name: 'preprocessing'\nbogus: 1\n")
-    edit(repo / "postprocessing" / "config.pbtxt", 'name: "postprocessing"',
-         'name: "postprocessing"\nmax_batch_size: ${triton_max_batch_size}')
+    edit(
+        repo / "postprocessing" / "config.pbtxt",
+        'name: "postprocessing"',
+        'name: "postprocessing"\nmax_batch_size: ${triton_max_batch_size}',
+    )
     problems = [str(p) for p in check_repository(repo)]
     pre = repo / "preprocessing" / "config.pbtxt"
     post = repo / "postprocessing" / "config.pbtxt"
@@ -344,12 +403,13 @@ def test_check_rejects_unparseable_config_and_placeholders(repo: Path) -> None:
     assert problems[1].startswith(f"{pre}: not a valid ModelConfig: 2:1 : ")
     assert "bogus" in problems[1]
     # every orchestrator now calls two models that do not load
-    assert f"{repo / 'baseline' / 'config.pbtxt'}: parameter preprocessing_model: model " \
-           f"'preprocessing' does not exist in {repo}" in problems
+    assert (
+        f"{repo / 'baseline' / 'config.pbtxt'}: parameter preprocessing_model: model "
+        f"'preprocessing' does not exist in {repo}" in problems
+    )
 
 
-def test_check_rejects_engine_built_for_another_mode_or_shorter_drafts(repo: Path,
-                                                                       built) -> None:
+def test_check_rejects_engine_built_for_another_mode_or_shorter_drafts(repo: Path, built) -> None:
     _, _, engines, _ = built
     engine_json = (engines / "tiny-all" / "target_dte" / "config.json").resolve()
     document = json.loads(engine_json.read_text())
@@ -376,8 +436,15 @@ def test_check_rejects_an_unknown_draft_schedule(repo: Path) -> None:
 
 def test_check_rejects_router_to_missing_variant(repo: Path) -> None:
     routing = repo / "router" / "routing.json"
-    routing.write_text(json.dumps({"schema_version": 1, "default_variant": "baseline",
-                                   "routes": {"code": {"variant": "ngram2"}}}))
+    routing.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "default_variant": "baseline",
+                "routes": {"code": {"variant": "ngram2"}},
+            }
+        )
+    )
     assert [str(p) for p in check_repository(repo)] == [
         f"{routing}: routes to variant 'ngram2', which the router's variants do not list"
     ]
@@ -386,8 +453,7 @@ def test_check_rejects_router_to_missing_variant(repo: Path) -> None:
 def test_check_covers_engines_nobody_calls(repo: Path, built) -> None:
     _, _, engines, _ = built
     (repo / "spare").mkdir()
-    text = (repo / "target" / "config.pbtxt").read_text().replace('name: "target"',
-                                                                   'name: "spare"')
+    text = (repo / "target" / "config.pbtxt").read_text().replace('name: "target"', 'name: "spare"')
     missing = engines.resolve() / "tiny-all" / "spare"
     text = text.replace(str(engines.resolve() / "tiny-all" / "target"), str(missing))
     (repo / "spare" / "config.pbtxt").write_text(text)
@@ -416,8 +482,19 @@ def test_check_of_a_missing_folder(tmp_path: Path) -> None:
 
 def test_cli_repo_builds_and_lists_models(built) -> None:
     spec, _, engines, output = built
-    result = CliRunner().invoke(cli, ["repo", str(spec.source_path), "--engines", str(engines),
-                                      "--output", str(output), "--format", "json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "repo",
+            str(spec.source_path),
+            "--engines",
+            str(engines),
+            "--output",
+            str(output),
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["repository"] == str(output / "tiny-all")
@@ -428,10 +505,23 @@ def test_cli_repo_builds_and_lists_models(built) -> None:
 def test_cli_repo_with_routing_file(built, tmp_path: Path) -> None:
     spec, _, engines, output = built
     routing = tmp_path / "routing.yaml"
-    routing.write_text("schema_version: 1\ndefault_variant: baseline\nroutes:\n"
-                       "  code: {variant: ngram, num_draft_tokens: 2}\n")
-    result = CliRunner().invoke(cli, ["repo", str(spec.source_path), "--engines", str(engines),
-                                      "--output", str(output), "--routing", str(routing)])
+    routing.write_text(
+        "schema_version: 1\ndefault_variant: baseline\nroutes:\n"
+        "  code: {variant: ngram, num_draft_tokens: 2}\n"
+    )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "repo",
+            str(spec.source_path),
+            "--engines",
+            str(engines),
+            "--output",
+            str(output),
+            "--routing",
+            str(routing),
+        ],
+    )
     assert result.exit_code == 0, result.output
     written = json.loads((output / "tiny-all" / "router" / "routing.json").read_text())
     # canary_percent omitted in the file: the spec's rollout (50) applies
@@ -441,8 +531,17 @@ def test_cli_repo_with_routing_file(built, tmp_path: Path) -> None:
 
 def test_cli_repo_missing_engines_is_a_clean_error(tmp_path: Path) -> None:
     spec_path = write_spec(tmp_path)
-    result = CliRunner().invoke(cli, ["repo", str(spec_path), "--engines",
-                                      str(tmp_path / "none"), "--output", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "repo",
+            str(spec_path),
+            "--engines",
+            str(tmp_path / "none"),
+            "--output",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 1
     assert result.stdout == ""
     missing = (tmp_path / "none" / "tiny-all" / "target" / "config.json").resolve()
@@ -490,9 +589,10 @@ def test_generated_model_py_files_import_existing_modules(repo: Path) -> None:
         text = model_py.read_text()
         compile(text, str(model_py), "exec")
         modules.update(re.findall(r"^\s*from (\S+) import TritonPythonModel$", text, re.M))
-    assert modules == {f"trtspec.repo.models.{m}" for m in
-                       ("preprocessing", "postprocessing", "orchestrator", "router")} | {
-                       "trtspec.engine.triton_model"}
+    assert modules == {
+        f"trtspec.repo.models.{m}"
+        for m in ("preprocessing", "postprocessing", "orchestrator", "router")
+    } | {"trtspec.engine.triton_model"}
     for module in modules:
         assert importlib.util.find_spec(module) is not None, module
 
@@ -506,8 +606,12 @@ def test_cli_check_catches_a_deleted_engine_file(repo: Path, built) -> None:
     engine = next(e for e in plan.engines if e.name == "target")
     folder = Path(engine.dir)
     (folder / "rank0.safetensors").write_bytes(b"\0" * 64)
-    manifest = {"schema_version": 2, "spec": "tiny-all", "engine": engine.to_dict(),
-                "files": file_records(folder)}
+    manifest = {
+        "schema_version": 2,
+        "spec": "tiny-all",
+        "engine": engine.to_dict(),
+        "files": file_records(folder),
+    }
     (folder / "trtspec.json").write_text(json.dumps(manifest))
     assert check_repository(repo) == []
     (folder / "rank0.safetensors").unlink()
@@ -541,9 +645,11 @@ def test_parity_copy_gives_each_arm_its_own_shared_engine_models(built) -> None:
     # target (baseline) has reuse off in this spec; the draft loop's engines have it on
     assert shared_engines(repo, arms) == {
         "target_dte": ["draft(k=2)", "draft(k=3)", "ngram(k=3)"],
-        draft_engine: ["draft(k=2)", "draft(k=3)"]}
-    before = float(params(parse(repo / "target" / "config.pbtxt"))[
-        "kv_cache_free_gpu_mem_fraction"])
+        draft_engine: ["draft(k=2)", "draft(k=3)"],
+    }
+    before = float(
+        params(parse(repo / "target" / "config.pbtxt"))["kv_cache_free_gpu_mem_fraction"]
+    )
     n_before = sum(1 for e in plan.engines)
     copy = output.parent / "copy"
     got = parity_repo(repo, arms, copy)
@@ -551,22 +657,32 @@ def test_parity_copy_gives_each_arm_its_own_shared_engine_models(built) -> None:
     assert got[4:] == arms[4:]  # medusa, eagle, lookahead own their engines
     draft2 = params(parse(copy / "draft__arm2" / "config.pbtxt"))
     assert (draft2["target_model"], draft2["draft_model"]) == (
-        "target_dte__arm2", f"{draft_engine}__arm2")
+        "target_dte__arm2",
+        f"{draft_engine}__arm2",
+    )
     assert params(parse(copy / "ngram__arm3" / "config.pbtxt"))["target_model"] == (
-        "target_dte__arm3")
+        "target_dte__arm3"
+    )
     dte3 = parse(copy / "target_dte__arm3" / "config.pbtxt")
     assert dte3.name == "target_dte__arm3"
-    assert params(dte3)["gpt_model_path"] == params(parse(repo / "target_dte" / "config.pbtxt"))[
-        "gpt_model_path"]  # same engine folder, its own KV pool
+    assert (
+        params(dte3)["gpt_model_path"]
+        == params(parse(repo / "target_dte" / "config.pbtxt"))["gpt_model_path"]
+    )  # same engine folder, its own KV pool
     # the GPU's KV fraction is split over every engine model, copies included
-    fractions = {p.parent.name: float(params(parse(p))["kv_cache_free_gpu_mem_fraction"])
-                 for p in copy.glob("*/config.pbtxt")
-                 if "kv_cache_free_gpu_mem_fraction" in params(parse(p))}
+    fractions = {
+        p.parent.name: float(params(parse(p))["kv_cache_free_gpu_mem_fraction"])
+        for p in copy.glob("*/config.pbtxt")
+        if "kv_cache_free_gpu_mem_fraction" in params(parse(p))
+    }
     assert len(fractions) == n_before + 3
     assert sum(fractions.values()) == pytest.approx(before * n_before, abs=1e-3)
     manifest = json.loads((copy / "trtspec-repo.json").read_text())
     assert manifest["models"]["ngram__arm3"]["calls"] == [
-        "preprocessing", "postprocessing", "target_dte__arm3"]
+        "preprocessing",
+        "postprocessing",
+        "target_dte__arm3",
+    ]
     assert manifest["models"]["ngram__arm3"]["variant"] == "ngram"
     assert check_repository(copy) == []
     # the source repository is untouched

@@ -62,8 +62,7 @@ def normalized(path: Path) -> str:
 
 
 def tree(repo: Path) -> dict[str, str]:
-    return {str(p.relative_to(repo)): normalized(p) for p in sorted(repo.rglob("*"))
-            if p.is_file()}
+    return {str(p.relative_to(repo)): normalized(p) for p in sorted(repo.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("spec_name", GPU_SPECS)
@@ -76,8 +75,11 @@ def test_generated_tree_matches_golden(spec_name: str, tmp_path: Path) -> None:
         for rel, text in got.items():
             (golden / rel).parent.mkdir(parents=True, exist_ok=True)
             (golden / rel).write_text(text, encoding="utf-8")
-    want = {str(p.relative_to(golden)): p.read_text(encoding="utf-8")
-            for p in sorted(golden.rglob("*")) if p.is_file()}
+    want = {
+        str(p.relative_to(golden)): p.read_text(encoding="utf-8")
+        for p in sorted(golden.rglob("*"))
+        if p.is_file()
+    }
     assert sorted(got) == sorted(want), "run with TRTSPEC_UPDATE_GOLDEN=1 and review the diff"
     for rel, text in want.items():
         assert got[rel] == text, f"{rel} differs from tests/golden/repo/{spec_name}/{rel}"
@@ -104,8 +106,16 @@ def test_golden_engine_models_use_only_template_names(spec_name: str, tmp_path: 
 
 @pytest.mark.parametrize(
     ("version", "template"),
-    [("0.17.0", "0.19"), ("0.18.2", "0.19"), ("0.19.0", "0.19"), ("0.20.0", "0.20"),
-     ("0.21.0", "0.20"), ("1.0.0", "1.0"), ("1.1.0", "0.20"), ("1.2.1", "0.20")],
+    [
+        ("0.17.0", "0.19"),
+        ("0.18.2", "0.19"),
+        ("0.19.0", "0.19"),
+        ("0.20.0", "0.20"),
+        ("0.21.0", "0.20"),
+        ("1.0.0", "1.0"),
+        ("1.1.0", "0.20"),
+        ("1.2.1", "0.20"),
+    ],
 )
 def test_contract_names_exist_in_the_official_template(version: str, template: str) -> None:
     template = "0.20" if template == "1.0" else template
@@ -113,8 +123,9 @@ def test_contract_names_exist_in_the_official_template(version: str, template: s
     contract = engine_contract(version)
     assert set(contract.input_names()) <= inputs
     assert set(contract.output_names()) <= outputs
-    seed, min_tokens = (("seed", "min_tokens") if template == "0.20"
-                        else ("random_seed", "min_length"))
+    seed, min_tokens = (
+        ("seed", "min_tokens") if template == "0.20" else ("random_seed", "min_length")
+    )
     assert {seed, min_tokens} <= set(contract.input_names())
     since_019 = {*LOOKAHEAD_INPUTS, "return_perf_metrics"}
     if version.startswith(("0.17", "0.18")):
@@ -153,8 +164,9 @@ def test_use_draft_logits_is_wired_through_the_generated_repository(tmp_path: Pa
     repo = assemble(spec, plan, ENGINES, tmp_path, require_engines=False)
 
     def config(name: str):
-        return text_format.Parse((repo / name / "config.pbtxt").read_text(),
-                                 model_config_pb2.ModelConfig())
+        return text_format.Parse(
+            (repo / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+        )
 
     draft_engine = plan.variants["draft"].draft
     build = next(s for s in plan.steps if s.id == f"build:{draft_engine}")
@@ -166,10 +178,15 @@ def test_use_draft_logits_is_wired_through_the_generated_repository(tmp_path: Pa
         engine = config(name)
         inputs = {t.name: t for t in engine.input}
         outputs = {t.name: t for t in engine.output}
-        assert (inputs["draft_logits"].data_type, list(inputs["draft_logits"].dims),
-                inputs["draft_logits"].optional) == (fp32, [-1, -1], True)
-        assert (outputs["generation_logits"].data_type,
-                list(outputs["generation_logits"].dims)) == (fp32, [-1, -1, -1])
+        assert (
+            inputs["draft_logits"].data_type,
+            list(inputs["draft_logits"].dims),
+            inputs["draft_logits"].optional,
+        ) == (fp32, [-1, -1], True)
+        assert (
+            outputs["generation_logits"].data_type,
+            list(outputs["generation_logits"].dims),
+        ) == (fp32, [-1, -1, -1])
         assert inputs["return_generation_logits"].data_type == boolean
     # the other draft-loop variant keeps matching
     assert config("ngram").parameters.get("use_draft_logits") is None

@@ -23,8 +23,11 @@ from trtspec.spec import parse_spec
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "repo"
 # Every example spec that builds GPU engines (demo-cpu is reference-backend only).
-EXAMPLES = sorted(p.stem for p in (ROOT / "build_specs").glob("*.yaml")
-                  if "backend: reference" not in p.read_text(encoding="utf-8"))
+EXAMPLES = sorted(
+    p.stem
+    for p in (ROOT / "build_specs").glob("*.yaml")
+    if "backend: reference" not in p.read_text(encoding="utf-8")
+)
 PINS = ["0.18.2", "0.19.0", "1.1.0", "1.2.1"]
 ENGINES = Path("/engines")
 
@@ -62,8 +65,9 @@ def test_golden_engine_configs_load_in_the_pinned_backend(spec_name: str) -> Non
 
 @pytest.mark.parametrize("version", PINS)
 @pytest.mark.parametrize("spec_name", EXAMPLES)
-def test_every_example_spec_loads_at_every_pin(spec_name: str, version: str,
-                                               tmp_path: Path) -> None:
+def test_every_example_spec_loads_at_every_pin(
+    spec_name: str, version: str, tmp_path: Path
+) -> None:
     repo = fresh_repo(spec_name, version, tmp_path)
     if repo is None:
         return
@@ -88,8 +92,9 @@ def test_dropping_any_required_key_fails(version: str, tmp_path: Path) -> None:
     repo = fresh_repo("small-draft-model", version, tmp_path / "repo")
     assert repo is not None
     params = engine_parameters(repo)["target"]
-    required = [k.name for k in cpp_params.load_contract(version).values()
-                if k.status == "required"]
+    required = [
+        k.name for k in cpp_params.load_contract(version).values() if k.status == "required"
+    ]
     expected = ["gpt_model_type"] + (list(cpp_params.GUIDED_KEYS) if version >= "0.19" else [])
     assert sorted(required) == sorted(expected)
     for name in required:
@@ -114,22 +119,51 @@ def test_the_real_file_on_disk_fails_when_a_key_is_removed(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("gpt_model_type", "inflight", "gpt_model_type: throws: 'inflight' is not one of V1, v1, "
-         "inflight_batching, inflight_fused_batching"),
-        ("kv_cache_free_gpu_mem_fraction", "ninety", "kv_cache_free_gpu_mem_fraction: falls back "
-         "to default: stof: no conversion of 'ninety'"),
-        ("enable_kv_cache_reuse", "yes", "enable_kv_cache_reuse: falls back to default: Cannot "
-         "convert yes to a boolean."),
-        ("decoding_mode", "greedy", "decoding_mode: falls back to default: 'greedy' is not one of "
-         "top_k, top_p, top_k_top_p, beam_search, medusa, redrafter, lookahead, eagle"),
-        ("batch_scheduler_policy", "fifo", "batch_scheduler_policy: falls back to default: 'fifo' "
-         "is not one of max_utilization, guaranteed_no_evict"),
-        ("eagle_choices", "", "eagle_choices: falls back to default: Cannot convert empty string "
-         "to vector of vector of ints"),
-        ("max_beam_width", "one", "max_beam_width: falls back to default: stoi: no conversion of "
-         "'one'"),
-        ("worker_pth", "/x", "worker_pth: not read by the tensorrtllm backend of TensorRT-LLM "
-         "1.1.0"),
+        (
+            "gpt_model_type",
+            "inflight",
+            "gpt_model_type: throws: 'inflight' is not one of V1, v1, "
+            "inflight_batching, inflight_fused_batching",
+        ),
+        (
+            "kv_cache_free_gpu_mem_fraction",
+            "ninety",
+            "kv_cache_free_gpu_mem_fraction: falls back "
+            "to default: stof: no conversion of 'ninety'",
+        ),
+        (
+            "enable_kv_cache_reuse",
+            "yes",
+            "enable_kv_cache_reuse: falls back to default: Cannot convert yes to a boolean.",
+        ),
+        (
+            "decoding_mode",
+            "greedy",
+            "decoding_mode: falls back to default: 'greedy' is not one of "
+            "top_k, top_p, top_k_top_p, beam_search, medusa, redrafter, lookahead, eagle",
+        ),
+        (
+            "batch_scheduler_policy",
+            "fifo",
+            "batch_scheduler_policy: falls back to default: 'fifo' "
+            "is not one of max_utilization, guaranteed_no_evict",
+        ),
+        (
+            "eagle_choices",
+            "",
+            "eagle_choices: falls back to default: Cannot convert empty string "
+            "to vector of vector of ints",
+        ),
+        (
+            "max_beam_width",
+            "one",
+            "max_beam_width: falls back to default: stoi: no conversion of 'one'",
+        ),
+        (
+            "worker_pth",
+            "/x",
+            "worker_pth: not read by the tensorrtllm backend of TensorRT-LLM 1.1.0",
+        ),
     ],
 )
 def test_bad_values_are_reported_as_the_backend_would_treat_them(
@@ -156,14 +190,20 @@ def test_guided_decoding_turned_on_needs_xgrammar_and_an_existing_file(tmp_path:
     repo = fresh_repo("vicuna-7b", "1.1.0", tmp_path / "repo")
     assert repo is not None
     params = engine_parameters(repo)["target"]
-    on = {**params, "guided_decoding_backend": "outlines",
-          "xgrammar_tokenizer_info_path": str(tmp_path / "missing.json")}
+    on = {
+        **params,
+        "guided_decoding_backend": "outlines",
+        "xgrammar_tokenizer_info_path": str(tmp_path / "missing.json"),
+    }
     assert cpp_params.problems(on, "1.1.0") == [
         "guided_decoding_backend: only 'xgrammar' is supported",
         f"xgrammar_tokenizer_info_path: {tmp_path / 'missing.json'} does not exist",
     ]
-    placeholder = {**params, "guided_decoding_backend": "${guided_decoding_backend}",
-                   "xgrammar_tokenizer_info_path": "/nowhere"}
+    placeholder = {
+        **params,
+        "guided_decoding_backend": "${guided_decoding_backend}",
+        "xgrammar_tokenizer_info_path": "/nowhere",
+    }
     assert cpp_params.problems(placeholder, "1.1.0") == []
 
 

@@ -32,10 +32,13 @@ def test_load_the_documented_example(tmp_path: Path) -> None:
     path = tmp_path / "routing.yaml"
     path.write_text(GOOD)
     table = load_routing(path)
-    assert table == RoutingTable("baseline", {
-        "code_completion": RouteRule("ngram", 4, 100.0, "promote", "baseline"),
-        "chat_short": RouteRule("baseline", None, 100.0, "exclude", "baseline"),
-    })
+    assert table == RoutingTable(
+        "baseline",
+        {
+            "code_completion": RouteRule("ngram", 4, 100.0, "promote", "baseline"),
+            "chat_short": RouteRule("baseline", None, 100.0, "exclude", "baseline"),
+        },
+    )
     assert parse_routing(table.to_dict()) == table
 
 
@@ -48,29 +51,43 @@ def test_default_canary_percent_comes_from_the_rollout(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("document", "message", "hint"),
     [
-        ("routes:\n  code: {variant: ngram, canry_percent: 5}\n",
-         "routes.code.canry_percent: unknown key",
-         "Allowed keys: variant, num_draft_tokens, canary_percent, decision, fallback_variant, "
-         "max_concurrency, evidence."),
-        ("routes:\n  code: {variant: ngram, canary_percent: 150}\n",
-         "routes.code.canary_percent: must be between 0 and 100, got 150",
-         "Use 100 to send all of the route's traffic to its variant."),
-        ("routes:\n  code: {num_draft_tokens: 2}\n",
-         "routes.code.variant: missing or not a variant name",
-         "Name the variant that serves this route, e.g. variant: baseline."),
-        ("routes:\n  code: {variant: ngram, num_draft_tokens: 0}\n",
-         "routes.code.num_draft_tokens: must be a positive integer, got 0",
-         "Remove it to use the variant's default."),
-        ("routes:\n  code: {variant: ngram, decision: maybe}\n",
-         "routes.code.decision: unknown decision 'maybe'",
-         "Use one of: promote, exclude, inconclusive."),
-        ("schema_version: 2\n", "schema_version: unsupported version 2",
-         "Write schema_version: 1."),
+        (
+            "routes:\n  code: {variant: ngram, canry_percent: 5}\n",
+            "routes.code.canry_percent: unknown key",
+            "Allowed keys: variant, num_draft_tokens, canary_percent, decision, fallback_variant, "
+            "max_concurrency, evidence.",
+        ),
+        (
+            "routes:\n  code: {variant: ngram, canary_percent: 150}\n",
+            "routes.code.canary_percent: must be between 0 and 100, got 150",
+            "Use 100 to send all of the route's traffic to its variant.",
+        ),
+        (
+            "routes:\n  code: {num_draft_tokens: 2}\n",
+            "routes.code.variant: missing or not a variant name",
+            "Name the variant that serves this route, e.g. variant: baseline.",
+        ),
+        (
+            "routes:\n  code: {variant: ngram, num_draft_tokens: 0}\n",
+            "routes.code.num_draft_tokens: must be a positive integer, got 0",
+            "Remove it to use the variant's default.",
+        ),
+        (
+            "routes:\n  code: {variant: ngram, decision: maybe}\n",
+            "routes.code.decision: unknown decision 'maybe'",
+            "Use one of: promote, exclude, inconclusive.",
+        ),
+        (
+            "schema_version: 2\n",
+            "schema_version: unsupported version 2",
+            "Write schema_version: 1.",
+        ),
         ("- a\n- b\n", "<root>: expected a mapping", "See docs/internals.md §8."),
     ],
 )
-def test_bad_routing_files_name_file_and_field(tmp_path: Path, document: str, message: str,
-                                               hint: str) -> None:
+def test_bad_routing_files_name_file_and_field(
+    tmp_path: Path, document: str, message: str, hint: str
+) -> None:
     path = tmp_path / "routing.yaml"
     path.write_text(document)
     with pytest.raises(RepoError) as info:
@@ -113,13 +130,17 @@ def test_choose_sends_the_canary_share_to_the_route_variant() -> None:
 
 
 def test_choose_edges() -> None:
-    table = RoutingTable("baseline", {"all": RouteRule("draft", None, 100.0),
-                                      "none": RouteRule("draft", None, 0.0)})
+    table = RoutingTable(
+        "baseline", {"all": RouteRule("draft", None, 100.0), "none": RouteRule("draft", None, 0.0)}
+    )
     assert all(choose(table, "all", f"x{i}").variant == "draft" for i in range(50))
     assert all(choose(table, "none", f"x{i}").variant == "baseline" for i in range(50))
     unknown = choose(table, "other", "x")
-    assert (unknown.variant, unknown.fallback_variant, unknown.canary) == ("baseline",
-                                                                          "baseline", False)
+    assert (unknown.variant, unknown.fallback_variant, unknown.canary) == (
+        "baseline",
+        "baseline",
+        False,
+    )
     assert choose(table, None, "x").variant == "baseline"
 
 

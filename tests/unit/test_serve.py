@@ -85,8 +85,11 @@ def _find(places: dict[str, Path], explicit=None, *, path=True, opt=True, wheel=
 
 def test_flag_wins_over_everything(places) -> None:
     install = _find(places, places["flag"])
-    assert (install.binary, install.source, install.backend_dir) == (places["flag"], "explicit",
-                                                                     None)
+    assert (install.binary, install.source, install.backend_dir) == (
+        places["flag"],
+        "explicit",
+        None,
+    )
 
 
 def test_path_wins_over_opt_and_wheel(places) -> None:
@@ -107,8 +110,10 @@ def test_wheel_is_the_last_resort_and_gets_its_setup(places) -> None:
     assert install.backend_dir is not None
     assert install.backend_dir.parent == places["cache"] / "triton-backends"
     ld = install.env["LD_LIBRARY_PATH"].split(":")
-    assert ld[:2] == [sysconfig.get_config_var("LIBDIR"), str(root.parent.parent /
-                                                              "nvidia_pytriton.libs")]
+    assert ld[:2] == [
+        sysconfig.get_config_var("LIBDIR"),
+        str(root.parent.parent / "nvidia_pytriton.libs"),
+    ]
     pythonpath = install.env["PYTHONPATH"].split(":")
     assert pythonpath[0] == str(Path(trtspec.__file__).resolve().parent.parent)
     assert str(root.parent.parent) in pythonpath
@@ -172,7 +177,9 @@ def test_backend_dir_holds_library_stub_and_path_hook(tmp_path) -> None:
     folder = prepare_backend_dir(root, tmp_path / "cache")
     python = folder / "python"
     assert sorted(p.name for p in python.iterdir()) == [
-        "_trtspec_stub_path.py", "libtriton_python.so", "triton_python_backend_stub",
+        "_trtspec_stub_path.py",
+        "libtriton_python.so",
+        "triton_python_backend_stub",
         "triton_python_backend_utils.py",
     ]
     assert (python / "triton_python_backend_stub").stat().st_mode & stat.S_IXUSR
@@ -192,11 +199,17 @@ def test_path_hook_puts_pythonpath_first(tmp_path, monkeypatch) -> None:
     import subprocess
 
     out = subprocess.run(
-        [sys.executable, "-I", "-c",
-         f"import sys; sys.path.append({str(python)!r}); import _trtspec_stub_path; "
-         "print(sys.path)"],
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            f"import sys; sys.path.append({str(python)!r}); import _trtspec_stub_path; "
+            "print(sys.path)",
+        ],
         env={"PYTHONPATH": f"{extra}:/nonexistent"},
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     path = eval(out)  # a printed list of str
     assert path[:2] == [str(extra), "/nonexistent"]
@@ -247,48 +260,106 @@ def test_wheel_without_a_stub_for_this_python(tmp_path) -> None:
 
 
 def test_server_argv_exact() -> None:
-    assert server_argv("/bin/tritonserver", "/r", host="127.0.0.1", http_port=1, grpc_port=2,
-                       metrics_port=3, backend_dir="/b", models=["a", "b"],
-                       extra_args=["--log-verbose=1"]) == [
-        "/bin/tritonserver", "--model-repository=/r", "--backend-directory=/b",
-        "--http-address=127.0.0.1", "--http-port=1", "--grpc-address=127.0.0.1",
-        "--grpc-port=2", "--metrics-address=127.0.0.1", "--metrics-port=3",
-        "--model-control-mode=explicit", "--load-model=a", "--load-model=b", "--log-verbose=1",
+    assert server_argv(
+        "/bin/tritonserver",
+        "/r",
+        host="127.0.0.1",
+        http_port=1,
+        grpc_port=2,
+        metrics_port=3,
+        backend_dir="/b",
+        models=["a", "b"],
+        extra_args=["--log-verbose=1"],
+    ) == [
+        "/bin/tritonserver",
+        "--model-repository=/r",
+        "--backend-directory=/b",
+        "--http-address=127.0.0.1",
+        "--http-port=1",
+        "--grpc-address=127.0.0.1",
+        "--grpc-port=2",
+        "--metrics-address=127.0.0.1",
+        "--metrics-port=3",
+        "--model-control-mode=explicit",
+        "--load-model=a",
+        "--load-model=b",
+        "--log-verbose=1",
     ]
 
 
 def test_server_argv_without_models_loads_everything() -> None:
-    argv = server_argv("ts", "/r", host="0.0.0.0", http_port=8000, grpc_port=8001,
-                       metrics_port=8002)
-    assert argv == ["ts", "--model-repository=/r", "--http-address=0.0.0.0", "--http-port=8000",
-                    "--grpc-address=0.0.0.0", "--grpc-port=8001", "--metrics-address=0.0.0.0",
-                    "--metrics-port=8002"]
+    argv = server_argv(
+        "ts", "/r", host="0.0.0.0", http_port=8000, grpc_port=8001, metrics_port=8002
+    )
+    assert argv == [
+        "ts",
+        "--model-repository=/r",
+        "--http-address=0.0.0.0",
+        "--http-port=8000",
+        "--grpc-address=0.0.0.0",
+        "--grpc-port=8001",
+        "--metrics-address=0.0.0.0",
+        "--metrics-port=8002",
+    ]
 
 
 def test_leader_mode_argv_exact() -> None:
-    common = ["--http-address=127.0.0.1", "--http-port=8000", "--grpc-address=127.0.0.1",
-              "--grpc-port=8001", "--metrics-address=127.0.0.1", "--metrics-port=8002"]
+    common = [
+        "--http-address=127.0.0.1",
+        "--http-port=8000",
+        "--grpc-address=127.0.0.1",
+        "--grpc-port=8001",
+        "--metrics-address=127.0.0.1",
+        "--metrics-port=8002",
+    ]
     assert leader_mode_argv(3, "/repo", engine_model="target") == [
-        "mpirun", "--allow-run-as-root",
-        "-n", "1", "tritonserver", "--model-repository=/repo", *common,
-        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix0_",
-        ":", "-n", "1", "tritonserver", "--model-repository=/repo", *common,
-        "--model-control-mode=explicit", "--load-model=target",
-        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix1_",
-        ":", "-n", "1", "tritonserver", "--model-repository=/repo", *common,
-        "--model-control-mode=explicit", "--load-model=target",
-        "--disable-auto-complete-config", "--backend-config=python,shm-region-prefix-name=prefix2_",
+        "mpirun",
+        "--allow-run-as-root",
+        "-n",
+        "1",
+        "tritonserver",
+        "--model-repository=/repo",
+        *common,
+        "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix0_",
+        ":",
+        "-n",
+        "1",
+        "tritonserver",
+        "--model-repository=/repo",
+        *common,
+        "--model-control-mode=explicit",
+        "--load-model=target",
+        "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix1_",
+        ":",
+        "-n",
+        "1",
+        "tritonserver",
+        "--model-repository=/repo",
+        *common,
+        "--model-control-mode=explicit",
+        "--load-model=target",
+        "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix2_",
     ]
 
 
 def test_leader_mode_with_variant_and_two_engines() -> None:
-    argv = leader_mode_argv(2, "/repo", engine_model=["draft_x", "target_dte"], oversubscribe=True,
-                            models=["draft", "draft_x", "target_dte"], binary="/opt/ts")
+    argv = leader_mode_argv(
+        2,
+        "/repo",
+        engine_model=["draft_x", "target_dte"],
+        oversubscribe=True,
+        models=["draft", "draft_x", "target_dte"],
+        binary="/opt/ts",
+    )
     assert argv[:3] == ["mpirun", "--allow-run-as-root", "--oversubscribe"]
     rank0, rank1 = " ".join(argv).split(" : ")
     assert "--load-model=draft --load-model=draft_x --load-model=target_dte" in rank0
     assert rank1.split("--model-control-mode=explicit ")[1].startswith(
-        "--load-model=draft_x --load-model=target_dte --disable-auto-complete-config")
+        "--load-model=draft_x --load-model=target_dte --disable-auto-complete-config"
+    )
 
 
 def test_leader_mode_needs_two_ranks_and_an_engine() -> None:
@@ -302,13 +373,28 @@ FAKE = TritonInstall(binary=Path("/x/tritonserver"), backend_dir=Path("/x/backen
 
 
 def test_server_argv_uses_install_and_fixed_ports(tmp_path) -> None:
-    server = Server(tmp_path, install=FAKE, http_port=18000, grpc_port=18001,
-                    metrics_port=18002, models=["m"], extra_args=["--strict-readiness=true"])
+    server = Server(
+        tmp_path,
+        install=FAKE,
+        http_port=18000,
+        grpc_port=18001,
+        metrics_port=18002,
+        models=["m"],
+        extra_args=["--strict-readiness=true"],
+    )
     assert server.argv() == [
-        "/x/tritonserver", f"--model-repository={tmp_path}", "--backend-directory=/x/backends",
-        "--http-address=127.0.0.1", "--http-port=18000", "--grpc-address=127.0.0.1",
-        "--grpc-port=18001", "--metrics-address=127.0.0.1", "--metrics-port=18002",
-        "--model-control-mode=explicit", "--load-model=m", "--strict-readiness=true",
+        "/x/tritonserver",
+        f"--model-repository={tmp_path}",
+        "--backend-directory=/x/backends",
+        "--http-address=127.0.0.1",
+        "--http-port=18000",
+        "--grpc-address=127.0.0.1",
+        "--grpc-port=18001",
+        "--metrics-address=127.0.0.1",
+        "--metrics-port=18002",
+        "--model-control-mode=explicit",
+        "--load-model=m",
+        "--strict-readiness=true",
         "--http-restricted-api=model-repository,shared-memory,logging,trace:"
         f"trtspec-admin-key={server.admin_key}",
         "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
@@ -329,22 +415,31 @@ def test_port_zero_picks_distinct_free_ports(tmp_path) -> None:
 
 
 def test_all_interfaces_are_reached_through_loopback(tmp_path) -> None:
-    server = Server(tmp_path, install=FAKE, host="0.0.0.0", http_port=1, grpc_port=2,
-                    metrics_port=3)
+    server = Server(
+        tmp_path, install=FAKE, host="0.0.0.0", http_port=1, grpc_port=2, metrics_port=3
+    )
     assert "--grpc-address=0.0.0.0" in server.argv()
     assert (server.http_url, server.grpc_url) == ("127.0.0.1:1", "127.0.0.1:2")
 
 
 def test_world_size_builds_leader_mode(tmp_path) -> None:
-    server = Server(tmp_path, install=FAKE, http_port=1, grpc_port=2, metrics_port=3,
-                    world_size=2, engine_models=["target"])
+    server = Server(
+        tmp_path,
+        install=FAKE,
+        http_port=1,
+        grpc_port=2,
+        metrics_port=3,
+        world_size=2,
+        engine_models=["target"],
+    )
     argv = server.argv()
     assert argv[:4] == ["mpirun", "--allow-run-as-root", "-n", "1"]
     assert argv.count("/x/tritonserver") == 2 and "--load-model=target" in argv
     # one shared-memory prefix per rank, all under this server's own prefix
     assert [a for a in argv if "shm-region-prefix-name" in a] == [
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}{rank}_"
-        for rank in range(2)]
+        for rank in range(2)
+    ]
 
 
 def test_every_server_gets_its_own_shm_prefix_unless_given_one(tmp_path) -> None:
@@ -384,8 +479,14 @@ def test_addresses_before_start(tmp_path) -> None:
 
 def _manifest(repo: Path, models: dict, variants: list[str], **extra) -> None:
     repo.mkdir(parents=True, exist_ok=True)
-    data = {"schema_version": 1, "spec": "s", "backend": "reference", "models": models,
-            "variants": variants, **extra}
+    data = {
+        "schema_version": 1,
+        "spec": "s",
+        "backend": "reference",
+        "models": models,
+        "variants": variants,
+        **extra,
+    }
     (repo / "trtspec-repo.json").write_text(json.dumps(data))
 
 
@@ -395,10 +496,16 @@ MODELS = {
     "target": {"role": "engine", "calls": []},
     "target_dte": {"role": "engine", "calls": []},
     "draft_tiny": {"role": "engine", "calls": []},
-    "baseline": {"role": "orchestrator", "variant": "baseline",
-                 "calls": ["preprocessing", "target", "postprocessing"]},
-    "draft": {"role": "orchestrator", "variant": "draft",
-              "calls": ["preprocessing", "draft_tiny", "target_dte", "postprocessing"]},
+    "baseline": {
+        "role": "orchestrator",
+        "variant": "baseline",
+        "calls": ["preprocessing", "target", "postprocessing"],
+    },
+    "draft": {
+        "role": "orchestrator",
+        "variant": "draft",
+        "calls": ["preprocessing", "draft_tiny", "target_dte", "postprocessing"],
+    },
     "router": {"role": "router", "calls": ["baseline", "draft"]},
 }
 
@@ -406,11 +513,22 @@ MODELS = {
 def test_variant_closure(tmp_path) -> None:
     _manifest(tmp_path, MODELS, ["draft", "baseline"])
     assert variant_models(tmp_path, "draft") == [
-        "draft", "draft_tiny", "postprocessing", "preprocessing", "target_dte"]
+        "draft",
+        "draft_tiny",
+        "postprocessing",
+        "preprocessing",
+        "target_dte",
+    ]
     assert variant_models(tmp_path, "baseline") == [
-        "baseline", "postprocessing", "preprocessing", "target"]
-    assert engine_models(tmp_path, variant_models(tmp_path, "draft")) == ["draft_tiny",
-                                                                          "target_dte"]
+        "baseline",
+        "postprocessing",
+        "preprocessing",
+        "target",
+    ]
+    assert engine_models(tmp_path, variant_models(tmp_path, "draft")) == [
+        "draft_tiny",
+        "target_dte",
+    ]
 
 
 def test_unknown_variant_lists_valid_ones(tmp_path) -> None:
@@ -479,9 +597,18 @@ GOLDEN = Path(__file__).parent.parent / "golden" / "repo" / "qwen2.5-7b"
 @pytest.mark.skipif(not (GOLDEN / "trtspec-repo.json").is_file(), reason="no golden repository")
 def test_closure_of_a_repository_trtspec_repo_wrote() -> None:
     assert variant_models(GOLDEN, "draft") == [
-        "draft", "draft_qwen2.5-0.5b-instruct", "postprocessing", "preprocessing", "target_dte"]
+        "draft",
+        "draft_qwen2.5-0.5b-instruct",
+        "postprocessing",
+        "preprocessing",
+        "target_dte",
+    ]
     assert variant_models(GOLDEN, "lookahead") == [
-        "lookahead", "postprocessing", "preprocessing", "target_lookahead_lookahead"]
+        "lookahead",
+        "postprocessing",
+        "preprocessing",
+        "target_lookahead_lookahead",
+    ]
 
 
 def test_resolve_repo_descends_into_the_one_spec_repository(tmp_path) -> None:
@@ -499,7 +626,8 @@ def test_resolve_repo_with_several_spec_repositories(tmp_path) -> None:
     with pytest.raises(ServerError) as err:
         resolve_repo(tmp_path / "triton_repo")
     assert err.value.message == (
-        f"{tmp_path / 'triton_repo'} holds 2 model repositories: spec_a, spec_b")
+        f"{tmp_path / 'triton_repo'} holds 2 model repositories: spec_a, spec_b"
+    )
     assert err.value.hint == f"pass one of them, e.g. {tmp_path / 'triton_repo' / 'spec_a'}"
 
 
@@ -512,13 +640,20 @@ def _trtllm_repo(repo: Path, engines: dict[str, tuple[int, int]]) -> None:
     for name, (tp, pp) in engines.items():
         engine = repo.parent / "engines" / name
         engine.mkdir(parents=True)
-        (engine / "config.json").write_text(json.dumps(
-            {"pretrained_config": {"mapping": {"world_size": tp * pp, "tp_size": tp,
-                                               "pp_size": pp}}}))
+        (engine / "config.json").write_text(
+            json.dumps(
+                {
+                    "pretrained_config": {
+                        "mapping": {"world_size": tp * pp, "tp_size": tp, "pp_size": pp}
+                    }
+                }
+            )
+        )
         (repo / name).mkdir()
         (repo / name / "config.pbtxt").write_text(
             f'name: "{name}"\nbackend: "tensorrtllm"\n'
-            f'parameters {{ key: "gpt_model_path" value {{ string_value: "{engine}" }} }}\n')
+            f'parameters {{ key: "gpt_model_path" value {{ string_value: "{engine}" }} }}\n'
+        )
 
 
 def test_world_size_from_engine_config(tmp_path) -> None:
@@ -546,15 +681,19 @@ def test_world_size_is_one_without_trtllm_engines(tmp_path) -> None:
 
 
 def test_log_errors_first_lines_load_failures_first() -> None:
-    log = "\n".join([
-        'E1129 15:30:35.747426 4821 server.cc:241] "CudaDriverHelper has not been initialized."',
-        "Error: Failed to initialize NVML",
-        'E1129 15:32:55.1 5663 model.cc:1] "ERROR: Failed to create instance: boom\\n\\nAt:\\n x"',
-        'E1129 15:32:55.2 5663 model_lifecycle.cc:654] "failed to load \'m\' version 1: '
-        'Internal: boom\\n\\nAt:\\n  x"',
-        "I1129 15:32:56.914223 5663 server.cc:305] \"Waiting\"",
-        "error: creating server: Internal - failed to load all models",
-    ])
+    log = "\n".join(
+        [
+            'E1129 15:30:35.747426 4821 server.cc:241] "CudaDriverHelper has not been '
+            'initialized."',
+            "Error: Failed to initialize NVML",
+            'E1129 15:32:55.1 5663 model.cc:1] "ERROR: Failed to create instance: '
+            'boom\\n\\nAt:\\n x"',
+            "E1129 15:32:55.2 5663 model_lifecycle.cc:654] \"failed to load 'm' version 1: "
+            'Internal: boom\\n\\nAt:\\n  x"',
+            'I1129 15:32:56.914223 5663 server.cc:305] "Waiting"',
+            "error: creating server: Internal - failed to load all models",
+        ]
+    )
     assert log_errors(log) == [
         "failed to load 'm' version 1: Internal: boom",
         "error: creating server: Internal - failed to load all models",
@@ -566,8 +705,14 @@ def test_log_errors_first_lines_load_failures_first() -> None:
 
 
 def test_missing_mpirun_is_reported(tmp_path) -> None:
-    server = Server(tmp_path, install=FAKE, world_size=2, engine_models=["target"],
-                    env={"PATH": str(tmp_path)}, log_path=tmp_path / "s.log")
+    server = Server(
+        tmp_path,
+        install=FAKE,
+        world_size=2,
+        engine_models=["target"],
+        env={"PATH": str(tmp_path)},
+        log_path=tmp_path / "s.log",
+    )
     with pytest.raises(ServerError) as err:
         server.start(timeout=5)
     assert err.value.message == "cannot start mpirun: No such file or directory"
@@ -619,11 +764,19 @@ def test_every_server_restricts_the_repository_api_with_its_own_key(tmp_path) ->
     assert b.admin_headers() == {"trtspec-admin-key": b.admin_key}
     assert b.admin_headers("grpc") == {"triton-grpc-protocol-trtspec-admin-key": b.admin_key}
     # leader mode: every rank restricts the same APIs with the same key
-    ranks = Server(tmp_path, install=FAKE, http_port=1, grpc_port=2, metrics_port=3,
-                   world_size=2, engine_models=["target"])
+    ranks = Server(
+        tmp_path,
+        install=FAKE,
+        http_port=1,
+        grpc_port=2,
+        metrics_port=3,
+        world_size=2,
+        engine_models=["target"],
+    )
     assert [a for a in ranks.argv() if a.startswith("--grpc-restricted-protocol=")] == [
         "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
-        f"trtspec-admin-key={ranks.admin_key}"] * 2
+        f"trtspec-admin-key={ranks.admin_key}"
+    ] * 2
     # a caller with its own restriction policy keeps it, and gets no key from us
     mine = "--http-restricted-api=model-repository:k=v"
     own = Server(tmp_path, install=FAKE, extra_args=[mine])
@@ -633,11 +786,20 @@ def test_every_server_restricts_the_repository_api_with_its_own_key(tmp_path) ->
         b.admin_headers("sagemaker")
 
 
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("127.0.0.1", True), ("127.1.2.3", True), ("localhost", True), ("::1", True),
-    ("[::1]", True), ("0.0.0.0", False), ("::", False), ("10.0.0.7", False),
-    ("gpu-box.example", False),
-])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.7", False),
+        ("gpu-box.example", False),
+    ],
+)
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
     assert (exposure_warning(host, 1, 2, 3) is None) is loopback

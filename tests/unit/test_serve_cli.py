@@ -20,12 +20,20 @@ def _run(*args: str):
 def _manifest(repo: Path) -> Path:
     repo.mkdir()
     path = repo / "trtspec-repo.json"
-    path.write_text(json.dumps({
-        "schema_version": 1, "spec": "s", "backend": "reference",
-        "models": {"baseline": {"role": "orchestrator", "variant": "baseline", "calls": []},
-                   "ngram": {"role": "orchestrator", "variant": "ngram", "calls": []}},
-        "variants": ["ngram", "baseline"],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "spec": "s",
+                "backend": "reference",
+                "models": {
+                    "baseline": {"role": "orchestrator", "variant": "baseline", "calls": []},
+                    "ngram": {"role": "orchestrator", "variant": "ngram", "calls": []},
+                },
+                "variants": ["ngram", "baseline"],
+            }
+        )
+    )
     return path
 
 
@@ -77,7 +85,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stdout == ""
     assert "Invalid value for '--grpc-port': 70000 is not in the range 0<=x<=65535." in (
-        result.stderr)
+        result.stderr
+    )
     result = _run(str(tmp_path), "--timeout", "0")
     assert result.exit_code == 2
     assert "Invalid value for '--timeout'" in result.stderr
@@ -86,15 +95,36 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 def test_help_lists_the_options() -> None:
     result = CliRunner().invoke(cli, ["serve", "--help"])
     assert result.exit_code == 0
-    for option in ("--variant", "--host", "--http-port", "--grpc-port", "--metrics-port",
-                   "--tritonserver", "--log-file", "--timeout", "--world-size", "--format"):
+    for option in (
+        "--variant",
+        "--host",
+        "--http-port",
+        "--grpc-port",
+        "--metrics-port",
+        "--tritonserver",
+        "--log-file",
+        "--timeout",
+        "--world-size",
+        "--format",
+    ):
         assert option in result.stdout
 
 
 def test_non_loopback_host_warns_what_it_exposes(tmp_path: Path) -> None:
     # /bin/false stands in for tritonserver: the warning comes before the start.
-    result = _run(str(tmp_path), "--host", "0.0.0.0", "--tritonserver", "/bin/false",
-                  "--http-port", "18000", "--grpc-port", "0", "--metrics-port", "18002")
+    result = _run(
+        str(tmp_path),
+        "--host",
+        "0.0.0.0",
+        "--tritonserver",
+        "/bin/false",
+        "--http-port",
+        "18000",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "18002",
+    )
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines()[0] == (
         "Warning: --host 0.0.0.0 is not a loopback address. Anyone who can reach this machine "

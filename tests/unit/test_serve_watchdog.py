@@ -50,9 +50,22 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
     # (and under the stub's file name: a zombie's command name is all that is left)
     binary = tmp_path / "triton_python_backend_stub"
     binary.symlink_to(sys.executable)
-    pid = os.posix_spawn(binary, [
-        f"{tmp_path}/triton_python_backend_stub", str(model), "region", "1", "1", "1", "lib",
-        "1", "router_0_0", "DEFAULT"], os.environ)
+    pid = os.posix_spawn(
+        binary,
+        [
+            f"{tmp_path}/triton_python_backend_stub",
+            str(model),
+            "region",
+            "1",
+            "1",
+            "1",
+            "lib",
+            "1",
+            "router_0_0",
+            "DEFAULT",
+        ],
+        os.environ,
+    )
     try:
         server = ThisProcess()
         seen = []
@@ -72,7 +85,8 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
         assert (incident.kind, incident.model, incident.pid) == ("stub_crash", "router", pid)
         assert incident.message() == (
             f"the Python-backend stub of model 'router' (pid {pid}) was killed by SIGSEGV; "
-            "the requests in flight failed")
+            "the requests in flight failed"
+        )
         assert incident.recovered and incident.action == "tritonserver restarted on the same ports"
         assert server.restarts == 1
         assert dog.incidents_since(incident.time_ns - 1) == [incident]
@@ -85,8 +99,11 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
 def test_stale_regions_of_dead_owners_are_removed(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
-    names = [f"trtspec_{dead.pid}_0badc0de_router_0_0", f"trtspec_{os.getpid()}_0badc0de_x",
-             "someone_else_region"]
+    names = [
+        f"trtspec_{dead.pid}_0badc0de_router_0_0",
+        f"trtspec_{os.getpid()}_0badc0de_x",
+        "someone_else_region",
+    ]
     for name in names:
         (tmp_path / name).write_bytes(b"")
     assert remove_stale_shm_regions(tmp_path) == [names[0]]

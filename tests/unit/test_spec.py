@@ -31,8 +31,6 @@ variants:
 """
 
 
-
-
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
@@ -145,8 +143,11 @@ def test_range_violation(tmp_path: Path) -> None:
 def test_request_values_use_the_one_definition_of_their_limits(tmp_path: Path) -> None:
     """bench.seed, temperatures, top_p and top_k follow trtspec.limits (a seed
     past 2**64 used to validate and then crash a bench worker thread)."""
-    p = write(tmp_path, BASE + "bench:\n  seed: 18446744073709551616\n"
-              "  temperatures: [.nan, -1, .inf, 2.5]\n  top_p: .nan\n  top_k: -1\n")
+    p = write(
+        tmp_path,
+        BASE + "bench:\n  seed: 18446744073709551616\n"
+        "  temperatures: [.nan, -1, .inf, 2.5]\n  top_p: .nan\n  top_k: -1\n",
+    )
     assert issues(p) == [
         f"{p}:10:9: bench.seed: must be an unsigned 64-bit integer, in [0, 18446744073709551615] (got 18446744073709551616)",
         f"{p}:11:18: bench.temperatures[0]: must be a finite number >= 0 (0 = greedy) (got nan)",
@@ -156,8 +157,9 @@ def test_request_values_use_the_one_definition_of_their_limits(tmp_path: Path) -
         f"{p}:12:10: bench.top_p: must be in (0, 1] (1 = off) (got nan)",
         f"{p}:13:10: bench.top_k: must be an integer in [0, 2147483647] (0 = off) (got -1)",
     ]
-    top = write(tmp_path, BASE + "bench: {seed: 18446744073709551615, temperatures: [0, 2]}\n",
-                "top.yaml")
+    top = write(
+        tmp_path, BASE + "bench: {seed: 18446744073709551615, temperatures: [0, 2]}\n", "top.yaml"
+    )
     assert load_spec(top).bench.seed == 2**64 - 1
 
 
@@ -198,8 +200,7 @@ def test_variant_named_like_a_draft_engine(tmp_path: Path) -> None:
     spec = load_spec(
         write(
             tmp_path,
-            BASE
-            + "  - {name: draft_small, mode: draft_model, max_draft_len: 2,"
+            BASE + "  - {name: draft_small, mode: draft_model, max_draft_len: 2,"
             " draft: {model: org/small, family: llama}}\n",
         )
     )
@@ -415,8 +416,16 @@ def test_image_version_mismatch_warns(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("version", "tag"),
-    [("1.1.0", "25.12"), ("1.2.1", "26.04"), ("1.2.0", "26.03"), ("1.2.2", "26.07"),
-     ("1.0.3", "25.11"), ("0.19.0", "25.05"), ("0.18.2", "25.04"), ("0.17.0", "25.01")],
+    [
+        ("1.1.0", "25.12"),
+        ("1.2.1", "26.04"),
+        ("1.2.0", "26.03"),
+        ("1.2.2", "26.07"),
+        ("1.0.3", "25.11"),
+        ("0.19.0", "25.05"),
+        ("0.18.2", "25.04"),
+        ("0.17.0", "25.01"),
+    ],
 )
 def test_image_defaults_from_the_version_table(tmp_path: Path, version: str, tag: str) -> None:
     # triton-inference-server/server docs/introduction/compatibility.md: 25.12-26.02
@@ -427,7 +436,9 @@ def test_image_defaults_from_the_version_table(tmp_path: Path, version: str, tag
     # No container ships 1.2.2: the newest 1.2 one is picked, and the spec says so.
     assert spec.warnings == (
         [f"stack.triton_image {image} ships TensorRT-LLM 1.2.1, not 1.2.2"]
-        if version == "1.2.2" else [])
+        if version == "1.2.2"
+        else []
+    )
 
 
 def test_1_3_is_refused_with_its_reason_also_without_an_image(tmp_path: Path) -> None:
@@ -445,8 +456,13 @@ def test_version_no_container_ships(tmp_path: Path) -> None:
         f"{p}:9:25: stack.trtllm_version: no Triton container in trtspec's version table ships "
         "TensorRT-LLM 0.22.0; set stack.triton_image to the image you build in"
     ]
-    spec = load_spec(write(tmp_path, BASE + 'stack: {trtllm_version: "0.22.0", '
-                                            'triton_image: my/image:1}\n', "ok.yaml"))
+    spec = load_spec(
+        write(
+            tmp_path,
+            BASE + 'stack: {trtllm_version: "0.22.0", triton_image: my/image:1}\n',
+            "ok.yaml",
+        )
+    )
     assert spec.stack.triton_image == "my/image:1"
 
 

@@ -39,8 +39,7 @@ def _spec(tmp_path: Path, target: str, variants: str = "") -> Path:
 def test_target_model_etc_is_not_a_model(tmp_path: Path) -> None:
     path = _spec(tmp_path, "/etc")
     assert _issues(path) == [
-        f"{path}:2:17: target.model: /etc is a folder without config.json, not a model; "
-        f"{MODEL_FIX}"
+        f"{path}:2:17: target.model: /etc is a folder without config.json, not a model; {MODEL_FIX}"
     ]
 
 

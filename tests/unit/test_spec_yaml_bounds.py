@@ -18,14 +18,14 @@ from trtspec.spec import load_spec, yamlmarks
 # The classic "billion laughs": 9 levels of 9 aliases, 342 bytes, 9⁹ strings.
 BOMB = (
     'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
-    'b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n'
-    'c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n'
-    'd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n'
-    'e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n'
-    'f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n'
-    'g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n'
-    'h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\n'
-    'i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n'
+    "b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+    "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+    "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+    "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+    "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
+    "g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
+    "h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\n"
+    "i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n"
 )
 HINT = (
     "a spec needs neither deep nesting nor aliases that multiply; write the values out "
@@ -84,18 +84,28 @@ def test_merge_keys_count_what_they_merge(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "where", "problem"),
     [
-        ("a: &a [1, *a]\n", "1:11",
-         "the alias *a refers to the node that contains it (a recursive alias)"),
-        ("a: &a {x: 1}\nb: &b {<<: [*a], y: *b}\n", "2:21",
-         "the alias *b refers to the node that contains it (a recursive alias)"),
+        (
+            "a: &a [1, *a]\n",
+            "1:11",
+            "the alias *a refers to the node that contains it (a recursive alias)",
+        ),
+        (
+            "a: &a {x: 1}\nb: &b {<<: [*a], y: *b}\n",
+            "2:21",
+            "the alias *b refers to the node that contains it (a recursive alias)",
+        ),
         ("a: " + "[" * 5000 + "]" * 5000 + "\n", "1:67", "nesting deeper than 64 levels"),
-        ("".join("  " * i + f"k{i}:\n" for i in range(200)), "64:127",
-         "nesting deeper than 64 levels"),
+        (
+            "".join("  " * i + f"k{i}:\n" for i in range(200)),
+            "64:127",
+            "nesting deeper than 64 levels",
+        ),
     ],
     ids=["recursive-sequence", "recursive-merge", "deep-flow", "deep-block"],
 )
-def test_recursion_and_depth_are_spec_errors(tmp_path: Path, text: str, where: str,
-                                             problem: str) -> None:
+def test_recursion_and_depth_are_spec_errors(
+    tmp_path: Path, text: str, where: str, problem: str
+) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(text)
     error = _error(path)

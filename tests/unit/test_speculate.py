@@ -104,8 +104,15 @@ def test_simulation_with_a_perfect_drafter_accepts_everything(schedule: str) -> 
         pos = len(seq) - len(prompt)
         return output[pos : pos + k]
 
-    stats = simulate_rounds(prompt, output, oracle, num_draft_tokens=4, max_draft_len=4,
-                            max_tokens=20, schedule=schedule)
+    stats = simulate_rounds(
+        prompt,
+        output,
+        oracle,
+        num_draft_tokens=4,
+        max_draft_len=4,
+        max_tokens=20,
+        schedule=schedule,
+    )
     # rounds of 4 drafted + 1 own token: 5 tokens per round; adaptive keeps the cap
     assert stats.per_round == [(4, 4), (4, 4), (4, 4), (4, 4)]
 
@@ -114,8 +121,12 @@ def test_simulation_with_ngram_counts_exactly() -> None:
     prompt = [1, 2, 3, 4, 1, 2]
     output = [3, 4, 9, 9, 1, 2, 3]
     stats = simulate_rounds(
-        prompt, output, lambda s, k: propose_ngram(s, k, 2),
-        num_draft_tokens=3, max_draft_len=4, max_tokens=7,
+        prompt,
+        output,
+        lambda s, k: propose_ngram(s, k, 2),
+        num_draft_tokens=3,
+        max_draft_len=4,
+        max_tokens=7,
     )
     # round 1: suffix [1, 2] -> draft [3, 4, 1]; target 3, 4, 9: 2 accepted, 3 tokens
     # round 2: suffix [4, 9] unseen, [9] unseen -> no draft; 1 token (9)
@@ -162,8 +173,9 @@ def test_adaptive_schedule_ignores_rounds_without_a_draft() -> None:
 
 def test_draft_schedule_rejects_unknown_kinds_and_negative_caps() -> None:
     assert DRAFT_SCHEDULES == ("constant", "adaptive")
-    with pytest.raises(ValueError,
-                       match="draft schedule 'heuristic' is not one of constant, adaptive"):
+    with pytest.raises(
+        ValueError, match="draft schedule 'heuristic' is not one of constant, adaptive"
+    ):
         DraftSchedule(4, "heuristic")
     with pytest.raises(ValueError, match="draft length cap -1 is negative"):
         DraftSchedule(-1, "adaptive")
@@ -176,13 +188,21 @@ def test_adaptive_simulation_with_a_wrong_drafter_drafts_one_token_per_round() -
     def wrong(seq: list[int], k: int) -> list[int]:
         return [7] * k  # never in the output
 
-    stats = simulate_rounds([1, 2], output, wrong, num_draft_tokens=4, max_draft_len=4,
-                            max_tokens=12, schedule="adaptive")
+    stats = simulate_rounds(
+        [1, 2],
+        output,
+        wrong,
+        num_draft_tokens=4,
+        max_draft_len=4,
+        max_tokens=12,
+        schedule="adaptive",
+    )
     # every round keeps only the verifier's own token; k goes 4, 3, 2, 1, 1, ...
     # (the last round has one token left, all of it the verifier's)
     assert stats.per_round == [(4, 0), (3, 0), (2, 0), *[(1, 0)] * 8, (0, 0)]
-    constant = simulate_rounds([1, 2], output, wrong, num_draft_tokens=4, max_draft_len=4,
-                               max_tokens=12)
+    constant = simulate_rounds(
+        [1, 2], output, wrong, num_draft_tokens=4, max_draft_len=4, max_tokens=12
+    )
     # the remaining budget still caps k near the end (room for the verifier's token)
     assert constant.per_round == [(4, 0)] * 8 + [(3, 0), (2, 0), (1, 0), (0, 0)]
     assert stats.rounds == constant.rounds == 12
@@ -198,8 +218,15 @@ def test_adaptive_simulation_recovers_after_a_rejection() -> None:
         # one wrong token at output position 2 (the first round's third draft)
         return [7 if pos + i == 2 else t for i, t in enumerate(draft)]
 
-    stats = simulate_rounds(prompt, output, mostly_right, num_draft_tokens=6, max_draft_len=8,
-                            max_tokens=30, schedule="adaptive")
+    stats = simulate_rounds(
+        prompt,
+        output,
+        mostly_right,
+        num_draft_tokens=6,
+        max_draft_len=8,
+        max_tokens=30,
+        schedule="adaptive",
+    )
     # round 1: 6 drafted, 2 accepted (+1 own) -> k 5; then all accepted -> k 6 (capped)
     assert stats.per_round[:3] == [(6, 2), (5, 5), (6, 6)]
 

@@ -17,8 +17,11 @@ from trtspec.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ROOT / "tests" / "data" / "trtllm_build_flags_1.x.txt"
-EXAMPLES = sorted(p.stem for p in (ROOT / "build_specs").glob("*.yaml")
-                  if "backend: reference" not in p.read_text(encoding="utf-8"))
+EXAMPLES = sorted(
+    p.stem
+    for p in (ROOT / "build_specs").glob("*.yaml")
+    if "backend: reference" not in p.read_text(encoding="utf-8")
+)
 
 
 class _Refused(Exception):
@@ -57,8 +60,9 @@ def build_argvs(spec_name: str, version: str, quantization: str | None) -> list[
     if quantization:
         data["target"]["quantization"] = quantization
         # EAGLE and Medusa-by-converter need an unquantized target; keep the rest.
-        data["variants"] = [v for v in data.get("variants", [])
-                            if v.get("mode") not in ("eagle", "medusa")]
+        data["variants"] = [
+            v for v in data.get("variants", []) if v.get("mode") not in ("eagle", "medusa")
+        ]
     spec = parse_spec(data, str(source), source_path=source)
     plan = make_plan(spec, Path("/engines"))
     return [list(s.argv) for s in plan.steps if s.argv and s.argv[0] == "trtllm-build"]

@@ -30,8 +30,14 @@ def test_default_image_is_the_table_pick_for_the_default_version() -> None:
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("1.0.3", "25.11"), ("0.17.0", "25.01"), ("0.19.3", "25.05"), ("1.3.0", None),
-     ("0.16.0", None), ("x", None)],
+    [
+        ("1.0.3", "25.11"),
+        ("0.17.0", "25.01"),
+        ("0.19.3", "25.05"),
+        ("1.3.0", None),
+        ("0.16.0", None),
+        ("x", None),
+    ],
 )
 def test_image_for(version: str, expected: str | None) -> None:
     assert image_for(version) == (image(expected) if expected else None)

@@ -60,8 +60,17 @@ def run(root: Path, spec: Path, results: Path) -> int:
         "serve + benchmark every variant against the baseline, per route",
         # A request here takes seconds; a stalled one should cost a minute, not five.
         # Until decided, at most 10 pairs per cell: about ten minutes on two cores.
-        ["trtspec", "bench", rel_spec, "--output", os.path.relpath(results, root),
-         "--timeout", "60", "--max-requests", "10"],
+        [
+            "trtspec",
+            "bench",
+            rel_spec,
+            "--output",
+            os.path.relpath(results, root),
+            "--timeout",
+            "60",
+            "--max-requests",
+            "10",
+        ],
         root,
     )
     return 0

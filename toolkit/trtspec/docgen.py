@@ -122,8 +122,9 @@ def _command_help(cli: Any, path: list[str], parent: Any = None) -> list[tuple[s
     # depend on the terminal that regenerates it.
     settings = {} if parent is not None else dict(cli.context_settings)
     settings.update(terminal_width=88, max_content_width=88)
-    ctx = click.Context(cli, info_name=path[-1] if parent is not None else " ".join(path),
-                        parent=parent, **settings)
+    ctx = click.Context(
+        cli, info_name=path[-1] if parent is not None else " ".join(path), parent=parent, **settings
+    )
     out = [(" ".join(path), cli.get_help(ctx))]
     if isinstance(cli, click.Group):
         for name in sorted(cli.list_commands(ctx)):

@@ -123,23 +123,38 @@ def _trtllm(spec: Any, gpu_spec: bool) -> Check:
         return Check("tensorrt_llm", SKIPPED, "reference backend: not needed")
     if installed is None:
         if spec is None:
-            return Check("tensorrt_llm", NOT_AVAILABLE, "not installed",
-                         "run inside the Triton TRT-LLM container to build GPU engines")
-        return Check("tensorrt_llm", BLOCKER, "not installed",
-                     f"run inside {spec.stack.triton_image} (TensorRT-LLM "
-                     f"{spec.stack.trtllm_version})")
+            return Check(
+                "tensorrt_llm",
+                NOT_AVAILABLE,
+                "not installed",
+                "run inside the Triton TRT-LLM container to build GPU engines",
+            )
+        return Check(
+            "tensorrt_llm",
+            BLOCKER,
+            "not installed",
+            f"run inside {spec.stack.triton_image} (TensorRT-LLM {spec.stack.trtllm_version})",
+        )
     if spec is None:
         return Check("tensorrt_llm", OK, f"{installed} installed")
     pin = str(spec.stack.trtllm_version)
     if installed == pin:
         return Check("tensorrt_llm", OK, f"{installed} installed, the spec pins {pin}")
     if _major_minor(installed) == _major_minor(pin):
-        return Check("tensorrt_llm", WARN, f"{installed} installed, the spec pins {pin}",
-                     f"set stack.trtllm_version: \"{installed}\" so the build cache "
-                     "records what really built the engines")
-    return Check("tensorrt_llm", BLOCKER, f"{installed} installed, the spec pins {pin}",
-                 f"use {spec.stack.triton_image}, or set stack.trtllm_version to "
-                 f"\"{installed}\" (flags and tensors differ between versions)")
+        return Check(
+            "tensorrt_llm",
+            WARN,
+            f"{installed} installed, the spec pins {pin}",
+            f'set stack.trtllm_version: "{installed}" so the build cache '
+            "records what really built the engines",
+        )
+    return Check(
+        "tensorrt_llm",
+        BLOCKER,
+        f"{installed} installed, the spec pins {pin}",
+        f"use {spec.stack.triton_image}, or set stack.trtllm_version to "
+        f'"{installed}" (flags and tensors differ between versions)',
+    )
 
 
 def _scripts(plan: Any) -> list[str]:
@@ -156,8 +171,12 @@ def _build_tools(spec: Any, plan: Any) -> Iterable[Check]:
     if probe_which("trtllm-build"):
         yield Check("trtllm-build", OK, str(probe_which("trtllm-build")))
     else:
-        yield Check("trtllm-build", BLOCKER, "not on PATH",
-                    f"run inside {spec.stack.triton_image}, or put trtllm-build on PATH")
+        yield Check(
+            "trtllm-build",
+            BLOCKER,
+            "not on PATH",
+            f"run inside {spec.stack.triton_image}, or put trtllm-build on PATH",
+        )
     scripts = _scripts(plan)
     missing = [s for s in scripts if not probe_exists(s)]
     if not scripts:
@@ -167,40 +186,65 @@ def _build_tools(spec: Any, plan: Any) -> Iterable[Check]:
         yield Check("examples scripts", OK, f"{len(scripts)} found under {folder}")
     else:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        yield Check("examples scripts", BLOCKER, f"missing: {missing[0]}{more}",
-                    "point stack.examples_dir (or --examples-dir) at the TensorRT-LLM "
-                    f"examples folder of version {spec.stack.trtllm_version}")
+        yield Check(
+            "examples scripts",
+            BLOCKER,
+            f"missing: {missing[0]}{more}",
+            "point stack.examples_dir (or --examples-dir) at the TensorRT-LLM "
+            f"examples folder of version {spec.stack.trtllm_version}",
+        )
 
 
 def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     gpus = probe_gpus()
     need = int(spec.target.tp) * int(spec.target.pp) if spec is not None else 1
     if gpus is None:
-        yield Check("GPUs", NOT_AVAILABLE, "nvidia-smi not found or failed",
-                    "run inside the container with `--gpus all`" if gpu_spec else "")
+        yield Check(
+            "GPUs",
+            NOT_AVAILABLE,
+            "nvidia-smi not found or failed",
+            "run inside the container with `--gpus all`" if gpu_spec else "",
+        )
         if gpu_spec:
-            yield Check("GPU memory", NOT_AVAILABLE, "no GPU to measure",
-                        "rerun doctor where the GPUs are visible")
+            yield Check(
+                "GPU memory",
+                NOT_AVAILABLE,
+                "no GPU to measure",
+                "rerun doctor where the GPUs are visible",
+            )
         return
     names = ", ".join(sorted({g.name for g in gpus})) or "none"
     if len(gpus) < need:
-        yield Check("GPUs", BLOCKER, f"{len(gpus)} ({names}), the spec needs TP×PP = {need}",
-                    "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp")
+        yield Check(
+            "GPUs",
+            BLOCKER,
+            f"{len(gpus)} ({names}), the spec needs TP×PP = {need}",
+            "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp",
+        )
     else:
-        yield Check("GPUs", OK, f"{len(gpus)} ({names})"
-                    + (f", the spec needs TP×PP = {need}" if spec is not None else ""))
+        yield Check(
+            "GPUs",
+            OK,
+            f"{len(gpus)} ({names})"
+            + (f", the spec needs TP×PP = {need}" if spec is not None else ""),
+        )
     if not gpu_spec or not gpus:
         return
     smallest = min(g.memory_bytes for g in gpus)
     mp = memory_plan(spec, plan, smallest)
     if not mp.known:
-        yield Check("GPU memory", NOT_AVAILABLE,
-                    f"{gib(smallest)} per GPU; model config.json not on this machine yet",
-                    "rerun doctor after the download steps (`trtspec build --only VARIANT`)")
+        yield Check(
+            "GPU memory",
+            NOT_AVAILABLE,
+            f"{gib(smallest)} per GPU; model config.json not on this machine yet",
+            "rerun doctor after the download steps (`trtspec build --only VARIANT`)",
+        )
         return
     repo, alone = mp.fits[0], mp.fits[1:]
-    detail = (f"{gib(smallest)} per GPU; the repository needs at least {gib(repo.need_min)}, "
-              f"{gib(repo.need_full)} for a full KV cache")
+    detail = (
+        f"{gib(smallest)} per GPU; the repository needs at least {gib(repo.need_min)}, "
+        f"{gib(repo.need_full)} for a full KV cache"
+    )
     if repo.verdict == "fits":
         yield Check("GPU memory", OK, detail)
     elif any(f.verdict == "does not fit" for f in alone):
@@ -214,24 +258,39 @@ def _serving(spec: Any, gpu_spec: bool) -> Iterable[Check]:
     if server:
         yield Check("tritonserver", OK, server)
     else:
-        yield Check("tritonserver", BLOCKER if gpu_spec else WARN, "not found",
-                    "run inside the Triton TRT-LLM container, or `pip install nvidia-pytriton` "
-                    "for the CPU reference backend")
+        yield Check(
+            "tritonserver",
+            BLOCKER if gpu_spec else WARN,
+            "not found",
+            "run inside the Triton TRT-LLM container, or `pip install nvidia-pytriton` "
+            "for the CPU reference backend",
+        )
     if probe_backend():
         yield Check("tensorrtllm backend", OK, str(BACKEND_DIR))
     elif gpu_spec:
-        yield Check("tensorrtllm backend", BLOCKER, f"{BACKEND_DIR / BACKEND_LIBRARY} missing",
-                    f"serve inside {spec.stack.triton_image} (a -trtllm-python-py3 image)")
+        yield Check(
+            "tensorrtllm backend",
+            BLOCKER,
+            f"{BACKEND_DIR / BACKEND_LIBRARY} missing",
+            f"serve inside {spec.stack.triton_image} (a -trtllm-python-py3 image)",
+        )
     else:
-        yield Check("tensorrtllm backend", NOT_AVAILABLE, f"{BACKEND_DIR} missing",
-                    "" if spec is not None else "only the reference backend can serve here")
+        yield Check(
+            "tensorrtllm backend",
+            NOT_AVAILABLE,
+            f"{BACKEND_DIR} missing",
+            "" if spec is not None else "only the reference backend can serve here",
+        )
     shm = probe_shm()
     if shm is None:
         yield Check("/dev/shm", NOT_AVAILABLE, f"cannot read {SHM}")
     elif shm < SHM_RECOMMENDED:
-        yield Check("/dev/shm", WARN, f"{gib(shm)}, below {gib(SHM_RECOMMENDED)}",
-                    "start the container with `--shm-size=2g` (Python models pass tensors "
-                    "through it)")
+        yield Check(
+            "/dev/shm",
+            WARN,
+            f"{gib(shm)}, below {gib(SHM_RECOMMENDED)}",
+            "start the container with `--shm-size=2g` (Python models pass tensors through it)",
+        )
     else:
         yield Check("/dev/shm", OK, gib(shm))
 

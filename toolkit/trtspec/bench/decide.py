@@ -29,30 +29,47 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
     # Failures the infrastructure caused (stub crash, server restart) count as
     # errors, but never exclude a variant: at worst it stays inconclusive.
     unsure, noted = _incident_reasons(cell, d, where)
-    own_rate = stats.rate(cell.get("errors", 0) - int(cell.get("incidents") or 0),
-                          cell.get("count") or 0)
-    if (cell.get("error_rate") is not None and cell["error_rate"] > d["max_error_rate"]
-            and own_rate is not None and own_rate > d["max_error_rate"]):
+    own_rate = stats.rate(
+        cell.get("errors", 0) - int(cell.get("incidents") or 0), cell.get("count") or 0
+    )
+    if (
+        cell.get("error_rate") is not None
+        and cell["error_rate"] > d["max_error_rate"]
+        and own_rate is not None
+        and own_rate > d["max_error_rate"]
+    ):
         broken.append(f"{where}: error rate {cell['error_rate']:.1%} > {d['max_error_rate']:.1%}")
     qpr, base_qpr = cell.get("quality_pass_rate"), cell.get("baseline_quality_pass_rate")
-    if (qpr is not None and qpr < d["min_quality_pass_rate"]
-            and (base_qpr is None or qpr < base_qpr)):
-        broken.append(f"{where}: quality pass {qpr:.0%} < {d['min_quality_pass_rate']:.0%}"
-                      + (f" and below baseline {base_qpr:.0%}" if base_qpr is not None else ""))
+    if (
+        qpr is not None
+        and qpr < d["min_quality_pass_rate"]
+        and (base_qpr is None or qpr < base_qpr)
+    ):
+        broken.append(
+            f"{where}: quality pass {qpr:.0%} < {d['min_quality_pass_rate']:.0%}"
+            + (f" and below baseline {base_qpr:.0%}" if base_qpr is not None else "")
+        )
     eq = cell.get("equal_rate")
     if cell["temperature"] == 0.0 and eq is not None and eq < d["min_equal_rate"]:
-        broken.append(f"{where}: output equals baseline in {eq:.0%} of prompts at T=0 "
-                      f"(need {d['min_equal_rate']:.0%})")
+        broken.append(
+            f"{where}: output equals baseline in {eq:.0%} of prompts at T=0 "
+            f"(need {d['min_equal_rate']:.0%})"
+        )
     sp = cell.get("speedup")
     if sp is None:
-        return ((EXCLUDE if broken else INCONCLUSIVE),
-                [*broken, *unsure, *noted, f"{where}: no paired baseline"])
+        return (
+            (EXCLUDE if broken else INCONCLUSIVE),
+            [*broken, *unsure, *noted, f"{where}: no paired baseline"],
+        )
     min_pairs = int(d.get("min_pairs", 2))
     if int(cell.get("pairs") or 0) < min_pairs:
         # Too few pairs for any verdict, a broken one included: say what was seen.
-        return INCONCLUSIVE, [*broken, *unsure, *noted,
-                              f"{where}: only {int(cell.get('pairs') or 0)} paired "
-                              f"prompts (< min_pairs {min_pairs})"]
+        return INCONCLUSIVE, [
+            *broken,
+            *unsure,
+            *noted,
+            f"{where}: only {int(cell.get('pairs') or 0)} paired prompts (< min_pairs {min_pairs})",
+        ]
     ci = f"{sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
     if sp["ci_high"] < 1.0:
         return EXCLUDE, [*broken, f"{where}: slower than baseline, speedup {ci}"]
@@ -71,16 +88,19 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
     return PROMOTE, [f"{where}: speedup {ci}", *noted]
 
 
-def _incident_reasons(cell: dict[str, Any], d: dict[str, Any],
-                      where: str) -> tuple[list[str], list[str]]:
+def _incident_reasons(
+    cell: dict[str, Any], d: dict[str, Any], where: str
+) -> tuple[list[str], list[str]]:
     """(reasons that keep the cell inconclusive, notes for any verdict) about
     the requests an infrastructure incident failed."""
     n = int(cell.get("incidents") or 0)
     if not n:
         return [], []
     rate = cell.get("error_rate") or 0.0
-    what = (f"{where}: {n} request(s) failed by a stub crash or server restart, counted as "
-            f"errors (error rate {rate:.1%})")
+    what = (
+        f"{where}: {n} request(s) failed by a stub crash or server restart, counted as "
+        f"errors (error rate {rate:.1%})"
+    )
     if rate > d["max_error_rate"]:
         return [f"{what} > {d['max_error_rate']:.1%}: not judged on infrastructure failures"], []
     return [], [what]
@@ -89,52 +109,77 @@ def _incident_reasons(cell: dict[str, Any], d: dict[str, Any],
 def _headline(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """The cell the console line shows: lowest concurrency (closed loop
     first), lowest temperature."""
+
     def order(c: dict[str, Any]) -> tuple[int, float, float]:
         closed = c.get("concurrency") is not None
-        return (0 if closed else 1, float(c.get("concurrency") or c.get("request_rate") or 0),
-                c["temperature"])
+        return (
+            0 if closed else 1,
+            float(c.get("concurrency") or c.get("request_rate") or 0),
+            c["temperature"],
+        )
+
     return sorted(cells, key=order)[0]
 
 
-def decide(cells: list[dict[str, Any]], d: dict[str, Any], *,
-           rollout: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def decide(
+    cells: list[dict[str, Any]], d: dict[str, Any], *, rollout: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Decisions for every (route, variant, k) and the routing table."""
     rollout = rollout or {}
     by_arm: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
     for cell in cells:
         if pairs_with(cell) is None:
             continue
-        by_arm.setdefault((cell["route"], cell["variant"], cell.get("num_speculative_tokens")),
-                          []).append(cell)
-    baselines = {(c["route"], c["variant"], c["load"], c["temperature"]): c for c in cells
-                 if pairs_with(c) is None}
+        by_arm.setdefault(
+            (cell["route"], cell["variant"], cell.get("num_speculative_tokens")), []
+        ).append(cell)
+    baselines = {
+        (c["route"], c["variant"], c["load"], c["temperature"]): c
+        for c in cells
+        if pairs_with(c) is None
+    }
     decisions = []
     for (route, variant, k), arm_cells in by_arm.items():
         verdicts = [judge_cell(c, d) for c in arm_cells]
         kinds = [v for v, _ in verdicts]
-        verdict = (EXCLUDE if EXCLUDE in kinds else PROMOTE
-                   if all(v == PROMOTE for v in kinds) else INCONCLUSIVE)
+        verdict = (
+            EXCLUDE
+            if EXCLUDE in kinds
+            else PROMOTE
+            if all(v == PROMOTE for v in kinds)
+            else INCONCLUSIVE
+        )
         reasons = [r for v, rs in verdicts for r in rs if verdict == PROMOTE or v != PROMOTE]
         head = _headline(arm_cells)
         pair = pairs_with(head)
         base = baselines.get((route, pair, head["load"], head["temperature"]))
         speedups = [c["speedup"]["point"] for c in arm_cells if c.get("speedup")]
         short = bool(base and base.get("short_output")) or bool(head.get("short_output"))
-        decisions.append({
-            "route": route, "variant": variant, "num_speculative_tokens": k,
-            "decision": verdict, "reasons": reasons, "short_output": short,
-            "baseline": pair, "arm_kind": head.get("arm_kind", "triton"),
-            "min_speedup_point": min(speedups) if speedups else None,
-            "best_k": False,
-            "headline": {
-                "load": head["load"], "temperature": head["temperature"],
-                "baseline_tokens_per_second": (base or {}).get("tokens_per_second", {}).get("mean"),
-                **paired_changes(head.get("speedup")),
-                "pairs": head.get("pairs", 0),
-                "quality_pass_rate": head.get("quality_pass_rate"),
-                "equal_rate": head.get("equal_rate"),
-            },
-        })
+        decisions.append(
+            {
+                "route": route,
+                "variant": variant,
+                "num_speculative_tokens": k,
+                "decision": verdict,
+                "reasons": reasons,
+                "short_output": short,
+                "baseline": pair,
+                "arm_kind": head.get("arm_kind", "triton"),
+                "min_speedup_point": min(speedups) if speedups else None,
+                "best_k": False,
+                "headline": {
+                    "load": head["load"],
+                    "temperature": head["temperature"],
+                    "baseline_tokens_per_second": (base or {})
+                    .get("tokens_per_second", {})
+                    .get("mean"),
+                    **paired_changes(head.get("speedup")),
+                    "pairs": head.get("pairs", 0),
+                    "quality_pass_rate": head.get("quality_pass_rate"),
+                    "equal_rate": head.get("equal_rate"),
+                },
+            }
+        )
     # best k per (route, variant): best verdict, then the highest worst-cell speedup
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for dec in decisions:
@@ -159,8 +204,11 @@ def paired_changes(speedup: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "speedup": speedup,
         "tokens_per_second_change": {"point": s - 1.0, "ci_low": lo - 1.0, "ci_high": hi - 1.0},
-        "latency_change": {"point": 1.0 / s - 1.0, "ci_low": 1.0 / hi - 1.0,
-                           "ci_high": 1.0 / lo - 1.0},
+        "latency_change": {
+            "point": 1.0 / s - 1.0,
+            "ci_low": 1.0 / hi - 1.0,
+            "ci_high": 1.0 / lo - 1.0,
+        },
     }
 
 
@@ -171,31 +219,41 @@ def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return (a["min_speedup_point"] or 0.0) > (b["min_speedup_point"] or 0.0)
 
 
-def _routing(decisions: list[dict[str, Any]], cells: list[dict[str, Any]],
-             rollout: dict[str, Any]) -> dict[str, Any]:
+def _routing(
+    decisions: list[dict[str, Any]], cells: list[dict[str, Any]], rollout: dict[str, Any]
+) -> dict[str, Any]:
     fallback = rollout.get("fallback_variant") or BASELINE
     canary = int(rollout.get("canary_percent", 100))
     routes: dict[str, Any] = {}
     for route in dict.fromkeys(c["route"] for c in cells):
         # only Triton arms can be routed to; external arms are for comparison
-        cands = [d for d in decisions if d["route"] == route and d["best_k"]
-                 and d.get("arm_kind", "triton") == "triton"]
-        promoted = sorted((d for d in cands if d["decision"] == PROMOTE),
-                          key=lambda d: -(d["min_speedup_point"] or 0.0))
+        cands = [
+            d
+            for d in decisions
+            if d["route"] == route and d["best_k"] and d.get("arm_kind", "triton") == "triton"
+        ]
+        promoted = sorted(
+            (d for d in cands if d["decision"] == PROMOTE),
+            key=lambda d: -(d["min_speedup_point"] or 0.0),
+        )
         if promoted:
             top = promoted[0]
             entry: dict[str, Any] = {"variant": top["variant"]}
             if top["num_speculative_tokens"] is not None:
                 entry["num_draft_tokens"] = int(top["num_speculative_tokens"])
-            entry.update({"canary_percent": canary, "decision": PROMOTE,
-                          "fallback_variant": fallback, "evidence": _evidence(top)})
+            entry.update(
+                {
+                    "canary_percent": canary,
+                    "decision": PROMOTE,
+                    "fallback_variant": fallback,
+                    "evidence": _evidence(top),
+                }
+            )
         else:
-            verdict = (INCONCLUSIVE if any(d["decision"] == INCONCLUSIVE for d in cands)
-                       else EXCLUDE)
+            verdict = INCONCLUSIVE if any(d["decision"] == INCONCLUSIVE for d in cands) else EXCLUDE
             entry = {"variant": BASELINE, "decision": verdict}
         routes[route] = entry
-    return {"schema_version": ROUTING_SCHEMA_VERSION, "default_variant": BASELINE,
-            "routes": routes}
+    return {"schema_version": ROUTING_SCHEMA_VERSION, "default_variant": BASELINE, "routes": routes}
 
 
 def _evidence(dec: dict[str, Any]) -> dict[str, Any]:
@@ -205,15 +263,23 @@ def _evidence(dec: dict[str, Any]) -> dict[str, Any]:
 
     def r(v: float) -> float:
         return round(float(v), 4)
+
     sp, tps, lat = h["speedup"], h["tokens_per_second_change"], h["latency_change"]
-    return {"speedup": r(sp["point"]), "speedup_ci": [r(sp["ci_low"]), r(sp["ci_high"])],
-            "confidence": r(sp.get("confidence", 0.95)),
-            "tokens_per_second_change": r(tps["point"]), "latency_change": r(lat["point"]),
-            "pairs": int(h.get("pairs") or 0), "load": h["load"],
-            "temperature": h["temperature"]}
+    return {
+        "speedup": r(sp["point"]),
+        "speedup_ci": [r(sp["ci_low"]), r(sp["ci_high"])],
+        "confidence": r(sp.get("confidence", 0.95)),
+        "tokens_per_second_change": r(tps["point"]),
+        "latency_change": r(lat["point"]),
+        "pairs": int(h.get("pairs") or 0),
+        "load": h["load"],
+        "temperature": h["temperature"],
+    }
 
 
 def routing_yaml(routing: dict[str, Any]) -> str:
-    header = ("# Written by `trtspec bench`; feed it to `trtspec repo --routing`.\n"
-              "# decision: promote | exclude | inconclusive (see report.md for reasons)\n")
+    header = (
+        "# Written by `trtspec bench`; feed it to `trtspec repo --routing`.\n"
+        "# decision: promote | exclude | inconclusive (see report.md for reasons)\n"
+    )
     return header + yaml.safe_dump(routing, sort_keys=False, default_flow_style=False)

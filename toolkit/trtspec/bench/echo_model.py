@@ -112,8 +112,15 @@ class TritonPythonModel:
             t.join(timeout=5)
 '''
 
-def echo_config(name: str, *, round_ms: float = 0.0, max_accept: int = 0,
-                corrupt: bool = False, instances: int = 1) -> str:
+
+def echo_config(
+    name: str,
+    *,
+    round_ms: float = 0.0,
+    max_accept: int = 0,
+    corrupt: bool = False,
+    instances: int = 1,
+) -> str:
     """config.pbtxt text for one echo orchestrator, built as a ModelConfig."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
@@ -123,13 +130,21 @@ def echo_config(name: str, *, round_ms: float = 0.0, max_accept: int = 0,
     # The orchestrator contract, so a router in front of echo models asks for
     # exactly the outputs they declare.
     for t in ORCHESTRATOR_INPUTS:
-        cfg.input.add(name=t.name, data_type=mc.DataType.Value(t.data_type), dims=list(t.dims),
-                      optional=t.optional)
+        cfg.input.add(
+            name=t.name,
+            data_type=mc.DataType.Value(t.data_type),
+            dims=list(t.dims),
+            optional=t.optional,
+        )
     for t in ORCHESTRATOR_OUTPUTS:
         cfg.output.add(name=t.name, data_type=mc.DataType.Value(t.data_type), dims=list(t.dims))
     cfg.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
-    for key, value in (("variant", name), ("round_ms", f"{round_ms:g}"),
-                       ("max_accept", str(max_accept)), ("corrupt", str(corrupt).lower())):
+    for key, value in (
+        ("variant", name),
+        ("round_ms", f"{round_ms:g}"),
+        ("max_accept", str(max_accept)),
+        ("corrupt", str(corrupt).lower()),
+    ):
         cfg.parameters[key].string_value = value
     return text_format.MessageToString(cfg)
 
@@ -141,6 +156,8 @@ def write_echo_repository(root: Path, models: dict[str, dict[str, object]]) -> P
         folder = root / name
         (folder / "1").mkdir(parents=True, exist_ok=True)
         (folder / "1" / "model.py").write_text(MODEL_SOURCE, encoding="utf-8")
-        (folder / "config.pbtxt").write_text(echo_config(name, **options),  # type: ignore[arg-type]
-                                             encoding="utf-8")
+        (folder / "config.pbtxt").write_text(
+            echo_config(name, **options),  # type: ignore[arg-type]
+            encoding="utf-8",
+        )
     return root

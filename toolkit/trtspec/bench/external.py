@@ -53,8 +53,10 @@ def external_arms(section: dict[str, Any] | None, names: list[str] | None = None
     if names is not None:
         unknown = [n for n in names if n not in section]
         if unknown:
-            raise BenchError(f"--external: no external arm named {unknown[0]!r}",
-                             hint="external arms in the spec: " + (", ".join(section) or "none"))
+            raise BenchError(
+                f"--external: no external arm named {unknown[0]!r}",
+                hint="external arms in the spec: " + (", ".join(section) or "none"),
+            )
         keep = set(names)
         keep |= {str(_get(section[n], "baseline")) for n in names if _get(section[n], "baseline")}
         section = {n: a for n, a in section.items() if n in keep}
@@ -62,11 +64,23 @@ def external_arms(section: dict[str, Any] | None, names: list[str] | None = None
     for name, spec in section.items():
         pair = _get(spec, "baseline")
         endpoint = OpenAIEndpoint(
-            url=base_url(str(_get(spec, "openai"))), model=str(_get(spec, "model")),
+            url=base_url(str(_get(spec, "openai"))),
+            model=str(_get(spec, "model")),
             metrics_url=metrics_url_of(spec) if pair else None,
-            api_key_env=_get(spec, "api_key_env"))
-        arms.append(Arm(name, endpoint.model, EXTERNAL_MODE if pair else "none", bool(pair),
-                        None, None, openai=endpoint, baseline=str(pair) if pair else None))
+            api_key_env=_get(spec, "api_key_env"),
+        )
+        arms.append(
+            Arm(
+                name,
+                endpoint.model,
+                EXTERNAL_MODE if pair else "none",
+                bool(pair),
+                None,
+                None,
+                openai=endpoint,
+                baseline=str(pair) if pair else None,
+            )
+        )
     return sorted(arms, key=lambda a: a.speculative)
 
 
@@ -75,8 +89,12 @@ class ArmWorker:
     (created on first use) and each external server's jobs over its own
     keep-alive HTTP connection."""
 
-    def __init__(self, triton_url: str, request_timeout_s: float,
-                 scrape_for: Callable[[Job], Callable[[], dict[str, Any]] | None]) -> None:
+    def __init__(
+        self,
+        triton_url: str,
+        request_timeout_s: float,
+        scrape_for: Callable[[Job], Callable[[], dict[str, Any]] | None],
+    ) -> None:
         self.triton_url, self.request_timeout_s = triton_url, request_timeout_s
         self.scrape_for = scrape_for
         self._triton: StreamWorker | None = None
@@ -91,7 +109,8 @@ class ArmWorker:
         worker = self._openai.get(endpoint.url)
         if worker is None:
             worker = self._openai[endpoint.url] = OpenAIWorker(
-                endpoint, self.request_timeout_s, self.scrape_for)
+                endpoint, self.request_timeout_s, self.scrape_for
+            )
         return worker.run(job, stop)
 
     def reconnect(self) -> None:
@@ -119,8 +138,9 @@ class ExternalArms:
     def __bool__(self) -> bool:
         return bool(self.arms)
 
-    def check_ready(self, progress: Callable[[str], None],
-                    timeout_s: float = READY_TIMEOUT_S) -> None:
+    def check_ready(
+        self, progress: Callable[[str], None], timeout_s: float = READY_TIMEOUT_S
+    ) -> None:
         """Every arm's server lists its model; find each speculative arm's
         spec-decode counters (or the reason there are none)."""
         import time
@@ -139,15 +159,19 @@ class ExternalArms:
                             f"external arm {arm.variant!r}: {ep.url}/v1/models: "
                             f"{getattr(exc, 'reason', None) or exc}",
                             hint="start the OpenAI-compatible server first (vllm serve …, "
-                                 "trtllm-serve …) or fix bench.external."
-                                 f"{arm.variant}.openai") from None
+                            "trtllm-serve …) or fix bench.external."
+                            f"{arm.variant}.openai",
+                        ) from None
                     time.sleep(0.5)
             self.models[arm.variant] = served
             if ep.model not in served:
                 raise BenchError(
                     f"external arm {arm.variant!r}: {ep.url} does not serve model {ep.model!r}",
-                    hint="set bench.external." + arm.variant + ".model to one of: "
-                         + (", ".join(served) or "(none listed)"))
+                    hint="set bench.external."
+                    + arm.variant
+                    + ".model to one of: "
+                    + (", ".join(served) or "(none listed)"),
+                )
             if arm.speculative and ep.metrics_url:
                 self._probe(arm, ep, progress)
 
@@ -174,7 +198,9 @@ class ExternalArms:
             assert ep is not None
             probe = self.probes.get(arm.variant)
             out[arm.variant] = {
-                "openai": ep.url, "model": ep.model, "baseline": arm.baseline,
+                "openai": ep.url,
+                "model": ep.model,
+                "baseline": arm.baseline,
                 "metrics": ep.metrics_url,
                 "acceptance_counters": probe.profile.runtime if probe else None,
                 "acceptance_note": self.notes.get(arm.variant),
@@ -190,8 +216,10 @@ class ExternalArms:
         if arm.openai is None or not arm.speculative:
             return None
         if job.concurrency != 1:
-            return lambda: {"acceptance_source": None,
-                            "acceptance_note": "counted per cell (concurrency > 1)"}
+            return lambda: {
+                "acceptance_source": None,
+                "acceptance_note": "counted per cell (concurrency > 1)",
+            }
         probe = self.probes.get(arm.variant)
         if probe is None:
             note = self.notes.get(arm.variant, "no metrics endpoint")
@@ -211,8 +239,16 @@ class ExternalArms:
         return after
 
     @contextlib.contextmanager
-    def cell_window(self, route: str, load: str, concurrency: int | None, temperature: float,
-                    arms: list[Arm], *, record: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+    def cell_window(
+        self,
+        route: str,
+        load: str,
+        concurrency: int | None,
+        temperature: float,
+        arms: list[Arm],
+        *,
+        record: Callable[[dict[str, Any]], None],
+    ) -> Iterator[None]:
         """Counter deltas over a whole cell when more than one request may be
         in flight: one sample per speculative external arm into ``record``."""
         spec_arms = [a for a in arms if a.openai is not None and a.speculative]
@@ -235,9 +271,13 @@ class ExternalArms:
             if probe is None:
                 fields = acceptance_fields(None, self.notes.get(a.variant, "no metrics"))
             elif len(by_url[probe.url]) > 1:
-                fields = acceptance_fields(None, "arms " + ", ".join(by_url[probe.url])
-                                           + " share one metrics page; their traffic in one "
-                                           "cell cannot be told apart")
+                fields = acceptance_fields(
+                    None,
+                    "arms "
+                    + ", ".join(by_url[probe.url])
+                    + " share one metrics page; their traffic in one "
+                    "cell cannot be told apart",
+                )
             elif a.variant not in before:
                 fields = acceptance_fields(None, f"metrics scrape failed: {probe.url}")
             else:

@@ -35,14 +35,17 @@ METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
 }
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+    ">": operator.gt,
 }
 _GATE = re.compile(
     r"^\s*(?P<metric>[a-z_0-9]+)\s*(?P<op><=|>=|<|>)\s*(?P<value>[-+0-9.eE]+)\s*"
     r"(?:@\s*(?P<route>[A-Za-z0-9_.-]+)(?:/(?P<variant>[A-Za-z0-9_.-]+))?)?\s*$"
 )
 _HINT = (
-    'write gates as METRIC<VALUE[@ROUTE[/VARIANT]], comma-separated, e.g. '
+    "write gates as METRIC<VALUE[@ROUTE[/VARIANT]], comma-separated, e.g. "
     '--fail-on "speedup<1.0@code_completion,error_rate>0.01"'
 )
 
@@ -71,12 +74,15 @@ class Breach:
     observed: float
 
     def __str__(self) -> str:
-        return (f"{self.gate}: {self.gate.metric}={self.observed:.4g} "
-                f"at route={self.route} variant={self.variant} ({self.cell})")
+        return (
+            f"{self.gate}: {self.gate.metric}={self.observed:.4g} "
+            f"at route={self.route} variant={self.variant} ({self.cell})"
+        )
 
 
-def parse_gates(text: str | None, metrics: Mapping[str, Callable[[dict[str, Any]], float | None]]
-                = METRICS) -> list[Gate]:
+def parse_gates(
+    text: str | None, metrics: Mapping[str, Callable[[dict[str, Any]], float | None]] = METRICS
+) -> list[Gate]:
     """Parse a ``--fail-on`` value; raise ``BenchError`` naming the bad part.
     ``metrics`` is the set of names allowed (``trtspec compare`` has its own)."""
     if text is None or not text.strip():
@@ -92,14 +98,15 @@ def parse_gates(text: str | None, metrics: Mapping[str, Callable[[dict[str, Any]
         if metric not in metrics:
             close = get_close_matches(metric, list(metrics), n=1)
             hint = (f"did you mean {close[0]!r}? " if close else "") + (
-                "known metrics: " + ", ".join(sorted(metrics)))
-            raise BenchError(f"--fail-on: unknown metric {metric!r} in {part.strip()!r}",
-                             hint=hint)
+                "known metrics: " + ", ".join(sorted(metrics))
+            )
+            raise BenchError(f"--fail-on: unknown metric {metric!r} in {part.strip()!r}", hint=hint)
         try:
             value = float(m["value"])
         except ValueError:
-            raise BenchError(f"--fail-on: {m['value']!r} is not a number in {part.strip()!r}",
-                             hint=_HINT) from None
+            raise BenchError(
+                f"--fail-on: {m['value']!r} is not a number in {part.strip()!r}", hint=_HINT
+            ) from None
         gates.append(Gate(metric, m["op"], value, m["route"], m["variant"]))
     return gates
 
@@ -112,9 +119,11 @@ def cell_label(cell: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def check_gates(gates: list[Gate], cells: list[dict[str, Any]],
-                metrics: Mapping[str, Callable[[dict[str, Any]], float | None]] = METRICS
-                ) -> list[Breach]:
+def check_gates(
+    gates: list[Gate],
+    cells: list[dict[str, Any]],
+    metrics: Mapping[str, Callable[[dict[str, Any]], float | None]] = METRICS,
+) -> list[Breach]:
     """Every breach of every gate. A gate naming a route (or variant) that is
     not in the run is an error rather than a silent pass."""
     breaches: list[Breach] = []
@@ -141,6 +150,7 @@ def check_gates(gates: list[Gate], cells: list[dict[str, Any]],
             if observed is None:
                 continue
             if _OPS[gate.op](float(observed), gate.value):
-                breaches.append(Breach(gate, cell["route"], cell["variant"], cell_label(cell),
-                                       float(observed)))
+                breaches.append(
+                    Breach(gate, cell["route"], cell["variant"], cell_label(cell), float(observed))
+                )
     return breaches

@@ -60,6 +60,7 @@ def base_url(url: str) -> str:
 
 # -- SSE ------------------------------------------------------------------------------------
 
+
 @dataclass
 class SseEvent:
     data: str
@@ -91,8 +92,8 @@ class SseParser:
             if self._buffer[cut] == 0x0D and cut == len(self._buffer) - 1:
                 return events
             line = self._buffer[:cut].decode("utf-8", errors="replace")
-            skip = 2 if self._buffer[cut:cut + 2] == b"\r\n" else 1
-            self._buffer = self._buffer[cut + skip:]
+            skip = 2 if self._buffer[cut : cut + 2] == b"\r\n" else 1
+            self._buffer = self._buffer[cut + skip :]
             event = self._line(line)
             if event is not None:
                 events.append(event)
@@ -118,6 +119,7 @@ class SseParser:
 
 
 # -- OpenAI chunks ---------------------------------------------------------------------------
+
 
 def _error_text(obj: Any) -> str:
     """The message of an OpenAI-style error object (vLLM: ``{"error": {"message"}}``;
@@ -161,8 +163,11 @@ class StreamState:
         except json.JSONDecodeError:
             self.error = f"malformed SSE: event data is not JSON: {data[:80]!r}"
             return
-        if event.event == "error" or (isinstance(obj, dict) and "error" in obj) or (
-                isinstance(obj, dict) and obj.get("object") == "error"):
+        if (
+            event.event == "error"
+            or (isinstance(obj, dict) and "error" in obj)
+            or (isinstance(obj, dict) and obj.get("object") == "error")
+        ):
             self.error = f"server error event: {_error_text(obj)}"
             return
         if not isinstance(obj, dict):
@@ -232,13 +237,17 @@ def _http_error(status: int, body: bytes) -> str:
 
 # -- the worker ------------------------------------------------------------------------------
 
+
 class OpenAIWorker:
     """One keep-alive connection to one server, one request in flight, driven
     from the calling thread through a private event loop."""
 
-    def __init__(self, endpoint: OpenAIEndpoint, request_timeout_s: float,
-                 scrape: Callable[[Job], Callable[[], dict[str, Any]] | None] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        endpoint: OpenAIEndpoint,
+        request_timeout_s: float,
+        scrape: Callable[[Job], Callable[[], dict[str, Any]] | None] | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.request_timeout_s = request_timeout_s
         # scrape(job) -> None, or a callable run after the request that
@@ -252,8 +261,8 @@ class OpenAIWorker:
 
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=1, force_close=False),
-                auto_decompress=False)
+                connector=aiohttp.TCPConnector(limit=1, force_close=False), auto_decompress=False
+            )
         return self._session
 
     def reconnect(self) -> None:
@@ -286,7 +295,8 @@ class OpenAIWorker:
         state = StreamState(api)
         try:
             self._loop.run_until_complete(
-                self._stream(out, state, self.endpoint.url + path, payload, stop))
+                self._stream(out, state, self.endpoint.url + path, payload, stop)
+            )
         except Exception as exc:  # a client-side failure is a failed request
             out.error = out.error or f"request failed: {type(exc).__name__}: {exc}"
             self.reconnect()
@@ -311,15 +321,25 @@ class OpenAIWorker:
         if state.error:
             return state.error
         if not state.done:
-            return (f"stream ended without data: [DONE] after {state.chunks} chunk(s): the "
-                    "server closed the response early")
+            return (
+                f"stream ended without data: [DONE] after {state.chunks} chunk(s): the "
+                "server closed the response early"
+            )
         if not state.usage or state.usage.get("completion_tokens") is None:
-            return ("stream carried no usage chunk: the server ignored stream_options."
-                    "include_usage, so token counts are unknown")
+            return (
+                "stream carried no usage chunk: the server ignored stream_options."
+                "include_usage, so token counts are unknown"
+            )
         return None
 
-    async def _stream(self, out: Outcome, state: StreamState, url: str, payload: bytes,
-                      stop: threading.Event | None) -> None:
+    async def _stream(
+        self,
+        out: Outcome,
+        state: StreamState,
+        url: str,
+        payload: bytes,
+        stop: threading.Event | None,
+    ) -> None:
         import aiohttp
 
         deadline = out.send_ns + int(self.request_timeout_s * 1e9)
@@ -332,16 +352,23 @@ class OpenAIWorker:
                 out.error = "interrupted"
                 return True
             if remaining() <= 0:
-                out.error = (f"timeout: stream unfinished after {self.request_timeout_s:g}s "
-                             f"({state.chunks} chunk(s) received)")
+                out.error = (
+                    f"timeout: stream unfinished after {self.request_timeout_s:g}s "
+                    f"({state.chunks} chunk(s) received)"
+                )
                 return True
             return False
 
         session = await self._open()
         try:
-            pending = asyncio.ensure_future(session.post(
-                url, data=payload, headers=headers_for(self.endpoint),
-                timeout=aiohttp.ClientTimeout(total=None)))
+            pending = asyncio.ensure_future(
+                session.post(
+                    url,
+                    data=payload,
+                    headers=headers_for(self.endpoint),
+                    timeout=aiohttp.ClientTimeout(total=None),
+                )
+            )
             while not pending.done():
                 await asyncio.wait([pending], timeout=min(_POLL_S, max(remaining(), 0.001)))
                 if not pending.done() and expired():
@@ -360,8 +387,10 @@ class OpenAIWorker:
             out.error = f"connection failed: {self.endpoint.url}: {reason}"
             await self._close_session()
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
-            out.error = (f"connection closed mid-response after {state.chunks} chunk(s) "
-                         f"without data: [DONE] ({type(exc).__name__})")
+            out.error = (
+                f"connection closed mid-response after {state.chunks} chunk(s) "
+                f"without data: [DONE] ({type(exc).__name__})"
+            )
             await self._close_session()
         except aiohttp.ClientError as exc:
             out.error = f"HTTP client error: {type(exc).__name__}: {exc}"
@@ -369,8 +398,14 @@ class OpenAIWorker:
         if out.error is not None and out.error != "interrupted" and out.end_ns is None:
             out.end_ns = time.perf_counter_ns()
 
-    async def _read(self, resp: Any, out: Outcome, state: StreamState,
-                    expired: Callable[[], bool], remaining: Callable[[], float]) -> None:
+    async def _read(
+        self,
+        resp: Any,
+        out: Outcome,
+        state: StreamState,
+        expired: Callable[[], bool],
+        remaining: Callable[[], float],
+    ) -> None:
         if resp.status != 200:
             body = b""
             with contextlib.suppress(Exception):
@@ -380,8 +415,10 @@ class OpenAIWorker:
             return
         ctype = resp.headers.get("Content-Type", "")
         if "text/event-stream" not in ctype:
-            out.error = (f"expected an SSE stream (Content-Type text/event-stream), got "
-                         f"{ctype or 'no Content-Type'}")
+            out.error = (
+                f"expected an SSE stream (Content-Type text/event-stream), got "
+                f"{ctype or 'no Content-Type'}"
+            )
             out.end_ns = time.perf_counter_ns()
             return
         parser = SseParser()
@@ -390,8 +427,9 @@ class OpenAIWorker:
                 await self._close_session()
                 return
             try:
-                chunk = await asyncio.wait_for(resp.content.readany(),
-                                               timeout=min(_POLL_S, max(remaining(), 0.001)))
+                chunk = await asyncio.wait_for(
+                    resp.content.readany(), timeout=min(_POLL_S, max(remaining(), 0.001))
+                )
             except asyncio.TimeoutError:
                 continue
             arrived = time.perf_counter_ns()
@@ -410,8 +448,7 @@ class OpenAIWorker:
                 return
 
 
-def list_models(url: str, *, timeout_s: float = 10.0,
-                api_key_env: str | None = None) -> list[str]:
+def list_models(url: str, *, timeout_s: float = 10.0, api_key_env: str | None = None) -> list[str]:
     """The model ids ``GET /v1/models`` lists; raises ``OSError`` or
     ``ValueError`` when the server cannot be reached or answers oddly."""
     import urllib.request

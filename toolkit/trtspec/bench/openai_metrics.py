@@ -58,27 +58,39 @@ class SpecCounters:
 
 
 PROFILES = (
-    SpecCounters("vllm", "vllm:spec_decode_num_draft_tokens_total",
-                 "vllm:spec_decode_num_accepted_tokens_total",
-                 "vllm:spec_decode_num_drafts_total",
-                 "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position",
-                 "vllm/v1/spec_decode/metrics.py SpecDecodingProm"),
-    SpecCounters("trtllm-serve", "trtllm_spec_decode_num_draft_tokens_total",
-                 "trtllm_spec_decode_num_accepted_tokens_total", None,
-                 "trtllm_spec_decode_accepted_tokens_total", "token_position",
-                 "tensorrt_llm/metrics/collector.py MetricsCollector"),
+    SpecCounters(
+        "vllm",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "position",
+        "vllm/v1/spec_decode/metrics.py SpecDecodingProm",
+    ),
+    SpecCounters(
+        "trtllm-serve",
+        "trtllm_spec_decode_num_draft_tokens_total",
+        "trtllm_spec_decode_num_accepted_tokens_total",
+        None,
+        "trtllm_spec_decode_accepted_tokens_total",
+        "token_position",
+        "tensorrt_llm/metrics/collector.py MetricsCollector",
+    ),
 )
 GAUGE_ONLY = {
     "sglang:spec_accept_length": (
         "SGLang exposes only the gauges sglang:spec_accept_length/spec_accept_rate (a running "
-        "average, not counters), so no per-run delta exists"),
+        "average, not counters), so no per-run delta exists"
+    ),
     "trtllm_spec_decode_acceptance_length": (
         "trtllm-serve exposes only the gauge trtllm_spec_decode_acceptance_length here, "
-        "no draft/accepted counters"),
+        "no draft/accepted counters"
+    ),
 }
 
 _SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
+)
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -106,8 +118,10 @@ def scrape(url: str, timeout_s: float = 5.0) -> str:
         ctype = resp.headers.get("Content-Type", "")
         text: str = resp.read().decode("utf-8", errors="replace")
     if "json" in ctype or text.lstrip().startswith(("[", "{")):
-        raise ValueError("returns JSON, not Prometheus text (trtllm-serve's /metrics holds "
-                         "iteration stats; its Prometheus page is /prometheus/metrics)")
+        raise ValueError(
+            "returns JSON, not Prometheus text (trtllm-serve's /metrics holds "
+            "iteration stats; its Prometheus page is /prometheus/metrics)"
+        )
     return text
 
 
@@ -120,8 +134,10 @@ def detect(text: str) -> tuple[SpecCounters | None, str | None]:
     for name, reason in GAUGE_ONLY.items():
         if name in names:
             return None, reason
-    return None, ("no speculative-decoding counters on the metrics page (vllm:spec_decode_*, "
-                  "trtllm_spec_decode_*); the server may not run speculative decoding")
+    return None, (
+        "no speculative-decoding counters on the metrics page (vllm:spec_decode_*, "
+        "trtllm_spec_decode_*); the server may not run speculative decoding"
+    )
 
 
 @dataclass
@@ -136,7 +152,8 @@ class Counts:
             self.draft_tokens - other.draft_tokens,
             self.accepted_tokens - other.accepted_tokens,
             None if self.drafts is None or other.drafts is None else self.drafts - other.drafts,
-            {p: v - other.per_position.get(p, 0.0) for p, v in self.per_position.items()})
+            {p: v - other.per_position.get(p, 0.0) for p, v in self.per_position.items()},
+        )
 
 
 def counts(text: str, profile: SpecCounters, model: str | None = None) -> Counts:
@@ -157,8 +174,12 @@ def counts(text: str, profile: SpecCounters, model: str | None = None) -> Counts
         if name == profile.per_position and labels.get(profile.position_label, "").isdigit():
             pos = int(labels[profile.position_label])
             per_pos[pos] = per_pos.get(pos, 0.0) + value
-    return Counts(total(profile.draft_tokens) or 0.0, total(profile.accepted_tokens) or 0.0,
-                  total(profile.drafts), per_pos)
+    return Counts(
+        total(profile.draft_tokens) or 0.0,
+        total(profile.accepted_tokens) or 0.0,
+        total(profile.drafts),
+        per_pos,
+    )
 
 
 class MetricsProbe:
@@ -187,26 +208,36 @@ class MetricsProbe:
 def acceptance_fields(delta: Counts | None, reason: str | None = None) -> dict[str, Any]:
     """Row/cell fields from a counter delta (``None`` = unknown, with ``reason``)."""
     if delta is None or delta.draft_tokens < 0 or delta.accepted_tokens < 0:
-        return {"draft_tokens": None, "accepted_tokens": None, "rounds": None,
-                "acceptance_source": None,
-                "acceptance_note": reason or "a counter went backwards (server restarted?)"}
+        return {
+            "draft_tokens": None,
+            "accepted_tokens": None,
+            "rounds": None,
+            "acceptance_source": None,
+            "acceptance_note": reason or "a counter went backwards (server restarted?)",
+        }
     return {
         "draft_tokens": round(delta.draft_tokens),
         "accepted_tokens": round(delta.accepted_tokens),
         # a vLLM "draft" is one verification step that carried a draft
         "rounds": None if delta.drafts is None else round(delta.drafts),
-        "accepted_per_position": {str(p): round(v)
-                                  for p, v in sorted(delta.per_position.items())},
+        "accepted_per_position": {str(p): round(v) for p, v in sorted(delta.per_position.items())},
         "acceptance_source": ACCEPTANCE_FROM_METRICS,
         "acceptance_note": None,
     }
 
 
-def cell_sample(route: str, load: str, temperature: float, variant: str,
-                fields: dict[str, Any]) -> dict[str, Any]:
+def cell_sample(
+    route: str, load: str, temperature: float, variant: str, fields: dict[str, Any]
+) -> dict[str, Any]:
     """A ``metrics.jsonl`` line holding one cell's counter delta."""
-    return {"spec_decode": fields, "route": route, "load": load, "temperature": temperature,
-            "variant": variant, "time": time.time()}
+    return {
+        "spec_decode": fields,
+        "route": route,
+        "load": load,
+        "temperature": temperature,
+        "variant": variant,
+        "time": time.time(),
+    }
 
 
 def attach_cell_acceptance(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
@@ -217,20 +248,34 @@ def attach_cell_acceptance(cells: list[dict[str, Any]], samples: list[dict[str, 
             continue
         if cell.get("acceptance_source") == ACCEPTANCE_FROM_METRICS:
             continue  # per-request deltas already summed from the rows
-        mine = [s["spec_decode"] for s in samples
-                if "spec_decode" in s and s.get("route") == cell["route"]
-                and str(s.get("load")) == cell["load"] and s.get("variant") == cell["variant"]
-                and float(s.get("temperature") or 0.0) == cell["temperature"]]
+        mine = [
+            s["spec_decode"]
+            for s in samples
+            if "spec_decode" in s
+            and s.get("route") == cell["route"]
+            and str(s.get("load")) == cell["load"]
+            and s.get("variant") == cell["variant"]
+            and float(s.get("temperature") or 0.0) == cell["temperature"]
+        ]
         if not mine:
             continue
         last = mine[-1]
         if last.get("acceptance_source") != ACCEPTANCE_FROM_METRICS:
             cell["acceptance_note"] = last.get("acceptance_note")
             continue
-        drafted, accepted, rounds = (last["draft_tokens"], last["accepted_tokens"],
-                                     last.get("rounds"))
-        cell.update({"draft_tokens": drafted, "accepted_tokens": accepted,
-                     "rounds": rounds or 0, "acceptance_source": ACCEPTANCE_FROM_METRICS,
-                     "acceptance_note": "one delta over the whole cell (concurrency > 1)",
-                     "acceptance_rate": accepted / drafted if drafted else None,
-                     "mean_accepted_length": (1.0 + accepted / rounds) if rounds else None})
+        drafted, accepted, rounds = (
+            last["draft_tokens"],
+            last["accepted_tokens"],
+            last.get("rounds"),
+        )
+        cell.update(
+            {
+                "draft_tokens": drafted,
+                "accepted_tokens": accepted,
+                "rounds": rounds or 0,
+                "acceptance_source": ACCEPTANCE_FROM_METRICS,
+                "acceptance_note": "one delta over the whole cell (concurrency > 1)",
+                "acceptance_rate": accepted / drafted if drafted else None,
+                "mean_accepted_length": (1.0 + accepted / rounds) if rounds else None,
+            }
+        )

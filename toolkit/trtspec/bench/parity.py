@@ -42,8 +42,10 @@ def _manifest(repo: Path) -> dict[str, Any]:
     try:
         return dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
-        raise BenchError(f"{path}: cannot read the repository manifest ({exc})",
-                         hint="rebuild the repository with `trtspec repo SPEC`") from None
+        raise BenchError(
+            f"{path}: cannot read the repository manifest ({exc})",
+            hint="rebuild the repository with `trtspec repo SPEC`",
+        ) from None
 
 
 def _reuses(repo: Path, model: str) -> bool:
@@ -65,17 +67,23 @@ def shared_engines(repo: Path, arms: list[Arm]) -> dict[str, list[str]]:
     return {e: labels for e, labels in users.items() if len(labels) > 1}
 
 
-def _copy_model(repo: Path, dest: Path, old: str, new: str,
-                rename: dict[str, str] | None = None) -> None:
+def _copy_model(
+    repo: Path, dest: Path, old: str, new: str, rename: dict[str, str] | None = None
+) -> None:
     from trtspec.repo.configs import read_config, set_parameters, write_config
 
     shutil.copytree(repo / old, dest / new)
     config = read_config(dest / new / "config.pbtxt")
     config.name = new
     if rename:
-        set_parameters(config, {key: rename[value.string_value]
-                                for key, value in config.parameters.items()
-                                if value.string_value in rename})
+        set_parameters(
+            config,
+            {
+                key: rename[value.string_value]
+                for key, value in config.parameters.items()
+                if value.string_value in rename
+            },
+        )
     write_config(dest / new / "config.pbtxt", config)
 
 
@@ -108,8 +116,7 @@ def parity_repo(repo: Path, arms: list[Arm], dest: Path) -> list[Arm]:
             models[new] = {**models[old]}
         orchestrator = arm.model + suffix
         _copy_model(repo, dest, arm.model, orchestrator, rename)
-        models[orchestrator] = {**models[arm.model],
-                                "calls": [rename.get(c, c) for c in calls]}
+        models[orchestrator] = {**models[arm.model], "calls": [rename.get(c, c) for c in calls]}
         taken.update(rename.values())
         out.append(dataclasses.replace(arm, model=orchestrator))
     copies = [n for n in models if "__arm" in n and models[n].get("role") == "engine"]

@@ -35,8 +35,14 @@ class RouteBars:
             return
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total_pairs, desc=f"route={name}", unit="pair",
-                         file=self.stream, leave=True, dynamic_ncols=True)
+        self._bar = tqdm(
+            total=total_pairs,
+            desc=f"route={name}",
+            unit="pair",
+            file=self.stream,
+            leave=True,
+            dynamic_ncols=True,
+        )
         self._bar.set_postfix_str(f"decided 0/{cells}")
 
     def update(self, pairs: int, decided: int) -> None:

@@ -80,8 +80,9 @@ def extract_json(text: str) -> str:
 
 def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     # one place for the checks' subprocesses: argv list, no shell, bounded time
-    return subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                          timeout=_CHECK_TIMEOUT_S, check=False)
+    return subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, timeout=_CHECK_TIMEOUT_S, check=False
+    )
 
 
 def _last_line(text: str) -> str:
@@ -118,8 +119,21 @@ def check_ruff(text: str, item: dict[str, Any]) -> CheckResult:
         return CheckResult(SKIPPED, "skipped: ruff not installed")
     code = extract_code(text, item)
     # --isolated: the project's own ruff config must not judge model output
-    proc = _run([ruff, "check", "--isolated", "--no-cache", "--quiet", "--output-format",
-                 "concise", "--stdin-filename", "output.py", "-"], stdin=code)
+    proc = _run(
+        [
+            ruff,
+            "check",
+            "--isolated",
+            "--no-cache",
+            "--quiet",
+            "--output-format",
+            "concise",
+            "--stdin-filename",
+            "output.py",
+            "-",
+        ],
+        stdin=code,
+    )
     if proc.returncode == 0:
         return CheckResult(PASS, "ruff clean")
     if proc.returncode == 1:
@@ -185,8 +199,11 @@ def check_pytest(text: str, item: dict[str, Any]) -> CheckResult:
     if not tests:
         return CheckResult(SKIPPED, "skipped: prompt has no tests")
     out = run_pytest(extract_code(text, item), str(tests))
-    extra = {"outcome": out.status, "failed_tests": out.failed_tests,
-             "containment": out.containment}
+    extra = {
+        "outcome": out.status,
+        "failed_tests": out.failed_tests,
+        "containment": out.containment,
+    }
     if out.status == "pass":
         return CheckResult(PASS, out.summary, extra)
     names = f": {', '.join(out.failed_tests)}" if out.failed_tests else ""
@@ -214,7 +231,8 @@ def validate_check_names(names: list[str], where: str) -> None:
             raise BenchError(
                 f"{where}: unknown quality check {name!r}",
                 hint=(f"did you mean {close[0]!r}? " if close else "")
-                + "known checks: " + ", ".join(sorted(CHECKS)),
+                + "known checks: "
+                + ", ".join(sorted(CHECKS)),
             )
 
 
@@ -239,8 +257,9 @@ class QualityRunner:
         self._cache: dict[tuple[str, int, str], CheckResult] = {}
         self._lock = threading.Lock()
 
-    def run(self, names: list[str], text: str, item: dict[str, Any],
-            prompt_index: int) -> dict[str, dict[str, Any]]:
+    def run(
+        self, names: list[str], text: str, item: dict[str, Any], prompt_index: int
+    ) -> dict[str, dict[str, Any]]:
         out = {}
         for name in names:
             key = (name, prompt_index, text)

@@ -63,9 +63,11 @@ def headline_text(h: dict[str, Any]) -> str:
     if not sp:
         return "speedup -  tok/s -  latency -"
     tps, lat = h["tokens_per_second_change"], h["latency_change"]
-    return (f"speedup {sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]  "
-            f"tok/s {_pct(tps['point'])}  latency {_pct(lat['point'])} "
-            f"[{_pct(lat['ci_low'])}, {_pct(lat['ci_high'])}]")
+    return (
+        f"speedup {sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]  "
+        f"tok/s {_pct(tps['point'])}  latency {_pct(lat['point'])} "
+        f"[{_pct(lat['ci_low'])}, {_pct(lat['ci_high'])}]"
+    )
 
 
 def console_lines(summary: dict[str, Any]) -> list[str]:
@@ -78,11 +80,13 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
         if not dec["best_k"]:
             continue
         h = dec["headline"]
-        line = (f"route={dec['route']}  {dec.get('baseline') or BASELINE} "
-                f"{_fmt(h['baseline_tokens_per_second'])} tok/s  "
-                f"{arm_name(dec['variant'], dec['num_speculative_tokens'])}  "
-                f"{headline_text(h)}  {h.get('pairs', 0)} pairs  "
-                f"{quality_label(dec, decision)}  → {dec['decision']}")
+        line = (
+            f"route={dec['route']}  {dec.get('baseline') or BASELINE} "
+            f"{_fmt(h['baseline_tokens_per_second'])} tok/s  "
+            f"{arm_name(dec['variant'], dec['num_speculative_tokens'])}  "
+            f"{headline_text(h)}  {h.get('pairs', 0)} pairs  "
+            f"{quality_label(dec, decision)}  → {dec['decision']}"
+        )
         if dec["short_output"]:
             line += "  (short outputs)"
         lines.append(line)
@@ -91,20 +95,25 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
 
 def _load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     if not run_dir.is_dir():
-        raise BenchError(f"{run_dir}: not a folder",
-                         hint="pass a run folder such as results/<run>/")
+        raise BenchError(
+            f"{run_dir}: not a folder", hint="pass a run folder such as results/<run>/"
+        )
     rows = read_requests(run_dir / REQUESTS_FILE)
     if not rows:
-        raise BenchError(f"{run_dir / REQUESTS_FILE}: no completed requests to report",
-                         hint="the run ended before any request finished; rerun `trtspec bench`")
+        raise BenchError(
+            f"{run_dir / REQUESTS_FILE}: no completed requests to report",
+            hint="the run ended before any request finished; rerun `trtspec bench`",
+        )
     run_info: dict[str, Any] = {}
     run_path = run_dir / RUN_FILE
     if run_path.is_file():
         try:
             run_info = json.loads(run_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise BenchError(f"{run_path}: not valid JSON ({exc.msg})",
-                             hint="delete it to render from requests.jsonl alone") from None
+            raise BenchError(
+                f"{run_path}: not valid JSON ({exc.msg})",
+                hint="delete it to render from requests.jsonl alone",
+            ) from None
     return rows, run_info, read_jsonl_loose(run_dir / METRICS_FILE)
 
 
@@ -124,26 +133,58 @@ def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
     out = []
     for c in summary["cells"]:
         sp = c.get("speedup")
-        out.append([
-            c["route"], arm_name(c["variant"], c.get("num_speculative_tokens")), c["load"],
-            f"{c['temperature']:g}", str(c["count"]), str(c.get("pairs") or "-"),
-            str(c["errors"]),
-            _fmt(c["ttft_ms"]["p50"], ".1f"), _fmt(c["ttft_ms"]["p95"], ".1f"),
-            _fmt(c["latency_ms"]["p50"], ".1f"), _fmt(c["latency_ms"]["p95"], ".1f"),
-            _fmt(c["tpot_ms"]["p50"], ".2f"), _fmt(c["tokens_per_second"]["mean"], ".1f"),
-            _fmt(c.get("acceptance_rate"), ".2f"), _fmt(c.get("mean_accepted_length"), ".2f"),
-            "-" if not sp else f"{sp['point']:.2f} [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]",
-            _fmt(c.get("equal_rate"), ".0%"), _fmt(c.get("quality_pass_rate"), ".0%"),
-            "yes" if c.get("short_output") else "",
-            _fmt(c["server_memory_bytes"] / 2**20 if c.get("server_memory_bytes") else None,
-                 ".0f"),
-        ])
+        out.append(
+            [
+                c["route"],
+                arm_name(c["variant"], c.get("num_speculative_tokens")),
+                c["load"],
+                f"{c['temperature']:g}",
+                str(c["count"]),
+                str(c.get("pairs") or "-"),
+                str(c["errors"]),
+                _fmt(c["ttft_ms"]["p50"], ".1f"),
+                _fmt(c["ttft_ms"]["p95"], ".1f"),
+                _fmt(c["latency_ms"]["p50"], ".1f"),
+                _fmt(c["latency_ms"]["p95"], ".1f"),
+                _fmt(c["tpot_ms"]["p50"], ".2f"),
+                _fmt(c["tokens_per_second"]["mean"], ".1f"),
+                _fmt(c.get("acceptance_rate"), ".2f"),
+                _fmt(c.get("mean_accepted_length"), ".2f"),
+                "-" if not sp else f"{sp['point']:.2f} [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]",
+                _fmt(c.get("equal_rate"), ".0%"),
+                _fmt(c.get("quality_pass_rate"), ".0%"),
+                "yes" if c.get("short_output") else "",
+                _fmt(
+                    c["server_memory_bytes"] / 2**20 if c.get("server_memory_bytes") else None,
+                    ".0f",
+                ),
+            ]
+        )
     return out
 
 
-CELL_HEADERS = ["route", "variant", "load", "T", "n", "pairs", "err", "TTFT p50", "TTFT p95",
-                "lat p50", "lat p95", "TPOT p50", "tok/s", "accept", "acc len",
-                "speedup [95% CI]", "equal@T0", "quality", "short", "mem MiB"]
+CELL_HEADERS = [
+    "route",
+    "variant",
+    "load",
+    "T",
+    "n",
+    "pairs",
+    "err",
+    "TTFT p50",
+    "TTFT p95",
+    "lat p50",
+    "lat p95",
+    "TPOT p50",
+    "tok/s",
+    "accept",
+    "acc len",
+    "speedup [95% CI]",
+    "equal@T0",
+    "quality",
+    "short",
+    "mem MiB",
+]
 
 
 def _header_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
@@ -158,19 +199,35 @@ def _header_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("machine", f"{machine.get('platform')}, {machine.get('cpu_count')} CPUs"),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)),
         ("server", json.dumps(summary.get("server"))),
-        ("requests", f"{totals['requests']} measured, {totals['errors']} errors, "
-                     f"{totals['warmup_requests']} warmup"),
-        ("complete", "yes" if summary["complete"] else
-         f"no — incomplete: {summary['incomplete_reason']}" if summary.get("incomplete_reason")
-         else "no (interrupted or still running)"),
-        ("server memory", ", ".join(sorted({_MEMORY_KINDS.get(c.get("server_memory_kind"), "-")
-                                            for c in summary["cells"]}))),
+        (
+            "requests",
+            f"{totals['requests']} measured, {totals['errors']} errors, "
+            f"{totals['warmup_requests']} warmup",
+        ),
+        (
+            "complete",
+            "yes"
+            if summary["complete"]
+            else f"no — incomplete: {summary['incomplete_reason']}"
+            if summary.get("incomplete_reason")
+            else "no (interrupted or still running)",
+        ),
+        (
+            "server memory",
+            ", ".join(
+                sorted(
+                    {_MEMORY_KINDS.get(c.get("server_memory_kind"), "-") for c in summary["cells"]}
+                )
+            ),
+        ),
     ]
 
 
-_MEMORY_KINDS = {"gpu": "GPU memory used (Triton metrics)",
-                 "process_rss": "RSS of the tritonserver process tree",
-                 "host_used": "host memory in use (Triton metrics, whole machine)"}
+_MEMORY_KINDS = {
+    "gpu": "GPU memory used (Triton metrics)",
+    "process_rss": "RSS of the tritonserver process tree",
+    "host_used": "host memory in use (Triton metrics, whole machine)",
+}
 
 
 def _client_notes(summary: dict[str, Any]) -> list[str]:
@@ -178,18 +235,24 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
 
     client = summary.get("client") or {}
     notes = list(client.get("warnings") or []) + external_notes(summary)
-    notes += [f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}; "
-              f"{i.get('requests_failed', 0)} request(s) failed, counted as errors"
-              for i in summary.get("incidents") or []]
+    notes += [
+        f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}; "
+        f"{i.get('requests_failed', 0)} request(s) failed, counted as errors"
+        for i in summary.get("incidents") or []
+    ]
     notes += cache_notes(summary)
     if client.get("overhead_ms_p50") is not None:
-        notes.insert(0, (
-            f"client CPU time in trtspec code per request p50 {client['overhead_ms_p50']:.3f} ms, "
-            f"p95 {client['overhead_ms_p95']:.3f} ms (wall p95 "
-            f"{_fmt(client.get('overhead_wall_ms_p95'), '.3f')} ms); lag probe p95 "
-            f"{_fmt(client.get('lag_ms_p95'), '.2f')} ms, "
-            f"max {_fmt(client.get('lag_ms_max'), '.2f')} ms"
-        ))
+        notes.insert(
+            0,
+            (
+                "client CPU time in trtspec code per request p50 "
+                f"{client['overhead_ms_p50']:.3f} ms, "
+                f"p95 {client['overhead_ms_p95']:.3f} ms (wall p95 "
+                f"{_fmt(client.get('overhead_wall_ms_p95'), '.3f')} ms); lag probe p95 "
+                f"{_fmt(client.get('lag_ms_p95'), '.2f')} ms, "
+                f"max {_fmt(client.get('lag_ms_max'), '.2f')} ms"
+            ),
+        )
     return notes
 
 
@@ -200,13 +263,19 @@ def cache_notes(summary: dict[str, Any]) -> list[str]:
     parity = summary.get("prefix_cache") or {}
     notes = []
     if parity.get("policy"):
-        how = {"cold": "no arm reuses another arm's KV blocks for the same prompt",
-               "warm": "each measured request follows a 1-token request for the same prompt",
-               "off": "arms share whatever engine models the repository shares"}
-        notes.append(f"prefix cache: {parity['policy']} ({how.get(parity['policy'], '')})"
-                     + ("" if parity.get("enforced", True) else " — not enforced on this server")
-                     + "".join(f"; {arm} served by its own {model}"
-                               for arm, model in (parity.get("own_engine_models") or {}).items()))
+        how = {
+            "cold": "no arm reuses another arm's KV blocks for the same prompt",
+            "warm": "each measured request follows a 1-token request for the same prompt",
+            "off": "arms share whatever engine models the repository shares",
+        }
+        notes.append(
+            f"prefix cache: {parity['policy']} ({how.get(parity['policy'], '')})"
+            + ("" if parity.get("enforced", True) else " — not enforced on this server")
+            + "".join(
+                f"; {arm} served by its own {model}"
+                for arm, model in (parity.get("own_engine_models") or {}).items()
+            )
+        )
     for c in summary["cells"]:
         if c.get("cache_state_differs"):
             arm = arm_name(c["variant"], c.get("num_speculative_tokens"))
@@ -214,13 +283,15 @@ def cache_notes(summary: dict[str, Any]) -> list[str]:
                 f"cache state differs: {c['route']} {arm} "
                 f"{c['load']} T={c['temperature']:g}: {c['cache_state_differs']} of {c['pairs']} "
                 f"prompts had a different prefix_reused_tokens than the baseline "
-                f"(samples {c.get('cache_state_differs_samples')})")
+                f"(samples {c.get('cache_state_differs_samples')})"
+            )
     return notes
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(s: str) -> str:
         return s.replace("|", "\\|")
+
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
@@ -229,8 +300,10 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
 def _level(summary: dict[str, Any]) -> str:
     seq = (summary.get("settings") or {}).get("sequential")
     if seq and int(seq.get("looks", 1)) > 1:
-        return (f"{seq['confidence']:.2%} per look ({seq['looks']} looks, "
-                f"alpha {seq['alpha']:g} split over them)")
+        return (
+            f"{seq['confidence']:.2%} per look ({seq['looks']} looks, "
+            f"alpha {seq['alpha']:g} split over them)"
+        )
     return "95%"
 
 
@@ -238,18 +311,33 @@ def render_markdown(summary: dict[str, Any]) -> str:
     parts = ["# trtspec benchmark report", ""]
     parts += [f"- **{k}**: {v}" for k, v in _header_facts(summary)]
     parts += ["", "## Decisions", "", "```", *console_lines(summary), "```", ""]
-    dec_rows = [[d["route"], arm_name(d["variant"], d["num_speculative_tokens"]), d["decision"],
-                 "yes" if d["best_k"] else "", "yes" if d["short_output"] else "",
-                 "; ".join(d["reasons"])] for d in summary["decisions"]]
+    dec_rows = [
+        [
+            d["route"],
+            arm_name(d["variant"], d["num_speculative_tokens"]),
+            d["decision"],
+            "yes" if d["best_k"] else "",
+            "yes" if d["short_output"] else "",
+            "; ".join(d["reasons"]),
+        ]
+        for d in summary["decisions"]
+    ]
     parts += [_md_table(["route", "variant", "decision", "best k", "short", "why"], dec_rows), ""]
-    parts += ["## Per route × variant × load × temperature", "",
-              _md_table(CELL_HEADERS, _cell_rows(summary)), ""]
-    parts += ["Times in ms. TPOT = (E2E − TTFT)/(completion tokens − 1). Speedup = geometric "
-              "mean over paired prompts of baseline/variant ms per output token, with the t "
-              f"interval on the log ratios at {_level(summary)}; the decision lines' tok/s and "
-              "latency changes are S − 1 and 1/S − 1 of that same estimate (unpaired p50/p95 "
-              "are in this table only). n = measured requests of the arm; pairs = prompts "
-              "paired with the baseline. acc len = (accepted + rounds)/rounds.", ""]
+    parts += [
+        "## Per route × variant × load × temperature",
+        "",
+        _md_table(CELL_HEADERS, _cell_rows(summary)),
+        "",
+    ]
+    parts += [
+        "Times in ms. TPOT = (E2E − TTFT)/(completion tokens − 1). Speedup = geometric "
+        "mean over paired prompts of baseline/variant ms per output token, with the t "
+        f"interval on the log ratios at {_level(summary)}; the decision lines' tok/s and "
+        "latency changes are S − 1 and 1/S − 1 of that same estimate (unpaired p50/p95 "
+        "are in this table only). n = measured requests of the arm; pairs = prompts "
+        "paired with the baseline. acc len = (accepted + rounds)/rounds.",
+        "",
+    ]
     parts += ["## Routing", "", "```yaml", routing_yaml(summary["routing"]).rstrip(), "```", ""]
     notes = _client_notes(summary)
     if notes:
@@ -260,17 +348,21 @@ def render_markdown(summary: dict[str, Any]) -> str:
 def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
     e = html.escape
     facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _header_facts(summary))
-    cells = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>"
-                    for r in _cell_rows(summary))
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in _cell_rows(summary)
+    )
     heads = "".join(f"<th>{e(h)}</th>" for h in CELL_HEADERS)
     decs = "".join(
         f"<tr class='{e(d['decision'])}'><td>{e(d['route'])}</td>"
         f"<td>{e(arm_name(d['variant'], d['num_speculative_tokens']))}</td>"
         f"<td>{e(d['decision'])}</td><td>{'yes' if d['best_k'] else ''}</td>"
         f"<td>{'yes' if d['short_output'] else ''}</td><td>{e('; '.join(d['reasons']))}</td></tr>"
-        for d in summary["decisions"])
-    imgs = "".join(f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}"
-                   "</figcaption></figure>" for title, src in images)
+        for d in summary["decisions"]
+    )
+    imgs = "".join(
+        f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}</figcaption></figure>"
+        for title, src in images
+    )
     notes = "".join(f"<li>{e(n)}</li>" for n in _client_notes(summary))
     console = e("\n".join(console_lines(summary)))
     return f"""<!doctype html>
@@ -305,8 +397,9 @@ def _save(fig: Any, run_dir: Path, name: str) -> str:
     return f"{PLOTS_DIR}/{name}"
 
 
-def write_plots(run_dir: Path, summary: dict[str, Any],
-                rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def write_plots(
+    run_dir: Path, summary: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
     """Speedup per route with CI bars, TTFT/latency distributions per variant
     and route, and acceptance rate against k. Returns (title, relative src)."""
     import matplotlib
@@ -320,16 +413,23 @@ def write_plots(run_dir: Path, summary: dict[str, Any],
     if sp_cells:
         # Horizontal: one row per cell, so long route/variant labels stay legible.
         fig, ax = plt.subplots(figsize=(7, max(2.5, 0.35 * len(sp_cells) + 1)))
-        labels = [f"{c['route']}  {arm_name(c['variant'], c.get('num_speculative_tokens'))}"
-                  f"  {c['load']} T={c['temperature']:g}" for c in sp_cells]
+        labels = [
+            f"{c['route']}  {arm_name(c['variant'], c.get('num_speculative_tokens'))}"
+            f"  {c['load']} T={c['temperature']:g}"
+            for c in sp_cells
+        ]
         pts = [c["speedup"]["point"] for c in sp_cells]
         lo = [p - c["speedup"]["ci_low"] for p, c in zip(pts, sp_cells, strict=True)]
         hi = [c["speedup"]["ci_high"] - p for p, c in zip(pts, sp_cells, strict=True)]
         ys = list(range(len(pts)))[::-1]
         ax.errorbar(pts, ys, xerr=[lo, hi], fmt="o", capsize=4)
         ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
-        ax.axvline(summary["settings"]["decision"]["min_speedup"], color="green",
-                   linestyle=":", linewidth=1)
+        ax.axvline(
+            summary["settings"]["decision"]["min_speedup"],
+            color="green",
+            linestyle=":",
+            linewidth=1,
+        )
         ax.set_yticks(ys, labels, fontsize=7)
         ax.set_xlabel("speedup vs baseline (95% CI)")
         ax.set_title("Speedup per route")
@@ -340,29 +440,36 @@ def write_plots(run_dir: Path, summary: dict[str, Any],
         arms: dict[str, list[dict[str, Any]]] = {}
         for r in measured:
             if r["route"] == route:
-                arms.setdefault(arm_name(r["variant"], r.get("num_speculative_tokens")),
-                                []).append(r)
+                arms.setdefault(arm_name(r["variant"], r.get("num_speculative_tokens")), []).append(
+                    r
+                )
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        for ax, key, title in ((axes[0], "ttft_ms", "TTFT (ms)"),
-                               (axes[1], "latency_ms", "end-to-end latency (ms)")):
-            data = [[r[key] for r in rs if r.get(key) is not None] or [0.0]
-                    for rs in arms.values()]
+        for ax, key, title in (
+            (axes[0], "ttft_ms", "TTFT (ms)"),
+            (axes[1], "latency_ms", "end-to-end latency (ms)"),
+        ):
+            data = [[r[key] for r in rs if r.get(key) is not None] or [0.0] for rs in arms.values()]
             ax.boxplot(data)
             ax.set_xticks(range(1, len(arms) + 1), list(arms), fontsize=7, rotation=20)
             ax.set_title(f"{route}: {title}")
         safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in route)
-        images.append((f"{route}: TTFT and latency per variant",
-                       _save(fig, run_dir, f"latency_{safe}.png")))
+        images.append(
+            (f"{route}: TTFT and latency per variant", _save(fig, run_dir, f"latency_{safe}.png"))
+        )
         plt.close(fig)
-    acc = [c for c in cells if c.get("acceptance_rate") is not None
-           and c.get("num_speculative_tokens") is not None]
+    acc = [
+        c
+        for c in cells
+        if c.get("acceptance_rate") is not None and c.get("num_speculative_tokens") is not None
+    ]
     if acc:
         fig, ax = plt.subplots(figsize=(6, 4))
         series: dict[str, list[tuple[int, float]]] = {}
         for c in acc:
             label = f"{c['route']}/{c['variant']} {c['load']} T={c['temperature']:g}"
-            series.setdefault(label, []).append((int(c["num_speculative_tokens"]),
-                                                 float(c["acceptance_rate"])))
+            series.setdefault(label, []).append(
+                (int(c["num_speculative_tokens"]), float(c["acceptance_rate"]))
+            )
         for label, pts_k in series.items():
             pts_k.sort()
             ax.plot([k for k, _ in pts_k], [a for _, a in pts_k], marker="o", label=label)

@@ -17,8 +17,16 @@ from typing import Any
 
 from trtspec.errors import BenchError
 
-ITEM_KEYS = ("id", "messages", "prompt", "max_tokens", "golden", "golden_threshold", "schema",
-             "tests")
+ITEM_KEYS = (
+    "id",
+    "messages",
+    "prompt",
+    "max_tokens",
+    "golden",
+    "golden_threshold",
+    "schema",
+    "tests",
+)
 ROLES = ("system", "user", "assistant")
 _FORMAT_HINT = "see build_specs/routes/README.md for the prompt-set format"
 
@@ -51,9 +59,14 @@ def _validate_item(path: Path, line: int, item: Any) -> dict[str, Any]:
     for key in item:
         if key not in ITEM_KEYS:
             close = difflib.get_close_matches(key, ITEM_KEYS, n=1)
-            raise _fail(path, line, f"unknown field {key!r}",
-                        hint=(f"did you mean {close[0]!r}? " if close else "")
-                        + "allowed fields: " + ", ".join(ITEM_KEYS))
+            raise _fail(
+                path,
+                line,
+                f"unknown field {key!r}",
+                hint=(f"did you mean {close[0]!r}? " if close else "")
+                + "allowed fields: "
+                + ", ".join(ITEM_KEYS),
+            )
     has_messages, has_prompt = "messages" in item, "prompt" in item
     if has_messages == has_prompt:
         raise _fail(path, line, "needs exactly one of 'messages' or 'prompt'")
@@ -64,13 +77,22 @@ def _validate_item(path: Path, line: int, item: Any) -> dict[str, Any]:
         if not isinstance(msgs, list) or not msgs:
             raise _fail(path, line, "messages: must be a non-empty list of {role, content}")
         for i, m in enumerate(msgs):
-            if (not isinstance(m, dict) or set(m) != {"role", "content"}
-                    or not isinstance(m["content"], str)):
-                raise _fail(path, line, f"messages[{i}]: must be {{\"role\": ..., "
-                                        f"\"content\": \"...\"}} and nothing else")
+            if (
+                not isinstance(m, dict)
+                or set(m) != {"role", "content"}
+                or not isinstance(m["content"], str)
+            ):
+                raise _fail(
+                    path,
+                    line,
+                    f'messages[{i}]: must be {{"role": ..., "content": "..."}} and nothing else',
+                )
             if m["role"] not in ROLES:
-                raise _fail(path, line, f"messages[{i}].role: {m['role']!r} is not one of "
-                                        + ", ".join(ROLES))
+                raise _fail(
+                    path,
+                    line,
+                    f"messages[{i}].role: {m['role']!r} is not one of " + ", ".join(ROLES),
+                )
     mt = item.get("max_tokens")
     if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
         raise _fail(path, line, f"max_tokens: must be a positive integer, got {mt!r}")
@@ -104,16 +126,21 @@ def _tests_source(path: Path, line: int, tests: Any) -> str:
     try:
         return file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise _fail(path, line, f"tests: cannot read {file}: {exc.strerror}",
-                    hint="name a test file relative to the prompt set, or inline the tests"
-                    ) from None
+        raise _fail(
+            path,
+            line,
+            f"tests: cannot read {file}: {exc.strerror}",
+            hint="name a test file relative to the prompt set, or inline the tests",
+        ) from None
 
 
 def load_prompt_set(path: Path) -> list[dict[str, Any]]:
     """Read and validate one prompt set."""
     if not path.is_file():
-        raise BenchError(f"{path}: prompt set not found",
-                         hint="check the route's `prompts` path (relative to the spec file)")
+        raise BenchError(
+            f"{path}: prompt set not found",
+            hint="check the route's `prompts` path (relative to the spec file)",
+        )
     items = []
     for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not raw.strip():
@@ -133,11 +160,14 @@ def render_prompt(item: dict[str, Any], tokenizer: Any | None) -> str:
     if item.get("prompt") is not None:
         return str(item["prompt"])
     if tokenizer is None:
-        raise BenchError("a chat route needs the target tokenizer to render `messages`",
-                         hint="pass --tokenizer DIR or build the engines first "
-                              "(engines/<spec>/target/tokenizer/)")
-    text = tokenizer.apply_chat_template(item["messages"], tokenize=False,
-                                         add_generation_prompt=True)
+        raise BenchError(
+            "a chat route needs the target tokenizer to render `messages`",
+            hint="pass --tokenizer DIR or build the engines first "
+            "(engines/<spec>/target/tokenizer/)",
+        )
+    text = tokenizer.apply_chat_template(
+        item["messages"], tokenize=False, add_generation_prompt=True
+    )
     return str(text)
 
 
@@ -145,9 +175,11 @@ def load_tokenizer(path: Path | None) -> Any | None:
     if path is None:
         return None
     if not path.is_dir():
-        raise BenchError(f"{path}: tokenizer folder not found",
-                         hint="build the engines first (`trtspec build SPEC`) or pass "
-                              "--tokenizer pointing at a Hugging Face tokenizer folder")
+        raise BenchError(
+            f"{path}: tokenizer folder not found",
+            hint="build the engines first (`trtspec build SPEC`) or pass "
+            "--tokenizer pointing at a Hugging Face tokenizer folder",
+        )
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path))

@@ -86,7 +86,8 @@ class BenchSettings:
 
     def loads(self) -> list[tuple[str, int | None, float | None]]:
         out: list[tuple[str, int | None, float | None]] = [
-            (f"concurrency={c}", c, None) for c in self.concurrency]
+            (f"concurrency={c}", c, None) for c in self.concurrency
+        ]
         if self.request_rate is not None:
             out.append((f"rate={self.request_rate:g}/s", None, self.request_rate))
         return out
@@ -134,8 +135,9 @@ def _pick(names: list[str] | None, known: list[str], what: str) -> list[str]:
         return known
     for n in names:
         if n not in known:
-            raise BenchError(f"--{what}s: unknown {what} {n!r}",
-                             hint=f"{what}s in the spec: " + ", ".join(known))
+            raise BenchError(
+                f"--{what}s: unknown {what} {n!r}", hint=f"{what}s in the spec: " + ", ".join(known)
+            )
     return [n for n in known if n in names]
 
 
@@ -154,21 +156,32 @@ def arms_for(variants: list[Any], ks: list[int] | None = None) -> list[Arm]:
                 if limit is not None and int(k) > int(limit):
                     raise BenchError(
                         f"--num-draft-tokens: {k} exceeds variant {name!r} max_draft_len {limit}",
-                        hint="sweep values up to the engine's max_draft_len (no rebuild needed)")
+                        hint="sweep values up to the engine's max_draft_len (no rebuild needed)",
+                    )
                 arms.append(Arm(name, name, mode, True, draft, int(k)))
         else:
             arms.append(Arm(name, name, mode, True, None, None))
     return arms
 
 
-def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
-                   routes: list[str] | None = None, concurrency: list[int] | None = None,
-                   request_rate: float | None = None, temperatures: list[float] | None = None,
-                   num_draft_tokens: list[int] | None = None, requests: int | None = None,
-                   warmup_requests: int | None = None, tokenizer: Path | None = None,
-                   engines_root: Path = Path("engines"), external: list[str] | None = None,
-                   external_only: bool = False, until_decided: bool = False,
-                   max_requests: int = DEFAULT_MAX_REQUESTS) -> BenchPlan:
+def plan_from_spec(
+    spec: Any,
+    *,
+    variants: list[str] | None = None,
+    routes: list[str] | None = None,
+    concurrency: list[int] | None = None,
+    request_rate: float | None = None,
+    temperatures: list[float] | None = None,
+    num_draft_tokens: list[int] | None = None,
+    requests: int | None = None,
+    warmup_requests: int | None = None,
+    tokenizer: Path | None = None,
+    engines_root: Path = Path("engines"),
+    external: list[str] | None = None,
+    external_only: bool = False,
+    until_decided: bool = False,
+    max_requests: int = DEFAULT_MAX_REQUESTS,
+) -> BenchPlan:
     """Everything the run needs from a ``trtspec.spec.Spec``. ``external``
     narrows the spec's external (OpenAI-compatible) arms, ``[]`` drops them;
     ``external_only`` drops the Triton arms. ``until_decided`` (ignored when
@@ -177,8 +190,10 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
     bench = _get(spec, "bench")
     spec_routes = _get(spec, "routes") or {}
     if not spec_routes:
-        raise BenchError(f"{_get(spec, 'source_path')}: routes: the spec defines no routes",
-                         hint="add a `routes:` section pointing at build_specs/routes/*.jsonl")
+        raise BenchError(
+            f"{_get(spec, 'source_path')}: routes: the spec defines no routes",
+            hint="add a `routes:` section pointing at build_specs/routes/*.jsonl",
+        )
     all_variants = list(_get(spec, "variants") or [])
     chosen_v = _pick(variants, [str(_get(v, "name")) for v in all_variants], "variant")
     chosen_r = _pick(routes, list(spec_routes), "route")
@@ -189,16 +204,18 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
         top_p=float(_get(bench, "top_p", 1.0)),
         top_k=int(_get(bench, "top_k", 0)),
         seed=int(_get(bench, "seed", 1234)),
-        warmup_requests=int(warmup_requests if warmup_requests is not None
-                            else _get(bench, "warmup_requests", 2)),
+        warmup_requests=int(
+            warmup_requests if warmup_requests is not None else _get(bench, "warmup_requests", 2)
+        ),
         requests_per_route=int(requests or _get(bench, "requests_per_route", 30)),
         decision={**DEFAULT_DECISION, **_dump(_get(bench, "decision"))},
         rollout=_dump(_get(spec, "rollout")),
     )
     if until_decided and requests is None:
         min_pairs = int(settings.decision.get("min_pairs", DEFAULT_DECISION["min_pairs"]))
-        settings.sequential = SequentialPlan(first=min(min_pairs, max_requests),
-                                             batch=min_pairs, maximum=max_requests)
+        settings.sequential = SequentialPlan(
+            first=min(min_pairs, max_requests), batch=min_pairs, maximum=max_requests
+        )
     base = Path(_get(spec, "source_path") or Path.cwd() / "spec.yaml").parent
     route_sets = []
     for name in chosen_r:
@@ -208,16 +225,31 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
         items = load_prompt_set(path)
         checks = list(_get(r, "checks") or []) or default_checks(items)
         validate_check_names(checks, f"routes.{name}.checks")
-        route_sets.append(RouteSet(name, path, items, int(_get(r, "max_tokens", 128)), checks,
-                                   requests or _get(r, "requests")))
+        route_sets.append(
+            RouteSet(
+                name,
+                path,
+                items,
+                int(_get(r, "max_tokens", 128)),
+                checks,
+                requests or _get(r, "requests"),
+            )
+        )
     spec_name = str(_get(spec, "name"))
     tok = tokenizer or engines_root / spec_name / "target" / "tokenizer"
-    arms = [] if external_only else arms_for(
-        [v for v in all_variants if str(_get(v, "name")) in chosen_v], num_draft_tokens)
+    arms = (
+        []
+        if external_only
+        else arms_for(
+            [v for v in all_variants if str(_get(v, "name")) in chosen_v], num_draft_tokens
+        )
+    )
     arms += external_arms(_get(bench, "external"), external) if external != [] else []
     if not arms:
-        raise BenchError("--external-only: the spec defines no external arms",
-                         hint="add bench.external to the spec, or leave out --external-only")
+        raise BenchError(
+            "--external-only: the spec defines no external arms",
+            hint="add bench.external to the spec, or leave out --external-only",
+        )
     return BenchPlan(
         spec_name=spec_name,
         spec_hash=_get(spec, "spec_hash"),
@@ -231,6 +263,7 @@ def plan_from_spec(spec: Any, *, variants: list[str] | None = None,
 
 # -- server memory --------------------------------------------------------------------------
 
+
 def _tree_rss(pid: int) -> int | None:
     """RSS of ``pid`` and its descendants (Triton's Python backend runs one
     stub process per model instance)."""
@@ -242,7 +275,7 @@ def _tree_rss(pid: int) -> int | None:
             continue
         try:
             stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             children.setdefault(int(fields[1]), []).append(int(entry.name))
             rss[int(entry.name)] = int(fields[21]) * page
         except (OSError, ValueError, IndexError):
@@ -291,6 +324,7 @@ def server_memory(metrics_url: str | None, pid: int | None) -> tuple[int | None,
 
 # -- the run --------------------------------------------------------------------------------
 
+
 @dataclass
 class _Target:
     url: str
@@ -311,16 +345,28 @@ class _Target:
 # that stopped accepting requests. Under --endpoint the unreachable ones end
 # the run as incomplete.
 _RECOVERABLE = ("is not healthy", "timeout: no final response")
-_UNREACHABLE = ("UNAVAILABLE", "Socket closed", "Connection refused", "failed to connect",
-                "Stream removed", "Broken pipe", "Connection reset")
+_UNREACHABLE = (
+    "UNAVAILABLE",
+    "Socket closed",
+    "Connection refused",
+    "failed to connect",
+    "Stream removed",
+    "Broken pipe",
+    "Connection reset",
+)
 
 
 class _Recorder:
     """Turns outcomes into rows on one background thread (quality checks
     included) so workers go straight back to sending."""
 
-    def __init__(self, log: RequestLog, run_id: str, routes: dict[str, RouteSet],
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        log: RequestLog,
+        run_id: str,
+        routes: dict[str, RouteSet],
+        stop: threading.Event | None = None,
+    ) -> None:
         self.log, self.run_id, self.routes = log, run_id, routes
         self.quality = QualityRunner()
         self._queue: queue.Queue[Outcome | None] = queue.Queue()
@@ -363,45 +409,78 @@ class _Recorder:
         n = f.get("completion_tokens")
         if n is None and not out.error:
             n = len(out.ids)
-        tpot = ((latency - ttft) / (n - 1) if latency is not None and ttft is not None
-                and n and n > 1 else None)
+        tpot = (
+            (latency - ttft) / (n - 1)
+            if latency is not None and ttft is not None and n and n > 1
+            else None
+        )
         tps = n / (latency / 1e3) if n and latency else None
         route = self.routes[job.route]
-        quality = (self.quality.run(route.checks, out.text, job.item, job.prompt_index)
-                   if not out.error and route.checks else {})
+        quality = (
+            self.quality.run(route.checks, out.text, job.item, job.prompt_index)
+            if not out.error and route.checks
+            else {}
+        )
+
         def ns_ms(v):
-            return (None if v is None else v / 1e6)
+            return None if v is None else v / 1e6
+
         arm = job.arm
-        pairs_with = arm.baseline if arm.openai else (None if arm.variant == BASELINE
-                                                      else BASELINE)
+        pairs_with = arm.baseline if arm.openai else (None if arm.variant == BASELINE else BASELINE)
         return {
-            "schema_version": REQUEST_SCHEMA_VERSION, "run_id": self.run_id, "seq": seq,
-            "warmup": job.warmup, "route": job.route, "prompt_index": job.prompt_index,
-            "sample_index": job.sample_index, "variant": job.arm.variant,
-            "model": job.arm.model, "mode": job.arm.mode, "speculative": job.arm.speculative,
-            "draft_model": job.arm.draft_model, "num_speculative_tokens": job.arm.k,
-            "temperature": job.temperature, "top_p": job.top_p, "top_k": job.top_k,
-            "seed": job.seed, "max_tokens": job.max_tokens, "load": job.load,
-            "concurrency": job.concurrency, "request_rate": job.request_rate,
-            "request_id": job.request_id, "send_time_unix": out.send_time_unix,
-            "prompt_tokens": f.get("prompt_tokens"), "completion_tokens": n,
-            "ttft_ms": ttft, "latency_ms": latency, "tpot_ms": tpot, "tokens_per_second": tps,
-            "accepted_tokens": f.get("accepted_tokens"), "draft_tokens": f.get("draft_tokens"),
-            "rounds": f.get("rounds"), "server_ttft_ms": ns_ms(f.get("server_ttft_ns")),
+            "schema_version": REQUEST_SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "seq": seq,
+            "warmup": job.warmup,
+            "route": job.route,
+            "prompt_index": job.prompt_index,
+            "sample_index": job.sample_index,
+            "variant": job.arm.variant,
+            "model": job.arm.model,
+            "mode": job.arm.mode,
+            "speculative": job.arm.speculative,
+            "draft_model": job.arm.draft_model,
+            "num_speculative_tokens": job.arm.k,
+            "temperature": job.temperature,
+            "top_p": job.top_p,
+            "top_k": job.top_k,
+            "seed": job.seed,
+            "max_tokens": job.max_tokens,
+            "load": job.load,
+            "concurrency": job.concurrency,
+            "request_rate": job.request_rate,
+            "request_id": job.request_id,
+            "send_time_unix": out.send_time_unix,
+            "prompt_tokens": f.get("prompt_tokens"),
+            "completion_tokens": n,
+            "ttft_ms": ttft,
+            "latency_ms": latency,
+            "tpot_ms": tpot,
+            "tokens_per_second": tps,
+            "accepted_tokens": f.get("accepted_tokens"),
+            "draft_tokens": f.get("draft_tokens"),
+            "rounds": f.get("rounds"),
+            "server_ttft_ms": ns_ms(f.get("server_ttft_ns")),
             "prefix_reused_tokens": _reused(f.get("prefix_reused_tokens")),
             "server_total_ms": ns_ms(f.get("server_total_ns")),
-            "served_variant": f.get("variant"), "fallback": f.get("fallback"),
-            "error": out.error, "incident": out.incident, "text_hash": text_hash(out.text),
+            "served_variant": f.get("variant"),
+            "fallback": f.get("fallback"),
+            "error": out.error,
+            "incident": out.incident,
+            "text_hash": text_hash(out.text),
             # OpenAI streams carry text, not token ids
             "output_ids_hash": None if arm.openai else ids_hash(out.ids),
-            "output_text": out.text, "quality": quality,
+            "output_text": out.text,
+            "quality": quality,
             "client_overhead_ms": out.overhead_ns / 1e6,
             "client_overhead_wall_ms": out.overhead_wall_ns / 1e6,
             "send_lag_ms": None if out.send_lag_ns is None else out.send_lag_ns / 1e6,
             "responses": out.responses,
-            "arm_kind": "openai" if arm.openai else "triton", "pairs_with": pairs_with,
-            "acceptance_source": f.get("acceptance_source", "response" if arm.speculative
-                                       and not arm.openai else None),
+            "arm_kind": "openai" if arm.openai else "triton",
+            "pairs_with": pairs_with,
+            "acceptance_source": f.get(
+                "acceptance_source", "response" if arm.speculative and not arm.openai else None
+            ),
             "acceptance_note": f.get("acceptance_note"),
             "accepted_per_position": f.get("accepted_per_position"),
             "finish_reason": f.get("finish_reason"),
@@ -418,8 +497,14 @@ def _abba(arms: list[Arm], sample_index: int) -> list[Arm]:
 
 
 class _Run:
-    def __init__(self, plan: BenchPlan, run_dir: Path, run_id: str,
-                 progress: Callable[[str], None], bars: RouteBars | None = None) -> None:
+    def __init__(
+        self,
+        plan: BenchPlan,
+        run_dir: Path,
+        run_id: str,
+        progress: Callable[[str], None],
+        bars: RouteBars | None = None,
+    ) -> None:
         self.plan, self.run_dir, self.run_id, self.progress = plan, run_dir, run_id, progress
         self.stop = threading.Event()
         self.tokenizer = None
@@ -427,9 +512,13 @@ class _Run:
         if triton and any(it.get("messages") for r in plan.routes for it in r.items):
             self.tokenizer = load_tokenizer(plan.tokenizer_dir)
         # external arms send `messages` as they are (the server renders them)
-        self.texts = {(r.name, i): (render_prompt(it, self.tokenizer) if triton
-                                    or it.get("prompt") is not None else "")
-                      for r in plan.routes for i, it in enumerate(r.items)}
+        self.texts = {
+            (r.name, i): (
+                render_prompt(it, self.tokenizer) if triton or it.get("prompt") is not None else ""
+            )
+            for r in plan.routes
+            for i, it in enumerate(r.items)
+        }
         self.external = ExternalArms(plan.arms)
         self._counter = 0
         self.memory: RequestLog | None = None  # opened once the run folder exists
@@ -453,22 +542,29 @@ class _Run:
         with self._lock:
             entry = self._incident_rows.get(id(incident))
             if entry is None:
-                entry = {**incident.as_dict(), "error": incident.message(),
-                         "model": incident.model or (outcome.job.arm.model if outcome else None),
-                         "route": outcome.job.route if outcome else None,
-                         "request_id": outcome.job.request_id if outcome else None,
-                         "requests_failed": 0}
+                entry = {
+                    **incident.as_dict(),
+                    "error": incident.message(),
+                    "model": incident.model or (outcome.job.arm.model if outcome else None),
+                    "route": outcome.job.route if outcome else None,
+                    "request_id": outcome.job.request_id if outcome else None,
+                    "requests_failed": 0,
+                }
                 self._incident_rows[id(incident)] = entry
                 self.incidents.append(entry)
             if outcome is not None:
                 entry["requests_failed"] += 1
                 if entry["route"] is None:
-                    entry.update(model=entry["model"] or outcome.job.arm.model,
-                                 route=outcome.job.route, request_id=outcome.job.request_id)
+                    entry.update(
+                        model=entry["model"] or outcome.job.arm.model,
+                        route=outcome.job.route,
+                        request_id=outcome.job.request_id,
+                    )
             return entry
 
-    def recovery(self, target: _Target, on_done: Callable[[Outcome], None]
-                 ) -> Callable[[Outcome], bool]:
+    def recovery(
+        self, target: _Target, on_done: Callable[[Outcome], None]
+    ) -> Callable[[Outcome], bool]:
         """A ``recover`` hook for run_jobs. A failure the infrastructure caused
         (a stub crash, a dead or silent server) is recorded as an error row
         marked ``incident`` — it counts in ``error_rate`` and the decision —
@@ -496,8 +592,16 @@ class _Run:
                 # reconnect backoff) to a server that is back: that incident's.
                 found = [watchdog.incidents[-1]]
             if not found and (unreachable or any(m in error for m in _RECOVERABLE)):
-                found = [watchdog.note(Incident("stub_unresponsive", outcome.job.arm.model,
-                                                None, f"stopped answering ({error})"))]
+                found = [
+                    watchdog.note(
+                        Incident(
+                            "stub_unresponsive",
+                            outcome.job.arm.model,
+                            None,
+                            f"stopped answering ({error})",
+                        )
+                    )
+                ]
             if not found:
                 return False
             incident = found[0]
@@ -512,9 +616,17 @@ class _Run:
 
         return recover
 
-    def _jobs(self, route: RouteSet, arms: list[Arm], load: tuple[str, int | None, float | None],
-              temperature: float, *, samples: list[int] | range | None, warmup: bool,
-              count: int | None = None) -> list[Job]:
+    def _jobs(
+        self,
+        route: RouteSet,
+        arms: list[Arm],
+        load: tuple[str, int | None, float | None],
+        temperature: float,
+        *,
+        samples: list[int] | range | None,
+        warmup: bool,
+        count: int | None = None,
+    ) -> list[Job]:
         s = self.plan.settings
         label, conc, rate = load
         n = count or (s.warmup_requests if warmup else (route.requests or s.requests_per_route))
@@ -525,19 +637,36 @@ class _Run:
             prompt_index = sample_index % len(route.items)
             for arm in _abba(arms, sample_index):
                 self._counter += 1
-                jobs.append(Job(
-                    route=route.name, prompt_index=prompt_index, sample_index=sample_index,
-                    item=item, text_input=self.texts[(route.name, prompt_index)],
-                    max_tokens=int(item.get("max_tokens") or route.max_tokens), arm=arm,
-                    temperature=temperature, top_p=s.top_p, top_k=s.top_k,
-                    seed=request_seed(s.seed, sample_index), load=label, concurrency=conc,
-                    request_rate=rate, warmup=warmup,
-                    prime=s.prefix_cache == WARM and not warmup,
-                    request_id=f"{self.run_id}-{'w' if warmup else 'm'}{self._counter}"))
+                jobs.append(
+                    Job(
+                        route=route.name,
+                        prompt_index=prompt_index,
+                        sample_index=sample_index,
+                        item=item,
+                        text_input=self.texts[(route.name, prompt_index)],
+                        max_tokens=int(item.get("max_tokens") or route.max_tokens),
+                        arm=arm,
+                        temperature=temperature,
+                        top_p=s.top_p,
+                        top_k=s.top_k,
+                        seed=request_seed(s.seed, sample_index),
+                        load=label,
+                        concurrency=conc,
+                        request_rate=rate,
+                        warmup=warmup,
+                        prime=s.prefix_cache == WARM and not warmup,
+                        request_id=f"{self.run_id}-{'w' if warmup else 'm'}{self._counter}",
+                    )
+                )
         return jobs
 
-    def phase(self, target: _Target, recorder: _Recorder, arms: list[Arm],
-              samples: list[int] | None = None) -> None:
+    def phase(
+        self,
+        target: _Target,
+        recorder: _Recorder,
+        arms: list[Arm],
+        samples: list[int] | None = None,
+    ) -> None:
         s = self.plan.settings
         for route in self.plan.routes:
             for load in s.loads():
@@ -548,77 +677,131 @@ class _Run:
                     warm = self._jobs(route, arms, load, temp, samples=None, warmup=True)
                     make_worker = self.external.worker_factory(target.url, s.request_timeout_s)
                     if warm:
-                        run_jobs(target.url, warm, workers=conc or 1, on_done=recorder.put,
-                                 stop=self.stop, request_timeout_s=s.request_timeout_s,
-                                 recover=self.recovery(target, recorder.put),
-                                 make_worker=make_worker)
+                        run_jobs(
+                            target.url,
+                            warm,
+                            workers=conc or 1,
+                            on_done=recorder.put,
+                            stop=self.stop,
+                            request_timeout_s=s.request_timeout_s,
+                            recover=self.recovery(target, recorder.put),
+                            make_worker=make_worker,
+                        )
                     assert self.memory is not None
-                    with self.external.cell_window(route.name, label, conc, temp, arms,
-                                                   record=self.memory.append):
+                    with self.external.cell_window(
+                        route.name, label, conc, temp, arms, record=self.memory.append
+                    ):
                         # External arms pair with their own baselines: they
                         # keep a fixed count (bench/until.py pairs with one).
                         if s.sequential is not None and samples is None and not self.external:
-                            self._until_decided(target, recorder, route, arms, load,
-                                                temperature=temp, plan=s.sequential,
-                                                make_worker=make_worker)
+                            self._until_decided(
+                                target,
+                                recorder,
+                                route,
+                                arms,
+                                load,
+                                temperature=temp,
+                                plan=s.sequential,
+                                make_worker=make_worker,
+                            )
                         else:
-                            jobs = self._jobs(route, arms, load, temp, samples=samples,
-                                              warmup=False)
-                            self.progress(f"bench: route={route.name} {label} T={temp:g} "
-                                          f"{len(jobs)} requests over {len(arms)} arm(s)")
+                            jobs = self._jobs(
+                                route, arms, load, temp, samples=samples, warmup=False
+                            )
+                            self.progress(
+                                f"bench: route={route.name} {label} T={temp:g} "
+                                f"{len(jobs)} requests over {len(arms)} arm(s)"
+                            )
                             self._send(target, recorder, jobs, load, make_worker=make_worker)
                     mem, kind = server_memory(target.metrics_url, target.server_pid)
-                    self.memory.append({"route": route.name, "load": label,
-                                        "temperature": temp, "variants": sorted(
-                                            {a.variant for a in arms}),
-                                        "bytes": mem, "kind": kind, "time": time.time()})
+                    self.memory.append(
+                        {
+                            "route": route.name,
+                            "load": label,
+                            "temperature": temp,
+                            "variants": sorted({a.variant for a in arms}),
+                            "bytes": mem,
+                            "kind": kind,
+                            "time": time.time(),
+                        }
+                    )
 
-
-    def _send(self, target: _Target, recorder: _Recorder, jobs: list[Job],
-              load: tuple[str, int | None, float | None], *,
-              also: Callable[[Outcome], None] | None = None,
-              make_worker: Callable[[], Any] | None = None) -> None:
+    def _send(
+        self,
+        target: _Target,
+        recorder: _Recorder,
+        jobs: list[Job],
+        load: tuple[str, int | None, float | None],
+        *,
+        also: Callable[[Outcome], None] | None = None,
+        make_worker: Callable[[], Any] | None = None,
+    ) -> None:
         s = self.plan.settings
         _label, conc, rate = load
-        schedule = (poisson_schedule(len(jobs), rate, s.seed) if rate else None)
+        schedule = poisson_schedule(len(jobs), rate, s.seed) if rate else None
 
         def done(out: Outcome) -> None:
             if also is not None:
                 also(out)
             recorder.put(out)
 
-        run_jobs(target.url, jobs, workers=conc or min(s.max_inflight, max(1, len(jobs))),
-                 on_done=done, stop=self.stop, request_timeout_s=s.request_timeout_s,
-                 schedule_s=schedule, recover=self.recovery(target, recorder.put),
-                 make_worker=make_worker)
+        run_jobs(
+            target.url,
+            jobs,
+            workers=conc or min(s.max_inflight, max(1, len(jobs))),
+            on_done=done,
+            stop=self.stop,
+            request_timeout_s=s.request_timeout_s,
+            schedule_s=schedule,
+            recover=self.recovery(target, recorder.put),
+            make_worker=make_worker,
+        )
 
-    def _until_decided(self, target: _Target, recorder: _Recorder, route: RouteSet,
-                       arms: list[Arm], load: tuple[str, int | None, float | None], *,
-                       temperature: float, plan: SequentialPlan,
-                       make_worker: Callable[[], Any] | None = None) -> None:
+    def _until_decided(
+        self,
+        target: _Target,
+        recorder: _Recorder,
+        route: RouteSet,
+        arms: list[Arm],
+        load: tuple[str, int | None, float | None],
+        *,
+        temperature: float,
+        plan: SequentialPlan,
+        make_worker: Callable[[], Any] | None = None,
+    ) -> None:
         """Batches of pairs until every variant arm of this block is decided
         (bench/until.py); where each stopped goes to run.json."""
         label = load[0]
         variants = [a for a in arms if a.variant != BASELINE]
         base = next((a for a in arms if a.variant == BASELINE), None)
         if base is None or not variants:
-            jobs = self._jobs(route, arms, load, temperature, samples=None, warmup=False,
-                              count=plan.maximum)
+            jobs = self._jobs(
+                route, arms, load, temperature, samples=None, warmup=False, count=plan.maximum
+            )
             self._send(target, recorder, jobs, load, make_worker=make_worker)
             return
-        self.progress(f"bench: route={route.name} {label} T={temperature:g} up to "
-                      f"{plan.maximum} pairs per arm over {len(arms)} arm(s), until decided")
+        self.progress(
+            f"bench: route={route.name} {label} T={temperature:g} up to "
+            f"{plan.maximum} pairs per arm over {len(arms)} arm(s), until decided"
+        )
         self.bars.route(f"{route.name} {label} T={temperature:g}", plan.maximum, len(variants))
         block = Block()
 
         def send(now: list[Arm], samples: range) -> None:
-            jobs = self._jobs(route, now, load, temperature, samples=samples, warmup=False,
-                              count=plan.maximum)
+            jobs = self._jobs(
+                route, now, load, temperature, samples=samples, warmup=False, count=plan.maximum
+            )
             self._send(target, recorder, jobs, load, also=block.record, make_worker=make_worker)
 
-        stops = run_block(plan, [base, *variants], float(self.plan.settings.decision[
-            "min_speedup"]), send=send, block=block, stopped=self.stop.is_set,
-            on_batch=self.bars.update)
+        stops = run_block(
+            plan,
+            [base, *variants],
+            float(self.plan.settings.decision["min_speedup"]),
+            send=send,
+            block=block,
+            stopped=self.stop.is_set,
+            on_batch=self.bars.update,
+        )
         if stops and max(st.pairs for st in stops) < plan.maximum:
             self.bars.finish_early()
         self.bars.close()
@@ -642,9 +825,11 @@ def _wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> str | N
             except InferenceServerException as exc:
                 problem = f"unreachable ({exc.message() if hasattr(exc, 'message') else exc})"
             if time.monotonic() > deadline:
-                raise BenchError(f"server at {url}: {problem}",
-                                 hint="start it with `trtspec serve SPEC` (all variants) or "
-                                      "let `trtspec bench` start it by leaving out --endpoint")
+                raise BenchError(
+                    f"server at {url}: {problem}",
+                    hint="start it with `trtspec serve SPEC` (all variants) or "
+                    "let `trtspec bench` start it by leaving out --endpoint",
+                )
             time.sleep(0.5)
     finally:
         client.close()
@@ -667,15 +852,16 @@ def _server_live(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def _serve(run: _Run, repo: Path, models: list[str] | None,
-           log_path: Path) -> Iterator[_Target]:
+def _serve(run: _Run, repo: Path, models: list[str] | None, log_path: Path) -> Iterator[_Target]:
     """A server this run owns, under a stub watchdog that restarts it on the
     same ports when a stub or the server dies (the log continues)."""
     from trtspec.serve import Server
 
     def said(incident: Incident) -> None:
-        run.progress(f"bench: {incident.message()}; {incident.action}"
-                     + (f" in {incident.recovery_s:.1f} s" if incident.recovery_s else ""))
+        run.progress(
+            f"bench: {incident.message()}; {incident.action}"
+            + (f" in {incident.recovery_s:.1f} s" if incident.recovery_s else "")
+        )
         run._incident(incident, None)
 
     server = Server(repo, models=models, log_path=log_path)
@@ -707,47 +893,82 @@ def client_stats(probe: LagProbe) -> dict[str, Any]:
     return probe.summary()
 
 
-def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
-                  metrics_url: str | None = None, repo: Path | None = None,
-                  variants: list[str] | None = None, routes: list[str] | None = None,
-                  concurrency: list[int] | None = None, request_rate: float | None = None,
-                  temperatures: list[float] | None = None,
-                  num_draft_tokens: list[int] | None = None, requests: int | None = None,
-                  warmup_requests: int | None = None, isolate: bool = False,
-                  tokenizer: Path | None = None, engines_root: Path = Path("engines"),
-                  request_timeout_s: float | None = None, plots: bool = True,
-                  external: list[str] | None = None, external_only: bool = False,
-                  progress: Callable[[str], None] | None = None,
-                  until_decided: bool = False, max_requests: int = DEFAULT_MAX_REQUESTS,
-                  prefix_cache: str = COLD, bars: RouteBars | None = None) -> RunResult:
+def run_benchmark(
+    spec: Any,
+    *,
+    output_dir: Path,
+    endpoint: str | None = None,
+    metrics_url: str | None = None,
+    repo: Path | None = None,
+    variants: list[str] | None = None,
+    routes: list[str] | None = None,
+    concurrency: list[int] | None = None,
+    request_rate: float | None = None,
+    temperatures: list[float] | None = None,
+    num_draft_tokens: list[int] | None = None,
+    requests: int | None = None,
+    warmup_requests: int | None = None,
+    isolate: bool = False,
+    tokenizer: Path | None = None,
+    engines_root: Path = Path("engines"),
+    request_timeout_s: float | None = None,
+    plots: bool = True,
+    external: list[str] | None = None,
+    external_only: bool = False,
+    progress: Callable[[str], None] | None = None,
+    until_decided: bool = False,
+    max_requests: int = DEFAULT_MAX_REQUESTS,
+    prefix_cache: str = COLD,
+    bars: RouteBars | None = None,
+) -> RunResult:
     """Bench ``spec`` (a ``Spec`` or a ready ``BenchPlan``) into ``output_dir``
     (the run folder). Without ``endpoint`` it serves ``repo`` (default
     ``triton_repo/<spec name>``) itself. Ctrl-C/SIGTERM stop the load, keep
     every completed request, render what is there and re-raise."""
-    plan = spec if isinstance(spec, BenchPlan) else plan_from_spec(
-        spec, variants=variants, routes=routes, concurrency=concurrency,
-        request_rate=request_rate, temperatures=temperatures,
-        num_draft_tokens=num_draft_tokens, requests=requests,
-        warmup_requests=warmup_requests, tokenizer=tokenizer, engines_root=engines_root,
-        external=external, external_only=external_only,
-        until_decided=until_decided and not isolate, max_requests=max_requests)
+    plan = (
+        spec
+        if isinstance(spec, BenchPlan)
+        else plan_from_spec(
+            spec,
+            variants=variants,
+            routes=routes,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            temperatures=temperatures,
+            num_draft_tokens=num_draft_tokens,
+            requests=requests,
+            warmup_requests=warmup_requests,
+            tokenizer=tokenizer,
+            engines_root=engines_root,
+            external=external,
+            external_only=external_only,
+            until_decided=until_decided and not isolate,
+            max_requests=max_requests,
+        )
+    )
     if request_timeout_s is not None:
         plan.settings.request_timeout_s = request_timeout_s
     if prefix_cache not in POLICIES:
-        raise BenchError(f"--prefix-cache: unknown policy {prefix_cache!r}",
-                         hint="use one of: " + ", ".join(POLICIES))
+        raise BenchError(
+            f"--prefix-cache: unknown policy {prefix_cache!r}",
+            hint="use one of: " + ", ".join(POLICIES),
+        )
     plan.settings.prefix_cache = prefix_cache
     say = progress or (lambda _m: None)
     triton = any(a.openai is None for a in plan.arms)
     if isolate and endpoint:
-        raise BenchError("--isolate starts one server per variant and cannot use --endpoint",
-                         hint="leave out --endpoint, or leave out --isolate")
+        raise BenchError(
+            "--isolate starts one server per variant and cannot use --endpoint",
+            hint="leave out --endpoint, or leave out --isolate",
+        )
     run_dir = Path(output_dir)
     # prompts are rendered (tokenizer loaded) before anything is written
     run = _Run(plan, run_dir, run_dir.name or uuid.uuid4().hex[:8], say, bars)
     if (run_dir / REQUESTS_FILE).exists():
-        raise BenchError(f"{run_dir}: already holds a run ({REQUESTS_FILE} exists)",
-                         hint="choose a new --run-dir, or delete the old run first")
+        raise BenchError(
+            f"{run_dir}: already holds a run ({REQUESTS_FILE} exists)",
+            hint="choose a new --run-dir, or delete the old run first",
+        )
     if run.external:
         run.external.check_ready(say)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -758,24 +979,38 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
     if parity.get("repo"):
         repo = Path(parity["repo"])
     run_info: dict[str, Any] = {
-        "run_id": run_id, "git_commit": git_commit(Path(__file__).parent),
+        "run_id": run_id,
+        "git_commit": git_commit(Path(__file__).parent),
         "spec": {"name": plan.spec_name, "hash": plan.spec_hash, "path": plan.spec_path},
         **environment_info(),
-        "server": {"endpoint": endpoint if triton else None,
-                   "repo": None if endpoint or not triton else str(repo), "isolate": isolate},
-        "external": run.external.info([r.name for r in plan.routes
-                                       if any(it.get("messages") for it in r.items)]),
+        "server": {
+            "endpoint": endpoint if triton else None,
+            "repo": None if endpoint or not triton else str(repo),
+            "isolate": isolate,
+        },
+        "external": run.external.info(
+            [r.name for r in plan.routes if any(it.get("messages") for it in r.items)]
+        ),
         "prefix_cache": parity,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "complete": False,
-        "settings": {**plan.settings.settings_dict(),
-                     "routes": {r.name: {"prompts": str(r.path), "max_tokens": r.max_tokens,
-                                         "checks": r.checks, "requests": r.requests}
-                                for r in plan.routes},
-                     "arms": [a.label for a in plan.arms]},
+        "settings": {
+            **plan.settings.settings_dict(),
+            "routes": {
+                r.name: {
+                    "prompts": str(r.path),
+                    "max_tokens": r.max_tokens,
+                    "checks": r.checks,
+                    "requests": r.requests,
+                }
+                for r in plan.routes
+            },
+            "arms": [a.label for a in plan.arms],
+        },
     }
-    run_info["fingerprint"] = _fingerprint(spec, plan, engines_root,
-                                           None if endpoint else repo, say)
+    run_info["fingerprint"] = _fingerprint(
+        spec, plan, engines_root, None if endpoint else repo, say
+    )
     atomic_write_json(run_dir / RUN_FILE, run_info)
     run.memory = RequestLog(run_dir / METRICS_FILE)
     interrupted = False
@@ -811,8 +1046,9 @@ def run_benchmark(spec: Any, *, output_dir: Path, endpoint: str | None = None,
             run_info["sequential_stops"] = run.stops
             run.bars.close()
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            run_info["complete"] = (not interrupted and recorder.error is None
-                                    and run.incomplete_reason is None)
+            run_info["complete"] = (
+                not interrupted and recorder.error is None and run.incomplete_reason is None
+            )
             run_info["incomplete_reason"] = run.incomplete_reason
             try:
                 atomic_write_json(run_dir / RUN_FILE, run_info)
@@ -836,12 +1072,19 @@ def _write_failed(exc: OSError, count: int, path: Path) -> BenchError:
     """The error for a run stopped because a request row could not be written."""
     known = os_error(exc)
     head = known.message if known else f"{exc.filename}: {exc.strerror}"
-    return BenchError(f"{head}; the run stopped, and the {count} requests recorded before "
-                      f"stay in {path}", hint=known.hint if known else None)
+    return BenchError(
+        f"{head}; the run stopped, and the {count} requests recorded before stay in {path}",
+        hint=known.hint if known else None,
+    )
 
 
-def _fingerprint(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | None,
-                 say: Callable[[str], None] = lambda _m: None) -> dict[str, Any] | None:
+def _fingerprint(
+    spec: Any,
+    plan: BenchPlan,
+    engines_root: Path,
+    repo: Path | None,
+    say: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any] | None:
     """What this run measures (trtspec.fingerprint); ``None`` for a ready
     ``BenchPlan``, which carries no spec to identify."""
     from trtspec.spec import Spec
@@ -857,21 +1100,29 @@ def _fingerprint(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | No
         return None
 
 
-def _measure(spec: Any, plan: BenchPlan, engines_root: Path,
-             repo: Path | None) -> dict[str, Any]:
+def _measure(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | None) -> dict[str, Any]:
     from trtspec import fingerprint
 
     s = plan.settings
-    sampling = {"temperatures": list(s.temperatures), "top_p": s.top_p, "top_k": s.top_k,
-                "seed": s.seed}
-    return fingerprint.measure(spec, engines_root,
-                               routes={r.name: (r.path, r.max_tokens) for r in plan.routes},
-                               sampling=sampling, tokenizer_dir=plan.tokenizer_dir,
-                               repository=repo)
+    sampling = {
+        "temperatures": list(s.temperatures),
+        "top_p": s.top_p,
+        "top_k": s.top_k,
+        "seed": s.seed,
+    }
+    return fingerprint.measure(
+        spec,
+        engines_root,
+        routes={r.name: (r.path, r.max_tokens) for r in plan.routes},
+        sampling=sampling,
+        tokenizer_dir=plan.tokenizer_dir,
+        repository=repo,
+    )
 
 
-def _cache_parity(plan: BenchPlan, repo: Path, run_dir: Path, endpoint: str | None,
-                  say: Callable[[str], None]) -> dict[str, Any]:
+def _cache_parity(
+    plan: BenchPlan, repo: Path, run_dir: Path, endpoint: str | None, say: Callable[[str], None]
+) -> dict[str, Any]:
     """Apply the run's --prefix-cache policy before anything is served; what
     was done goes to run.json (and summary.json)."""
     from trtspec.serve.manifest import MANIFEST_NAME, resolve_repo
@@ -886,8 +1137,10 @@ def _cache_parity(plan: BenchPlan, repo: Path, run_dir: Path, endpoint: str | No
         return out
     if endpoint:
         out["enforced"] = False
-        say("bench: --prefix-cache cold cannot give arms their own engine models on a server "
-            "trtspec did not start; prefix_reused_tokens in the report shows any difference")
+        say(
+            "bench: --prefix-cache cold cannot give arms their own engine models on a server "
+            "trtspec did not start; prefix_reused_tokens in the report shows any difference"
+        )
         return out
     source = resolve_repo(repo) if repo.is_dir() else repo
     if not (source / MANIFEST_NAME).is_file():
@@ -900,11 +1153,16 @@ def _cache_parity(plan: BenchPlan, repo: Path, run_dir: Path, endpoint: str | No
     dest = run_dir / "parity_repo"
     arms = parity_repo(source, plan.arms, dest)
     out["repo"] = str(dest)
-    out["own_engine_models"] = {a.label: a.model for a, b in zip(arms, plan.arms, strict=True)
-                                if a.model != b.model}
-    say("bench: --prefix-cache cold: " + "; ".join(
-        f"{engine} is shared by {', '.join(labels)}" for engine, labels in shared.items())
-        + f" — serving a copy with one engine model per arm ({dest})")
+    out["own_engine_models"] = {
+        a.label: a.model for a, b in zip(arms, plan.arms, strict=True) if a.model != b.model
+    }
+    say(
+        "bench: --prefix-cache cold: "
+        + "; ".join(
+            f"{engine} is shared by {', '.join(labels)}" for engine, labels in shared.items()
+        )
+        + f" — serving a copy with one engine model per arm ({dest})"
+    )
     plan.arms = arms
     return out
 

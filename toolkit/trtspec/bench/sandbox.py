@@ -51,8 +51,7 @@ TEST_FILE = "test_solution.py"
 NAMESPACES, LIMITS_ONLY = "namespaces", "limits only"
 _MARK = "trtspec-sandbox: "
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+?)(?: - .*)?$", re.M)
-_SUMMARY = re.compile(r"^=*\s*(.*\b(?:passed|failed|error|errors|no tests ran)\b.*?)\s*=*$",
-                      re.M)
+_SUMMARY = re.compile(r"^=*\s*(.*\b(?:passed|failed|error|errors|no tests ran)\b.*?)\s*=*$", re.M)
 
 # linux/sched.h and linux/mount.h
 _CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
@@ -71,13 +70,20 @@ class PytestOutcome:
 
 def child_env(folder: Path) -> dict[str, str]:
     """The child's whole environment: nothing inherited but a fixed PATH."""
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(folder),
-            "TMPDIR": str(folder / "tmp"), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(folder),
+        "TMPDIR": str(folder / "tmp"),
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
 
 
-def run_pytest(code: str, tests: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-               cpu_s: int = DEFAULT_CPU_S) -> PytestOutcome:
+def run_pytest(
+    code: str, tests: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, cpu_s: int = DEFAULT_CPU_S
+) -> PytestOutcome:
     """Run ``tests`` against ``code`` in a contained child; see the module doc.
     ``timeout_s`` bounds wall-clock time, ``cpu_s`` the CPU seconds it may use."""
     folder = Path(tempfile.mkdtemp(prefix="trtspec-pytest-"))
@@ -89,17 +95,26 @@ def run_pytest(code: str, tests: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         argv = [sys.executable, "-m", "trtspec.bench.sandbox", str(folder), str(max(1, cpu_s))]
         env = {**child_env(folder), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-        proc = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True, errors="replace")
+        proc = subprocess.Popen(
+            argv,
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+        )
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
-            return PytestOutcome("timeout", summary=f"timed out after {timeout_s:g}s",
-                                 containment=_containment(out))
+            return PytestOutcome(
+                "timeout", summary=f"timed out after {timeout_s:g}s", containment=_containment(out)
+            )
         finally:
             with contextlib.suppress(ProcessLookupError):  # stray grandchildren
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -125,14 +140,16 @@ def _outcome(code: int, out: str) -> PytestOutcome:
 
 # -- the child ----------------------------------------------------------------------------
 
+
 def _limit(cpu_s: int) -> None:
     # CPU: SIGXCPU at the soft limit, SIGKILL a second later should it be caught
-    for which, soft, hard in ((resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
-                              (resource.RLIMIT_AS, MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES),
-                              (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT_BYTES,
-                               FILE_SIZE_LIMIT_BYTES),
-                              (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT, OPEN_FILES_LIMIT),
-                              (resource.RLIMIT_CORE, 0, 0)):
+    for which, soft, hard in (
+        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
+        (resource.RLIMIT_AS, MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES),
+        (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES),
+        (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT, OPEN_FILES_LIMIT),
+        (resource.RLIMIT_CORE, 0, 0),
+    ):
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(which, (soft, hard))
 
@@ -188,9 +205,22 @@ def _drop_privileges() -> None:
 def _exec_pytest(folder: Path, cpu_s: int) -> None:
     _limit(cpu_s)
     os.chdir(folder)
-    os.execve(sys.executable, [sys.executable, "-m", "pytest", "-q", "-rfE", "-p",
-                               "no:cacheprovider", "-c", str(folder / "pytest.ini"),
-                               TEST_FILE], child_env(folder))
+    os.execve(
+        sys.executable,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rfE",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(folder / "pytest.ini"),
+            TEST_FILE,
+        ],
+        child_env(folder),
+    )
 
 
 def main(argv: list[str]) -> None:  # pragma: no cover - runs in the contained child

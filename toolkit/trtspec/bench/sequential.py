@@ -46,8 +46,7 @@ def t_quantile(p: float, df: int) -> float:
 
     if not 0.5 < p < 1.0 or df < 1:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    log_norm = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2)
-                - 0.5 * math.log(df * math.pi))
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
 
     def cdf(x: float) -> float:
         # substitution t = x*u keeps the grid dense near 0 for any x
@@ -67,15 +66,21 @@ def t_quantile(p: float, df: int) -> float:
     return (lo + hi) / 2
 
 
-def paired_ratio_interval(baseline: Sequence[float | None], variant: Sequence[float | None],
-                          confidence: float = 1 - DEFAULT_ALPHA) -> SpeedupEstimate | None:
+def paired_ratio_interval(
+    baseline: Sequence[float | None],
+    variant: Sequence[float | None],
+    confidence: float = 1 - DEFAULT_ALPHA,
+) -> SpeedupEstimate | None:
     """Speedup = exp(mean log(baseline[i]/variant[i])) over usable pairs, with
     the t interval at ``confidence``; ``None`` without a usable pair. One pair
     gives a point with no width (nothing to estimate a spread from)."""
     if len(baseline) != len(variant):
         raise ValueError("paired_ratio_interval needs two sequences of the same length")
-    logs = [math.log(b / v) for b, v in zip(baseline, variant, strict=True)
-            if b is not None and v is not None and b > 0 and v > 0]
+    logs = [
+        math.log(b / v)
+        for b, v in zip(baseline, variant, strict=True)
+        if b is not None and v is not None and b > 0 and v > 0
+    ]
     n = len(logs)
     if n == 0:
         return None
@@ -125,15 +130,25 @@ class SequentialPlan:
         return 1.0 - self.alpha / self.looks
 
     def as_dict(self) -> dict[str, float | int]:
-        return {"first": self.first, "batch": self.batch, "maximum": self.maximum,
-                "alpha": self.alpha, "looks": self.looks, "confidence": self.confidence}
+        return {
+            "first": self.first,
+            "batch": self.batch,
+            "maximum": self.maximum,
+            "alpha": self.alpha,
+            "looks": self.looks,
+            "confidence": self.confidence,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SequentialPlan | None:
         if not data:
             return None
-        return cls(first=int(data["first"]), batch=int(data["batch"]),
-                   maximum=int(data["maximum"]), alpha=float(data["alpha"]))
+        return cls(
+            first=int(data["first"]),
+            batch=int(data["batch"]),
+            maximum=int(data["maximum"]),
+            alpha=float(data["alpha"]),
+        )
 
 
 def verdict(est: SpeedupEstimate | None, min_speedup: float) -> str:
@@ -155,24 +170,27 @@ def next_size(plan: SequentialPlan, done: int) -> int | None:
     return None
 
 
-def look(plan: SequentialPlan, baseline: Sequence[float | None],
-         variant: Sequence[float | None], min_speedup: float
-         ) -> tuple[str, SpeedupEstimate | None]:
+def look(
+    plan: SequentialPlan,
+    baseline: Sequence[float | None],
+    variant: Sequence[float | None],
+    min_speedup: float,
+) -> tuple[str, SpeedupEstimate | None]:
     """One look at a cell's paired costs so far (in sample order)."""
     est = paired_ratio_interval(baseline, variant, plan.confidence)
     return verdict(est, min_speedup), est
 
 
-def simulate(plan: SequentialPlan, pairs: Sequence[tuple[float, float]],
-             min_speedup: float) -> tuple[str, int]:
+def simulate(
+    plan: SequentialPlan, pairs: Sequence[tuple[float, float]], min_speedup: float
+) -> tuple[str, int]:
     """Run ``plan`` over a stream of (baseline, variant) costs, looking at
     each of its sizes: (verdict, pairs used). What the runner does, minus the
     server; the unit tests measure its error rate with it."""
     for size in plan.sizes:
         if size > len(pairs):
             break
-        got, _ = look(plan, [b for b, _ in pairs[:size]], [v for _, v in pairs[:size]],
-                      min_speedup)
+        got, _ = look(plan, [b for b, _ in pairs[:size]], [v for _, v in pairs[:size]], min_speedup)
         if got != UNDECIDED:
             return got, size
     return UNDECIDED, min(len(pairs), plan.maximum)

@@ -60,8 +60,13 @@ def _same_output(b: dict[str, Any], v: dict[str, Any]) -> bool:
 
 
 def cell_key(row: dict[str, Any]) -> CellKey:
-    return (row["route"], row["variant"], row.get("num_speculative_tokens"),
-            str(row.get("load")), float(row.get("temperature") or 0.0))
+    return (
+        row["route"],
+        row["variant"],
+        row.get("num_speculative_tokens"),
+        str(row.get("load")),
+        float(row.get("temperature") or 0.0),
+    )
 
 
 def _ok(row: dict[str, Any]) -> bool:
@@ -90,13 +95,20 @@ def _aggregate_tps(rows: list[dict[str, Any]]) -> float | None:
     return _sum(timed, "completion_tokens") / span if span > 0 else None
 
 
-def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any]] | None,
-                   *, confidence: float = 0.95) -> dict[str, Any]:
+def summarize_cell(
+    rows: list[dict[str, Any]],
+    baseline_rows: list[dict[str, Any]] | None,
+    *,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
     first = rows[0]
     ok = [r for r in rows if _ok(r)]
     errors = len(rows) - len(ok)
-    drafted, accepted, rounds = (_sum(ok, "draft_tokens"), _sum(ok, "accepted_tokens"),
-                                 _sum(ok, "rounds"))
+    drafted, accepted, rounds = (
+        _sum(ok, "draft_tokens"),
+        _sum(ok, "accepted_tokens"),
+        _sum(ok, "rounds"),
+    )
     completions = [r["completion_tokens"] for r in ok if r.get("completion_tokens") is not None]
     median_completion = stats.percentile(completions, 50)
     qualities = [quality_passed(r.get("quality")) for r in ok]
@@ -135,12 +147,16 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
         "latency_ms": stats.distribution([r.get("latency_ms") for r in ok]),
         "tpot_ms": stats.distribution([r.get("tpot_ms") for r in ok]),
         "tokens_per_second": {
-            **{k: v for k, v in stats.distribution(
-                [r.get("tokens_per_second") for r in ok]).items() if k in ("p50", "mean")},
+            **{
+                k: v
+                for k, v in stats.distribution([r.get("tokens_per_second") for r in ok]).items()
+                if k in ("p50", "mean")
+            },
             "aggregate": _aggregate_tps(ok),
         },
-        "prompt_tokens_mean": (sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok)
-                               if ok else None),
+        "prompt_tokens_mean": (
+            sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok) if ok else None
+        ),
         "completion_tokens_median": median_completion,
         "short_output": median_completion is not None and median_completion < SHORT_OUTPUT_TOKENS,
         "draft_tokens": drafted,
@@ -163,20 +179,27 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
     }
     if baseline_rows is not None:
         by_sample = {r.get("sample_index"): r for r in baseline_rows}
-        pairs = [(by_sample[r.get("sample_index")], r) for r in rows
-                 if r.get("sample_index") in by_sample]
+        pairs = [
+            (by_sample[r.get("sample_index")], r)
+            for r in rows
+            if r.get("sample_index") in by_sample
+        ]
         costs = [(_cost(b), _cost(v)) for b, v in pairs]
         usable = [(b, v) for b, v in costs if b is not None and v is not None]
-        est = paired_ratio_interval([b for b, _ in usable], [v for _, v in usable],
-                                    confidence)
+        est = paired_ratio_interval([b for b, _ in usable], [v for _, v in usable], confidence)
         cell["speedup"] = est.as_dict() if est else None
         cell["pairs"] = len(usable)
         # Prompts whose two rows started from different cache states: the
         # speedup of those pairs mixes speculation with cache luck.
-        differs = [r.get("sample_index") for b, r in pairs
-                   if _ok(b) and _ok(r) and b.get("prefix_reused_tokens") is not None
-                   and r.get("prefix_reused_tokens") is not None
-                   and b["prefix_reused_tokens"] != r["prefix_reused_tokens"]]
+        differs = [
+            r.get("sample_index")
+            for b, r in pairs
+            if _ok(b)
+            and _ok(r)
+            and b.get("prefix_reused_tokens") is not None
+            and r.get("prefix_reused_tokens") is not None
+            and b["prefix_reused_tokens"] != r["prefix_reused_tokens"]
+        ]
         cell["cache_state_differs"] = len(differs)
         cell["cache_state_differs_samples"] = differs[:20]
         if cell["temperature"] == 0.0:
@@ -184,15 +207,18 @@ def summarize_cell(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any
             equal = sum(1 for b, v in both_ok if _same_output(b, v))
             cell["equal_rate"] = stats.rate(equal, len(both_ok))
         base_ok = [r for r in baseline_rows if _ok(r)]
-        base_p95 = stats.percentile([r["latency_ms"] for r in base_ok
-                                     if r.get("latency_ms") is not None], 95)
+        base_p95 = stats.percentile(
+            [r["latency_ms"] for r in base_ok if r.get("latency_ms") is not None], 95
+        )
         var_p95 = cell["latency_ms"]["p95"]
         if base_p95 and var_p95 is not None:
             cell["p95_latency_regression"] = var_p95 / base_p95 - 1.0
-        base_judged = [q for q in (quality_passed(r.get("quality")) for r in base_ok)
-                       if q is not None]
-        cell["baseline_quality_pass_rate"] = stats.rate(sum(1 for q in base_judged if q),
-                                                        len(base_judged))
+        base_judged = [
+            q for q in (quality_passed(r.get("quality")) for r in base_ok) if q is not None
+        ]
+        cell["baseline_quality_pass_rate"] = stats.rate(
+            sum(1 for q in base_judged if q), len(base_judged)
+        )
     return cell
 
 
@@ -201,8 +227,7 @@ def _mean_reused(rows: list[dict[str, Any]]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def summarize_rows(rows: list[dict[str, Any]], *,
-                   confidence: float = 0.95) -> list[dict[str, Any]]:
+def summarize_rows(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> list[dict[str, Any]]:
     """All cells, in the order their first row appears (measured rows only)."""
     groups: dict[CellKey, list[dict[str, Any]]] = {}
     for row in rows:
@@ -217,15 +242,23 @@ def summarize_rows(rows: list[dict[str, Any]], *,
         cells.append(summarize_cell(group, base, confidence=confidence))
     # route, load and variant in order of first appearance; Triton arms before
     # external ones, baselines first in each block
-    order = {name: {v: i for i, v in enumerate(dict.fromkeys(k[n] for k in groups))}
-             for n, name in enumerate(("route", "variant", "k", "load"))}
+    order = {
+        name: {v: i for i, v in enumerate(dict.fromkeys(k[n] for k in groups))}
+        for n, name in enumerate(("route", "variant", "k", "load"))
+    }
 
     def position(c: dict[str, Any]) -> tuple[Any, ...]:
         k = c.get("num_speculative_tokens")
-        return (order["route"][c["route"]], order["load"][c["load"]], c["temperature"],
-                c["arm_kind"] == "openai", c["pairs_with"] is not None,
-                order["variant"][c["variant"]],
-                -1 if k is None else int(k))
+        return (
+            order["route"][c["route"]],
+            order["load"][c["load"]],
+            c["temperature"],
+            c["arm_kind"] == "openai",
+            c["pairs_with"] is not None,
+            order["variant"][c["variant"]],
+            -1 if k is None else int(k),
+        )
+
     return sorted(cells, key=position)
 
 
@@ -233,11 +266,15 @@ def attach_memory(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) ->
     """Server memory per cell: the largest sample taken while the cell's
     route/load/temperature block ran on a server serving that variant."""
     for cell in cells:
-        vals = [s["bytes"] for s in samples
-                if s.get("route") == cell["route"] and str(s.get("load")) == cell["load"]
-                and float(s.get("temperature") or 0) == cell["temperature"]
-                and cell["variant"] in (s.get("variants") or [cell["variant"]])
-                and s.get("bytes") is not None]
+        vals = [
+            s["bytes"]
+            for s in samples
+            if s.get("route") == cell["route"]
+            and str(s.get("load")) == cell["load"]
+            and float(s.get("temperature") or 0) == cell["temperature"]
+            and cell["variant"] in (s.get("variants") or [cell["variant"]])
+            and s.get("bytes") is not None
+        ]
         kinds = {s.get("kind") for s in samples if s.get("route") == cell["route"]}
         cell["server_memory_bytes"] = max(vals) if vals else None
         cell["server_memory_kind"] = next(iter(kinds)) if len(kinds) == 1 else None
@@ -249,10 +286,19 @@ def attach_stops(cells: list[dict[str, Any]], stops: list[dict[str, Any]]) -> No
     ``pairs_sent`` pairs; absent on fixed-count runs."""
     for cell in cells:
         for st in stops:
-            if (st.get("route"), st.get("variant"), st.get("num_speculative_tokens"),
-                    str(st.get("load")), float(st.get("temperature") or 0.0)) == (
-                    cell["route"], cell["variant"], cell.get("num_speculative_tokens"),
-                    cell["load"], cell["temperature"]):
+            if (
+                st.get("route"),
+                st.get("variant"),
+                st.get("num_speculative_tokens"),
+                str(st.get("load")),
+                float(st.get("temperature") or 0.0),
+            ) == (
+                cell["route"],
+                cell["variant"],
+                cell.get("num_speculative_tokens"),
+                cell["load"],
+                cell["temperature"],
+            ):
                 cell["stop"] = st.get("verdict")
                 cell["pairs_sent"] = st.get("pairs_sent")
 
@@ -275,8 +321,14 @@ def read_jsonl_loose(path: Path) -> list[dict[str, Any]]:
 
 def git_commit(start: Path | None = None) -> str | None:
     try:
-        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=start or Path.cwd(),
-                              capture_output=True, text=True, timeout=5, check=False)
+        proc = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=start or Path.cwd(),
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() or None if proc.returncode == 0 else None
@@ -315,8 +367,11 @@ def environment_info() -> dict[str, Any]:
     }
 
 
-def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
-                  memory_samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def build_summary(
+    rows: list[dict[str, Any]],
+    run_info: dict[str, Any],
+    memory_samples: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The whole ``summary.json`` document (decisions included)."""
     from trtspec.bench.decide import decide
 
@@ -351,10 +406,13 @@ def build_summary(rows: list[dict[str, Any]], run_info: dict[str, Any],
         "complete": bool(run_info.get("complete")),
         "incomplete_reason": run_info.get("incomplete_reason"),
         "settings": {**settings, "decision": decision},
-        "totals": {"requests": len(measured), "errors": failed,
-                   "error_rate": stats.rate(failed, len(measured)),
-                   "incidents": sum(1 for r in measured if r.get("incident")),
-                   "warmup_requests": len(rows) - len(measured)},
+        "totals": {
+            "requests": len(measured),
+            "errors": failed,
+            "error_rate": stats.rate(failed, len(measured)),
+            "incidents": sum(1 for r in measured if r.get("incident")),
+            "warmup_requests": len(rows) - len(measured),
+        },
         "client": client_summary(measured, run_info.get("client") or {}),
         # Stub crashes and server restarts: every request one of them failed is
         # an error row (``incident`` set) in the counts above, then sent again.
@@ -375,8 +433,9 @@ def client_summary(rows: list[dict[str, Any]], probe: dict[str, Any]) -> dict[st
     """The client's own cost (from the rows) and its lag probe (from
     ``run.json``), with warnings where either could distort the numbers."""
     overhead = [r["client_overhead_ms"] for r in rows if r.get("client_overhead_ms") is not None]
-    overhead_wall = [r["client_overhead_wall_ms"] for r in rows
-                     if r.get("client_overhead_wall_ms") is not None]
+    overhead_wall = [
+        r["client_overhead_wall_ms"] for r in rows if r.get("client_overhead_wall_ms") is not None
+    ]
     send_lag = [r["send_lag_ms"] for r in rows if r.get("send_lag_ms") is not None]
     out: dict[str, Any] = {
         "overhead_ms_p50": stats.percentile(overhead, 50),
@@ -391,22 +450,31 @@ def client_summary(rows: list[dict[str, Any]], probe: dict[str, Any]) -> dict[st
     warnings: list[str] = out["warnings"]
     lag95 = probe.get("lag_ms_p95")
     if lag95 is not None and lag95 > LAG_WARN_MS:
-        warnings.append(f"client threads woke {lag95:.1f} ms late (p95 of a 10 ms sleep): the "
-                        "client machine is CPU-starved, so client-side times may be inflated")
+        warnings.append(
+            f"client threads woke {lag95:.1f} ms late (p95 of a 10 ms sleep): the "
+            "client machine is CPU-starved, so client-side times may be inflated"
+        )
     # Our own CPU time as a share of the interval it could distort: each
     # request's end-to-end latency (a streamed request pays client cost for
     # every delta, spread over the whole request, not only before TTFT).
-    shares = [r["client_overhead_ms"] / r["latency_ms"] for r in rows
-              if r.get("client_overhead_ms") is not None and r.get("latency_ms")]
+    shares = [
+        r["client_overhead_ms"] / r["latency_ms"]
+        for r in rows
+        if r.get("client_overhead_ms") is not None and r.get("latency_ms")
+    ]
     out["overhead_share_p95"] = stats.percentile(shares, 95)
     share95 = out["overhead_share_p95"]
     if share95 is not None and share95 > OVERHEAD_WARN_FRACTION:
-        warnings.append(f"client CPU time is {share95:.1%} of a request's latency (p95), more "
-                        f"than {OVERHEAD_WARN_FRACTION:.0%}: client cost is a visible share "
-                        "of the timings")
+        warnings.append(
+            f"client CPU time is {share95:.1%} of a request's latency (p95), more "
+            f"than {OVERHEAD_WARN_FRACTION:.0%}: client cost is a visible share "
+            "of the timings"
+        )
     late = [v for v in send_lag if v > SEND_LAG_WARN_MS]
     if send_lag and len(late) > 0.01 * len(send_lag):
-        warnings.append(f"{len(late)} of {len(send_lag)} open-loop sends were more than "
-                        f"{SEND_LAG_WARN_MS:.0f} ms behind the Poisson schedule: the client "
-                        "could not sustain the requested rate")
+        warnings.append(
+            f"{len(late)} of {len(send_lag)} open-loop sends were more than "
+            f"{SEND_LAG_WARN_MS:.0f} ms behind the Poisson schedule: the client "
+            "could not sustain the requested rate"
+        )
     return out

@@ -38,8 +38,9 @@ class Block:
             return
         self.costs.setdefault(out.job.arm.label, {})[out.job.sample_index] = outcome_cost(out)
 
-    def paired(self, base: Arm, arm: Arm, samples: range) -> tuple[list[float | None],
-                                                                   list[float | None]]:
+    def paired(
+        self, base: Arm, arm: Arm, samples: range
+    ) -> tuple[list[float | None], list[float | None]]:
         b, v = self.costs.get(base.label, {}), self.costs.get(arm.label, {})
         keys = [s for s in samples if s in b and s in v]
         return [b[s] for s in keys], [v[s] for s in keys]
@@ -55,15 +56,28 @@ class Stop:
     speedup: dict[str, Any] | None = None
 
     def as_dict(self, route: str, load: str, temperature: float) -> dict[str, Any]:
-        return {"route": route, "variant": self.arm.variant, "num_speculative_tokens": self.arm.k,
-                "load": load, "temperature": temperature, "pairs_sent": self.pairs,
-                "verdict": self.verdict, "speedup": self.speedup}
+        return {
+            "route": route,
+            "variant": self.arm.variant,
+            "num_speculative_tokens": self.arm.k,
+            "load": load,
+            "temperature": temperature,
+            "pairs_sent": self.pairs,
+            "verdict": self.verdict,
+            "speedup": self.speedup,
+        }
 
 
-def run_block(plan: SequentialPlan, arms: list[Arm], min_speedup: float, *,
-              send: Callable[[list[Arm], range], None], block: Block,
-              stopped: Callable[[], bool],
-              on_batch: Callable[[int, int], None] | None = None) -> list[Stop]:
+def run_block(
+    plan: SequentialPlan,
+    arms: list[Arm],
+    min_speedup: float,
+    *,
+    send: Callable[[list[Arm], range], None],
+    block: Block,
+    stopped: Callable[[], bool],
+    on_batch: Callable[[int, int], None] | None = None,
+) -> list[Stop]:
     """Send batches until every variant arm is decided or the cap is reached.
     ``send(arms, samples)`` runs those arms on those sample indices (and
     feeds ``block.record``); ``on_batch(new_pairs, decided)`` reports

@@ -292,7 +292,6 @@ def _restage(arg: str, unit: str, staging: Path) -> str:
     return arg
 
 
-
 def clean_stale_staging(root: Path) -> list[Path]:
     """Delete staging folders left by builds that died (their pid is gone)."""
     removed: list[Path] = []

@@ -131,7 +131,8 @@ def read_engine(folder: str | Path) -> dict[str, Any]:
                     rebuild_hint(manifest),
                 )
             info["files_check"] = (
-                unverifiable_note(folder) if problems is None
+                unverifiable_note(folder)
+                if problems is None
                 else f"ok: {len(manifest['files'])} files match trtspec.json"
             )
     return info

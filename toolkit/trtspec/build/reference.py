@@ -39,8 +39,10 @@ class BuildError(TrtspecError):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m trtspec.build.reference",
-                                description="Build a reference (CPU) engine folder.")
+    p = argparse.ArgumentParser(
+        prog="python -m trtspec.build.reference",
+        description="Build a reference (CPU) engine folder.",
+    )
     p.add_argument("--model", required=True, help="HF folder or .gguf file")
     p.add_argument("--output", required=True)
     p.add_argument("--mode", required=True, choices=REFERENCE_MODES)
@@ -70,18 +72,24 @@ def load_source(src: str) -> tuple[Any, Any]:
     hf_logging.disable_progress_bar()
     path = Path(src)
     if not path.exists():
-        raise BuildError(f"--model {src}: no such file or folder",
-                         hint="give a local Hugging Face model folder or a .gguf file")
+        raise BuildError(
+            f"--model {src}: no such file or folder",
+            hint="give a local Hugging Face model folder or a .gguf file",
+        )
     kwargs: dict[str, Any] = {}
     where = path
     if path.is_file():
         if path.suffix != ".gguf":
-            raise BuildError(f"--model {src}: a file source must be a .gguf file",
-                             hint="or give a Hugging Face model folder")
+            raise BuildError(
+                f"--model {src}: a file source must be a .gguf file",
+                hint="or give a Hugging Face model folder",
+            )
         where, kwargs = path.parent, {"gguf_file": path.name}
     elif not (path / "config.json").is_file():
-        raise BuildError(f"--model {src}: folder has no config.json",
-                         hint="give a Hugging Face model folder (config.json + weights)")
+        raise BuildError(
+            f"--model {src}: folder has no config.json",
+            hint="give a Hugging Face model folder (config.json + weights)",
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(where), **kwargs)
         model = AutoModelForCausalLM.from_pretrained(str(where), dtype=torch.float32, **kwargs)
@@ -107,16 +115,21 @@ def _write_medusa(args: argparse.Namespace, model: Any, out: Path) -> tuple[int,
     heads, layers = medusa_shape(src)
     k = args.num_medusa_heads or heads
     if k > heads:
-        raise BuildError(f"--num-medusa-heads {k} is larger than the checkpoint's "
-                         f"medusa_num_heads ({heads}) in {src / 'config.json'}")
+        raise BuildError(
+            f"--num-medusa-heads {k} is larger than the checkpoint's "
+            f"medusa_num_heads ({heads}) in {src / 'config.json'}"
+        )
     vocab = int(model.get_output_embeddings().weight.shape[0])
     build_medusa(src, int(model.config.hidden_size), vocab)  # shape check against the target
     choices = parse_choices(args.medusa_choices) or [[0] * d for d in range(1, k + 1)]
     deep = [c for c in choices if len(c) > k]
     if deep:
         raise BuildError(f"--medusa-choices path {deep[0]} is deeper than --num-medusa-heads {k}")
-    state = {n: t.contiguous() for n, t in _load_state_dict(src, "Medusa head").items()
-             if int(n.split("medusa_head.", 1)[-1].split(".")[0]) < k}
+    state = {
+        n: t.contiguous()
+        for n, t in _load_state_dict(src, "Medusa head").items()
+        if int(n.split("medusa_head.", 1)[-1].split(".")[0]) < k
+    }
     dst = out / "medusa"
     dst.mkdir(parents=True, exist_ok=True)
     save_file(state, str(dst / "medusa_lm_head.safetensors"))
@@ -126,8 +139,9 @@ def _write_medusa(args: argparse.Namespace, model: Any, out: Path) -> tuple[int,
     return k, choices
 
 
-def _write_eagle(args: argparse.Namespace, model: Any, out: Path) -> tuple[int, list[list[int]],
-                                                                            dict[str, Any]]:
+def _write_eagle(
+    args: argparse.Namespace, model: Any, out: Path
+) -> tuple[int, list[list[int]], dict[str, Any]]:
     from safetensors.torch import save_file
 
     from trtspec.engine.heads import EagleDrafter, _load_state_dict
@@ -152,8 +166,10 @@ def _write_eagle(args: argparse.Namespace, model: Any, out: Path) -> tuple[int, 
 def build(args: argparse.Namespace) -> Path:
     out = Path(args.output)
     if args.max_input_len < 1 or args.max_seq_len <= args.max_input_len - 1:
-        raise BuildError(f"--max-seq-len ({args.max_seq_len}) must be larger than "
-                         f"--max-input-len ({args.max_input_len})")
+        raise BuildError(
+            f"--max-seq-len ({args.max_seq_len}) must be larger than "
+            f"--max-input-len ({args.max_input_len})"
+        )
     if args.mode != "lookahead" and args.lookahead:
         raise BuildError("--lookahead is only valid with --mode lookahead")
     lookahead = None
@@ -166,8 +182,10 @@ def build(args: argparse.Namespace) -> Path:
         check_lookahead(w, n, g)
         derived = lookahead_max_draft_len(w, n, g)
         if max_draft not in (0, derived):
-            raise BuildError(f"--max-draft-len {max_draft} does not match lookahead ({w},{n},{g}),"
-                             f" which needs (N==1?0:N-2)+(W-1+G)*(N-1) = {derived}")
+            raise BuildError(
+                f"--max-draft-len {max_draft} does not match lookahead ({w},{n},{g}),"
+                f" which needs (N==1?0:N-2)+(W-1+G)*(N-1) = {derived}"
+            )
         lookahead, max_draft = (w, n, g), derived
     if args.mode == "draft_tokens_external" and max_draft < 1:
         raise BuildError("--mode draft_tokens_external needs --max-draft-len >= 1")
@@ -186,14 +204,18 @@ def build(args: argparse.Namespace) -> Path:
     if args.mode == "medusa":
         heads, medusa_choices = _write_medusa(args, model, out)
         if max_draft and len(medusa_choices) > max_draft:
-            raise BuildError(f"--medusa-choices has {len(medusa_choices)} nodes, more than "
-                             f"--max-draft-len {max_draft}")
+            raise BuildError(
+                f"--medusa-choices has {len(medusa_choices)} nodes, more than "
+                f"--max-draft-len {max_draft}"
+            )
         max_draft = len(medusa_choices)
     if args.mode == "eagle":
         eagle_layers, eagle_choices, net = _write_eagle(args, model, out)
         if max_draft and len(eagle_choices) > max_draft:
-            raise BuildError(f"--eagle-choices has {len(eagle_choices)} nodes, more than "
-                             f"--max-draft-len {max_draft}")
+            raise BuildError(
+                f"--eagle-choices has {len(eagle_choices)} nodes, more than "
+                f"--max-draft-len {max_draft}"
+            )
         max_draft = max_draft or len(eagle_choices)
 
     model.save_pretrained(str(out / "hf"), safe_serialization=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -51,8 +50,3 @@ class BoundaryGroup(click.Group):
             code = report_error(exc)
             sys.stderr.flush()
             ctx.exit(code)
-
-
-def boundary(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Marker kept for symmetry; the group enforces the boundary."""
-    return func

@@ -39,8 +39,9 @@ def memory_for(spec: Any, plan: Any, gpu_bytes: int | None) -> Any:
 
     if spec.backend.value != "tensorrt_llm":
         if gpu_bytes is not None:
-            click.echo("Warning: --gpu-memory is ignored: the reference backend runs on the "
-                       "CPU", err=True)
+            click.echo(
+                "Warning: --gpu-memory is ignored: the reference backend runs on the CPU", err=True
+            )
         return None
     mp = memory_plan(spec, plan, gpu_bytes)
     for message in mp.warnings():
@@ -55,8 +56,9 @@ def memory_table(mp: Any) -> str:
     gpu = "no --gpu-memory given" if mp.gpu is None else f"GPU {gib(mp.gpu)}"
     head = f"GPU memory plan (estimate per GPU; {gpu})"
     engines = render_table(
-        ["engine", "weights", "kv/token", "kv full batch", "kv fraction", "note"],
-        mp.engine_rows())
-    servers = render_table(["server", "engines", "needs at least", "needs for full KV", "fit"],
-                           mp.server_rows())
+        ["engine", "weights", "kv/token", "kv full batch", "kv fraction", "note"], mp.engine_rows()
+    )
+    servers = render_table(
+        ["server", "engines", "needs at least", "needs for full KV", "fit"], mp.server_rows()
+    )
     return f"\n{head}\n{engines}\n\n{servers}"

@@ -36,6 +36,7 @@ def _csv(kind: Callable[[str], Any], what: str) -> Callable[..., Any]:
         if not out:
             raise click.BadParameter("expected a comma-separated list")
         return out
+
     return convert
 
 
@@ -61,20 +62,30 @@ def _gates(ctx: click.Context, param: click.Parameter, value: str | None) -> Any
     try:
         return parse_gates(value)
     except BenchError as exc:
-        raise click.BadParameter(exc.message.removeprefix("--fail-on: ")
-                                 + (f" ({exc.hint})" if exc.hint else "")) from None
+        raise click.BadParameter(
+            exc.message.removeprefix("--fail-on: ") + (f" ({exc.hint})" if exc.hint else "")
+        ) from None
 
 
 fail_on_option = click.option(
-    "--fail-on", "gates", callback=_gates, metavar="GATES",
-    help='Exit 3 when a condition holds, e.g. "speedup<1.0@code_completion,error_rate>0.01".')
+    "--fail-on",
+    "gates",
+    callback=_gates,
+    metavar="GATES",
+    help='Exit 3 when a condition holds, e.g. "speedup<1.0@code_completion,error_rate>0.01".',
+)
 max_error_option = click.option(
-    "--max-error-rate", type=click.FloatRange(0.0, 1.0), default=DEFAULT_MAX_ERROR_RATE,
-    show_default=True, help="Exit 1 when more than this share of measured requests failed.")
+    "--max-error-rate",
+    type=click.FloatRange(0.0, 1.0),
+    default=DEFAULT_MAX_ERROR_RATE,
+    show_default=True,
+    help="Exit 1 when more than this share of measured requests failed.",
+)
 
 
-def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fmt: str,
-            run_dir: Path) -> None:
+def _finish(
+    summary: dict[str, Any], gates: list[Any], max_error_rate: float, fmt: str, run_dir: Path
+) -> None:
     from trtspec.bench.gates import check_gates
     from trtspec.bench.report import console_lines
 
@@ -87,19 +98,23 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
     for warning in (summary.get("client") or {}).get("warnings") or []:
         progress(f"Warning: {warning}")
     for incident in summary.get("incidents") or []:
-        progress(f"Warning: {incident['model']} ({incident['route']}): {incident['error']} — "
-                 f"{incident['action']}")
+        progress(
+            f"Warning: {incident['model']} ({incident['route']}): {incident['error']} — "
+            f"{incident['action']}"
+        )
     if summary.get("incomplete_reason"):
         raise BenchError(
             f"the benchmark is incomplete: {summary['incomplete_reason']}",
-            hint=f"partial results are in {run_dir} (summary.json: \"complete\": false); "
-                 "decisions there use only the requests that completed")
+            hint=f'partial results are in {run_dir} (summary.json: "complete": false); '
+            "decisions there use only the requests that completed",
+        )
     totals = summary["totals"]
     if totals["error_rate"] is not None and totals["error_rate"] > max_error_rate:
         raise BenchError(
             f"{totals['errors']} of {totals['requests']} measured requests failed "
             f"({totals['error_rate']:.1%} > --max-error-rate {max_error_rate:.1%})",
-            hint=f"see the `error` field in {run_dir / 'requests.jsonl'} and the server log")
+            hint=f"see the `error` field in {run_dir / 'requests.jsonl'} and the server log",
+        )
     breaches = check_gates(gates, summary["cells"])
     if breaches:
         raise GateFailed("--fail-on breached:\n  " + "\n  ".join(str(b) for b in breaches))
@@ -107,67 +122,147 @@ def _finish(summary: dict[str, Any], gates: list[Any], max_error_rate: float, fm
 
 @click.command("bench")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-@click.option("--endpoint", metavar="HOST:PORT",
-              help="gRPC address of a running server; default: start one on the repository.")
-@click.option("--metrics-url", metavar="HOST:PORT",
-              help="Triton metrics address for server memory (with --endpoint).")
-@click.option("--repo", type=click.Path(path_type=Path),
-              help="Model repository to serve (default triton_repo/<spec name>).")
+@click.option(
+    "--endpoint",
+    metavar="HOST:PORT",
+    help="gRPC address of a running server; default: start one on the repository.",
+)
+@click.option(
+    "--metrics-url",
+    metavar="HOST:PORT",
+    help="Triton metrics address for server memory (with --endpoint).",
+)
+@click.option(
+    "--repo",
+    type=click.Path(path_type=Path),
+    help="Model repository to serve (default triton_repo/<spec name>).",
+)
 @click.option("--variants", callback=_csv(str, "a variant name"), help="Only these variants.")
 @click.option("--routes", callback=_csv(str, "a route name"), help="Only these routes.")
-@click.option("--concurrency", callback=_csv(_positive_int, "a positive integer"),
-              help="Closed-loop concurrency levels, e.g. 1,8,32.")
-@click.option("--request-rate", type=click.FloatRange(min=0.0, min_open=True),
-              help="Also run an open-loop Poisson load at this many requests/s.")
-@click.option("--temperatures", callback=_csv(_temperature, "a temperature in [0, 2]"),
-              help="Sampling temperatures, e.g. 0,0.7.")
-@click.option("--num-draft-tokens", callback=_csv(_positive_int, "a positive integer"),
-              help="Sweep k for draft_model/ngram variants (no rebuild), e.g. 2,4,6.")
-@click.option("--requests", type=click.IntRange(min=1),
-              help="A fixed count of requests per route and arm (turns --until-decided off).")
-@click.option("--until-decided/--fixed-count", default=True, show_default=True,
-              help="Send pairs in batches until each variant's speedup is decided "
-                   "(sequential CI, see docs/internals.md §12) or --max-requests is reached; "
-                   "--fixed-count sends the spec's requests per route.")
-@click.option("--max-requests", type=click.IntRange(min=2), default=30, show_default=True,
-              help="Most pairs per route and arm under --until-decided.")
-@click.option("--prefix-cache", type=click.Choice(["cold", "warm", "off"]), default="cold",
-              show_default=True,
-              help="Cache state every arm starts a prompt from: cold = no arm reuses another "
-                   "arm's KV blocks (arms sharing an engine model get their own copy); warm = "
-                   "each request follows a 1-token request for its prompt; off = as served.")
+@click.option(
+    "--concurrency",
+    callback=_csv(_positive_int, "a positive integer"),
+    help="Closed-loop concurrency levels, e.g. 1,8,32.",
+)
+@click.option(
+    "--request-rate",
+    type=click.FloatRange(min=0.0, min_open=True),
+    help="Also run an open-loop Poisson load at this many requests/s.",
+)
+@click.option(
+    "--temperatures",
+    callback=_csv(_temperature, "a temperature in [0, 2]"),
+    help="Sampling temperatures, e.g. 0,0.7.",
+)
+@click.option(
+    "--num-draft-tokens",
+    callback=_csv(_positive_int, "a positive integer"),
+    help="Sweep k for draft_model/ngram variants (no rebuild), e.g. 2,4,6.",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(min=1),
+    help="A fixed count of requests per route and arm (turns --until-decided off).",
+)
+@click.option(
+    "--until-decided/--fixed-count",
+    default=True,
+    show_default=True,
+    help="Send pairs in batches until each variant's speedup is decided "
+    "(sequential CI, see docs/internals.md §12) or --max-requests is reached; "
+    "--fixed-count sends the spec's requests per route.",
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=2),
+    default=30,
+    show_default=True,
+    help="Most pairs per route and arm under --until-decided.",
+)
+@click.option(
+    "--prefix-cache",
+    type=click.Choice(["cold", "warm", "off"]),
+    default="cold",
+    show_default=True,
+    help="Cache state every arm starts a prompt from: cold = no arm reuses another "
+    "arm's KV blocks (arms sharing an engine model get their own copy); warm = "
+    "each request follows a 1-token request for its prompt; off = as served.",
+)
 @click.option("--warmup", type=click.IntRange(min=0), help="Warmup requests per arm.")
-@click.option("--isolate", is_flag=True,
-              help="Serve one variant at a time, each in its own tritonserver.")
-@click.option("--tokenizer", type=click.Path(path_type=Path),
-              help="Tokenizer folder for chat templates (default the target engine's).")
-@click.option("--engines", "engines_root", type=click.Path(path_type=Path),
-              default=Path("engines"), show_default=True, help="Engines root folder.")
-@click.option("--output", type=click.Path(path_type=Path), default=Path("results"),
-              show_default=True, help="Results root; the run goes to OUTPUT/<spec>-<time>/.")
+@click.option(
+    "--isolate", is_flag=True, help="Serve one variant at a time, each in its own tritonserver."
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path),
+    help="Tokenizer folder for chat templates (default the target engine's).",
+)
+@click.option(
+    "--engines",
+    "engines_root",
+    type=click.Path(path_type=Path),
+    default=Path("engines"),
+    show_default=True,
+    help="Engines root folder.",
+)
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root; the run goes to OUTPUT/<spec>-<time>/.",
+)
 @click.option("--run-dir", type=click.Path(path_type=Path), help="Exact run folder.")
-@click.option("--timeout", "request_timeout_s", type=click.FloatRange(min=0.1),
-              help="Seconds to wait for one request's final response (default 300).")
+@click.option(
+    "--timeout",
+    "request_timeout_s",
+    type=click.FloatRange(min=0.1),
+    help="Seconds to wait for one request's final response (default 300).",
+)
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-@click.option("--external", callback=_csv(str, "an external arm name"), metavar="NAMES",
-              help="Only these external (OpenAI-compatible) arms of bench.external; "
-                   "'none' drops them all.")
-@click.option("--external-only", is_flag=True,
-              help="Bench only the external arms (no tritonserver is started or contacted).")
+@click.option(
+    "--external",
+    callback=_csv(str, "an external arm name"),
+    metavar="NAMES",
+    help="Only these external (OpenAI-compatible) arms of bench.external; 'none' drops them all.",
+)
+@click.option(
+    "--external-only",
+    is_flag=True,
+    help="Bench only the external arms (no tritonserver is started or contacted).",
+)
 @fail_on_option
 @max_error_option
 @format_option
 def bench_command(  # noqa: PLR0917 - one parameter per Click option
-                  spec_path: Path, endpoint: str | None, metrics_url: str | None,
-                  repo: Path | None, variants: list[str] | None, routes: list[str] | None,
-                  concurrency: list[int] | None, request_rate: float | None,
-                  temperatures: list[float] | None, num_draft_tokens: list[int] | None,
-                  requests: int | None, until_decided: bool, max_requests: int,
-                  prefix_cache: str, warmup: int | None, isolate: bool,
-                  tokenizer: Path | None, engines_root: Path, output: Path,
-                  run_dir: Path | None, request_timeout_s: float | None, no_plots: bool,
-                  external: list[str] | None, external_only: bool,
-                  gates: list[Any], max_error_rate: float, fmt: str) -> None:
+    spec_path: Path,
+    endpoint: str | None,
+    metrics_url: str | None,
+    repo: Path | None,
+    variants: list[str] | None,
+    routes: list[str] | None,
+    concurrency: list[int] | None,
+    request_rate: float | None,
+    temperatures: list[float] | None,
+    num_draft_tokens: list[int] | None,
+    requests: int | None,
+    until_decided: bool,
+    max_requests: int,
+    prefix_cache: str,
+    warmup: int | None,
+    isolate: bool,
+    tokenizer: Path | None,
+    engines_root: Path,
+    output: Path,
+    run_dir: Path | None,
+    request_timeout_s: float | None,
+    no_plots: bool,
+    external: list[str] | None,
+    external_only: bool,
+    gates: list[Any],
+    max_error_rate: float,
+    fmt: str,
+) -> None:
     """Benchmark every variant of SPEC against the baseline, per route."""
     from trtspec.bench.progress import RouteBars
     from trtspec.bench.runner import run_benchmark
@@ -181,14 +276,32 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = run_dir or output / f"{spec.name}-{stamp}"
     result = run_benchmark(
-        spec, output_dir=run_dir, endpoint=endpoint, metrics_url=metrics_url, repo=repo,
-        variants=variants, routes=routes, concurrency=concurrency, request_rate=request_rate,
-        temperatures=temperatures, num_draft_tokens=num_draft_tokens, requests=requests,
-        warmup_requests=warmup, isolate=isolate, tokenizer=tokenizer,
-        engines_root=engines_root, request_timeout_s=request_timeout_s, plots=not no_plots,
-        external=external, external_only=external_only, progress=progress,
-        until_decided=until_decided, max_requests=max_requests, prefix_cache=prefix_cache,
-        bars=RouteBars(sys.stderr))
+        spec,
+        output_dir=run_dir,
+        endpoint=endpoint,
+        metrics_url=metrics_url,
+        repo=repo,
+        variants=variants,
+        routes=routes,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        temperatures=temperatures,
+        num_draft_tokens=num_draft_tokens,
+        requests=requests,
+        warmup_requests=warmup,
+        isolate=isolate,
+        tokenizer=tokenizer,
+        engines_root=engines_root,
+        request_timeout_s=request_timeout_s,
+        plots=not no_plots,
+        external=external,
+        external_only=external_only,
+        progress=progress,
+        until_decided=until_decided,
+        max_requests=max_requests,
+        prefix_cache=prefix_cache,
+        bars=RouteBars(sys.stderr),
+    )
     _finish(result.summary, gates, max_error_rate, fmt, result.run_dir)
 
 
@@ -198,8 +311,9 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
 @fail_on_option
 @max_error_option
 @format_option
-def report_command(run_dir: Path, no_plots: bool, gates: list[Any], max_error_rate: float,
-                   fmt: str) -> None:
+def report_command(
+    run_dir: Path, no_plots: bool, gates: list[Any], max_error_rate: float, fmt: str
+) -> None:
     """Re-render summary.json, routing.yaml and the reports of RUN_DIR from
     its requests.jsonl (works on an interrupted run)."""
     from trtspec.bench.report import render_run

@@ -20,22 +20,33 @@ def _gates(ctx: click.Context, param: click.Parameter, value: str | None) -> Any
     try:
         return parse_gates(value, GATE_METRICS)
     except BenchError as exc:
-        raise click.BadParameter(exc.message.removeprefix("--fail-on: ")
-                                 + (f" ({exc.hint})" if exc.hint else "")) from None
+        raise click.BadParameter(
+            exc.message.removeprefix("--fail-on: ") + (f" ({exc.hint})" if exc.hint else "")
+        ) from None
 
 
 @click.command("compare")
 @click.argument("run_a", metavar="RUN_A", type=click.Path(path_type=Path))
 @click.argument("run_b", metavar="RUN_B", type=click.Path(path_type=Path))
-@click.option("--html", "html_path", type=click.Path(path_type=Path),
-              help="Also write a page with the table and a speedup plot here.")
-@click.option("--fail-on", "gates", callback=_gates, metavar="GATES",
-              help='Exit 3 when B is worse than A, e.g. "acceptance_drop>0.1,speedup_drop>0.2"'
-                   " (metrics: acceptance_drop, mean_accepted_length_drop, speedup_drop,"
-                   " quality_drop, ttft_p50_increase, ttft_p95_increase).")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    help="Also write a page with the table and a speedup plot here.",
+)
+@click.option(
+    "--fail-on",
+    "gates",
+    callback=_gates,
+    metavar="GATES",
+    help='Exit 3 when B is worse than A, e.g. "acceptance_drop>0.1,speedup_drop>0.2"'
+    " (metrics: acceptance_drop, mean_accepted_length_drop, speedup_drop,"
+    " quality_drop, ttft_p50_increase, ttft_p95_increase).",
+)
 @format_option
-def compare_command(run_a: Path, run_b: Path, html_path: Path | None, gates: list[Any],
-                    fmt: str) -> None:
+def compare_command(
+    run_a: Path, run_b: Path, html_path: Path | None, gates: list[Any], fmt: str
+) -> None:
     """Per route × variant change from RUN_A to RUN_B (acceptance, mean
     accepted length, speedup with both CIs, TTFT p50/p95, quality) and the
     differences between the runs' fingerprints."""
@@ -60,8 +71,14 @@ def compare_command(run_a: Path, run_b: Path, html_path: Path | None, gates: lis
             if cells:
                 click.echo(f"only in {side}: " + ", ".join(cells))
         changes = comparison["fingerprint_changes"]
-        click.echo("fingerprint: " + ("identical" if not changes else f"{len(changes)} "
-                                      "difference" + ("s" if len(changes) != 1 else "")))
+        click.echo(
+            "fingerprint: "
+            + (
+                "identical"
+                if not changes
+                else f"{len(changes)} difference" + ("s" if len(changes) != 1 else "")
+            )
+        )
         for line in changes:
             click.echo(f"  {line}")
     if html_path is not None:

@@ -13,16 +13,24 @@ from trtspec.errors import TrtspecError
 
 
 @click.command("doctor")
-@click.argument("spec_path", metavar="[SPEC]", required=False,
-                type=click.Path(dir_okay=False))
-@click.option("--engines", "engines_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("engines"), show_default=True,
-              help="Engines root (where downloaded model configs are found).")
-@click.option("--examples-dir", metavar="DIR",
-              help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).")
+@click.argument("spec_path", metavar="[SPEC]", required=False, type=click.Path(dir_okay=False))
+@click.option(
+    "--engines",
+    "engines_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("engines"),
+    show_default=True,
+    help="Engines root (where downloaded model configs are found).",
+)
+@click.option(
+    "--examples-dir",
+    metavar="DIR",
+    help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).",
+)
 @format_option
-def doctor_cmd(spec_path: str | None, engines_dir: Path, examples_dir: str | None,
-               fmt: str) -> None:
+def doctor_cmd(
+    spec_path: str | None, engines_dir: Path, examples_dir: str | None, fmt: str
+) -> None:
     """Check this machine before a long build: TensorRT-LLM version, build
     scripts, GPUs and their memory, tritonserver and its backend, /dev/shm."""
     from trtspec import doctor
@@ -37,15 +45,21 @@ def doctor_cmd(spec_path: str | None, engines_dir: Path, examples_dir: str | Non
     checks = doctor.run_checks(spec, plan)
     bad = doctor.blockers(checks)
     if fmt == "json":
-        emit_json({"spec": None if spec is None else spec.name, "ok": not bad,
-                   "checks": doctor.to_dict(checks)})
+        emit_json(
+            {
+                "spec": None if spec is None else spec.name,
+                "ok": not bad,
+                "checks": doctor.to_dict(checks),
+            }
+        )
     else:
-        emit_table(["check", "status", "detail", "what to do"],
-                   [[c.name, c.status, c.detail, c.fix] for c in checks])
+        emit_table(
+            ["check", "status", "detail", "what to do"],
+            [[c.name, c.status, c.detail, c.fix] for c in checks],
+        )
     if bad:
         raise TrtspecError(
-            f"{len(bad)} blocker{'s' if len(bad) != 1 else ''}: "
-            + ", ".join(c.name for c in bad),
+            f"{len(bad)} blocker{'s' if len(bad) != 1 else ''}: " + ", ".join(c.name for c in bad),
             "fix the lines marked blocker above, then rerun `trtspec doctor`",
         )
 

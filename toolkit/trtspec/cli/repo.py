@@ -32,15 +32,18 @@ def _check(path: Path, fmt: str) -> None:
         click.echo(f"OK: {path} ({len(models)} models)")
 
 
-def _refuse_stale(table: Any, spec: Any, plan: Any, *, routing_file: Path, spec_path: Path,
-                  accept_stale: bool) -> None:
+def _refuse_stale(
+    table: Any, spec: Any, plan: Any, *, routing_file: Path, spec_path: Path, accept_stale: bool
+) -> None:
     """Nothing is written when the routing is stale: the repository (and its
     router) keep the table they have until a fresh one is installed."""
     from trtspec.fingerprint import stale_message, stale_routing
 
     if table.fingerprint is None:
-        progress(f"Warning: {routing_file} carries no fingerprint (not written by "
-                 "`trtspec bench`?), so it cannot be checked for staleness")
+        progress(
+            f"Warning: {routing_file} carries no fingerprint (not written by "
+            "`trtspec bench`?), so it cannot be checked for staleness"
+        )
         return
     found = stale_routing(table, spec, plan)
     if not found:
@@ -53,22 +56,53 @@ def _refuse_stale(table: Any, spec: Any, plan: Any, *, routing_file: Path, spec_
 
 @click.command("repo")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--check", "check_only", is_flag=True,
-              help="Validate the repository at PATH instead of building one from a spec.")
-@click.option("--engines", "engines_root", type=click.Path(path_type=Path),
-              default=Path("engines"), show_default=True,
-              help="Engines root; the spec's engines are in ENGINES/<spec>/.")
-@click.option("--output", "output", type=click.Path(path_type=Path),
-              default=Path("triton_repo"), show_default=True,
-              help="Where to write the repository (OUTPUT/<spec>/).")
-@click.option("--routing", "routing_file", type=click.Path(path_type=Path), default=None,
-              help="routing.yaml from `trtspec bench`; default: the spec's rollout.")
-@click.option("--accept-stale", is_flag=True,
-              help="Install a routing file even when what it measured has changed since.")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Validate the repository at PATH instead of building one from a spec.",
+)
+@click.option(
+    "--engines",
+    "engines_root",
+    type=click.Path(path_type=Path),
+    default=Path("engines"),
+    show_default=True,
+    help="Engines root; the spec's engines are in ENGINES/<spec>/.",
+)
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(path_type=Path),
+    default=Path("triton_repo"),
+    show_default=True,
+    help="Where to write the repository (OUTPUT/<spec>/).",
+)
+@click.option(
+    "--routing",
+    "routing_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="routing.yaml from `trtspec bench`; default: the spec's rollout.",
+)
+@click.option(
+    "--accept-stale",
+    is_flag=True,
+    help="Install a routing file even when what it measured has changed since.",
+)
 @gpu_memory_option
 @format_option
-def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
-         routing_file: Path | None, accept_stale: bool, gpu_bytes: int | None, fmt: str) -> None:
+def repo(
+    *,
+    path: Path,
+    check_only: bool,
+    engines_root: Path,
+    output: Path,
+    routing_file: Path | None,
+    accept_stale: bool,
+    gpu_bytes: int | None,
+    fmt: str,
+) -> None:
     """Build the Triton model repository for the spec at PATH (engines/ →
     triton_repo/), or with --check validate the repository folder at PATH."""
     if check_only:
@@ -88,10 +122,12 @@ def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
     plan = make_plan(spec, engines_root)
     table = None
     if routing_file is not None:
-        table = load_routing(routing_file,
-                             default_canary_percent=float(spec.rollout.canary_percent))
-        _refuse_stale(table, spec, plan, routing_file=routing_file, spec_path=path,
-                      accept_stale=accept_stale)
+        table = load_routing(
+            routing_file, default_canary_percent=float(spec.rollout.canary_percent)
+        )
+        _refuse_stale(
+            table, spec, plan, routing_file=routing_file, spec_path=path, accept_stale=accept_stale
+        )
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
     memory_for(spec, plan, gpu_bytes)  # its warnings, before the engines' fractions use it
     result = assemble(spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes)
@@ -106,8 +142,9 @@ def repo(*, path: Path, check_only: bool, engines_root: Path, output: Path,
     if fmt == "json":
         emit_json({"repository": str(result), "models": manifest_models})
     else:
-        emit_table(["model", "config"],
-                   [[m, str(result / m / "config.pbtxt")] for m in manifest_models])
+        emit_table(
+            ["model", "config"], [[m, str(result / m / "config.pbtxt")] for m in manifest_models]
+        )
 
 
 COMMANDS: list[click.Command] = [repo]

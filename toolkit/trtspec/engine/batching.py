@@ -129,8 +129,13 @@ def _engine_max_num_tokens(engine: ReferenceEngine) -> int:
 class BatchScheduler:
     """One thread running every in-flight request of ``engine`` step by step."""
 
-    def __init__(self, engine: ReferenceEngine, *, max_batch_size: int | None = None,
-                 max_num_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        engine: ReferenceEngine,
+        *,
+        max_batch_size: int | None = None,
+        max_num_tokens: int | None = None,
+    ) -> None:
         self.engine = engine
         self.max_batch_size = max(1, max_batch_size or engine.config.max_batch_size)
         self.max_num_tokens = max(1, max_num_tokens or _engine_max_num_tokens(engine))
@@ -143,8 +148,13 @@ class BatchScheduler:
         self._thread: threading.Thread | None = None
 
     # -------------------------------------------------------------- public API
-    def submit(self, req: GenerationRequest, *, listener: Listener | None = None,
-               is_cancelled: Callable[[], bool] | None = None) -> BatchedGeneration:
+    def submit(
+        self,
+        req: GenerationRequest,
+        *,
+        listener: Listener | None = None,
+        is_cancelled: Callable[[], bool] | None = None,
+    ) -> BatchedGeneration:
         """Validate ``req`` (``RequestError`` at once) and queue it; events go to
         ``listener`` in the scheduler thread, or to the returned generation's
         iterator. ``is_cancelled`` is polled between steps."""
@@ -156,8 +166,9 @@ class BatchScheduler:
                 raise RuntimeError("the batch scheduler is closed")
             self._waiting.append(seq)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="trtspec-batcher",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._serve, name="trtspec-batcher", daemon=True
+                )
                 self._thread.start()
             self._cond.notify()
         return gen
@@ -253,8 +264,7 @@ class BatchScheduler:
             self.stats.finished += 1
         self._notify(seq, None, error)
 
-    def _notify(self, seq: _Sequence, delta: list[int] | None,
-                error: BaseException | None) -> None:
+    def _notify(self, seq: _Sequence, delta: list[int] | None, error: BaseException | None) -> None:
         if seq.listener is None:
             seq.gen._push(delta)
             return
@@ -348,9 +358,15 @@ class BatchScheduler:
                 st.chunked_steps += 1
                 seq.chunks.append(hidden)
                 seq.chunked += rows
-                seq.call = ForwardCall(call.tokens[rows:], call.past + rows, call.n_pending - rows,
-                                       call.depths, call.attend, call.cache,
-                                       [r - rows for r in call.logit_rows])
+                seq.call = ForwardCall(
+                    call.tokens[rows:],
+                    call.past + rows,
+                    call.n_pending - rows,
+                    call.depths,
+                    call.attend,
+                    call.cache,
+                    [r - rows for r in call.logit_rows],
+                )
                 continue
             if seq.chunks:
                 import torch
@@ -363,16 +379,27 @@ class BatchScheduler:
             self._advance(seq, (logits, rows_hidden))
 
 
-def packed_step(engine: ReferenceEngine, calls: list[tuple[ForwardCall, int]],
-                ) -> list[tuple[Any, Any]]:
+def packed_step(
+    engine: ReferenceEngine,
+    calls: list[tuple[ForwardCall, int]],
+) -> list[tuple[Any, Any]]:
     """Run the first ``rows`` tokens of each call in one packed forward;
     ``(logits of the call's logit_rows or None for a chunk, hidden rows)`` each."""
     import torch
 
     if len(calls) == 1 and calls[0][1] == len(calls[0][0].tokens):
         c = calls[0][0]  # alone: exactly the solo engine's forward
-        return [engine._forward(c.tokens, c.past, c.n_pending, depths=c.depths, attend=c.attend,
-                                cache=c.cache, logit_rows=c.logit_rows)]
+        return [
+            engine._forward(
+                c.tokens,
+                c.past,
+                c.n_pending,
+                depths=c.depths,
+                attend=c.attend,
+                cache=c.cache,
+                logit_rows=c.logit_rows,
+            )
+        ]
     if not engine._fastpath:  # Hugging Face forward: one sub-step per sequence
         return [_solo(engine, c, rows) for c, rows in calls]
     segments = []
@@ -382,11 +409,13 @@ def packed_step(engine: ReferenceEngine, calls: list[tuple[ForwardCall, int]],
             kwargs: dict[str, Any] = {}
         else:
             kwargs = tree_inputs(rows, c.past, c.n_pending, c.depths, c.attend)
-        segments.append(fastpath.Segment(c.cache, rows, kwargs.get("position_ids"),
-                                         kwargs.get("attention_mask")))
+        segments.append(
+            fastpath.Segment(
+                c.cache, rows, kwargs.get("position_ids"), kwargs.get("attention_mask")
+            )
+        )
         ids += c.tokens[:rows]
-    hidden = fastpath.forward_packed(engine.model, torch.tensor([ids], dtype=torch.long),
-                                     segments)
+    hidden = fastpath.forward_packed(engine.model, torch.tensor([ids], dtype=torch.long), segments)
     picks: list[int] = []
     start = 0
     bounds = []
@@ -404,22 +433,32 @@ def packed_step(engine: ReferenceEngine, calls: list[tuple[ForwardCall, int]],
             continue
         n = len(c.logit_rows)
         assert logits is not None
-        out.append((logits[used:used + n], hidden[a:b]))
+        out.append((logits[used : used + n], hidden[a:b]))
         used += n
     return out
 
 
 def _solo(engine: ReferenceEngine, c: ForwardCall, rows: int) -> tuple[Any, Any]:
     if rows == len(c.tokens):
-        return engine._forward(c.tokens, c.past, c.n_pending, depths=c.depths, attend=c.attend,
-                               cache=c.cache, logit_rows=c.logit_rows)
-    _, hidden = engine._forward(c.tokens[:rows], c.past, rows, depths=[], attend=None,
-                                cache=c.cache, logit_rows=[rows - 1])
+        return engine._forward(
+            c.tokens,
+            c.past,
+            c.n_pending,
+            depths=c.depths,
+            attend=c.attend,
+            cache=c.cache,
+            logit_rows=c.logit_rows,
+        )
+    _, hidden = engine._forward(
+        c.tokens[:rows], c.past, rows, depths=[], attend=None, cache=c.cache, logit_rows=[rows - 1]
+    )
     return None, hidden
 
 
-def serve_all(scheduler: BatchScheduler, requests: list[GenerationRequest],
-              ) -> list[BatchedGeneration]:
+def serve_all(
+    scheduler: BatchScheduler,
+    requests: list[GenerationRequest],
+) -> list[BatchedGeneration]:
     """Submit ``requests`` together and wait for all (tests, benchmarks)."""
     gens = [scheduler.submit(r) for r in requests]
     for gen in gens:

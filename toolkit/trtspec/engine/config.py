@@ -192,7 +192,7 @@ def read_engine_config(engine_dir: str | Path) -> EngineConfig:
     extra = doc.get("trtspec") if isinstance(doc, dict) else None
     if not isinstance(extra, dict) or extra.get("backend") != "reference":
         raise EngineError(
-            f"{cfg_path}: not a reference engine (no \"trtspec\": {{\"backend\": \"reference\"}})",
+            f'{cfg_path}: not a reference engine (no "trtspec": {{"backend": "reference"}})',
             hint="TensorRT-LLM engines (rank0.engine) are served by the tensorrtllm backend",
         )
     mode_int = _need(doc, "build_config", "speculative_decoding_mode", cfg_path)

@@ -111,8 +111,9 @@ class ForwardCall:
     logit_rows: list[int]
 
 
-def tree_inputs(q: int, past: int, n_pending: int, depths: list[int],
-                attend: list[list[int]] | None) -> dict[str, Any]:
+def tree_inputs(
+    q: int, past: int, n_pending: int, depths: list[int], attend: list[list[int]] | None
+) -> dict[str, Any]:
     """The ``attention_mask`` [1, 1, q, past + q] and ``position_ids`` of a tree
     step (pending rows causal, node j sees the pending rows and ``attend[j]``);
     empty for a plain causal step."""
@@ -122,17 +123,20 @@ def tree_inputs(q: int, past: int, n_pending: int, depths: list[int],
         return {}
     allowed = torch.zeros(q, past + q, dtype=torch.bool)
     allowed[:, :past] = True
-    allowed[:n_pending, past:past + n_pending] = torch.ones(
-        n_pending, n_pending, dtype=torch.bool).tril()
-    allowed[n_pending:, past:past + n_pending] = True
+    allowed[:n_pending, past : past + n_pending] = torch.ones(
+        n_pending, n_pending, dtype=torch.bool
+    ).tril()
+    allowed[n_pending:, past : past + n_pending] = True
     for j, seen in enumerate(attend):
         for s in seen:
             allowed[n_pending + j, past + n_pending + s] = True
     mask = torch.zeros(q, past + q, dtype=torch.float32)
     mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
     pos = list(range(past, past + n_pending)) + [past + n_pending - 1 + d for d in depths]
-    return {"attention_mask": mask[None, None],
-            "position_ids": torch.tensor([pos], dtype=torch.long)}
+    return {
+        "attention_mask": mask[None, None],
+        "position_ids": torch.tensor([pos], dtype=torch.long),
+    }
 
 
 def default_threads(instances: int = 1) -> int:
@@ -171,10 +175,18 @@ def _vocab_rows(rows: Any, vocab: int) -> Any:
 class ReferenceEngine:
     """A loaded reference engine folder (target model, optional heads)."""
 
-    def __init__(self, config: EngineConfig, model: Any, *, lookahead: tuple[int, int, int] | None,
-                 medusa_choices: list[list[int]] | None,
-                 eagle_choices: list[list[int]] | None = None,
-                 medusa: Any = None, eagle: Any = None, kv_reuse: int = 4) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: Any,
+        *,
+        lookahead: tuple[int, int, int] | None,
+        medusa_choices: list[list[int]] | None,
+        eagle_choices: list[list[int]] | None = None,
+        medusa: Any = None,
+        eagle: Any = None,
+        kv_reuse: int = 4,
+    ) -> None:
         self.config = config
         self.model = model
         self.lookahead = lookahead
@@ -188,11 +200,16 @@ class ReferenceEngine:
 
     # ----------------------------------------------------------------- loading
     @classmethod
-    def load(cls, engine_dir: str | Path, *, threads: int | None = None,
-             lookahead: tuple[int, int, int] | None = None,
-             medusa_choices: list[list[int]] | None = None,
-             eagle_choices: list[list[int]] | None = None,
-             kv_reuse: int = 4) -> ReferenceEngine:
+    def load(
+        cls,
+        engine_dir: str | Path,
+        *,
+        threads: int | None = None,
+        lookahead: tuple[int, int, int] | None = None,
+        medusa_choices: list[list[int]] | None = None,
+        eagle_choices: list[list[int]] | None = None,
+        kv_reuse: int = 4,
+    ) -> ReferenceEngine:
         import torch
 
         from trtspec.engine.loader import load_heads, load_target
@@ -210,10 +227,16 @@ class ReferenceEngine:
         echoices = eagle_choices or config.eagle_choices
         if config.mode == "eagle" and not echoices:
             echoices = [[0] * d for d in range(1, max(config.num_eagle_layers, 1) + 1)]
-        return cls(config, model, lookahead=la if config.mode == "lookahead" else None,
-                   medusa_choices=mchoices if config.mode == "medusa" else None,
-                   eagle_choices=echoices if config.mode == "eagle" else None,
-                   medusa=medusa, eagle=eagle, kv_reuse=kv_reuse)
+        return cls(
+            config,
+            model,
+            lookahead=la if config.mode == "lookahead" else None,
+            medusa_choices=mchoices if config.mode == "medusa" else None,
+            eagle_choices=echoices if config.mode == "eagle" else None,
+            medusa=medusa,
+            eagle=eagle,
+            kv_reuse=kv_reuse,
+        )
 
     # -------------------------------------------------------------- validation
     def validate(self, req: GenerationRequest) -> None:
@@ -224,59 +247,73 @@ class ReferenceEngine:
             raise RequestError("input_ids is empty: a request needs at least one prompt token")
         bad = [t for t in req.input_ids if not 0 <= t < cfg.vocab_size]
         if bad:
-            raise RequestError(f"input_ids contains token id {bad[0]} outside the vocabulary "
-                               f"[0, {cfg.vocab_size})")
+            raise RequestError(
+                f"input_ids contains token id {bad[0]} outside the vocabulary [0, {cfg.vocab_size})"
+            )
         if n > cfg.max_input_len:
             raise RequestError(
-                f"Prompt length ({n}) exceeds maximum input length ({cfg.max_input_len}).")
+                f"Prompt length ({n}) exceeds maximum input length ({cfg.max_input_len})."
+            )
         if req.max_new_tokens < 1:
             raise RequestError(f"request_output_len must be at least 1 (got {req.max_new_tokens})")
         if n + req.max_new_tokens > cfg.max_seq_len:
             raise RequestError(
                 f"Prompt length + number of requested output tokens ({n} + {req.max_new_tokens}) "
-                f"exceeds maximum sequence length ({cfg.max_seq_len}).")
+                f"exceeds maximum sequence length ({cfg.max_seq_len})."
+            )
         if req.draft_ids:
             if len(req.draft_ids) > cfg.max_draft_len:
                 raise RequestError(
                     f"Number of draft tokens ({len(req.draft_ids)}) is larger than maximum number "
-                    f"of draft tokens ({cfg.max_draft_len})")
+                    f"of draft tokens ({cfg.max_draft_len})"
+                )
             if cfg.mode != "draft_tokens_external":
                 raise RequestError(
                     f"draft_input_ids given, but this engine's speculative decoding mode is "
-                    f"{cfg.mode}; only draft_tokens_external engines verify external drafts")
+                    f"{cfg.mode}; only draft_tokens_external engines verify external drafts"
+                )
             bad = [t for t in req.draft_ids if not 0 <= t < cfg.vocab_size]
             if bad:
-                raise RequestError(f"draft_input_ids contains token id {bad[0]} outside the "
-                                   f"vocabulary [0, {cfg.vocab_size})")
+                raise RequestError(
+                    f"draft_input_ids contains token id {bad[0]} outside the "
+                    f"vocabulary [0, {cfg.vocab_size})"
+                )
         if req.draft_logits is not None:
             shape = tuple(req.draft_logits.shape)
             want = (len(req.draft_ids or []), cfg.vocab_size)
             if not req.draft_ids:
-                raise RequestError("draft_logits given without draft_input_ids: the logits "
-                                   "belong to the drafted tokens")
+                raise RequestError(
+                    "draft_logits given without draft_input_ids: the logits "
+                    "belong to the drafted tokens"
+                )
             if len(shape) != 2 or shape[0] != want[0] or shape[1] < 1:
                 raise RequestError(
                     f"draft_logits has shape {list(shape)}; expected [{want[0]}, {want[1]}] "
-                    "(one row of vocabulary logits per draft token)")
+                    "(one row of vocabulary logits per draft token)"
+                )
         if req.lookahead is not None:
             if self.lookahead is None:
                 raise RequestError(
                     "lookahead_window_size/ngram_size/verification_set_size given, but the engine "
-                    "was not built for lookahead decoding")
+                    "was not built for lookahead decoding"
+                )
             w, ng, g = req.lookahead
             W, N, G = self.lookahead
             if w > W or ng > N or g > G or w < 1 or ng < 1 or g < 0:
                 raise RequestError(
                     f"Lookahead config (w={w}, n={ng}, g={g}) is not within the engine's "
-                    f"(W={W}, N={N}, G={G}): need 1 <= w <= W, 1 <= n <= N, 0 <= g <= G")
+                    f"(W={W}, N={N}, G={G}): need 1 <= w <= W, 1 <= n <= N, 0 <= g <= G"
+                )
             if ng == 1 and (w != 1 or g != 0):
                 raise RequestError(
                     f"Lookahead config (w={w}, n={ng}, g={g}) is invalid: n == 1 requires "
-                    "w == 1 and g == 0")
+                    "w == 1 and g == 0"
+                )
 
     # -------------------------------------------------------------- public API
-    def stream(self, req: GenerationRequest,
-               cancelled: Callable[[], bool] | None = None) -> Generation:
+    def stream(
+        self, req: GenerationRequest, cancelled: Callable[[], bool] | None = None
+    ) -> Generation:
         """Validate and start a request; iterate the result for per-step token deltas.
 
         ``cancelled`` is asked before every step; once it says yes the
@@ -298,14 +335,29 @@ class ReferenceEngine:
         import torch
 
         with torch.inference_mode():
-            _, hidden = self._forward(list(ids), 0, len(ids), depths=[], attend=None,
-                                      cache=make_cache(), logit_rows=[len(ids) - 1])
+            _, hidden = self._forward(
+                list(ids),
+                0,
+                len(ids),
+                depths=[],
+                attend=None,
+                cache=make_cache(),
+                logit_rows=[len(ids) - 1],
+            )
         return hidden
 
     # --------------------------------------------------------------- internals
-    def _forward(self, tokens: list[int], past: int, n_pending: int, *, depths: list[int],
-                 attend: list[list[int]] | None, cache: Any, logit_rows: list[int],
-                 ) -> tuple[Any, Any]:
+    def _forward(
+        self,
+        tokens: list[int],
+        past: int,
+        n_pending: int,
+        *,
+        depths: list[int],
+        attend: list[list[int]] | None,
+        cache: Any,
+        logit_rows: list[int],
+    ) -> tuple[Any, Any]:
         """Run pending + node tokens; (logits of ``logit_rows`` only, all hidden rows).
 
         The vocabulary projection is a large share of a small model's step, so
@@ -321,14 +373,13 @@ class ReferenceEngine:
             hidden = self.model.model(input_ids=ids, use_cache=True, **kwargs).last_hidden_state[0]
         first = logit_rows[0]
         if logit_rows == list(range(first, first + len(logit_rows))):
-            rows = hidden[first:first + len(logit_rows)]
+            rows = hidden[first : first + len(logit_rows)]
         else:
             rows = hidden[torch.tensor(logit_rows)]
         logits = self.model.lm_head(rows).float()
         return logits, hidden
 
-    def _run(self, gen: Generation,
-             cancelled: Callable[[], bool] | None) -> Iterator[list[int]]:
+    def _run(self, gen: Generation, cancelled: Callable[[], bool] | None) -> Iterator[list[int]]:
         """Drive ``_loop`` alone: each ``ForwardCall`` it yields runs at once."""
         import torch
 
@@ -341,15 +392,24 @@ class ReferenceEngine:
                 except StopIteration:
                     return
                 if isinstance(item, ForwardCall):
-                    result = self._forward(item.tokens, item.past, item.n_pending,
-                                           depths=item.depths, attend=item.attend,
-                                           cache=item.cache, logit_rows=item.logit_rows)
+                    result = self._forward(
+                        item.tokens,
+                        item.past,
+                        item.n_pending,
+                        depths=item.depths,
+                        attend=item.attend,
+                        cache=item.cache,
+                        logit_rows=item.logit_rows,
+                    )
                 else:
                     result = None
                     yield item
 
-    def _loop(self, gen: Generation, cancelled: Callable[[], bool] | None = None,
-              ) -> Generator[ForwardCall | list[int], Any, None]:
+    def _loop(
+        self,
+        gen: Generation,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Generator[ForwardCall | list[int], Any, None]:
         """One request's steps as a coroutine: it yields a ``ForwardCall`` and is
         sent back ``(logits, hidden)``, and yields each step's emitted tokens
         (sent ``None``). ``_run`` answers the calls one by one; the in-flight
@@ -399,7 +459,8 @@ class ReferenceEngine:
                 nodes, parents = self._propose_medusa(root_hidden, budget)
             elif self.eagle is not None and feats is not None and budget > 0:
                 nodes, parents, eagle_cache, eagle_len = self._propose_eagle(
-                    committed, root, feats, eagle_cache, fed=eagle_len, budget=budget)
+                    committed, root, feats, eagle_cache, fed=eagle_len, budget=budget
+                )
             elif la_state is not None and budget > 0:
                 nodes, parents = self._lookahead_candidates(la_state, root, budget)
             depths: list[int] = []
@@ -450,12 +511,16 @@ class ReferenceEngine:
                 replacement = None
                 for i in range(n_verify):
                     replacement = sampler.accept_by_logits(
-                        target_row(i, i), draft_logits[i], nodes[i])
+                        target_row(i, i), draft_logits[i], nodes[i]
+                    )
                     if replacement is not None:
                         break
                     path_nodes.append(i)
-                bonus = replacement if replacement is not None else sampler.pick_independent(
-                    target_row(len(path_nodes), len(path_nodes)))
+                bonus = (
+                    replacement
+                    if replacement is not None
+                    else sampler.pick_independent(target_row(len(path_nodes), len(path_nodes)))
+                )
             else:
                 # ---- verify: walk the tree from the root while the target's pick has a child
                 children: dict[int, dict[int, int]] = {}
@@ -473,7 +538,7 @@ class ReferenceEngine:
             gen.total_draft_tokens += n_verify
             gen.total_accepted_draft_tokens += len(path_nodes)
             if la_state is not None and branch_rows:
-                outs = torch.argmax(logits[1 + n_verify:], dim=-1).tolist()
+                outs = torch.argmax(logits[1 + n_verify :], dim=-1).tolist()
                 la_state.advance(outs)
             # ---- commit: keep pending rows + the accepted path in the cache
             keep_rows = list(range(p)) + [p + i for i in path_nodes]
@@ -545,8 +610,9 @@ class ReferenceEngine:
             parents.append(-1 if parent < 0 else kept[parent])
         return nodes, parents
 
-    def _propose_eagle(self, committed: list[int], root: int, feats: Any, cache: Any, *,
-                       fed: int, budget: int) -> tuple[list[int], list[int], Any, int]:
+    def _propose_eagle(
+        self, committed: list[int], root: int, feats: Any, cache: Any, *, fed: int, budget: int
+    ) -> tuple[list[int], list[int], Any, int]:
         """EAGLE-1 draft tree along ``eagle_choices``, expanded one depth per forward.
 
         The pairs (token_{i+1}, feature_i) of newly committed positions extend
@@ -557,7 +623,7 @@ class ReferenceEngine:
         import torch
 
         m = len(committed)
-        nxt = [*committed[fed + 1:m], root]
+        nxt = [*committed[fed + 1 : m], root]
         tokens = torch.tensor([nxt], dtype=torch.long)
         pos = torch.arange(fed, m, dtype=torch.long)[None]
         h, logits = self.eagle.forward(tokens, feats[fed:m][None], pos, cache)
@@ -572,8 +638,11 @@ class ReferenceEngine:
         has_child = {p for _, p in self.eagle_tree}
         max_depth = min(budget, max(len(c) for c, _ in self.eagle_tree))
         for depth in range(1, max_depth + 1):
-            level = [i for i, (c, p) in enumerate(self.eagle_tree)
-                     if len(c) == depth and (p < 0 or p in kept)]
+            level = [
+                i
+                for i, (c, p) in enumerate(self.eagle_tree)
+                if len(c) == depth and (p < 0 or p in kept)
+            ]
             for i in level:
                 choice, parent = self.eagle_tree[i]
                 kept[i] = len(nodes)
@@ -594,11 +663,16 @@ class ReferenceEngine:
                     parent = self.eagle_tree[parent][1]
             mask = torch.zeros(q, past + q).masked_fill_(~allowed, torch.finfo(torch.float32).min)
             toks = torch.tensor([[nodes[kept[i]] for i in run]], dtype=torch.long)
-            parent_h = torch.stack([node_h[self.eagle_tree[i][1]]
-                                    if self.eagle_tree[i][1] >= 0 else h[0, -1] for i in run])
+            parent_h = torch.stack(
+                [
+                    node_h[self.eagle_tree[i][1]] if self.eagle_tree[i][1] >= 0 else h[0, -1]
+                    for i in run
+                ]
+            )
             positions = torch.full((1, q), m - 1 + depth, dtype=torch.long)
-            hs, lg = self.eagle.forward(toks, parent_h[None], positions, cache,
-                                        mask=mask[None, None])
+            hs, lg = self.eagle.forward(
+                toks, parent_h[None], positions, cache, mask=mask[None, None]
+            )
             top = torch.topk(lg[0], top_k, dim=-1).indices.tolist()
             for r, i in enumerate(run):
                 slot[i] = past + r
@@ -607,8 +681,9 @@ class ReferenceEngine:
         return nodes, parents, crop_cache(cache, m), m
 
     @staticmethod
-    def _lookahead_candidates(state: LookaheadState, root: int,
-                              budget: int) -> tuple[list[int], list[int]]:
+    def _lookahead_candidates(
+        state: LookaheadState, root: int, budget: int
+    ) -> tuple[list[int], list[int]]:
         """The verification branch as a trie of pool n-grams for ``root``."""
         nodes: list[int] = []
         parents: list[int] = []

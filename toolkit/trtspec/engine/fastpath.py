@@ -37,7 +37,8 @@ def supports(model: Any) -> bool:
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return False
     if getattr(cfg, "sliding_window", None) and (
-            cfg.model_type == "mistral" or getattr(cfg, "use_sliding_window", False)):
+        cfg.model_type == "mistral" or getattr(cfg, "use_sliding_window", False)
+    ):
         return False
     layer_types = getattr(cfg, "layer_types", None)
     if layer_types and any(t != "full_attention" for t in layer_types):
@@ -48,9 +49,12 @@ def supports(model: Any) -> bool:
     layer = inner.layers[0]
     attn = getattr(layer, "self_attn", None)
     mlp = getattr(layer, "mlp", None)
-    return (attn is not None and mlp is not None
-            and all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
-            and all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")))
+    return (
+        attn is not None
+        and mlp is not None
+        and all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        and all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj"))
+    )
 
 
 def _stack(linears: list[Any]) -> Any:
@@ -64,9 +68,14 @@ def _stack(linears: list[Any]) -> Any:
     with torch.no_grad():
         fused.weight.copy_(weight)
         if has_bias:
-            fused.bias.copy_(torch.cat([
-                m.bias.detach() if m.bias is not None else torch.zeros(m.out_features)
-                for m in linears]))
+            fused.bias.copy_(
+                torch.cat(
+                    [
+                        m.bias.detach() if m.bias is not None else torch.zeros(m.out_features)
+                        for m in linears
+                    ]
+                )
+            )
     return fused.eval()
 
 
@@ -80,8 +89,13 @@ def fuse(model: Any) -> bool:
         attn, mlp = layer.self_attn, layer.mlp
         attn.qkv_proj = _stack([attn.q_proj, attn.k_proj, attn.v_proj])
         mlp.gate_up_proj = _stack([mlp.gate_proj, mlp.up_proj])
-        for owner, name in ((attn, "q_proj"), (attn, "k_proj"), (attn, "v_proj"),
-                            (mlp, "gate_proj"), (mlp, "up_proj")):
+        for owner, name in (
+            (attn, "q_proj"),
+            (attn, "k_proj"),
+            (attn, "v_proj"),
+            (mlp, "gate_proj"),
+            (mlp, "up_proj"),
+        ):
             delattr(owner, name)
     model._trtspec_fused = True
     return True
@@ -99,8 +113,11 @@ def _linear_fn(module: Any) -> Any:
     if getattr(module, "packed", None) is not None:
         return module.forward  # PackedLinear: already a direct op call
     params = getattr(getattr(module, "_packed_params", None), "_packed_params", None)
-    if (params is not None and getattr(module, "version", None) == 4
-            and module._packed_params.dtype == torch.qint8):
+    if (
+        params is not None
+        and getattr(module, "version", None) == 4
+        and module._packed_params.dtype == torch.qint8
+    ):
         op = torch.ops.quantized.linear_dynamic.default
         return lambda x: op(x, params, True)
     return module
@@ -127,11 +144,21 @@ def _plan(model: Any) -> _Plan:
         n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
         head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
         plan = _Plan(
-            layers=[(layer.input_layernorm.weight, _linear_fn(layer.self_attn.qkv_proj),
-                     _linear_fn(layer.self_attn.o_proj), layer.post_attention_layernorm.weight,
-                     _linear_fn(layer.mlp.gate_up_proj), _linear_fn(layer.mlp.down_proj))
-                    for layer in model.model.layers],
-            n_heads=n_heads, n_kv=n_kv, head_dim=head_dim, eps=float(cfg.rms_norm_eps),
+            layers=[
+                (
+                    layer.input_layernorm.weight,
+                    _linear_fn(layer.self_attn.qkv_proj),
+                    _linear_fn(layer.self_attn.o_proj),
+                    layer.post_attention_layernorm.weight,
+                    _linear_fn(layer.mlp.gate_up_proj),
+                    _linear_fn(layer.mlp.down_proj),
+                )
+                for layer in model.model.layers
+            ],
+            n_heads=n_heads,
+            n_kv=n_kv,
+            head_dim=head_dim,
+            eps=float(cfg.rms_norm_eps),
             split_qkv=((n_heads + n_kv) * head_dim, n_kv * head_dim),
             split_mlp=(int(cfg.intermediate_size),) * 2,
         )
@@ -153,8 +180,9 @@ def _rotate_half(x: Any) -> Any:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def forward(model: Any, ids: Any, cache: Any, *, position_ids: Any = None,
-            attention_mask: Any = None) -> Any:
+def forward(
+    model: Any, ids: Any, cache: Any, *, position_ids: Any = None, attention_mask: Any = None
+) -> Any:
     """Run ``ids`` [1, T] through a ``fuse``d model after the ``cache``'s positions;
     returns the final hidden states [T, hidden] and appends the new keys/values
     to ``cache``.
@@ -256,13 +284,17 @@ def forward_packed(model: Any, ids: Any, segments: list[Segment]) -> Any:
                 vs = torch.cat([pasts[s][i][1], vs], dim=-2)
             new_kv[s].append((k, vs))
             mask, causal = masks[s]
-            outs.append(F.scaled_dot_product_attention(q, k, vs, attn_mask=mask, is_causal=causal,
-                                                       enable_gqa=n_kv != n_heads))
+            outs.append(
+                F.scaled_dot_product_attention(
+                    q, k, vs, attn_mask=mask, is_causal=causal, enable_gqa=n_kv != n_heads
+                )
+            )
         o = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
         o = o.transpose(1, 2).reshape(1, total, n_heads * head_dim)
         x = x + _per_segment(o_proj, o, bounds, shared)
         gate, up = _per_segment(gate_up_proj, _rms(x, w_post, eps), bounds, shared).split(
-            plan.split_mlp, dim=-1)
+            plan.split_mlp, dim=-1
+        )
         x = x + _per_segment(down_proj, F.silu(gate) * up, bounds, shared)
     for seg, kv in zip(segments, new_kv, strict=True):
         seg.cache.layers = make_cache(kv).layers

@@ -90,8 +90,10 @@ def build_medusa(folder: Path, hidden_size: int, vocab_size: int) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.heads = nn.ModuleList(
-                nn.Sequential(*[ResBlock() for _ in range(num_layers)],
-                              nn.Linear(hidden_size, vocab_size, bias=False))
+                nn.Sequential(
+                    *[ResBlock() for _ in range(num_layers)],
+                    nn.Linear(hidden_size, vocab_size, bias=False),
+                )
                 for _ in range(num_heads)
             )
 
@@ -134,9 +136,15 @@ class EagleDrafter:
                 f" (got {None if fc_w is None else list(fc_w.shape)})"
             )
         cfg = {k: v for k, v in cfg.items() if k not in ("architectures", "auto_map")}
-        cfg.update(num_hidden_layers=1, vocab_size=1, pad_token_id=None, bos_token_id=None,
-                   eos_token_id=None,
-                   hidden_size=hidden, tie_word_embeddings=False)
+        cfg.update(
+            num_hidden_layers=1,
+            vocab_size=1,
+            pad_token_id=None,
+            bos_token_id=None,
+            eos_token_id=None,
+            hidden_size=hidden,
+            tie_word_embeddings=False,
+        )
         lconf = LlamaConfig(**cfg)
         lconf._attn_implementation = "sdpa"
         self.layer_model = LlamaModel(lconf).eval()
@@ -160,8 +168,9 @@ class EagleDrafter:
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
 
-    def forward(self, tokens: Any, features: Any, positions: Any, cache: Any,
-                mask: Any = None) -> tuple[Any, Any]:
+    def forward(
+        self, tokens: Any, features: Any, positions: Any, cache: Any, mask: Any = None
+    ) -> tuple[Any, Any]:
         """Run pairs (token_{i+1}, feature_i) at ``positions``; returns (hidden, logits).
 
         ``mask`` is an optional additive 4-D attention mask (tree drafting)."""
@@ -169,7 +178,12 @@ class EagleDrafter:
 
         x = self.fc(torch.cat([self.embed(tokens), features], dim=-1))
         extra = {} if mask is None else {"attention_mask": mask}
-        out = self.layer_model(inputs_embeds=x, position_ids=positions, use_cache=True,
-                               **{self._cache_kw: cache}, **extra)
+        out = self.layer_model(
+            inputs_embeds=x,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_kw: cache},
+            **extra,
+        )
         h = out.last_hidden_state
         return h, self.lm_head(h)

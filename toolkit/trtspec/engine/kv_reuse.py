@@ -58,8 +58,9 @@ def cache_len(cache: Any) -> int:
 
 def select_cache(cache: Any, index: Any) -> Any:
     """A new cache holding only sequence positions ``index`` (a LongTensor)."""
-    return make_cache([(k.index_select(-2, index), v.index_select(-2, index))
-                       for k, v in kv_tensors(cache)])
+    return make_cache(
+        [(k.index_select(-2, index), v.index_select(-2, index)) for k, v in kv_tensors(cache)]
+    )
 
 
 def crop_cache(cache: Any, length: int) -> Any:
@@ -120,8 +121,11 @@ class PrefixCache:
         entry = CacheEntry(tuple(tokens[:n]), kv_tensors(cache), features)
         with self._lock:
             # An entry that is a prefix of the new one is now redundant.
-            for key in [k for k, e in self._entries.items()
-                        if common_prefix(e.tokens, entry.tokens) == len(e.tokens)]:
+            for key in [
+                k
+                for k, e in self._entries.items()
+                if common_prefix(e.tokens, entry.tokens) == len(e.tokens)
+            ]:
                 del self._entries[key]
             self._entries[self._next] = entry
             self._next += 1

@@ -40,8 +40,7 @@ def quantize_int8(model: Any) -> Any:
         warnings.simplefilter("ignore", DeprecationWarning)
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig},
-                                dtype=torch.qint8)
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
 
 
 def onednn_enabled() -> bool:
@@ -51,7 +50,8 @@ def onednn_enabled() -> bool:
     import torch
 
     return bool(torch.backends.mkldnn.is_available()) and all(
-        hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight"))
+        hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight")
+    )
 
 
 PAD_ROWS = 4  # rows the packed layout is chosen for; fewer rows are padded up to it
@@ -76,11 +76,17 @@ def _packed_linear_class() -> type:
             self.in_features = linear.in_features
             self.out_features = linear.out_features
             weight = linear.weight.detach()
-            self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(
-                weight, PAD_ROWS), persistent=False)
+            self.register_buffer(
+                "packed",
+                torch.ops.mkldnn._reorder_linear_weight(weight, PAD_ROWS),
+                persistent=False,
+            )
             self.bias = linear.bias
-            self.weight = linear.weight if keep_dense else nn.Parameter(
-                torch.empty_like(weight, device="meta"), requires_grad=False)
+            self.weight = (
+                linear.weight
+                if keep_dense
+                else nn.Parameter(torch.empty_like(weight, device="meta"), requires_grad=False)
+            )
 
         def forward(self, x: Any) -> Any:
             if x.dim() == 1:
@@ -116,13 +122,20 @@ def pack_linears(model: Any) -> int:
     if not onednn_enabled():
         return 0
     packed_cls = _packed_linear_class()
-    linears = [(parent, name, child) for parent in model.modules()
-               for name, child in parent.named_children()
-               if type(child) is nn.Linear and child.weight.dtype == torch.float32]
+    linears = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear and child.weight.dtype == torch.float32
+    ]
     swapped = {id(child) for _, _, child in linears}
     # weights some other (non-swapped) module also holds, e.g. a tied embedding
-    shared = {id(p) for module in model.modules() if id(module) not in swapped
-              for p in module.parameters(recurse=False)}
+    shared = {
+        id(p)
+        for module in model.modules()
+        if id(module) not in swapped
+        for p in module.parameters(recurse=False)
+    }
     for parent, name, child in linears:
         setattr(parent, name, packed_cls(child, keep_dense=id(child.weight) in shared))
     return len(linears)
@@ -142,7 +155,8 @@ def load_target(config: EngineConfig) -> Any:
         )
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            str(hf), dtype=torch.float32, attn_implementation="sdpa")
+            str(hf), dtype=torch.float32, attn_implementation="sdpa"
+        )
     except (OSError, ValueError) as exc:
         raise EngineError(f"{hf}: cannot load the model: {exc}") from None
     model.eval()
@@ -165,8 +179,11 @@ def load_heads(config: EngineConfig, model: Any) -> tuple[Any, Any]:
         folder = config.path / "medusa"
         if not folder.is_dir():
             raise EngineError(f"{folder}: medusa engine without its medusa/ heads folder")
-        medusa = build_medusa(folder, int(model.config.hidden_size),
-                              int(model.get_output_embeddings().weight.shape[0]))
+        medusa = build_medusa(
+            folder,
+            int(model.config.hidden_size),
+            int(model.get_output_embeddings().weight.shape[0]),
+        )
     if config.mode == "eagle":
         folder = config.path / "eagle"
         if not folder.is_dir():

@@ -51,7 +51,7 @@ class LookaheadState:
         """Add the n-grams of newly committed tokens of ``sequence`` to the pool."""
         start = max(self._indexed - self.N + 1, 0)
         for i in range(start, len(sequence) - self.N + 1):
-            self._add(tuple(sequence[i:i + self.N]))
+            self._add(tuple(sequence[i : i + self.N]))
         self._indexed = len(sequence)
 
     def candidates(self, root: int) -> list[tuple[int, ...]]:

@@ -38,8 +38,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return (self.temperature <= 0.0 or self.top_k == 1
-                or (self.top_k == 0 and self.top_p == 0.0))
+        return self.temperature <= 0.0 or self.top_k == 1 or (self.top_k == 0 and self.top_p == 0.0)
 
 
 # Mixed into the seed of the speculative-sampling generator (any odd 64-bit

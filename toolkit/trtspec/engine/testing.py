@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 
-def make_medusa_checkpoint(path: str | Path, target_dir: str | Path, *, num_heads: int = 3,
-                           num_layers: int = 1, seed: int = 0, from_lm_head: bool = True) -> Path:
+def make_medusa_checkpoint(
+    path: str | Path,
+    target_dir: str | Path,
+    *,
+    num_heads: int = 3,
+    num_layers: int = 1,
+    seed: int = 0,
+    from_lm_head: bool = True,
+) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -40,10 +47,18 @@ def make_medusa_checkpoint(path: str | Path, target_dir: str | Path, *, num_head
             out = lm_head.clone() + out
         state[f"{h}.{num_layers}.weight"] = out
     save_file(state, str(path / "medusa_lm_head.safetensors"))
-    (path / "config.json").write_text(json.dumps({
-        "medusa_num_heads": num_heads, "medusa_num_layers": num_layers,
-        "hidden_size": hidden, "vocab_size": vocab, "base_model_name_or_path": str(target_dir),
-    }, indent=2))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "medusa_num_heads": num_heads,
+                "medusa_num_layers": num_layers,
+                "hidden_size": hidden,
+                "vocab_size": vocab,
+                "base_model_name_or_path": str(target_dir),
+            },
+            indent=2,
+        )
+    )
     return path
 
 
@@ -57,14 +72,29 @@ def make_eagle_checkpoint(path: str | Path, target_dir: str | Path, *, seed: int
     path.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((target_dir / "config.json").read_text())
     hidden = int(cfg["hidden_size"])
-    conf = {k: cfg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
-                                "num_key_value_heads", "max_position_embeddings", "rms_norm_eps",
-                                "rope_theta", "vocab_size", "hidden_act") if k in cfg}
+    conf = {
+        k: cfg[k]
+        for k in (
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+            "rms_norm_eps",
+            "rope_theta",
+            "vocab_size",
+            "hidden_act",
+        )
+        if k in cfg
+    }
     conf.update(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1)
     torch.manual_seed(seed)
     layer = LlamaDecoderLayer(LlamaConfig(**conf), layer_idx=0)
-    state = {f"layers.0.{k}": v.detach().clone() for k, v in layer.state_dict().items()
-             if not k.startswith("input_layernorm")}
+    state = {
+        f"layers.0.{k}": v.detach().clone()
+        for k, v in layer.state_dict().items()
+        if not k.startswith("input_layernorm")
+    }
     gen = torch.Generator().manual_seed(seed)
     fc = torch.randn(hidden, 2 * hidden, generator=gen) * 0.02
     fc[:, hidden:] += torch.eye(hidden)  # pass the target feature through: drafts partly agree
@@ -75,14 +105,37 @@ def make_eagle_checkpoint(path: str | Path, target_dir: str | Path, *, seed: int
     return path
 
 
-def build_engine(model: str | Path, output: str | Path, mode: str = "none", *,
-                 max_draft_len: int = 0, max_batch_size: int = 4, max_input_len: int = 512,
-                 max_seq_len: int = 1024, extra: list[str] | None = None) -> Path:
+def build_engine(
+    model: str | Path,
+    output: str | Path,
+    mode: str = "none",
+    *,
+    max_draft_len: int = 0,
+    max_batch_size: int = 4,
+    max_input_len: int = 512,
+    max_seq_len: int = 1024,
+    extra: list[str] | None = None,
+) -> Path:
     """Build a reference engine in process (same flags as the CLI module)."""
     from trtspec.build.reference import build, parse_args
 
-    argv = ["--model", str(model), "--output", str(output), "--mode", mode,
-            "--max-draft-len", str(max_draft_len), "--max-batch-size", str(max_batch_size),
-            "--max-input-len", str(max_input_len), "--max-seq-len", str(max_seq_len),
-            "--dtype", "float32", *(extra or [])]
+    argv = [
+        "--model",
+        str(model),
+        "--output",
+        str(output),
+        "--mode",
+        mode,
+        "--max-draft-len",
+        str(max_draft_len),
+        "--max-batch-size",
+        str(max_batch_size),
+        "--max-input-len",
+        str(max_input_len),
+        "--max-seq-len",
+        str(max_seq_len),
+        "--dtype",
+        "float32",
+        *(extra or []),
+    ]
     return build(parse_args(argv))

@@ -69,8 +69,10 @@ def _first(request: Any, names: tuple[str, ...], default: Any) -> Any:
             if arr.size == 0:
                 return default
             if arr.size > 1:
-                raise InputError(f"input tensor '{name}' must hold one value per request "
-                                 f"(got shape {list(tensor.as_numpy().shape)})")
+                raise InputError(
+                    f"input tensor '{name}' must hold one value per request "
+                    f"(got shape {list(tensor.as_numpy().shape)})"
+                )
             return arr[0].item()
     return default
 
@@ -113,9 +115,13 @@ class TritonPythonModel:
         path = _param(config, "gpt_model_path")
         if path is None:
             raise pb_utils.TritonModelException(
-                "parameter gpt_model_path is not set: it must name a reference engine folder")
-        la_keys = ("lookahead_window_size", "lookahead_ngram_size",
-                   "lookahead_verification_set_size")
+                "parameter gpt_model_path is not set: it must name a reference engine folder"
+            )
+        la_keys = (
+            "lookahead_window_size",
+            "lookahead_ngram_size",
+            "lookahead_verification_set_size",
+        )
         la_values = [_param(config, k) for k in la_keys]
         lookahead = None
         if all(v is not None for v in la_values):
@@ -152,17 +158,22 @@ class TritonPythonModel:
         ids = _required(request, "input_ids")
         batch = ids.shape[0] if ids.ndim > 1 else 1
         if batch != 1:
-            raise InputError(f"batch size {batch} in one request is not supported by the "
-                             "reference engine: send one request per sequence")
+            raise InputError(
+                f"batch size {batch} in one request is not supported by the "
+                "reference engine: send one request per sequence"
+            )
         ids = ids.reshape(-1)
         n = int(lengths[0]) if lengths.size else ids.size
         if n > ids.size or n < 0:
-            raise InputError(f"input_lengths ({n}) is larger than the number of input_ids "
-                             f"({ids.size})")
+            raise InputError(
+                f"input_lengths ({n}) is larger than the number of input_ids ({ids.size})"
+            )
         beam = int(_first(request, ("beam_width",), 1))
         if beam != 1:
-            raise InputError(f"beam_width {beam} is not supported by the reference engine "
-                             "(speculative decoding needs beam width 1)")
+            raise InputError(
+                f"beam_width {beam} is not supported by the reference engine "
+                "(speculative decoding needs beam width 1)"
+            )
         draft = pb_utils.get_input_tensor_by_name(request, "draft_input_ids")
         draft_ids = [int(t) for t in draft.as_numpy().reshape(-1)] if draft is not None else []
         logits = pb_utils.get_input_tensor_by_name(request, "draft_logits")
@@ -172,13 +183,21 @@ class TritonPythonModel:
             if rows.ndim == 3 and rows.shape[0] == 1:  # [batch 1, k, vocab]
                 rows = rows[0]
             draft_logits = rows.astype(np.float32)
-        la = [_first(request, (k,), None) for k in (
-            "lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")]
+        la = [
+            _first(request, (k,), None)
+            for k in (
+                "lookahead_window_size",
+                "lookahead_ngram_size",
+                "lookahead_verification_set_size",
+            )
+        ]
         lookahead = None
         if any(v is not None for v in la):
             if any(v is None for v in la):
-                raise InputError("lookahead_window_size, lookahead_ngram_size and "
-                                 "lookahead_verification_set_size must be given together")
+                raise InputError(
+                    "lookahead_window_size, lookahead_ngram_size and "
+                    "lookahead_verification_set_size must be given together"
+                )
             lookahead = tuple(int(v) for v in la)
         end_id = _first(request, ("end_id",), None)
         seed_name = "random_seed" if _first(request, ("seed",), None) is None else "seed"
@@ -189,10 +208,13 @@ class TritonPythonModel:
             seed=int(_first(request, ("seed", "random_seed"), 0)),
         )
         try:
-            check_sampling(temperature=sampling.temperature, top_p=sampling.top_p,
-                           top_k=sampling.top_k, seed=sampling.seed,
-                           names={"top_p": "runtime_top_p", "top_k": "runtime_top_k",
-                                  "seed": seed_name})
+            check_sampling(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                seed=sampling.seed,
+                names={"top_p": "runtime_top_p", "top_k": "runtime_top_k", "seed": seed_name},
+            )
         except ParamError as exc:
             raise InputError(str(exc)) from None
         req = GenerationRequest(
@@ -212,12 +234,18 @@ class TritonPythonModel:
             "perf": bool(_first(request, ("return_perf_metrics",), False)),
         }
         if options["streaming"] and not self.decoupled:
-            raise InputError("Streaming is only supported if model is deployed using "
-                             "decoupled mode.")
+            raise InputError(
+                "Streaming is only supported if model is deployed using decoupled mode."
+            )
         return req, options
 
-    def _response(self, tokens: list[int], gen: Any, options: dict[str, Any],
-                  logit_rows: list[Any] | None = None) -> Any:
+    def _response(
+        self,
+        tokens: list[int],
+        gen: Any,
+        options: dict[str, Any],
+        logit_rows: list[Any] | None = None,
+    ) -> Any:
         tensors = [
             pb_utils.Tensor("output_ids", np.array([[tokens]], dtype=np.int32).reshape(1, 1, -1)),
             pb_utils.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32)),
@@ -229,8 +257,9 @@ class TritonPythonModel:
                 rows = np.stack([r.numpy() for r in logit_rows]).astype(np.float32)
             tensors.append(pb_utils.Tensor("generation_logits", rows.reshape(1, 1, -1, vocab)))
         if options["perf"]:
-            tensors += _perf_tensors(gen, len(gen.request.input_ids),
-                                     self.engine.config.tokens_per_block)
+            tensors += _perf_tensors(
+                gen, len(gen.request.input_ids), self.engine.config.tokens_per_block
+            )
         # Only what the caller asked for: the 2.51 stub prunes the rest in
         # ResponseSender::Send with the GIL released, freeing their NumPy
         # arrays without it (heap corruption; see repo/models/threads.BlsStreams).
@@ -243,9 +272,12 @@ class TritonPythonModel:
     def _cancelled(self, gen: Any) -> Any:
         pb_utils.Logger.log_info(
             f"reference engine: request cancelled after {len(gen.output_ids)} of "
-            f"{gen.request.max_new_tokens} tokens ({gen.steps} steps); KV cache freed")
-        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
-            "request cancelled", pb_utils.TritonError.CANCELLED))
+            f"{gen.request.max_new_tokens} tokens ({gen.steps} steps); KV cache freed"
+        )
+        return pb_utils.InferenceResponse(
+            output_tensors=[],
+            error=pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED),
+        )
 
     def _error(self, exc: BaseException) -> Any:
         from trtspec.errors import TrtspecError
@@ -253,14 +285,16 @@ class TritonPythonModel:
         if isinstance(exc, (InputError, TrtspecError)):
             return pb_utils.InferenceResponse(
                 output_tensors=[],
-                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
+                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG),
+            )
         import traceback
 
         # a bug must fail this request, not the model
         pb_utils.Logger.log_error("".join(traceback.format_exception(exc)))
         return pb_utils.InferenceResponse(
             output_tensors=[],
-            error=pb_utils.TritonError(f"reference engine internal error: {exc!r}"))
+            error=pb_utils.TritonError(f"reference engine internal error: {exc!r}"),
+        )
 
     def _listener(self, sender: Any, options: dict[str, Any], cancel: Any) -> Any:
         """The scheduler-thread callback answering one request through ``sender``:
@@ -277,7 +311,7 @@ class TritonPythonModel:
                 if options["streaming"]:
                     flags = final if gen.finished else 0
                     done = state["done"]
-                    rows = gen.generation_logits[done:done + len(delta)]
+                    rows = gen.generation_logits[done : done + len(delta)]
                     state["done"] = done + len(delta)
                     sender.send(self._response(delta, gen, options, rows), flags=flags)
                     state["sent_final"] = bool(flags)
@@ -296,8 +330,9 @@ class TritonPythonModel:
                     tokens = list(gen.output_ids)
                     if not options["exclude"]:
                         tokens = list(gen.request.input_ids) + tokens
-                    sender.send(self._response(tokens, gen, options, gen.generation_logits),
-                                flags=final)
+                    sender.send(
+                        self._response(tokens, gen, options, gen.generation_logits), flags=final
+                    )
             finally:
                 state["sent_final"] = True
                 cancel.close()
@@ -312,8 +347,11 @@ class TritonPythonModel:
         try:
             req, options = self._request(request)
             options["outputs"] = set(request.requested_output_names() or ())
-            self.scheduler.submit(req, listener=self._listener(sender, options, cancel),
-                                  is_cancelled=cancel.is_cancelled)
+            self.scheduler.submit(
+                req,
+                listener=self._listener(sender, options, cancel),
+                is_cancelled=cancel.is_cancelled,
+            )
         except Exception as exc:
             cancel.close()
             sender.send(self._error(exc), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -335,7 +373,7 @@ class TritonPythonModel:
                 sent_final, done = False, 0
                 for delta in gen:
                     flags = final if gen.finished else 0
-                    rows = gen.generation_logits[done:done + len(delta)]
+                    rows = gen.generation_logits[done : done + len(delta)]
                     done += len(delta)
                     sender.send(self._response(delta, gen, options, rows), flags=flags)
                     sent_final = bool(flags)
@@ -354,19 +392,24 @@ class TritonPythonModel:
                 self._cancelled(gen)
                 sender.send(flags=final)
                 return None
-            response = self._cancelled(gen) if gen.cancelled else self._response(
-                tokens, gen, options, gen.generation_logits)
+            response = (
+                self._cancelled(gen)
+                if gen.cancelled
+                else self._response(tokens, gen, options, gen.generation_logits)
+            )
         except (InputError, TrtspecError) as exc:
             response = pb_utils.InferenceResponse(
                 output_tensors=[],
-                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
+                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG),
+            )
         except Exception as exc:  # a bug must fail this request, not the model
             import traceback
 
             pb_utils.Logger.log_error(traceback.format_exc())
             response = pb_utils.InferenceResponse(
                 output_tensors=[],
-                error=pb_utils.TritonError(f"reference engine internal error: {exc!r}"))
+                error=pb_utils.TritonError(f"reference engine internal error: {exc!r}"),
+            )
         finally:
             cancel.close()
         if sender is not None:

@@ -52,14 +52,21 @@ ENGINE_MODES = {
     "lookahead": "lookahead",
     "lookahead_decoding": "lookahead",
 }
-DECODING_MODE = {"none": "top_k_top_p", "medusa": "medusa", "eagle": "eagle",
-                 "lookahead": "lookahead"}
+DECODING_MODE = {
+    "none": "top_k_top_p",
+    "medusa": "medusa",
+    "eagle": "eagle",
+    "lookahead": "lookahead",
+}
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 # Where the backend reads these three (EngineContract.guided_decoding_params) it
 # does so outside any try (getGuidedDecodingConfigFromParams): an absent key
 # fails the model load; an empty value means guided decoding off.
-GUIDED_DECODING_OFF = {"tokenizer_dir": "", "xgrammar_tokenizer_info_path": "",
-                       "guided_decoding_backend": ""}
+GUIDED_DECODING_OFF = {
+    "tokenizer_dir": "",
+    "xgrammar_tokenizer_info_path": "",
+    "guided_decoding_backend": "",
+}
 
 MODEL_SOURCES = {
     PREPROCESSING: "trtspec.repo.models.preprocessing",
@@ -166,8 +173,10 @@ def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
         model.calls = [PREPROCESSING, POSTPROCESSING, target, *([draft] if draft else [])]
         variants[name] = model
     if BASELINE not in variants:
-        raise RepoError("the plan has no baseline variant",
-                        "Plan.variants must include `baseline` (docs/internals.md §2).")
+        raise RepoError(
+            "the plan has no baseline variant",
+            "Plan.variants must include `baseline` (docs/internals.md §2).",
+        )
     # An engine both streamed from and called in a draft loop cannot exist:
     # the loop needs decoupled: false, streaming needs decoupled: true.
     for model in variants.values():
@@ -224,7 +233,8 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
     # the spec's fraction by KV need (trtspec.memory.kv_fractions); an equal
     # slice when it has no plan (conservative: later loads see less free).
     fraction = layout.kv_fractions.get(
-        engine.name, round(float(kv.free_gpu_mem_fraction) / max(1, len(layout.engines)), 4))
+        engine.name, round(float(kv.free_gpu_mem_fraction) / max(1, len(layout.engines)), 4)
+    )
     params: dict[str, object] = {
         "max_beam_width": int(target.max_beam_width),
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -306,13 +316,20 @@ def _manifest(layout: Layout, spec: Any) -> dict[str, Any]:
         POSTPROCESSING: {"role": "postprocessing", "calls": [], "variant": None, "mode": None},
     }
     for engine in layout.engines.values():
-        models[engine.name] = {"role": "engine", "calls": [], "variant": None,
-                               "mode": engine.mode}
+        models[engine.name] = {"role": "engine", "calls": [], "variant": None, "mode": engine.mode}
     for variant in layout.variants.values():
-        models[variant.name] = {"role": "orchestrator", "calls": list(variant.calls),
-                                "variant": variant.name, "mode": variant.mode}
-    models[ROUTER] = {"role": "router", "calls": sorted(layout.variants), "variant": None,
-                      "mode": None}
+        models[variant.name] = {
+            "role": "orchestrator",
+            "calls": list(variant.calls),
+            "variant": variant.name,
+            "mode": variant.mode,
+        }
+    models[ROUTER] = {
+        "role": "router",
+        "calls": sorted(layout.variants),
+        "variant": None,
+        "mode": None,
+    }
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "spec": layout.spec_name,
@@ -327,14 +344,22 @@ def _manifest(layout: Layout, spec: Any) -> dict[str, Any]:
 def write_tree(layout: Layout, spec: Any, repo: Path, routing: RoutingTable) -> None:
     """Write every model folder and the manifest into ``repo`` (a fresh folder)."""
     pre = configs.base_config(
-        PREPROCESSING, backend="python", max_batch_size=0, decoupled=False,
-        inputs=PREPROCESSING_INPUTS, outputs=PREPROCESSING_OUTPUTS,
+        PREPROCESSING,
+        backend="python",
+        max_batch_size=0,
+        decoupled=False,
+        inputs=PREPROCESSING_INPUTS,
+        outputs=PREPROCESSING_OUTPUTS,
         parameters={"tokenizer_dir": str(layout.tokenizer_dir), "add_special_tokens": True},
     )
     _write_model(repo, PREPROCESSING, pre, MODEL_SOURCES[PREPROCESSING])
     post = configs.base_config(
-        POSTPROCESSING, backend="python", max_batch_size=0, decoupled=False,
-        inputs=POSTPROCESSING_INPUTS, outputs=POSTPROCESSING_OUTPUTS,
+        POSTPROCESSING,
+        backend="python",
+        max_batch_size=0,
+        decoupled=False,
+        inputs=POSTPROCESSING_INPUTS,
+        outputs=POSTPROCESSING_OUTPUTS,
         parameters={"tokenizer_dir": str(layout.tokenizer_dir), "skip_special_tokens": True},
     )
     _write_model(repo, POSTPROCESSING, post, MODEL_SOURCES[POSTPROCESSING])
@@ -342,14 +367,20 @@ def write_tree(layout: Layout, spec: Any, repo: Path, routing: RoutingTable) -> 
         module = MODEL_SOURCES["engine"] if layout.backend == "reference" else None
         _write_model(repo, engine.name, engine_config(layout, engine, spec), module)
     for variant in layout.variants.values():
-        _write_model(repo, variant.name, orchestrator_config(
-            layout, variant, int(spec.target.kv_cache.tokens_per_block)),
-            MODEL_SOURCES["orchestrator"])
+        _write_model(
+            repo,
+            variant.name,
+            orchestrator_config(layout, variant, int(spec.target.kv_cache.tokens_per_block)),
+            MODEL_SOURCES["orchestrator"],
+        )
     router = configs.base_config(
-        ROUTER, backend="python", max_batch_size=0, decoupled=True,
-        inputs=ORCHESTRATOR_INPUTS, outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": ROUTING_FILE,
-                    "variants": ",".join(sorted(layout.variants))},
+        ROUTER,
+        backend="python",
+        max_batch_size=0,
+        decoupled=True,
+        inputs=ORCHESTRATOR_INPUTS,
+        outputs=ORCHESTRATOR_OUTPUTS,
+        parameters={"routing_file": ROUTING_FILE, "variants": ",".join(sorted(layout.variants))},
     )
     _write_model(repo, ROUTER, router, MODEL_SOURCES[ROUTER])
     (repo / ROUTER / ROUTING_FILE).write_text(

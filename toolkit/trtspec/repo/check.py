@@ -37,9 +37,18 @@ PRE_SENDS = ("QUERY", "REQUEST_OUTPUT_LEN")
 PRE_READS = ("INPUT_ID", "OUT_END_ID", "OUT_PAD_ID")
 POST_SENDS = ("TOKENS_BATCH", "SEQUENCE_LENGTH")
 POST_READS = ("OUTPUT",)
-ENGINE_SENDS = ("input_ids", "input_lengths", "request_output_len", "streaming",
-                "exclude_input_in_output", "end_id", "pad_id", "temperature",
-                "runtime_top_k", "runtime_top_p")
+ENGINE_SENDS = (
+    "input_ids",
+    "input_lengths",
+    "request_output_len",
+    "streaming",
+    "exclude_input_in_output",
+    "end_id",
+    "pad_id",
+    "temperature",
+    "runtime_top_k",
+    "runtime_top_p",
+)
 ENGINE_READS = ("output_ids", "sequence_length")
 
 
@@ -122,17 +131,26 @@ class _Checker:
             self.add(caller.path, f"parameter {key}: model {name!r} does not exist in {self.repo}")
         return model
 
-    def tensors(self, caller: _Model, callee: _Model, sends: tuple[str, ...] | list[str],
-                reads: tuple[str, ...] | list[str]) -> None:
+    def tensors(
+        self,
+        caller: _Model,
+        callee: _Model,
+        sends: tuple[str, ...] | list[str],
+        reads: tuple[str, ...] | list[str],
+    ) -> None:
         inputs, outputs = callee.inputs(), callee.outputs()
         for name in sends:
             if name not in inputs:
-                self.add(callee.path,
-                         f"model {callee.name} has no input {name!r} ({caller.name} sends it)")
+                self.add(
+                    callee.path,
+                    f"model {callee.name} has no input {name!r} ({caller.name} sends it)",
+                )
         for name in reads:
             if name not in outputs:
-                self.add(callee.path,
-                         f"model {callee.name} has no output {name!r} ({caller.name} reads it)")
+                self.add(
+                    callee.path,
+                    f"model {callee.name} has no output {name!r} ({caller.name} reads it)",
+                )
 
     def require_decoupled(self, model: _Model, wanted: bool, why: str) -> None:
         if model.decoupled != wanted:
@@ -148,8 +166,10 @@ class _Checker:
             return None
         folder = Path(raw) if Path(raw).is_absolute() else self.repo / raw
         if not folder.is_dir():
-            self.add(engine.path,
-                     f"gpt_model_path {raw} does not exist (engine {engine.name} is not built)")
+            self.add(
+                engine.path,
+                f"gpt_model_path {raw} does not exist (engine {engine.name} is not built)",
+            )
             return None
         self.engine_files(engine, folder)
         try:
@@ -169,11 +189,15 @@ class _Checker:
         if not isinstance(manifest, dict):
             return
         for rel, why in verify_files(folder, manifest) or []:
-            self.add(folder / rel, f"{why} (engine {engine.name}; recorded in "
-                                   f"{folder / MANIFEST}); {rebuild_hint(manifest)}")
+            self.add(
+                folder / rel,
+                f"{why} (engine {engine.name}; recorded in "
+                f"{folder / MANIFEST}); {rebuild_hint(manifest)}",
+            )
 
-    def check_engine(self, engine: _Model, expected_mode: str | None,
-                     max_draft_len: int | None) -> None:
+    def check_engine(
+        self, engine: _Model, expected_mode: str | None, max_draft_len: int | None
+    ) -> None:
         self.checked_engines.add(engine.name)
         data = self.engine_folder(engine)
         decoding = engine.params.get("decoding_mode", "")
@@ -186,33 +210,45 @@ class _Checker:
         raw = engine.params["gpt_model_path"]
         config_json = (Path(raw) if Path(raw).is_absolute() else self.repo / raw) / "config.json"
         if mode is not None and actual_int is not None and int(actual_int) != MODE_INTS[mode]:
-            self.add(engine.path,
-                     f"engine {engine.name} is served as {mode} but {config_json} has "
-                     f"speculative_decoding_mode {actual_int} (expected {MODE_INTS[mode]})")
+            self.add(
+                engine.path,
+                f"engine {engine.name} is served as {mode} but {config_json} has "
+                f"speculative_decoding_mode {actual_int} (expected {MODE_INTS[mode]})",
+            )
         if max_draft_len is not None and max_draft_len > engine_draft:
-            self.add(engine.path,
-                     f"engine {engine.name} was built with max_draft_len {engine_draft}, "
-                     f"less than the {max_draft_len} its caller drafts")
+            self.add(
+                engine.path,
+                f"engine {engine.name} was built with max_draft_len {engine_draft}, "
+                f"less than the {max_draft_len} its caller drafts",
+            )
         if mode == "lookahead":
             try:
                 w, n, g = (int(engine.params[k]) for k in LOOKAHEAD_INPUTS)
             except (KeyError, ValueError):
-                self.add(engine.path, "lookahead engine needs integer parameters "
-                         + ", ".join(LOOKAHEAD_INPUTS))
+                self.add(
+                    engine.path,
+                    "lookahead engine needs integer parameters " + ", ".join(LOOKAHEAD_INPUTS),
+                )
                 return
             derived = (0 if n == 1 else n - 2) + (w - 1 + g) * (n - 1)
             if derived != engine_draft:
-                self.add(engine.path,
-                         f"lookahead (W={w}, N={n}, G={g}) needs max_draft_len {derived}, "
-                         f"engine {engine.name} has {engine_draft}")
+                self.add(
+                    engine.path,
+                    f"lookahead (W={w}, N={n}, G={g}) needs max_draft_len {derived}, "
+                    f"engine {engine.name} has {engine_draft}",
+                )
 
     # -- orchestrators and router -----------------------------------------
     def check_orchestrator(self, model: _Model) -> None:
         params = model.params
         mode = params.get("mode", "none")
         self.require_decoupled(model, True, "an orchestrator streams through a response sender")
-        self.tensors(model, model, [t.name for t in ORCHESTRATOR_INPUTS],
-                     [t.name for t in ORCHESTRATOR_OUTPUTS])
+        self.tensors(
+            model,
+            model,
+            [t.name for t in ORCHESTRATOR_INPUTS],
+            [t.name for t in ORCHESTRATOR_OUTPUTS],
+        )
         pre = self.callee(model, "preprocessing_model")
         if pre is not None:
             self.tensors(model, pre, PRE_SENDS, PRE_READS)
@@ -236,13 +272,17 @@ class _Checker:
             max_draft_len = None
         schedule = params.get("draft_schedule") or "constant"
         if loop and schedule not in DRAFT_SCHEDULES:
-            self.add(model.path, f"parameter draft_schedule {schedule!r} is not one of "
-                     + ", ".join(DRAFT_SCHEDULES))
+            self.add(
+                model.path,
+                f"parameter draft_schedule {schedule!r} is not one of "
+                + ", ".join(DRAFT_SCHEDULES),
+            )
         if target is not None:
             self.tensors(model, target, [*sends, "draft_input_ids"] if loop else sends, reads)
             if loop:
-                self.require_decoupled(target, False,
-                                       f"{model.name} calls it in a draft loop with exec()")
+                self.require_decoupled(
+                    target, False, f"{model.name} calls it in a draft loop with exec()"
+                )
                 self.check_engine(target, "draft_tokens_external", max_draft_len)
             else:
                 self.require_decoupled(target, True, f"{model.name} streams from it")
@@ -251,8 +291,9 @@ class _Checker:
             draft = self.callee(model, "draft_model")
             if draft is not None:
                 self.tensors(model, draft, sends, reads)
-                self.require_decoupled(draft, False,
-                                       f"{model.name} calls it in a draft loop with exec()")
+                self.require_decoupled(
+                    draft, False, f"{model.name} calls it in a draft loop with exec()"
+                )
                 self.check_engine(draft, "none", None)
 
     def check_router(self, model: _Model) -> None:
@@ -265,8 +306,12 @@ class _Checker:
             if callee is None:
                 self.add(model.path, f"parameter variants: model {name!r} does not exist")
                 continue
-            self.tensors(model, callee, [t.name for t in ORCHESTRATOR_INPUTS],
-                         [t.name for t in ORCHESTRATOR_OUTPUTS])
+            self.tensors(
+                model,
+                callee,
+                [t.name for t in ORCHESTRATOR_INPUTS],
+                [t.name for t in ORCHESTRATOR_OUTPUTS],
+            )
         routing_path = model.path.parent / (model.params.get("routing_file") or "routing.json")
         try:
             table = load_routing(routing_path)
@@ -275,16 +320,23 @@ class _Checker:
             return
         for name in sorted(table.variants()):
             if name not in variants:
-                self.add(routing_path,
-                         f"routes to variant {name!r}, which the router's variants do not list")
+                self.add(
+                    routing_path,
+                    f"routes to variant {name!r}, which the router's variants do not list",
+                )
 
     def run(self) -> list[Problem]:
         if not self.repo.is_dir():
             return [Problem(self.repo, "repository folder does not exist")]
         nested = sorted(p for p in self.repo.glob("*/trtspec-repo.json"))
         if nested and not any(self.repo.glob("*/config.pbtxt")):
-            return [Problem(self.repo, "holds repositories, not models; check "
-                            + " or ".join(str(p.parent) for p in nested))]
+            return [
+                Problem(
+                    self.repo,
+                    "holds repositories, not models; check "
+                    + " or ".join(str(p.parent) for p in nested),
+                )
+            ]
         self.load()
         if not self.models and not self.problems:
             self.add(self.repo, "no model folders (folders with a config.pbtxt) found")

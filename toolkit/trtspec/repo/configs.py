@@ -35,9 +35,7 @@ def _fill_tensor(target: Any, spec: TensorSpec, *, is_input: bool) -> None:
             target.allow_ragged_batch = True
 
 
-def add_tensors(
-    config: Any, inputs: Iterable[TensorSpec], outputs: Iterable[TensorSpec]
-) -> None:
+def add_tensors(config: Any, inputs: Iterable[TensorSpec], outputs: Iterable[TensorSpec]) -> None:
     for spec in inputs:
         _fill_tensor(config.input.add(), spec, is_input=True)
     for spec in outputs:

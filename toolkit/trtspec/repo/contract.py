@@ -183,8 +183,14 @@ ORCHESTRATOR_INPUTS: tuple[TensorSpec, ...] = (
 
 # prefix_reused_tokens: prompt tokens the target engine served from its KV
 # cache at the request's first call (kv_cache_reused_blocks × tokens per block).
-STAT_OUTPUTS = ("prompt_tokens", "completion_tokens", "draft_tokens", "accepted_tokens", "rounds",
-                "prefix_reused_tokens")
+STAT_OUTPUTS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "draft_tokens",
+    "accepted_tokens",
+    "rounds",
+    "prefix_reused_tokens",
+)
 
 ORCHESTRATOR_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("text_output", "TYPE_STRING", (1,)),

@@ -18,8 +18,15 @@ from trtspec.errors import RepoError
 SCHEMA_VERSION = 1
 # ``evidence`` (the benchmark's paired estimate behind a promote) is for
 # people reading routing.yaml; the router does not use it.
-ROUTE_KEYS = ("variant", "num_draft_tokens", "canary_percent", "decision", "fallback_variant",
-              "max_concurrency", "evidence")
+ROUTE_KEYS = (
+    "variant",
+    "num_draft_tokens",
+    "canary_percent",
+    "decision",
+    "fallback_variant",
+    "max_concurrency",
+    "evidence",
+)
 DECISIONS = ("promote", "exclude", "inconclusive")
 
 
@@ -91,26 +98,38 @@ def parse_routing(
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise _bad(
-            source, "schema_version", f"unsupported version {version!r}",
+            source,
+            "schema_version",
+            f"unsupported version {version!r}",
             f"Write schema_version: {SCHEMA_VERSION}.",
         )
     unknown = sorted(set(data) - {"schema_version", "default_variant", "routes", "fingerprint"})
     if unknown:
         raise _bad(
-            source, unknown[0], "unknown key",
+            source,
+            unknown[0],
+            "unknown key",
             "Allowed keys: schema_version, default_variant, routes, fingerprint.",
         )
     fingerprint = data.get("fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, dict):
-        raise _bad(source, "fingerprint", "expected a mapping",
-                   "Leave it as `trtspec bench` wrote it, or delete it.")
+        raise _bad(
+            source,
+            "fingerprint",
+            "expected a mapping",
+            "Leave it as `trtspec bench` wrote it, or delete it.",
+        )
     default = data.get("default_variant", "baseline")
     if not isinstance(default, str) or not default:
         raise _bad(source, "default_variant", "must be a variant name", "e.g. baseline")
     raw_routes = data.get("routes") or {}
     if not isinstance(raw_routes, dict):
-        raise _bad(source, "routes", "expected a mapping of route name to settings",
-                   "e.g. routes: {chat: {variant: ngram}}")
+        raise _bad(
+            source,
+            "routes",
+            "expected a mapping of route name to settings",
+            "e.g. routes: {chat: {variant: ngram}}",
+        )
     routes: dict[str, RouteRule] = {}
     for name, entry in raw_routes.items():
         where = f"routes.{name}"
@@ -118,35 +137,62 @@ def parse_routing(
             raise _bad(source, where, "expected a mapping", "e.g. {variant: ngram}")
         extra = sorted(set(entry) - set(ROUTE_KEYS))
         if extra:
-            raise _bad(source, f"{where}.{extra[0]}", "unknown key",
-                       "Allowed keys: " + ", ".join(ROUTE_KEYS) + ".")
+            raise _bad(
+                source,
+                f"{where}.{extra[0]}",
+                "unknown key",
+                "Allowed keys: " + ", ".join(ROUTE_KEYS) + ".",
+            )
         variant = entry.get("variant")
         if not isinstance(variant, str) or not variant:
-            raise _bad(source, f"{where}.variant", "missing or not a variant name",
-                       "Name the variant that serves this route, e.g. variant: baseline.")
+            raise _bad(
+                source,
+                f"{where}.variant",
+                "missing or not a variant name",
+                "Name the variant that serves this route, e.g. variant: baseline.",
+            )
         ndt = entry.get("num_draft_tokens")
         if ndt is not None and (isinstance(ndt, bool) or not isinstance(ndt, int) or ndt < 1):
-            raise _bad(source, f"{where}.num_draft_tokens",
-                       f"must be a positive integer, got {ndt!r}",
-                       "Remove it to use the variant's default.")
+            raise _bad(
+                source,
+                f"{where}.num_draft_tokens",
+                f"must be a positive integer, got {ndt!r}",
+                "Remove it to use the variant's default.",
+            )
         pct = entry.get("canary_percent", default_canary_percent)
         if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 <= pct <= 100:
-            raise _bad(source, f"{where}.canary_percent", f"must be between 0 and 100, got {pct!r}",
-                       "Use 100 to send all of the route's traffic to its variant.")
+            raise _bad(
+                source,
+                f"{where}.canary_percent",
+                f"must be between 0 and 100, got {pct!r}",
+                "Use 100 to send all of the route's traffic to its variant.",
+            )
         decision = entry.get("decision")
         if decision is not None and decision not in DECISIONS:
-            raise _bad(source, f"{where}.decision", f"unknown decision {decision!r}",
-                       "Use one of: " + ", ".join(DECISIONS) + ".")
+            raise _bad(
+                source,
+                f"{where}.decision",
+                f"unknown decision {decision!r}",
+                "Use one of: " + ", ".join(DECISIONS) + ".",
+            )
         fallback = entry.get("fallback_variant", default)
         if not isinstance(fallback, str) or not fallback:
-            raise _bad(source, f"{where}.fallback_variant", "must be a variant name",
-                       "e.g. fallback_variant: baseline")
+            raise _bad(
+                source,
+                f"{where}.fallback_variant",
+                "must be a variant name",
+                "e.g. fallback_variant: baseline",
+            )
         limit = entry.get("max_concurrency")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                  or limit < 1):
-            raise _bad(source, f"{where}.max_concurrency",
-                       f"must be a positive integer, got {limit!r}",
-                       "Remove it to send the route to its variant at any load.")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise _bad(
+                source,
+                f"{where}.max_concurrency",
+                f"must be a positive integer, got {limit!r}",
+                "Remove it to send the route to its variant at any load.",
+            )
         routes[str(name)] = RouteRule(variant, ndt, float(pct), decision, fallback, limit)
     return RoutingTable(default, routes, fingerprint)
 
@@ -157,8 +203,10 @@ def load_routing(path: Path, *, default_canary_percent: float = 100.0) -> Routin
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise RepoError(f"{path}: cannot read the routing file: {exc.strerror}",
-                        "Pass an existing file with --routing.") from exc
+        raise RepoError(
+            f"{path}: cannot read the routing file: {exc.strerror}",
+            "Pass an existing file with --routing.",
+        ) from exc
     try:
         if path.suffix == ".json":
             data = json.loads(text)
@@ -167,8 +215,10 @@ def load_routing(path: Path, *, default_canary_percent: float = 100.0) -> Routin
 
             data = yaml.safe_load(text)
     except (ValueError, Exception) as exc:  # yaml.YAMLError is an Exception
-        raise RepoError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}",
-                        "Fix the syntax or regenerate it with `trtspec bench`.") from exc
+        raise RepoError(
+            f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}",
+            "Fix the syntax or regenerate it with `trtspec bench`.",
+        ) from exc
     return parse_routing(data, str(path), default_canary_percent=default_canary_percent)
 
 
@@ -222,8 +272,7 @@ class InFlight:
         with self._lock:
             current = self._counts.get(key, 0)
             if current >= table.routes[key].max_concurrency:  # type: ignore[operator]
-                return Choice(choice.fallback_variant, choice.fallback_variant, None,
-                              canary=False)
+                return Choice(choice.fallback_variant, choice.fallback_variant, None, canary=False)
             self._counts[key] = current + 1
         return choice
 

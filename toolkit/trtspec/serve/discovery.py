@@ -154,9 +154,7 @@ def _install_for(binary: Path, source: str, cache_dir: Path | None) -> TritonIns
             env["PYTHONPATH"] = _join_paths([str(package_parent)], "PYTHONPATH")
         return TritonInstall(binary=binary, backend_dir=None, env=env, source=source)
     backend_dir = prepare_backend_dir(root, cache_dir or cache_root())
-    return TritonInstall(
-        binary=binary, backend_dir=backend_dir, env=wheel_env(root), source=source
-    )
+    return TritonInstall(binary=binary, backend_dir=backend_dir, env=wheel_env(root), source=source)
 
 
 def _trtspec_import_dir() -> Path:

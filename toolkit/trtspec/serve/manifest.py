@@ -18,6 +18,7 @@ from trtspec.errors import ServerError
 MANIFEST_NAME = "trtspec-repo.json"
 MANIFEST_SCHEMA_VERSION = 1
 
+
 def resolve_repo(path: str | os.PathLike[str]) -> Path:
     """The repository to serve: ``path`` itself, or the one spec repository
     inside it (``trtspec repo`` writes ``triton_repo/<spec>/``), so both
@@ -33,8 +34,7 @@ def resolve_repo(path: str | os.PathLike[str]) -> Path:
     nested = sorted(p.parent for p in repo.glob(f"*/{MANIFEST_NAME}"))
     if len(nested) > 1:
         raise ServerError(
-            f"{repo} holds {len(nested)} model repositories: "
-            + ", ".join(p.name for p in nested),
+            f"{repo} holds {len(nested)} model repositories: " + ", ".join(p.name for p in nested),
             hint=f"pass one of them, e.g. {nested[0]}",
         )
     return nested[0] if nested else repo

@@ -84,8 +84,16 @@ def error_body(message: str, kind: str, status: int) -> dict[str, Any]:
 
 # -- generation (engine thread) ------------------------------------------------------------
 
-def _steps(state: ServerState, prompt: list[int], max_tokens: int, sampling: Any, *,
-           end_id: int | None, min_tokens: int) -> Iterator[list[int]]:
+
+def _steps(
+    state: ServerState,
+    prompt: list[int],
+    max_tokens: int,
+    sampling: Any,
+    *,
+    end_id: int | None,
+    min_tokens: int,
+) -> Iterator[list[int]]:
     """Token deltas of one request; ``ngram`` runs the prompt-lookup draft →
     verify loop (one engine verification step per round) and counts drafts
     the way vLLM's ``SpecDecodingStats.observe_draft`` does."""
@@ -93,8 +101,9 @@ def _steps(state: ServerState, prompt: list[int], max_tokens: int, sampling: Any
 
     engine = state.engine
     if state.mode == "none":
-        gen = engine.stream(GenerationRequest(prompt, max_tokens, end_id, sampling,
-                                              min_tokens=min_tokens))
+        gen = engine.stream(
+            GenerationRequest(prompt, max_tokens, end_id, sampling, min_tokens=min_tokens)
+        )
         yield from gen
         return
     sequence, produced = list(prompt), 0
@@ -103,9 +112,16 @@ def _steps(state: ServerState, prompt: list[int], max_tokens: int, sampling: Any
         remaining = max_tokens - produced
         k = draft_budget(state.num_draft_tokens, max_draft, remaining)
         draft = propose_ngram(sequence, k, state.max_matching_ngram_size) if k else []
-        gen = engine.generate(GenerationRequest(
-            sequence, len(draft) + 1, end_id, sampling, draft_ids=draft or None,
-            min_tokens=max(0, min_tokens - produced)))
+        gen = engine.generate(
+            GenerationRequest(
+                sequence,
+                len(draft) + 1,
+                end_id,
+                sampling,
+                draft_ids=draft or None,
+                min_tokens=max(0, min_tokens - produced),
+            )
+        )
         verified = list(gen.output_ids)
         accepted = min(accepted_count(draft, verified), len(draft))
         if draft:
@@ -135,8 +151,9 @@ def _prompt_ids(state: ServerState, body: dict[str, Any], chat: bool) -> list[in
             from transformers import AutoTokenizer
 
             state.chat_tokenizer = AutoTokenizer.from_pretrained(str(state.tokenizer_dir))
-        text = state.chat_tokenizer.apply_chat_template(messages, tokenize=False,
-                                                        add_generation_prompt=True)
+        text = state.chat_tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
         return state.tokenizer.encode(str(text))
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -158,15 +175,28 @@ def _sampling(body: dict[str, Any]) -> Any:
         return float(value)
 
     top_k = int(number("top_k", 0))
-    return SamplingParams(temperature=number("temperature", 1.0), top_k=max(0, top_k),
-                          top_p=number("top_p", 1.0), seed=int(number("seed", 0)))
+    return SamplingParams(
+        temperature=number("temperature", 1.0),
+        top_k=max(0, top_k),
+        top_p=number("top_p", 1.0),
+        seed=int(number("seed", 0)),
+    )
 
 
 # -- HTTP ------------------------------------------------------------------------------------
 
-def _chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = None,
-           role: str | None = None, finish: str | None = None,
-           usage: dict[str, int] | None = None) -> bytes:
+
+def _chunk(
+    kind: str,
+    rid: str,
+    model: str,
+    created: int,
+    *,
+    text: str | None = None,
+    role: str | None = None,
+    finish: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> bytes:
     if usage is not None:
         choices: list[dict[str, Any]] = []
     elif kind == "chat":
@@ -178,9 +208,13 @@ def _chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = 
         choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
     else:
         choices = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}]
-    obj: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk" if kind == "chat"
-                           else "text_completion", "created": created, "model": model,
-                           "choices": choices}
+    obj: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+    }
     if usage is not None:
         obj["usage"] = usage
     return f"data: {json.dumps(obj)}\n\n".encode()
@@ -195,32 +229,44 @@ async def completions(request: Any) -> Any:
     try:
         body = await request.json()
     except json.JSONDecodeError:
-        return web.json_response(error_body("request body is not JSON", "BadRequestError", 400),
-                                 status=400)
+        return web.json_response(
+            error_body("request body is not JSON", "BadRequestError", 400), status=400
+        )
     try:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         if body.get("model") not in (None, state.model_name):
-            raise BadRequest(f"The model `{body.get('model')}` does not exist.", 404,
-                             "NotFoundError")
+            raise BadRequest(
+                f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"
+            )
         loop = asyncio.get_running_loop()
         prompt = await loop.run_in_executor(state.pool, _prompt_ids, state, body, chat)
         config = state.engine.config
-        limit = (config.max_input_len if state.mode == "ngram" else config.max_seq_len)
-        max_tokens = next((body[k] for k in ("max_completion_tokens", "max_tokens")
-                           if body.get(k) is not None), max(1, limit - len(prompt)))
+        limit = config.max_input_len if state.mode == "ngram" else config.max_seq_len
+        max_tokens = next(
+            (body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None),
+            max(1, limit - len(prompt)),
+        )
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise BadRequest(f"max_tokens: must be a positive integer, got {max_tokens!r}")
         max_input = config.max_input_len
         if state.mode == "ngram" and len(prompt) + max_tokens > max_input:
             # the draft loop resends prompt + output every round
-            raise BadRequest(f"Prompt length + max_tokens ({len(prompt)} + {max_tokens}) exceeds "
-                             f"maximum input length ({max_input}) of the prompt-lookup loop, "
-                             "which resends prompt + output every round.")
+            raise BadRequest(
+                f"Prompt length + max_tokens ({len(prompt)} + {max_tokens}) exceeds "
+                f"maximum input length ({max_input}) of the prompt-lookup loop, "
+                "which resends prompt + output every round."
+            )
         sampling = _sampling(body)
         end_id = None if body.get("ignore_eos") else state.tokenizer.end_id
-        steps = _steps(state, prompt, max_tokens, sampling, end_id=end_id,
-                       min_tokens=int(body.get("min_tokens") or 0))
+        steps = _steps(
+            state,
+            prompt,
+            max_tokens,
+            sampling,
+            end_id=end_id,
+            min_tokens=int(body.get("min_tokens") or 0),
+        )
         first = await loop.run_in_executor(state.pool, _next, steps)  # validates the request
     except BadRequest as exc:
         return web.json_response(error_body(str(exc), exc.kind, exc.status), status=exc.status)
@@ -243,21 +289,34 @@ async def completions(request: Any) -> Any:
                 ids.extend(delta)
                 delta = await loop.run_in_executor(state.pool, _next, steps)
         except Exception as exc:  # failed mid-generation: the server's fault, as in vLLM
-            return web.json_response(error_body(str(exc), "InternalServerError", 500),
-                                     status=500)
+            return web.json_response(error_body(str(exc), "InternalServerError", 500), status=500)
         state.generation_tokens += len(ids)
         text.ids.extend(ids)
         content = text.flush()
         finish = "length" if len(ids) >= max_tokens else "stop"
-        choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant",
-                                                           "content": content},
-                                   "finish_reason": finish} if chat else
-                                  {"index": 0, "text": content, "finish_reason": finish})
-        return web.json_response({
-            "id": rid, "object": "chat.completion" if chat else "text_completion",
-            "created": created, "model": state.model_name, "choices": [choice],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
-                      "total_tokens": len(prompt) + len(ids)}})
+        choice: dict[str, Any] = (
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+            if chat
+            else {"index": 0, "text": content, "finish_reason": finish}
+        )
+        return web.json_response(
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": state.model_name,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": len(ids),
+                    "total_tokens": len(prompt) + len(ids),
+                },
+            }
+        )
     finally:
         state.running -= 1
 
@@ -277,16 +336,29 @@ class _Reply:
     text: IncrementalText
 
 
-async def _stream(request: Any, state: ServerState, reply: _Reply, steps: Iterator[list[int]],
-                  *, first: list[int] | None, body: dict[str, Any]) -> Any:
+async def _stream(
+    request: Any,
+    state: ServerState,
+    reply: _Reply,
+    steps: Iterator[list[int]],
+    *,
+    first: list[int] | None,
+    body: dict[str, Any],
+) -> Any:
     from aiohttp import web
 
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                       "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
     await resp.prepare(request)
     model, loop = state.model_name, asyncio.get_running_loop()
-    kind, rid, created, text, n_prompt = (reply.kind, reply.rid, reply.created, reply.text,
-                                          reply.n_prompt)
+    kind, rid, created, text, n_prompt = (
+        reply.kind,
+        reply.rid,
+        reply.created,
+        reply.text,
+        reply.n_prompt,
+    )
     if kind == "chat":
         await resp.write(_chunk(kind, rid, model, created, role="assistant", text=""))
     produced, delta = 0, first
@@ -302,8 +374,11 @@ async def _stream(request: Any, state: ServerState, reply: _Reply, steps: Iterat
         finish = "length" if max_tokens and produced >= max_tokens else "stop"
         await resp.write(_chunk(kind, rid, model, created, text=text.flush(), finish=finish))
         if (body.get("stream_options") or {}).get("include_usage"):
-            usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + produced,
-                     "completion_tokens": produced}
+            usage = {
+                "prompt_tokens": n_prompt,
+                "total_tokens": n_prompt + produced,
+                "completion_tokens": produced,
+            }
             await resp.write(_chunk(kind, rid, model, created, usage=usage))
     except Exception as exc:  # vLLM's streaming error: an error event, then [DONE]
         message = json.dumps(error_body(str(exc), "InternalServerError", 500))
@@ -317,9 +392,20 @@ async def models(request: Any) -> Any:
     from aiohttp import web
 
     state: ServerState = request.app["state"]
-    return web.json_response({"object": "list", "data": [
-        {"id": state.model_name, "object": "model", "created": 0, "owned_by": "trtspec",
-         "max_model_len": state.engine.config.max_seq_len}]})
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": state.model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "trtspec",
+                    "max_model_len": state.engine.config.max_seq_len,
+                }
+            ],
+        }
+    )
 
 
 async def health(request: Any) -> Any:
@@ -336,33 +422,65 @@ def metrics_text(state: ServerState) -> str:
         lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
         lines.extend(f"{name}{{{lab}}} {value:.1f}" for lab, value in samples)
 
-    family("vllm:num_requests_running", "gauge", "Number of requests in model execution "
-           "batches.", [(labels, state.running)])
-    family("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-           [(labels, state.prompt_tokens)])
-    family("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-           [(labels, state.generation_tokens)])
-    family("vllm:request_success_total", "counter", "Count of successfully processed requests.",
-           [(labels, state.requests)])
+    family(
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        [(labels, state.running)],
+    )
+    family(
+        "vllm:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        [(labels, state.prompt_tokens)],
+    )
+    family(
+        "vllm:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        [(labels, state.generation_tokens)],
+    )
+    family(
+        "vllm:request_success_total",
+        "counter",
+        "Count of successfully processed requests.",
+        [(labels, state.requests)],
+    )
     if state.mode != "none":
         spec = state.spec
-        family("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
-               [(labels, spec.drafts)])
-        family("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
-               [(labels, spec.draft_tokens)])
-        family("vllm:spec_decode_num_accepted_tokens_total", "counter",
-               "Number of accepted tokens.", [(labels, spec.accepted_tokens)])
-        family("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
-               "Accepted tokens per draft position.",
-               [(f'{labels},position="{i}"', v) for i, v in enumerate(spec.per_position)])
+        family(
+            "vllm:spec_decode_num_drafts_total",
+            "counter",
+            "Number of spec decoding drafts.",
+            [(labels, spec.drafts)],
+        )
+        family(
+            "vllm:spec_decode_num_draft_tokens_total",
+            "counter",
+            "Number of draft tokens.",
+            [(labels, spec.draft_tokens)],
+        )
+        family(
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Number of accepted tokens.",
+            [(labels, spec.accepted_tokens)],
+        )
+        family(
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+            "counter",
+            "Accepted tokens per draft position.",
+            [(f'{labels},position="{i}"', v) for i, v in enumerate(spec.per_position)],
+        )
     return "\n".join(lines) + "\n"
 
 
 async def metrics(request: Any) -> Any:
     from aiohttp import web
 
-    return web.Response(text=metrics_text(request.app["state"]),
-                        content_type="text/plain", charset="utf-8")
+    return web.Response(
+        text=metrics_text(request.app["state"]), content_type="text/plain", charset="utf-8"
+    )
 
 
 def make_app(state: ServerState) -> Any:
@@ -378,29 +496,46 @@ def make_app(state: ServerState) -> Any:
     return app
 
 
-def load_state(engine_dir: Path, *, mode: str, model_name: str, num_draft_tokens: int | None,
-               max_matching_ngram_size: int, tokenizer_dir: Path | None = None,
-               threads: int | None = None) -> ServerState:
+def load_state(
+    engine_dir: Path,
+    *,
+    mode: str,
+    model_name: str,
+    num_draft_tokens: int | None,
+    max_matching_ngram_size: int,
+    tokenizer_dir: Path | None = None,
+    threads: int | None = None,
+) -> ServerState:
     from trtspec.engine import ReferenceEngine
 
     engine = ReferenceEngine.load(engine_dir, threads=threads)
     if mode == "ngram" and engine.config.mode != "draft_tokens_external":
-        raise SystemExit(f"{engine_dir}: --mode ngram needs a draft_tokens_external engine "
-                         f"(this one is {engine.config.mode})")
+        raise SystemExit(
+            f"{engine_dir}: --mode ngram needs a draft_tokens_external engine "
+            f"(this one is {engine.config.mode})"
+        )
     k = num_draft_tokens or engine.config.max_draft_len
     tok_dir = tokenizer_dir or engine.config.tokenizer_dir
-    return ServerState(engine=engine, tokenizer=Tokenizer(tok_dir), tokenizer_dir=tok_dir,
-                       model_name=model_name, mode=mode, num_draft_tokens=k,
-                       max_matching_ngram_size=max_matching_ngram_size,
-                       spec=SpecCounters(per_position=[0] * k))
+    return ServerState(
+        engine=engine,
+        tokenizer=Tokenizer(tok_dir),
+        tokenizer_dir=tok_dir,
+        model_name=model_name,
+        mode=mode,
+        num_draft_tokens=k,
+        max_matching_ngram_size=max_matching_ngram_size,
+        spec=SpecCounters(per_position=[0] * k),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m trtspec.serve.openai_reference",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m trtspec.serve.openai_reference", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--engine", type=Path, required=True, help="Reference engine folder.")
-    parser.add_argument("--tokenizer", type=Path,
-                        help="Tokenizer folder (default ENGINE/tokenizer).")
+    parser.add_argument(
+        "--tokenizer", type=Path, help="Tokenizer folder (default ENGINE/tokenizer)."
+    )
     parser.add_argument("--mode", choices=MODES, default="none")
     parser.add_argument("--num-draft-tokens", type=int, help="Draft tokens per round (ngram).")
     parser.add_argument("--max-matching-ngram-size", type=int, default=3)
@@ -409,10 +544,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--threads", type=int, help="torch threads (default: all cores).")
     args = parser.parse_args(argv)
-    state = load_state(args.engine, mode=args.mode, model_name=args.served_model_name,
-                       num_draft_tokens=args.num_draft_tokens,
-                       max_matching_ngram_size=args.max_matching_ngram_size,
-                       tokenizer_dir=args.tokenizer, threads=args.threads)
+    state = load_state(
+        args.engine,
+        mode=args.mode,
+        model_name=args.served_model_name,
+        num_draft_tokens=args.num_draft_tokens,
+        max_matching_ngram_size=args.max_matching_ngram_size,
+        tokenizer_dir=args.tokenizer,
+        threads=args.threads,
+    )
     asyncio.run(_serve(state, args.host, args.port))
 
 

@@ -384,7 +384,9 @@ class Server:
         try:
             self._guard = subprocess.Popen(
                 [sys.executable, "-I", str(_GUARD), self.shm_prefix or "", str(GUARD_GRACE_S)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
         except OSError:
@@ -658,7 +660,6 @@ def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
                 path.unlink()
                 removed.append(path.name)
     return sorted(removed)
-
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

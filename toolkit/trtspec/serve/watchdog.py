@@ -69,10 +69,13 @@ class Incident:
 
     def message(self) -> str:
         model = repr(self.model) if self.model else "(not known: it died before the first look)"
-        what = (f"the Python-backend stub of model {model} (pid {self.pid}) {self.cause}"
-                if self.kind == "stub_crash" else
-                f"tritonserver (pid {self.pid}) {self.cause}" if self.kind == "server_exit"
-                else f"model {self.model!r}: {self.cause}")
+        what = (
+            f"the Python-backend stub of model {model} (pid {self.pid}) {self.cause}"
+            if self.kind == "stub_crash"
+            else f"tritonserver (pid {self.pid}) {self.cause}"
+            if self.kind == "server_exit"
+            else f"model {self.model!r}: {self.cause}"
+        )
         return f"{what}; the requests in flight failed"
 
     def as_dict(self) -> dict[str, Any]:
@@ -138,7 +141,8 @@ def stubs_of(root_pid: int) -> dict[int, Stub]:
         # A zombie's cmdline is empty (its instance name is remembered from
         # earlier polls); its command name, cut to 15 characters, remains.
         is_stub = bool(argv and argv[0].endswith(STUB_BINARY.encode())) or (
-            zombie and _comm(pid) == STUB_BINARY[:15])
+            zombie and _comm(pid) == STUB_BINARY[:15]
+        )
         instance = argv[8].decode("utf-8", "replace") if len(argv) > 8 and is_stub else ""
         status = int(fields[49]) if zombie and len(fields) > 49 else None
         if is_stub:
@@ -153,9 +157,16 @@ class StubWatchdog:
     ports. ``check()`` runs one poll synchronously (callers that just saw a
     request fail use it so as not to wait for the next tick)."""
 
-    def __init__(self, server: Any, *, interval_s: float = 0.5, recover: bool = True,
-                 on_incident: Callable[[Incident], None] | None = None,
-                 restart_timeout_s: float = 300.0, restart_dead_server: bool = True) -> None:
+    def __init__(
+        self,
+        server: Any,
+        *,
+        interval_s: float = 0.5,
+        recover: bool = True,
+        on_incident: Callable[[Incident], None] | None = None,
+        restart_timeout_s: float = 300.0,
+        restart_dead_server: bool = True,
+    ) -> None:
         self.server = server
         # False: a server that exited is its owner's business (`trtspec serve`
         # ends with the log tail); only dead stubs are handled here.
@@ -222,10 +233,17 @@ class StubWatchdog:
             known = self._known.get(stub_pid)
             if stub.zombie:
                 if known is None or not known.zombie:  # unknown: died before we looked
-                    found.append(Incident("stub_crash", known.model if known else None,
-                                          stub_pid, describe_wait_status(stub.wait_status)))
-                    self._known[stub_pid] = Stub(stub_pid, known.instance if known else "",
-                                                 True, stub.wait_status)
+                    found.append(
+                        Incident(
+                            "stub_crash",
+                            known.model if known else None,
+                            stub_pid,
+                            describe_wait_status(stub.wait_status),
+                        )
+                    )
+                    self._known[stub_pid] = Stub(
+                        stub_pid, known.instance if known else "", True, stub.wait_status
+                    )
             elif stub.instance:
                 self._known[stub_pid] = stub
         for stub_pid, known in list(self._known.items()):
@@ -294,8 +312,11 @@ class StubWatchdog:
         may have run into: found after it was sent, or still being recovered
         from (or recovered from only after) when it was sent."""
         with self._lock:
-            return [i for i in self.incidents
-                    if i.time_ns >= time_ns or i.done_ns is None or i.done_ns >= time_ns]
+            return [
+                i
+                for i in self.incidents
+                if i.time_ns >= time_ns or i.done_ns is None or i.done_ns >= time_ns
+            ]
 
     def note(self, incident: Incident) -> Incident:
         """Record an incident someone else found (a stub that stopped

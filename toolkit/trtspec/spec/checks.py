@@ -97,7 +97,8 @@ def _model_at(path: Path_, data: Any) -> type[BaseModel] | None:
     node: Any = data
     for i, part in enumerate(path):
         if (path[0] in ("variants", "routes") and i == 1) or (
-                path[:2] == ("bench", "external") and i == 2):
+            path[:2] == ("bench", "external") and i == 2
+        ):
             norm.append("*")
         else:
             norm.append(str(part))
@@ -448,8 +449,11 @@ def _check_eagle(spec: Spec, v: EagleVariant, base: Path_, issues: _Issues) -> N
     # trees mix path lengths, so it is the deepest path that must match.
     deep = max(len(c) for c in v.eagle_choices)
     if deep != v.num_eagle_layers:
-        fix = "shorten the deepest path" if deep > v.num_eagle_layers else (
-            f"add a path {v.num_eagle_layers} deep")
+        fix = (
+            "shorten the deepest path"
+            if deep > v.num_eagle_layers
+            else (f"add a path {v.num_eagle_layers} deep")
+        )
         issues.add(
             (*base, "eagle_choices"),
             f"the tree is {deep} deep but num_eagle_layers is {v.num_eagle_layers}; "

@@ -25,36 +25,52 @@ def check_external(spec: Spec, variant_names: dict[str, int], issues: Any) -> No
     for name, arm in external.items():
         base = ("bench", "external", name)
         if name in variant_names:
-            issues.add(base, f"{name!r} is also a variant name; give the external arm its own "
-                             "name (rows and decisions are keyed by arm name)", key=True)
+            issues.add(
+                base,
+                f"{name!r} is also a variant name; give the external arm its own "
+                "name (rows and decisions are keyed by arm name)",
+                key=True,
+            )
         elif name in RESERVED_NAMES or name.startswith("target_"):
-            issues.add(base, f"{name!r} is reserved for trtspec's own models; pick another name",
-                       key=True)
+            issues.add(
+                base, f"{name!r} is reserved for trtspec's own models; pick another name", key=True
+            )
         for field in ("openai", "metrics"):
             value = getattr(arm, field)
             if value is not None and not URL.match(value):
-                issues.add((*base, field), f"{value!r} is not an http(s) URL; write it like "
-                                           "http://127.0.0.1:8000")
+                issues.add(
+                    (*base, field),
+                    f"{value!r} is not an http(s) URL; write it like http://127.0.0.1:8000",
+                )
         pair = arm.baseline
         if pair is None:
             continue
         where = (*base, "baseline")
         if pair == name:
-            issues.add(where, "an arm cannot be its own baseline; name its server's "
-                              "target-only twin, or remove `baseline` to make this a baseline")
+            issues.add(
+                where,
+                "an arm cannot be its own baseline; name its server's "
+                "target-only twin, or remove `baseline` to make this a baseline",
+            )
         elif pair not in external:
             others = [n for n in external if n != name]
             close = difflib.get_close_matches(pair, others, n=1)
             if pair == "baseline" or pair in variant_names:
-                fix = ("external arms pair with another external arm (their own server's "
-                       "target-only twin); trtspec's Triton arms sit beside them in the same "
-                       "report")
+                fix = (
+                    "external arms pair with another external arm (their own server's "
+                    "target-only twin); trtspec's Triton arms sit beside them in the same "
+                    "report"
+                )
             elif close:
                 fix = f"did you mean {close[0]!r}?"
             else:
-                fix = ("add that arm under bench.external, or use one of: "
-                       + (", ".join(others) or "(no other external arm)"))
+                fix = "add that arm under bench.external, or use one of: " + (
+                    ", ".join(others) or "(no other external arm)"
+                )
             issues.add(where, f"no external arm named {pair!r}; {fix}")
         elif external[pair].baseline is not None:
-            issues.add(where, f"{pair!r} has a baseline of its own ({external[pair].baseline!r}); "
-                              "a baseline must be a target-only arm without `baseline`")
+            issues.add(
+                where,
+                f"{pair!r} has a baseline of its own ({external[pair].baseline!r}); "
+                "a baseline must be a target-only arm without `baseline`",
+            )

@@ -202,12 +202,15 @@ class _Variant(_Strict):
     )
 
 
-DraftScheduleName = Annotated[Literal["constant", "adaptive"], Field(
-    description="Per-request draft length: constant = num_draft_tokens every round "
-    "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
-    "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
-    "never changes the output.",
-)]
+DraftScheduleName = Annotated[
+    Literal["constant", "adaptive"],
+    Field(
+        description="Per-request draft length: constant = num_draft_tokens every round "
+        "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
+        "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
+        "never changes the output.",
+    ),
+]
 
 
 class DraftModelVariant(_Variant):
@@ -395,7 +398,8 @@ class Bench(_Strict):
         default_factory=lambda: [1], min_length=1, description="Concurrency levels."
     )
     temperatures: list[BenchTemperature] = Field(
-        default_factory=lambda: [0.0], min_length=1,
+        default_factory=lambda: [0.0],
+        min_length=1,
         description="Sampling temperatures, each in [0, 2].",
     )
     top_p: Annotated[float, _request_limit(limits.top_p_problem)] = Field(

@@ -93,8 +93,9 @@ def callee_error(model_name: str, error: Any, *, name_it: bool = True) -> Callee
     marked = message.startswith(f"{model_name}: {CLIENT_ERROR}: ")
     code = error.code() if callable(getattr(error, "code", None)) else None
     client = marked or code == pb_utils.TritonError.INVALID_ARG
-    return CalleeError(f"{model_name}: {message}" if name_it else message,
-                       client=client, marked=marked)
+    return CalleeError(
+        f"{model_name}: {message}" if name_it else message, client=client, marked=marked
+    )
 
 
 def is_client_error(exc: BaseException) -> bool:
@@ -158,8 +159,13 @@ class RequestParams:
             stream=bool(opt("stream", bool) or False),
             num_draft_tokens=opt("num_draft_tokens", int),
         )
-        check_sampling(max_tokens=params.max_tokens, temperature=params.temperature,
-                       top_p=params.top_p, top_k=params.top_k, seed=params.seed)
+        check_sampling(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            seed=params.seed,
+        )
         return params
 
 
@@ -172,8 +178,14 @@ def _cut_at_end(ids: list[int], end_id: int | None) -> list[int]:
 class _Generation:
     """One request's state: the sequence, the text stream and the stats."""
 
-    def __init__(self, model: TritonPythonModel, params: RequestParams, sender: Any,
-                 start_ns: int, cancel: Cancellation) -> None:
+    def __init__(
+        self,
+        model: TritonPythonModel,
+        params: RequestParams,
+        sender: Any,
+        start_ns: int,
+        cancel: Cancellation,
+    ) -> None:
         self.model = model
         self.params = params
         self.sender = sender
@@ -195,8 +207,11 @@ class _Generation:
     # -- BLS helpers -------------------------------------------------------
     def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
         request = pb_utils.InferenceRequest(
-            model_name=model_name, inputs=tensors, requested_output_names=outputs,
-            timeout=CALL_TIMEOUT_US, parameters=self.cancel.parameters(),
+            model_name=model_name,
+            inputs=tensors,
+            requested_output_names=outputs,
+            timeout=CALL_TIMEOUT_US,
+            parameters=self.cancel.parameters(),
         )
         response = request.exec()
         if response.has_error():
@@ -209,8 +224,10 @@ class _Generation:
         tokens = np.asarray([ids], dtype=np.int32).reshape(1, len(ids))
         response = self._call(
             self.model.postprocessing_model,
-            [pb_utils.Tensor("TOKENS_BATCH", tokens),
-             pb_utils.Tensor("SEQUENCE_LENGTH", np.array([len(ids)], dtype=np.int32))],
+            [
+                pb_utils.Tensor("TOKENS_BATCH", tokens),
+                pb_utils.Tensor("SEQUENCE_LENGTH", np.array([len(ids)], dtype=np.int32)),
+            ],
             ["OUTPUT"],
         )
         out = pb_utils.get_output_tensor_by_name(response, "OUTPUT").as_numpy().reshape(-1)
@@ -219,10 +236,14 @@ class _Generation:
     def tokenize(self) -> tuple[list[int], int | None, int | None]:
         response = self._call(
             self.model.preprocessing_model,
-            [pb_utils.Tensor("QUERY",
-                             np.array([self.params.text.encode("utf-8")], dtype=np.object_)),
-             pb_utils.Tensor("REQUEST_OUTPUT_LEN",
-                             np.array([self.params.max_tokens], dtype=np.int32))],
+            [
+                pb_utils.Tensor(
+                    "QUERY", np.array([self.params.text.encode("utf-8")], dtype=np.object_)
+                ),
+                pb_utils.Tensor(
+                    "REQUEST_OUTPUT_LEN", np.array([self.params.max_tokens], dtype=np.int32)
+                ),
+            ],
             ["INPUT_ID", "OUT_END_ID", "OUT_PAD_ID"],
         )
 
@@ -233,9 +254,17 @@ class _Generation:
         end_id, pad_id = int(get("OUT_END_ID")[0]), int(get("OUT_PAD_ID")[0])
         return ids, (end_id if end_id >= 0 else None), (pad_id if pad_id >= 0 else None)
 
-    def engine_inputs(self, sequence: list[int], output_len: int, *, streaming: bool,
-                      draft: list[int] | None = None, draft_logits: np.ndarray | None = None,
-                      return_logits: bool = False, seed: int | None = None) -> list:
+    def engine_inputs(
+        self,
+        sequence: list[int],
+        output_len: int,
+        *,
+        streaming: bool,
+        draft: list[int] | None = None,
+        draft_logits: np.ndarray | None = None,
+        return_logits: bool = False,
+        seed: int | None = None,
+    ) -> list:
         p, m = self.params, self.model
         seed = p.seed if seed is None else seed
 
@@ -298,8 +327,10 @@ class _Generation:
         rows = tensor.as_numpy()
         rows = rows.reshape(-1, rows.shape[-1])
         if rows.shape[0] < drafted:
-            raise RuntimeError(f"the draft returned {rows.shape[0]} rows of generation_logits "
-                               f"for {drafted} draft tokens")
+            raise RuntimeError(
+                f"the draft returned {rows.shape[0]} rows of generation_logits "
+                f"for {drafted} draft tokens"
+            )
         return np.ascontiguousarray(rows[-drafted:])
 
     def tokens_of(self, response: Any) -> list[int] | None:
@@ -357,8 +388,11 @@ class _Generation:
                 "draft_tokens": draft,
                 "accepted_tokens": accepted,
                 "rounds": self.stats.rounds,
-                "prefix_reused_tokens": (-1 if self.reused_blocks is None
-                                         else self.reused_blocks * self.model.tokens_per_block),
+                "prefix_reused_tokens": (
+                    -1
+                    if self.reused_blocks is None
+                    else self.reused_blocks * self.model.tokens_per_block
+                ),
             }
             tensors.extend(
                 pb_utils.Tensor(k, np.array([v], dtype=np.int32)) for k, v in stats.items()
@@ -367,8 +401,9 @@ class _Generation:
             tensors += [
                 pb_utils.Tensor("server_ttft_ns", np.array([ttft], dtype=np.int64)),
                 pb_utils.Tensor("server_total_ns", np.array([total], dtype=np.int64)),
-                pb_utils.Tensor("variant",
-                                np.array([self.model.variant.encode("utf-8")], dtype=np.object_)),
+                pb_utils.Tensor(
+                    "variant", np.array([self.model.variant.encode("utf-8")], dtype=np.object_)
+                ),
                 pb_utils.Tensor("fallback", np.array([False], dtype=np.bool_)),
             ]
             flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -388,8 +423,9 @@ class _Generation:
         m, p = self.model, self.params
         if p.num_draft_tokens is None:
             return m.num_draft_tokens
-        return int(check("num_draft_tokens", p.num_draft_tokens, draft_tokens_problem,
-                         m.max_draft_len))
+        return int(
+            check("num_draft_tokens", p.num_draft_tokens, draft_tokens_problem, m.max_draft_len)
+        )
 
     def draft_loop(self, prompt: list[int], num_draft: int) -> None:
         m, p = self.model, self.params
@@ -412,8 +448,13 @@ class _Generation:
             elif k > 0 and m.draft_model is not None:
                 response = self._call(
                     m.draft_model,
-                    self.engine_inputs(sequence, k, streaming=False,
-                                       return_logits=m.use_draft_logits, seed=seeds[0]),
+                    self.engine_inputs(
+                        sequence,
+                        k,
+                        streaming=False,
+                        return_logits=m.use_draft_logits,
+                        seed=seeds[0],
+                    ),
                     self.engine_outputs(logits=m.use_draft_logits),
                 )
                 draft = (self.tokens_of(response) or [])[:k]
@@ -421,8 +462,14 @@ class _Generation:
                     rows = self.draft_rows(response, len(draft))
             response = self._call(
                 m.target_model,
-                self.engine_inputs(sequence, len(draft) + 1, streaming=False, draft=draft,
-                                   draft_logits=rows, seed=seeds[1]),
+                self.engine_inputs(
+                    sequence,
+                    len(draft) + 1,
+                    streaming=False,
+                    draft=draft,
+                    draft_logits=rows,
+                    seed=seeds[1],
+                ),
                 self.engine_outputs(),
             )
             self.note_reuse(response)
@@ -442,7 +489,8 @@ class _Generation:
             model_name=m.target_model,
             inputs=self.engine_inputs(prompt, p.max_tokens, streaming=True),
             requested_output_names=self.engine_outputs(),
-            timeout=stream_timeout_us(p.max_tokens), parameters=self.cancel.parameters(),
+            timeout=stream_timeout_us(p.max_tokens),
+            parameters=self.cancel.parameters(),
         )
         responses = request.exec(decoupled=True)
         try:
@@ -495,7 +543,8 @@ class TritonPythonModel:
             DraftSchedule(0, self.draft_schedule)  # the one place that knows the names
         except ValueError as exc:
             raise pb_utils.TritonModelException(
-                f"{config.get('name')}: parameter draft_schedule: {exc}") from None
+                f"{config.get('name')}: parameter draft_schedule: {exc}"
+            ) from None
         self._requests = RequestThreads()
         self.streams = BlsStreams()
 
@@ -518,7 +567,8 @@ class TritonPythonModel:
             assert gen is not None  # only a running generation checks for a cancel
             pb_utils.Logger.log_info(
                 f"{self.variant}: request cancelled after {gen.completion} of "
-                f"{gen.params.max_tokens} tokens ({gen.stats.rounds} rounds)")
+                f"{gen.params.max_tokens} tokens ({gen.stats.rounds} rounds)"
+            )
             end_cancelled(sender)
         except Exception as exc:
             sender.send(

@@ -43,8 +43,9 @@ class TritonPythonModel:
                         "REQUEST_OUTPUT_LEN", out_len.as_numpy().astype(np.int32).reshape(1)
                     ),
                     pb_utils.Tensor("OUT_END_ID", np.array([end_id], dtype=np.int32)),
-                    pb_utils.Tensor("OUT_PAD_ID",
-                                    np.array([self.tokenizer.pad_id], dtype=np.int32)),
+                    pb_utils.Tensor(
+                        "OUT_PAD_ID", np.array([self.tokenizer.pad_id], dtype=np.int32)
+                    ),
                 ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
             except Exception as exc:  # one bad request must not fail the batch

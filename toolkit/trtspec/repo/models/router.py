@@ -63,9 +63,13 @@ def _value(inputs: dict[str, np.ndarray], name: str) -> Any:
 
 def check_inputs(inputs: dict[str, np.ndarray]) -> None:
     """Refuse bad values before any variant runs (``ParamError``)."""
-    check_sampling(max_tokens=_value(inputs, "max_tokens"),
-                   temperature=_value(inputs, "temperature"), top_p=_value(inputs, "top_p"),
-                   top_k=_value(inputs, "top_k"), seed=_value(inputs, "seed"))
+    check_sampling(
+        max_tokens=_value(inputs, "max_tokens"),
+        temperature=_value(inputs, "temperature"),
+        top_p=_value(inputs, "top_p"),
+        top_k=_value(inputs, "top_k"),
+        seed=_value(inputs, "seed"),
+    )
 
 
 def server_side(exc: BaseException) -> bool:
@@ -106,23 +110,26 @@ class TritonPythonModel:
             else:
                 request_id = request.request_id() or uuid.uuid4().hex
             # over the route's max_concurrency the request goes to the fallback
-            choice = self._in_flight.admit(self.table, route, choose(self.table, route,
-                                                                     request_id))
+            choice = self._in_flight.admit(self.table, route, choose(self.table, route, request_id))
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
             try:
                 self._forward(choice.variant, inputs, sender, progress, cancel, fallback=False)
             except Exception as exc:
-                if (progress.sent or choice.variant == choice.fallback_variant
-                        or not server_side(exc)):
+                if (
+                    progress.sent
+                    or choice.variant == choice.fallback_variant
+                    or not server_side(exc)
+                ):
                     raise
                 pb_utils.Logger.log_warn(
                     f"router: variant {choice.variant!r} failed for route {route!r} "
                     f"({exc}); retrying on {choice.fallback_variant!r}"
                 )
                 inputs.pop("num_draft_tokens", None)
-                self._forward(choice.fallback_variant, inputs, sender, progress, cancel,
-                              fallback=True)
+                self._forward(
+                    choice.fallback_variant, inputs, sender, progress, cancel, fallback=True
+                )
             finally:
                 self._in_flight.release(self.table, route, choice)
         except Cancelled:
@@ -136,15 +143,24 @@ class TritonPythonModel:
         finally:
             cancel.close()
 
-    def _forward(self, variant: str, inputs: dict[str, np.ndarray], sender: Any,
-                 progress: _Progress, cancel: Cancellation, *, fallback: bool) -> None:
+    def _forward(
+        self,
+        variant: str,
+        inputs: dict[str, np.ndarray],
+        sender: Any,
+        progress: _Progress,
+        cancel: Cancellation,
+        *,
+        fallback: bool,
+    ) -> None:
         max_tokens = inputs.get("max_tokens")
         request = pb_utils.InferenceRequest(
             model_name=variant,
             inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
             requested_output_names=OUTPUT_NAMES,
             timeout=stream_timeout_us(
-                int(max_tokens.reshape(-1)[0]) if max_tokens is not None else None),
+                int(max_tokens.reshape(-1)[0]) if max_tokens is not None else None
+            ),
             parameters=cancel.parameters(),
         )
         responses = request.exec(decoupled=True)
@@ -153,8 +169,16 @@ class TritonPythonModel:
         finally:
             self._streams.keep(responses)  # see BlsStreams: not freed by the stub's C++ thread
 
-    def _relay(self, variant: str, responses: Any, sender: Any, progress: _Progress,
-               cancel: Cancellation, *, fallback: bool) -> None:
+    def _relay(
+        self,
+        variant: str,
+        responses: Any,
+        sender: Any,
+        progress: _Progress,
+        cancel: Cancellation,
+        *,
+        fallback: bool,
+    ) -> None:
         final_sent = False
         for response in responses:
             if cancel.is_cancelled():

@@ -28,8 +28,13 @@ def _token_text(value: Any) -> str | None:
 class Tokenizer:
     """``encode(text) -> ids`` and ``decode(ids) -> text`` plus end/pad ids."""
 
-    def __init__(self, folder: str | Path, *, add_special_tokens: bool = True,
-                 skip_special_tokens: bool = True) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        add_special_tokens: bool = True,
+        skip_special_tokens: bool = True,
+    ) -> None:
         self.folder = Path(folder)
         self.add_special_tokens = add_special_tokens
         self.skip_special_tokens = skip_special_tokens

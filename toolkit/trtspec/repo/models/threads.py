@@ -68,7 +68,8 @@ class BlsStreams:
             self._held.append((time.monotonic() + self.hold_s, iterator))
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
-                    target=self._loop, name="trtspec-bls-release", daemon=True)
+                    target=self._loop, name="trtspec-bls-release", daemon=True
+                )
                 self._thread.start()
 
     def held(self) -> int:

@@ -6,7 +6,21 @@ differs from the baseline's; ``promote`` when every cell has its speedup CI
 above ``min_speedup``, p95 latency within ``max_p95_regression`` and nothing
 broken; ``inconclusive`` otherwise. Quality "breaks" when the pass rate is
 under ``min_quality_pass_rate`` *and* under the baseline's own pass rate, so a
-variant is not blamed for what the target model itself gets wrong."""
+variant is not blamed for what the target model itself gets wrong.
+
+Load (closed-loop concurrency) is judged level by level, because speculation
+that wins on a lone request can lose in a full batch. With more than one
+measured level, a variant is promoted up to its **cap**: the largest measured
+level L such that it is promoted at every measured level ≤ L. A level above
+the cap that is not a promote (slower, or merely undecided) caps it there;
+levels between two measured ones count as unknown, so the cap is never above
+the largest measured level that won (conservative). ``max_concurrency`` = L
+goes into routing.yaml when some measured level above L was not a promote (no
+cap when it won at every level). A variant that does not win at the lowest
+level is judged over all cells as before. Broken output (errors, quality,
+T=0 inequality) at any level excludes it outright: that is a fault, not a
+load effect. Open-loop (request-rate) cells must all promote for any
+promote."""
 
 from __future__ import annotations
 
@@ -24,6 +38,13 @@ _RANK = {PROMOTE: 0, INCONCLUSIVE: 1, EXCLUDE: 2}
 
 def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]:
     """One cell's verdict and the reasons behind it."""
+    verdict, reasons, _broken = _judge(cell, d)
+    return verdict, reasons
+
+
+def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], bool]:
+    """``judge_cell`` plus whether an exclude is for broken output (errors,
+    quality, T=0 inequality) rather than for speed alone."""
     where = f"{cell['load']} T={cell['temperature']:g}"
     broken: list[str] = []
     # Failures the infrastructure caused (stub crash, server restart) count as
@@ -60,21 +81,19 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
         return (
             (EXCLUDE if broken else INCONCLUSIVE),
             [*broken, *unsure, *noted, f"{where}: no paired baseline"],
+            bool(broken),
         )
     min_pairs = int(d.get("min_pairs", 2))
-    if int(cell.get("pairs") or 0) < min_pairs:
+    n_pairs = int(cell.get("pairs") or 0)
+    if n_pairs < min_pairs:
         # Too few pairs for any verdict, a broken one included: say what was seen.
-        return INCONCLUSIVE, [
-            *broken,
-            *unsure,
-            *noted,
-            f"{where}: only {int(cell.get('pairs') or 0)} paired prompts (< min_pairs {min_pairs})",
-        ]
+        few = f"{where}: only {n_pairs} paired prompts (< min_pairs {min_pairs})"
+        return INCONCLUSIVE, [*broken, *unsure, *noted, few], False
     ci = f"{sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
     if sp["ci_high"] < 1.0:
-        return EXCLUDE, [*broken, f"{where}: slower than baseline, speedup {ci}"]
+        return EXCLUDE, [*broken, f"{where}: slower than baseline, speedup {ci}"], bool(broken)
     if broken:
-        return EXCLUDE, broken
+        return EXCLUDE, broken, True
     reasons = list(unsure)
     reg = cell.get("p95_latency_regression")
     if reg is not None and reg > d["max_p95_regression"]:
@@ -84,8 +103,8 @@ def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]
     if sp["ci_low"] <= d["min_speedup"]:
         reasons.append(f"{where}: speedup {ci} not above {d['min_speedup']:.2f}")
     if reasons:
-        return INCONCLUSIVE, [*reasons, *noted]
-    return PROMOTE, [f"{where}: speedup {ci}", *noted]
+        return INCONCLUSIVE, [*reasons, *noted], False
+    return PROMOTE, [f"{where}: speedup {ci}", *noted], False
 
 
 def _incident_reasons(
@@ -140,20 +159,13 @@ def decide(
     }
     decisions = []
     for (route, variant, k), arm_cells in by_arm.items():
-        verdicts = [judge_cell(c, d) for c in arm_cells]
-        kinds = [v for v, _ in verdicts]
-        verdict = (
-            EXCLUDE
-            if EXCLUDE in kinds
-            else PROMOTE
-            if all(v == PROMOTE for v in kinds)
-            else INCONCLUSIVE
-        )
-        reasons = [r for v, rs in verdicts for r in rs if verdict == PROMOTE or v != PROMOTE]
+        verdict, reasons, cap, levels = judge_arm(arm_cells, d)
         head = _headline(arm_cells)
         pair = pairs_with(head)
         base = baselines.get((route, pair, head["load"], head["temperature"]))
-        speedups = [c["speedup"]["point"] for c in arm_cells if c.get("speedup")]
+        # a capped promote is ranked on the loads it is promoted for
+        ranked = [c for c in arm_cells if cap is None or (c.get("concurrency") or 0) <= cap]
+        speedups = [c["speedup"]["point"] for c in ranked if c.get("speedup")]
         short = bool(base and base.get("short_output")) or bool(head.get("short_output"))
         decisions.append(
             {
@@ -166,6 +178,8 @@ def decide(
                 "baseline": pair,
                 "arm_kind": head.get("arm_kind", "triton"),
                 "min_speedup_point": min(speedups) if speedups else None,
+                "max_concurrency": cap,
+                "levels": levels,
                 "best_k": False,
                 "headline": {
                     "load": head["load"],
@@ -191,6 +205,60 @@ def decide(
     return decisions, _routing(decisions, cells, rollout)
 
 
+def _combine(kinds: list[str]) -> str:
+    if EXCLUDE in kinds:
+        return EXCLUDE
+    return PROMOTE if kinds and all(v == PROMOTE for v in kinds) else INCONCLUSIVE
+
+
+def judge_arm(
+    arm_cells: list[dict[str, Any]], d: dict[str, Any]
+) -> tuple[str, list[str], int | None, list[dict[str, Any]]]:
+    """One arm's verdict over its cells: (decision, reasons, max_concurrency,
+    per-level records). See the module docstring for the load rule."""
+    judged = [(c, *_judge(c, d)) for c in arm_cells]
+    by_level: dict[int, list[tuple[dict[str, Any], str]]] = {}
+    for c, v, _rs, _b in judged:
+        if c.get("concurrency") is not None:
+            by_level.setdefault(int(c["concurrency"]), []).append((c, v))
+    levels: list[dict[str, Any]] = []
+    for conc in sorted(by_level):
+        items = by_level[conc]
+        with_sp = [c["speedup"] for c, _ in items if c.get("speedup")]
+        levels.append(
+            {
+                "concurrency": conc,
+                "decision": _combine([v for _, v in items]),
+                # the level's worst temperature
+                "speedup": min(with_sp, key=lambda s: s["point"]) if with_sp else None,
+                "pairs": min(int(c.get("pairs") or 0) for c, _ in items),
+            }
+        )
+    overall = _combine([v for _, v, _, _ in judged])
+    cap: int | None = None
+    for lvl in levels:
+        if lvl["decision"] != PROMOTE:
+            break
+        cap = lvl["concurrency"]
+    open_loop_ok = all(v == PROMOTE for c, v, _, _ in judged if c.get("concurrency") is None)
+    broken = any(b for *_, b in judged)
+    if len(levels) < 2 or cap is None or broken or not open_loop_ok or overall == PROMOTE:
+        reasons = [r for _, v, rs, _ in judged for r in rs if overall == PROMOTE or v != PROMOTE]
+        return overall, reasons, None, levels
+    above = next(lvl for lvl in levels if lvl["concurrency"] > cap)
+    reasons = [
+        r
+        for c, v, rs, _ in judged
+        for r in rs
+        if c.get("concurrency") is None or int(c["concurrency"]) <= cap or v != PROMOTE
+    ]
+    reasons.append(
+        f"promoted up to concurrency {cap} only: {above['decision']} at "
+        f"concurrency={above['concurrency']} (max_concurrency {cap} in routing.yaml)"
+    )
+    return PROMOTE, reasons, cap, levels
+
+
 def paired_changes(speedup: dict[str, Any] | None) -> dict[str, Any]:
     """Every headline claim from the one paired estimate. The speedup S is the
     geometric mean of per-prompt baseline/variant ms per output token, so the
@@ -212,11 +280,18 @@ def paired_changes(speedup: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def _merit(dec: dict[str, Any]) -> tuple[float, float]:
+    """Among promotes: the load it serves (uncapped first), then its worst
+    speedup on that load."""
+    cap = dec.get("max_concurrency")
+    return (float("inf") if cap is None else float(cap), dec["min_speedup_point"] or 0.0)
+
+
 def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
     ra, rb = _RANK[a["decision"]], _RANK[b["decision"]]
     if ra != rb:
         return ra < rb
-    return (a["min_speedup_point"] or 0.0) > (b["min_speedup_point"] or 0.0)
+    return _merit(a) > _merit(b)
 
 
 def _routing(
@@ -234,7 +309,8 @@ def _routing(
         ]
         promoted = sorted(
             (d for d in cands if d["decision"] == PROMOTE),
-            key=lambda d: -(d["min_speedup_point"] or 0.0),
+            key=_merit,
+            reverse=True,
         )
         if promoted:
             top = promoted[0]
@@ -242,13 +318,13 @@ def _routing(
             if top["num_speculative_tokens"] is not None:
                 entry["num_draft_tokens"] = int(top["num_speculative_tokens"])
             entry.update(
-                {
-                    "canary_percent": canary,
-                    "decision": PROMOTE,
-                    "fallback_variant": fallback,
-                    "evidence": _evidence(top),
-                }
+                {"canary_percent": canary, "decision": PROMOTE, "fallback_variant": fallback}
             )
+            if top.get("max_concurrency") is not None:
+                # over this many in-flight requests the router sends the route
+                # to the fallback (repo/routing.py InFlight)
+                entry["max_concurrency"] = int(top["max_concurrency"])
+            entry["evidence"] = _evidence(top)
         else:
             verdict = INCONCLUSIVE if any(d["decision"] == INCONCLUSIVE for d in cands) else EXCLUDE
             entry = {"variant": BASELINE, "decision": verdict}

@@ -87,6 +87,8 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
             f"{headline_text(h)}  {h.get('pairs', 0)} pairs  "
             f"{quality_label(dec, decision)}  → {dec['decision']}"
         )
+        if dec.get("max_concurrency") is not None:
+            line += f" up to concurrency {dec['max_concurrency']}"
         if dec["short_output"]:
             line += "  (short outputs)"
         lines.append(line)
@@ -124,9 +126,63 @@ def render_run(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_text(run_dir / "routing.yaml", routing_yaml(summary["routing"]))
     images = write_plots(run_dir, summary, rows) if plots else []
-    atomic_write_text(run_dir / "report.md", render_markdown(summary))
+    atomic_write_text(run_dir / "report.md", render_markdown(summary, images))
     atomic_write_text(run_dir / "report.html", render_html(summary, images))
     return summary
+
+
+def sweep_routes(summary: dict[str, Any]) -> dict[str, list[int]]:
+    """Routes measured at more than one closed-loop concurrency level, with
+    their levels (ascending)."""
+    levels: dict[str, set[int]] = {}
+    for c in summary["cells"]:
+        if c.get("concurrency") is not None:
+            levels.setdefault(c["route"], set()).add(int(c["concurrency"]))
+    return {r: sorted(ls) for r, ls in levels.items() if len(ls) > 1}
+
+
+def _level_text(lvl: dict[str, Any] | None) -> str:
+    if lvl is None:
+        return "-"
+    sp = lvl.get("speedup")
+    est = "-" if not sp else f"{sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
+    return f"{est} {lvl['decision']} ({lvl['pairs']} pairs)"
+
+
+def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], list[list[str]]]:
+    """Speedup vs concurrency for one route: the baseline's mean per-request
+    tokens/s at each level, then each arm's paired speedup, per-level
+    decision and the cap written to routing.yaml."""
+    levels = sweep_routes(summary)[route]
+    headers = ["arm", *[f"concurrency={c}" for c in levels], "decision"]
+    base = {
+        int(c["concurrency"]): c
+        for c in summary["cells"]
+        if c["route"] == route and c["variant"] == BASELINE and c.get("concurrency") is not None
+    }
+    rows = [
+        [
+            "baseline tok/s per request",
+            *[
+                _fmt((base.get(c) or {}).get("tokens_per_second", {}).get("mean"), ".1f")
+                for c in levels
+            ],
+            "",
+        ]
+    ]
+    for dec in summary["decisions"]:
+        if dec["route"] != route or not dec.get("levels"):
+            continue
+        by = {lvl["concurrency"]: lvl for lvl in dec["levels"]}
+        cap = dec.get("max_concurrency")
+        rows.append(
+            [
+                arm_name(dec["variant"], dec["num_speculative_tokens"]),
+                *[_level_text(by.get(c)) for c in levels],
+                dec["decision"] + (f" up to concurrency {cap}" if cap is not None else ""),
+            ]
+        )
+    return headers, rows
 
 
 def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -307,7 +363,16 @@ def _level(summary: dict[str, Any]) -> str:
     return "95%"
 
 
-def render_markdown(summary: dict[str, Any]) -> str:
+_SWEEP_NOTE = (
+    "Each level is a closed loop of that many in-flight requests, the baseline's and "
+    "the variants' interleaved (ABBA) on one server. A variant is promoted up to the "
+    "largest measured level at which it, and every lower measured level, was a "
+    "promote; routing.yaml's max_concurrency holds that cap and the router sends "
+    "the route's further requests to the fallback."
+)
+
+
+def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | None = None) -> str:
     parts = ["# trtspec benchmark report", ""]
     parts += [f"- **{k}**: {v}" for k, v in _header_facts(summary)]
     parts += ["", "## Decisions", "", "```", *console_lines(summary), "```", ""]
@@ -323,6 +388,16 @@ def render_markdown(summary: dict[str, Any]) -> str:
         for d in summary["decisions"]
     ]
     parts += [_md_table(["route", "variant", "decision", "best k", "short", "why"], dec_rows), ""]
+    sweeps = sweep_routes(summary)
+    if sweeps:
+        parts += ["## Speedup vs concurrency", "", _SWEEP_NOTE, ""]
+        for route in sweeps:
+            headers, rows = concurrency_table(summary, route)
+            parts += [f"### {route}", "", _md_table(headers, rows), ""]
+            parts += [
+                f"![{title}]({src})" for title, src in images or [] if src == _sweep_png(route)
+            ]
+            parts += [""]
     parts += [
         "## Per route × variant × load × temperature",
         "",
@@ -365,6 +440,24 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
     )
     notes = "".join(f"<li>{e(n)}</li>" for n in _client_notes(summary))
     console = e("\n".join(console_lines(summary)))
+    sweep = ""
+    for route in sweep_routes(summary):
+        headers, rows = concurrency_table(summary, route)
+        sweep += (
+            f"<h3>{e(route)}</h3><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in headers)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table>"
+            + "".join(
+                f"<figure><img src='{e(src)}' alt='{e(title)}'>"
+                f"<figcaption>{e(title)}</figcaption></figure>"
+                for title, src in images
+                if src == _sweep_png(route)
+            )
+        )
+    if sweep:
+        sweep = f"<h2>Speedup vs concurrency</h2><p>{e(_SWEEP_NOTE)}</p>{sweep}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>trtspec benchmark report</title>
 <style>
@@ -380,6 +473,7 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 640px; }}
 <pre>{console}</pre>
 <table><tr><th>route</th><th>variant</th><th>decision</th><th>best k</th><th>short</th>
 <th>why</th></tr>{decs}</table>
+{sweep}
 <h2>Per route × variant × load × temperature</h2>
 <table><tr>{heads}</tr>{cells}</table>
 <h2>Plots</h2>
@@ -388,6 +482,52 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 640px; }}
 <ul>{notes or "<li>none</li>"}</ul>
 </body></html>
 """
+
+
+def _safe(route: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in route)
+
+
+def _sweep_png(route: str) -> str:
+    return f"{PLOTS_DIR}/speedup_vs_concurrency_{_safe(route)}.png"
+
+
+def _sweep_plot(plt: Any, run_dir: Path, summary: dict[str, Any], route: str) -> tuple[str, str]:
+    """One route's speedup (95% CI bars) against concurrency, one line per arm."""
+    levels = sweep_routes(summary)[route]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for dec in summary["decisions"]:
+        if dec["route"] != route or not dec.get("levels"):
+            continue
+        pts = [lvl for lvl in dec["levels"] if lvl.get("speedup")]
+        if not pts:
+            continue
+        xs = [lvl["concurrency"] for lvl in pts]
+        ys = [lvl["speedup"]["point"] for lvl in pts]
+        lo = [y - lvl["speedup"]["ci_low"] for y, lvl in zip(ys, pts, strict=True)]
+        hi = [lvl["speedup"]["ci_high"] - y for y, lvl in zip(ys, pts, strict=True)]
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=[lo, hi],
+            marker="o",
+            capsize=4,
+            label=arm_name(dec["variant"], dec["num_speculative_tokens"]),
+        )
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.axhline(
+        summary["settings"]["decision"]["min_speedup"], color="green", linestyle=":", linewidth=1
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xlabel("concurrency (in-flight requests)")
+    ax.set_ylabel("speedup vs baseline (CI)")
+    ax.set_title(f"{route}: speedup vs concurrency")
+    ax.legend(fontsize=7)
+    name = _sweep_png(route).split("/", 1)[1]
+    src = _save(fig, run_dir, name)
+    plt.close(fig)
+    return f"{route}: speedup vs concurrency", src
 
 
 def _save(fig: Any, run_dir: Path, name: str) -> str:
@@ -400,8 +540,9 @@ def _save(fig: Any, run_dir: Path, name: str) -> str:
 def write_plots(
     run_dir: Path, summary: dict[str, Any], rows: list[dict[str, Any]]
 ) -> list[tuple[str, str]]:
-    """Speedup per route with CI bars, TTFT/latency distributions per variant
-    and route, and acceptance rate against k. Returns (title, relative src)."""
+    """Speedup per route with CI bars, speedup vs concurrency per route
+    measured at several levels, TTFT/latency distributions per variant and
+    route, and acceptance rate against k. Returns (title, relative src)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -435,6 +576,7 @@ def write_plots(
         ax.set_title("Speedup per route")
         images.append(("Speedup per route with 95% CI", _save(fig, run_dir, "speedup.png")))
         plt.close(fig)
+    images += [_sweep_plot(plt, run_dir, summary, route) for route in sweep_routes(summary)]
     measured = [r for r in rows if not r.get("warmup") and not r.get("error")]
     for route in dict.fromkeys(r["route"] for r in measured):
         arms: dict[str, list[dict[str, Any]]] = {}
@@ -452,9 +594,11 @@ def write_plots(
             ax.boxplot(data)
             ax.set_xticks(range(1, len(arms) + 1), list(arms), fontsize=7, rotation=20)
             ax.set_title(f"{route}: {title}")
-        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in route)
         images.append(
-            (f"{route}: TTFT and latency per variant", _save(fig, run_dir, f"latency_{safe}.png"))
+            (
+                f"{route}: TTFT and latency per variant",
+                _save(fig, run_dir, f"latency_{_safe(route)}.png"),
+            )
         )
         plt.close(fig)
     acc = [

@@ -41,6 +41,8 @@ class RouteSet:
     max_tokens: int
     checks: list[str] = field(default_factory=list)
     requests: int | None = None
+    # closed-loop levels for this route; None = the run's (BenchSettings.concurrency)
+    concurrency: list[int] | None = None
 
     def sample(self, n: int | None) -> list[tuple[int, dict[str, Any]]]:
         """``n`` (sample_index → item) pairs, cycling through the prompts

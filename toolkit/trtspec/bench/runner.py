@@ -84,9 +84,13 @@ class BenchSettings:
         out["sequential"] = self.sequential.as_dict() if self.sequential else None
         return out
 
-    def loads(self) -> list[tuple[str, int | None, float | None]]:
+    def loads(
+        self, route_levels: list[int] | None = None
+    ) -> list[tuple[str, int | None, float | None]]:
+        """The loads a route runs: its own closed-loop levels when it has
+        them (routes.<name>.concurrency), else the run's; then open loop."""
         out: list[tuple[str, int | None, float | None]] = [
-            (f"concurrency={c}", c, None) for c in self.concurrency
+            (f"concurrency={c}", c, None) for c in (route_levels or self.concurrency)
         ]
         if self.request_rate is not None:
             out.append((f"rate={self.request_rate:g}/s", None, self.request_rate))
@@ -233,6 +237,8 @@ def plan_from_spec(
                 int(_get(r, "max_tokens", 128)),
                 checks,
                 requests or _get(r, "requests"),
+                # --concurrency overrides every route's own levels
+                None if concurrency else _get(r, "concurrency"),
             )
         )
     spec_name = str(_get(spec, "name"))
@@ -669,7 +675,7 @@ class _Run:
     ) -> None:
         s = self.plan.settings
         for route in self.plan.routes:
-            for load in s.loads():
+            for load in s.loads(route.concurrency):
                 for temp in s.temperatures:
                     if self.stop.is_set():
                         return

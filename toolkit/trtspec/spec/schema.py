@@ -329,6 +329,12 @@ class Route(_Strict):
     requests: int | None = Field(
         default=None, ge=1, description="Requests for this route; null = bench.requests_per_route."
     )
+    concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="Closed-loop concurrency levels for this route (e.g. a sweep on one "
+        "route); null = bench.concurrency. `trtspec bench --concurrency` overrides both.",
+    )
 
 
 class Decision(_Strict):

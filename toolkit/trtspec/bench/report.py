@@ -92,7 +92,30 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
         if dec["short_output"]:
             line += "  (short outputs)"
         lines.append(line)
+        lines += level_lines(dec)
     return lines
+
+
+def level_lines(dec: dict[str, Any]) -> list[str]:
+    """Under a route measured at several concurrency levels, one line per
+    level above the headline's (the lowest): that level's own estimate and
+    decision, which the arm's decision (and its cap) rests on."""
+    levels = dec.get("levels") or []
+    if len(levels) < 2:
+        return []
+    out = []
+    for lvl in levels[1:]:
+        sp = lvl.get("speedup")
+        est = (
+            "speedup -"
+            if not sp
+            else f"speedup {sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
+        )
+        out.append(
+            f"    at concurrency={lvl['concurrency']}: {est}  {lvl['pairs']} pairs  "
+            f"→ {lvl['decision']} at this load"
+        )
+    return out
 
 
 def _load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:

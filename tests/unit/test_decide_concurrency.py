@@ -208,3 +208,14 @@ def test_a_route_can_sweep_its_own_concurrency_levels(tmp_path: Path) -> None:
     plan = plan_from_spec(spec, concurrency=[4])
     loads = {r.name: [c for _, c, _ in plan.settings.loads(r.concurrency)] for r in plan.routes}
     assert loads == {"sweep": [4], "plain": [4]}
+
+
+def test_the_demo_spec_sweeps_concurrency_within_its_batch() -> None:
+    """`make demo` measures its routes at 1 and 8 in flight, and the engine
+    can batch all 8 (max_batch_size)."""
+    from trtspec.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "build_specs" / "demo-cpu.yaml")
+    sweeps = {name: r.concurrency for name, r in spec.routes.items() if r.concurrency}
+    assert sweeps == {"json_fill": [1, 8], "rag_copy_heavy": [1, 8]}
+    assert spec.target.max_batch_size >= 8

@@ -519,13 +519,14 @@ def _sweep_plot(plt: Any, run_dir: Path, summary: dict[str, Any], route: str) ->
     """One route's speedup (95% CI bars) against concurrency, one line per arm."""
     levels = sweep_routes(summary)[route]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for dec in summary["decisions"]:
-        if dec["route"] != route or not dec.get("levels"):
-            continue
+    arms = [d for d in summary["decisions"] if d["route"] == route and d.get("levels")]
+    for i, dec in enumerate(arms):
         pts = [lvl for lvl in dec["levels"] if lvl.get("speedup")]
         if not pts:
             continue
-        xs = [lvl["concurrency"] for lvl in pts]
+        # each arm a little to the side, so overlapping intervals stay legible
+        dodge = 1.0 + 0.04 * (i - (len(arms) - 1) / 2)
+        xs = [lvl["concurrency"] * dodge for lvl in pts]
         ys = [lvl["speedup"]["point"] for lvl in pts]
         lo = [y - lvl["speedup"]["ci_low"] for y, lvl in zip(ys, pts, strict=True)]
         hi = [lvl["speedup"]["ci_high"] - y for y, lvl in zip(ys, pts, strict=True)]

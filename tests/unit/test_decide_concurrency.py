@@ -171,7 +171,8 @@ def test_routing_yaml_with_max_concurrency_goes_through_the_router_loader(tmp_pa
     assert (run / "plots" / "speedup_vs_concurrency_chat.png").is_file()
     html = (run / "report.html").read_text()
     assert "<h2>Speedup vs concurrency</h2>" in html
-    assert "src='plots/speedup_vs_concurrency_rag.png'" in html
+    assert html.count("src='plots/speedup_vs_concurrency_rag.png'") == 1  # beside its table
+    assert "src='plots/speedup.png'" in html
 
 
 def test_report_without_a_sweep_has_no_concurrency_section(tmp_path: Path) -> None:

@@ -457,9 +457,11 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         f"<td>{'yes' if d['short_output'] else ''}</td><td>{e('; '.join(d['reasons']))}</td></tr>"
         for d in summary["decisions"]
     )
+    swept = {_sweep_png(route) for route in sweep_routes(summary)}
     imgs = "".join(
         f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}</figcaption></figure>"
         for title, src in images
+        if src not in swept  # shown beside their tables
     )
     notes = "".join(f"<li>{e(n)}</li>" for n in _client_notes(summary))
     console = e("\n".join(console_lines(summary)))

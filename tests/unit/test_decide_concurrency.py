@@ -220,3 +220,31 @@ def test_the_demo_spec_sweeps_concurrency_within_its_batch() -> None:
     sweeps = {name: r.concurrency for name, r in spec.routes.items() if r.concurrency}
     assert sweeps == {"json_fill": [1, 8], "rag_copy_heavy": [1, 8]}
     assert spec.target.max_batch_size >= 8
+
+
+def test_load_throughput_counts_every_arm_of_a_level_together() -> None:
+    from trtspec.bench.report import concurrency_table
+
+    rows = []
+    for conc, start_gap in ((1, 1.0), (8, 0.0)):
+        for i in range(4):
+            for variant in ("baseline", "ngram"):
+                r = row("rag", variant, i, 1000.0, tokens=40)
+                # level 1: one request after another (2 s per prompt);
+                # level 8: all eight at once, ending together after 1 s
+                r.update(
+                    load=f"concurrency={conc}",
+                    concurrency=conc,
+                    send_time_unix=2000.0 * conc + (2 * i + (variant == "ngram")) * start_gap,
+                )
+                rows.append(r)
+    rows.append({**rows[0], "warmup": True, "completion_tokens": 999})  # not counted
+    summary = build_summary(rows, {})
+    got = {t["concurrency"]: t for t in summary["load_throughput"]}
+    assert got[1]["tokens_per_second"] == pytest.approx(8 * 40 / 8.0)
+    assert got[8]["tokens_per_second"] == pytest.approx(8 * 40 / 1.0)
+    assert got[8]["requests"] == 8
+    headers, table = concurrency_table(summary, "rag")
+    assert headers == ["arm", "concurrency=1", "concurrency=8", "decision"]
+    assert table[0] == ["all arms: aggregate tok/s", "40.0", "320.0", ""]
+    assert table[1] == ["baseline tok/s per request", "40.0", "40.0", ""]

@@ -173,9 +173,10 @@ def _level_text(lvl: dict[str, Any] | None) -> str:
 
 
 def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], list[list[str]]]:
-    """Speedup vs concurrency for one route: the baseline's mean per-request
-    tokens/s at each level, then each arm's paired speedup, per-level
-    decision and the cap written to routing.yaml."""
+    """Speedup vs concurrency for one route: the server's aggregate tokens/s
+    over all arms at each level (lowest temperature) and the baseline's mean
+    per-request tokens/s, then each arm's paired speedup, per-level decision
+    and the cap written to routing.yaml."""
     levels = sweep_routes(summary)[route]
     headers = ["arm", *[f"concurrency={c}" for c in levels], "decision"]
     base = {
@@ -183,7 +184,14 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
         for c in summary["cells"]
         if c["route"] == route and c["variant"] == BASELINE and c.get("concurrency") is not None
     }
+    together = {
+        int(t["concurrency"]): t["tokens_per_second"]
+        for t in summary.get("load_throughput") or []
+        if t["route"] == route
+        and t["temperature"] == min(c["temperature"] for c in summary["cells"])
+    }
     rows = [
+        ["all arms: aggregate tok/s", *[_fmt(together.get(c), ".1f") for c in levels], ""],
         [
             "baseline tok/s per request",
             *[
@@ -191,7 +199,7 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
                 for c in levels
             ],
             "",
-        ]
+        ],
     ]
     for dec in summary["decisions"]:
         if dec["route"] != route or not dec.get("levels"):

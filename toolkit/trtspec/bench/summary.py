@@ -262,6 +262,28 @@ def summarize_rows(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> l
     return sorted(cells, key=position)
 
 
+def load_throughput(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per route × closed-loop level × temperature, the server's aggregate
+    completion tokens/s over every arm's measured requests together (they
+    share one closed loop): how much batching gains as the level rises."""
+    groups: dict[tuple[str, int, float], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("warmup") or not _ok(r) or r.get("concurrency") is None:
+            continue
+        key = (r["route"], int(r["concurrency"]), float(r.get("temperature") or 0.0))
+        groups.setdefault(key, []).append(r)
+    return [
+        {
+            "route": route,
+            "concurrency": conc,
+            "temperature": temp,
+            "requests": len(group),
+            "tokens_per_second": _aggregate_tps(group),
+        }
+        for (route, conc, temp), group in groups.items()
+    ]
+
+
 def attach_memory(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
     """Server memory per cell: the largest sample taken while the cell's
     route/load/temperature block ran on a server serving that variant."""
@@ -419,6 +441,7 @@ def build_summary(
         "incidents": run_info.get("incidents") or [],
         "fingerprint": run_info.get("fingerprint"),
         "cells": cells,
+        "load_throughput": load_throughput(rows),
         "decisions": decisions,
         "routing": routing,
     }

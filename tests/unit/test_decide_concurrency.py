@@ -248,3 +248,20 @@ def test_load_throughput_counts_every_arm_of_a_level_together() -> None:
     assert headers == ["arm", "concurrency=1", "concurrency=8", "decision"]
     assert table[0] == ["all arms: aggregate tok/s", "40.0", "320.0", ""]
     assert table[1] == ["baseline tok/s per request", "40.0", "40.0", ""]
+
+
+def test_a_bad_route_concurrency_names_file_line_and_field(tmp_path: Path) -> None:
+    from trtspec.errors import SpecError
+    from trtspec.spec import load_spec
+
+    (tmp_path / "r.jsonl").write_text(json.dumps({"prompt": "x"}) + "\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\ntarget: {model: m, family: llama}\n"
+        "routes:\n  r:\n    prompts: r.jsonl\n    concurrency: [1, 0]\n"
+    )
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert err.value.message == (
+        f"{path}:6:22: routes.r.concurrency[1]: input should be greater than or equal to 1 (got 0)"
+    )

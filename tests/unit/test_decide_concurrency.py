@@ -87,6 +87,18 @@ def test_loses_at_1_is_excluded() -> None:
     assert summary["routing"]["routes"]["rag"] == {"variant": "baseline", "decision": "exclude"}
 
 
+def test_an_exclude_decided_at_a_higher_level_names_that_level() -> None:
+    # undecided on a lone request, clearly slower at 8: the headline (level 1)
+    # shows a speedup above 1, so the line says which level decided
+    summary = build_summary(sweep_rows({1: 1.02, 8: 0.6}), {})
+    dec = arm_decision(summary)
+    assert [lvl["decision"] for lvl in dec["levels"]] == ["inconclusive", "exclude"]
+    assert dec["decision"] == "exclude"
+    lines = console_lines(summary)
+    assert lines[0].endswith("→ exclude (decided at concurrency=8)")
+    assert lines[1].endswith("→ exclude at this load")
+
+
 def test_loses_at_1_wins_at_8_is_not_promoted() -> None:
     # nothing is promoted unless the lightest measured load wins too
     dec = arm_decision(build_summary(sweep_rows({1: 0.7, 8: 1.5}), {}))
@@ -211,12 +223,21 @@ def test_a_route_can_sweep_its_own_concurrency_levels(tmp_path: Path) -> None:
     assert loads == {"sweep": [4], "plain": [4]}
 
 
-def test_the_demo_spec_sweeps_concurrency_within_its_batch() -> None:
+def test_the_demo_spec_sweeps_concurrency_within_its_batch(tmp_path: Path) -> None:
     """`make demo` measures its routes at 1 and 8 in flight, and the engine
-    can batch all 8 (max_batch_size)."""
+    can batch all 8 (max_batch_size). The spec is validated as shipped, in a
+    copy of the tree whose model folder stands in for the one `make demo`
+    fetches (a clean clone has no .cache/models yet)."""
+    import shutil
+
     from trtspec.spec import load_spec
 
-    spec = load_spec(Path(__file__).resolve().parents[2] / "build_specs" / "demo-cpu.yaml")
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "build_specs", tmp_path / "build_specs")
+    model = tmp_path / ".cache" / "models" / "smollm2-135m-instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    spec = load_spec(tmp_path / "build_specs" / "demo-cpu.yaml")
     sweeps = {name: r.concurrency for name, r in spec.routes.items() if r.concurrency}
     assert sweeps == {"json_fill": [1, 8], "rag_copy_heavy": [1, 8]}
     assert spec.target.max_batch_size >= 8

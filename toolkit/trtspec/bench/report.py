@@ -89,11 +89,26 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
         )
         if dec.get("max_concurrency") is not None:
             line += f" up to concurrency {dec['max_concurrency']}"
+        else:
+            line += _decided_at(dec)
         if dec["short_output"]:
             line += "  (short outputs)"
         lines.append(line)
         lines += level_lines(dec)
     return lines
+
+
+def _decided_at(dec: dict[str, Any]) -> str:
+    """When the headline's level (the lowest) did not reach the arm's decision
+    itself, name the level that did, so `speedup 1.24x … → exclude` does not
+    read as a contradiction."""
+    levels = dec.get("levels") or []
+    if len(levels) < 2 or levels[0]["decision"] == dec["decision"]:
+        return ""
+    for lvl in levels[1:]:
+        if lvl["decision"] == dec["decision"]:
+            return f" (decided at concurrency={lvl['concurrency']})"
+    return ""
 
 
 def level_lines(dec: dict[str, Any]) -> list[str]:

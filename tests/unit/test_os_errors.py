@@ -253,3 +253,33 @@ def test_cli_boundary_reports_os_errors_as_expected(tmp_path: Path, monkeypatch)
 def test_other_os_errors_stay_unexpected() -> None:
     assert os_error(OSError(errno.EBADF, "Bad file descriptor", "x")) is None
     assert os_error(FileNotFoundError(errno.ENOENT, "No such file", str(uuid.uuid4()))) is None
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly() -> None:
+    """`trtspec build … --dry-run | head -1`: the pipe closes under the
+    writer; the CLI stops with exit 1 and no `unexpected BrokenPipeError`."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trtspec.cli.main",
+                "build",
+                str(root / "build_specs" / "small-ngram.yaml"),
+                "--dry-run",
+            ],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1
+    assert proc.stderr == ""

@@ -34,6 +34,15 @@ def report_error(exc: BaseException) -> int:
     return 1
 
 
+def _quiet_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 class BoundaryGroup(click.Group):
     """A group whose ``invoke`` is the error boundary for every subcommand."""
 
@@ -42,6 +51,11 @@ class BoundaryGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except BrokenPipeError:
+            # `trtspec … | head`: the reader left; stop quietly, as a Unix tool
+            # would, and keep the interpreter's final flush from failing again.
+            _quiet_stdout()
+            ctx.exit(1)
         except BaseException as exc:  # the boundary: everything else ends here
             if debug_enabled():
                 raise

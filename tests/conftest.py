@@ -1,4 +1,6 @@
-"""Shared pytest fixtures: tiny real models built once per session."""
+"""Shared pytest fixtures: tiny real models built once per session; and the
+hook that closes each ``Shared`` resource (tests/fixtures/shared.py) right
+after the last collected test that uses it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.shared import SHARED
 from tests.fixtures.tiny_model import make_tiny_draft, make_tiny_llama
 
 
@@ -25,3 +28,25 @@ def tiny_draft(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.fixture
 def has_tritonserver() -> bool:
     return shutil.which("tritonserver") is not None
+
+
+_LAST_USERS = pytest.StashKey[dict[str, pytest.Item]]()
+
+
+def _last_users(session: pytest.Session) -> dict[str, pytest.Item]:
+    """Fixture name → the last collected test that uses it (directly or not)."""
+    if _LAST_USERS not in session.stash:
+        users: dict[str, pytest.Item] = {}
+        for item in session.items:
+            for name in getattr(item, "fixturenames", ()):
+                users[name] = item
+        session.stash[_LAST_USERS] = users
+    return session.stash[_LAST_USERS]
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown: a failing close skips nothing
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    last = _last_users(item.session)
+    for name, handle in list(SHARED.items()):
+        if last.get(name) is item:
+            handle.close()

@@ -9,6 +9,9 @@
   teardown.
 - ``group_pids``: the live processes of a process group, read from /proc, to
   check that nothing a server started outlives it.
+- ``every_mode_served``: a ``Shared`` handle (tests/conftest.py) on the
+  every-mode repository of tests/fixtures/every_mode.py, served once for
+  test_repo_served.py and test_requests_served.py.
 
 Model sources for tests: ``ADD_ONE`` (``Y = X + 1``, INT32 [-1]), ``TIMES_TEN_VIA``
 (a BLS model calling another model, then ``* 10``), ``BROKEN`` (fails in
@@ -25,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.fixtures.shared import Shared, shared
 
 ADD_ONE = """\
 import triton_python_backend_utils as pb_utils
@@ -189,6 +194,20 @@ def start_server(triton_install: Any) -> Iterator[Callable[..., Any]]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def every_mode_served(
+    tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Shared]:
+    """``.get()`` → ``(server, spec, plan, repo)``; stopped after its last user."""
+    from tests.fixtures.every_mode import serve_every_mode
+
+    with shared(
+        "every_mode_served",
+        lambda: serve_every_mode(tiny_llama, tiny_draft, tmp_path_factory.mktemp("served")),
+    ) as handle:
+        yield handle
 
 
 @pytest.fixture

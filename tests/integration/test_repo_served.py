@@ -5,8 +5,9 @@ temperature 0, streams its first delta before the final response, and reports
 exact draft/accepted counts; the router sends a deterministic share of a route
 to its canary and falls back to the baseline when the draft engine is gone.
 
-One server for every assertion: starting 16 Python-backend stubs costs most of
-this test's time on a 2-core machine."""
+One server for every assertion, shared with test_requests_served.py (the
+spec and routes are in tests/fixtures/every_mode.py): starting its 16
+Python-backend stubs costs most of this test's time on a 2-core machine."""
 
 from __future__ import annotations
 
@@ -27,35 +28,6 @@ PROMPTS = [
 ]
 MAX_TOKENS = 24
 
-SPEC = """\
-name: served
-backend: reference
-target: {{model: {target}, family: llama, dtype: float32, max_batch_size: 2,
-         max_input_len: 256, max_seq_len: 512, max_num_tokens: 1024}}
-variants:
-  - {{name: draft, mode: draft_model, draft: {{model: {draft}, family: llama}},
-     max_draft_len: 4, num_draft_tokens: [3]}}
-  - {{name: draft_logits, mode: draft_model, draft: {{model: {draft}, family: llama}},
-     max_draft_len: 4, num_draft_tokens: [3], use_draft_logits: true}}
-  - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
-  - {{name: ngram_adaptive, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2,
-     draft_schedule: adaptive}}
-  - {{name: medusa, mode: medusa, checkpoint: {medusa}, num_medusa_heads: 2,
-     medusa_choices: [[0], [0, 0], [1]]}}
-  - {{name: eagle, mode: eagle, checkpoint: {eagle}, num_eagle_layers: 2,
-     eagle_choices: [[0], [0, 0], [1]]}}
-  - {{name: lookahead, mode: lookahead, window_size: 2, ngram_size: 2, verification_set_size: 2}}
-rollout: {{canary_percent: 100, fallback_variant: baseline}}
-"""
-
-ROUTING = """\
-schema_version: 1
-default_variant: baseline
-routes:
-  code: {variant: ngram, canary_percent: 50, decision: promote}
-  chat: {variant: draft, num_draft_tokens: 2, decision: promote}
-"""
-
 
 @dataclass
 class Reply:
@@ -70,53 +42,12 @@ class Reply:
         return "".join(self.texts)
 
 
-def run_plan_steps(plan) -> None:
-    """Build every engine by running the plan's reference steps in process
-    (same argv as the executor's subprocess, without a torch import each)."""
-    from trtspec.build.reference import build, parse_args
-
-    for step in plan.steps:
-        assert list(step.argv[1:3]) == ["-m", "trtspec.build.reference"], step.argv
-        build(parse_args(list(step.argv[3:])))
-
-
 @pytest.fixture(scope="module")
-def served(tiny_llama: Path, tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory):
-    from trtspec.engine.testing import make_eagle_checkpoint, make_medusa_checkpoint
-    from trtspec.plan import make_plan
-    from trtspec.repo.assemble import assemble
-    from trtspec.repo.routing import load_routing
-    from trtspec.serve import Server, read_manifest
-    from trtspec.spec import load_spec
-
-    root = tmp_path_factory.mktemp("served")
-    medusa = make_medusa_checkpoint(root / "medusa", tiny_llama, num_heads=2)
-    eagle = make_eagle_checkpoint(root / "eagle", tiny_llama)
-    spec_path = root / "spec.yaml"
-    spec_path.write_text(
-        SPEC.format(target=tiny_llama, draft=tiny_draft, medusa=medusa, eagle=eagle),
-        encoding="utf-8",
-    )
-    (root / "routing.yaml").write_text(ROUTING, encoding="utf-8")
-    spec = load_spec(spec_path)
-    plan = make_plan(spec, root / "engines")
-    run_plan_steps(plan)
-    repo = assemble(
-        spec,
-        plan,
-        root / "engines",
-        root / "triton_repo",
-        routing=load_routing(root / "routing.yaml"),
-    )
-    models = sorted(read_manifest(repo)["models"])
-    server = Server(repo, models=models, log_path=root / "tritonserver.log")
-    server.start(timeout=300)
-    try:
-        yield server, spec, plan, repo
-    finally:
-        server.stop()
-        log = (root / "tritonserver.log").read_text(encoding="utf-8", errors="replace")
-        assert "Traceback" not in log, log[-4000:]
+def served(every_mode_served):
+    """``(server, spec, plan, repo)``: the every-mode repository
+    (tests/fixtures/every_mode.py), served once for this module and
+    test_requests_served.py."""
+    return every_mode_served.get()
 
 
 def infer(

@@ -1,8 +1,9 @@
 """Cancellation and bad request values through the real tritonserver.
 
-A reference repository (baseline, an ngram draft loop, lookahead, the router)
-served by nvidia-pytriton's tritonserver, driven with tritonclient gRPC
-streaming:
+A reference repository (baseline, an ngram draft loop, lookahead, the router;
+the every-mode one test_repo_served.py asks other questions of, with the
+routes ``copy`` → ngram and ``long`` → lookahead) served by nvidia-pytriton's
+tritonserver, driven with tritonclient gRPC streaming:
 
 - a client that cancels its stream (``stop_stream(cancel_requests=True)``)
   stops the router, the orchestrator and the engine at their next step: the
@@ -24,32 +25,12 @@ import queue
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
-
-SPEC = """\
-name: requests
-backend: reference
-target: {{model: {target}, family: llama, dtype: float32, max_batch_size: 2,
-         max_input_len: 480, max_seq_len: 512, max_num_tokens: 1024}}
-variants:
-  - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
-  - {{name: lookahead, mode: lookahead, window_size: 2, ngram_size: 2, verification_set_size: 2}}
-rollout: {{canary_percent: 100, fallback_variant: baseline}}
-"""
-
-ROUTING = """\
-schema_version: 1
-default_variant: baseline
-routes:
-  code: {variant: ngram, decision: promote}
-  long: {variant: lookahead, decision: promote}
-"""
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 SHORT_PROMPT = "Hello! How are you today?"
@@ -67,38 +48,12 @@ class Reply:
 
 
 @pytest.fixture(scope="module")
-def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
-    from tests.integration.test_repo_served import run_plan_steps
-    from trtspec.plan import make_plan
-    from trtspec.repo.assemble import assemble
-    from trtspec.repo.routing import load_routing
-    from trtspec.serve import Server, read_manifest
-    from trtspec.spec import load_spec
-
-    root = tmp_path_factory.mktemp("requests")
-    spec_path = root / "spec.yaml"
-    spec_path.write_text(SPEC.format(target=tiny_llama), encoding="utf-8")
-    (root / "routing.yaml").write_text(ROUTING, encoding="utf-8")
-    spec = load_spec(spec_path)
-    plan = make_plan(spec, root / "engines")
-    run_plan_steps(plan)
-    repo = assemble(
-        spec,
-        plan,
-        root / "engines",
-        root / "triton_repo",
-        routing=load_routing(root / "routing.yaml"),
-    )
-    server = Server(
-        repo, models=sorted(read_manifest(repo)["models"]), log_path=root / "tritonserver.log"
-    )
-    server.start(timeout=300)
-    try:
-        yield server, plan
-    finally:
-        server.stop()
-        log = server.log_text()
-        assert "Traceback" not in log, log[-4000:]
+def served(every_mode_served):
+    """``(server, plan)`` of the every-mode repository
+    (tests/fixtures/every_mode.py), served once for this module and
+    test_repo_served.py; a test that unloads a model loads it again."""
+    server, _spec, plan, _repo = every_mode_served.get()
+    return server, plan
 
 
 def _inputs(prompt: str, max_tokens: int, **extra: Any) -> list:
@@ -346,7 +301,7 @@ def test_bad_values_are_the_clients_error_at_the_engine(
 def test_router_returns_a_clients_error_without_the_fallback(served) -> None:
     server, _ = served
     baseline_runs = _successes(server, "baseline")
-    reply = infer(server, "router", PROMPT, SHORT, route="code", num_draft_tokens=9)
+    reply = infer(server, "router", PROMPT, SHORT, route="copy", num_draft_tokens=9)
     assert reply.error == (
         "router: ngram: invalid request: num_draft_tokens must be in "
         "[0, 4] (the variant's max_draft_len), got 9"
@@ -361,7 +316,7 @@ def test_router_still_falls_back_on_a_server_side_failure(served) -> None:
     try:
         direct = infer(server, "ngram", PROMPT, SHORT)
         assert direct.error is not None and engine in direct.error
-        reply = infer(server, "router", PROMPT, SHORT, route="code")
+        reply = infer(server, "router", PROMPT, SHORT, route="copy")
         assert reply.error is None, reply.error
         assert (reply.final["variant"], reply.final["fallback"]) == ("baseline", True)
     finally:

@@ -1,15 +1,18 @@
-"""Shared pytest fixtures: tiny real models built once per session; and the
+"""Shared pytest fixtures: tiny real models built once per session; a pair of
+real ``openai_reference`` servers that the external-arm tests share; and the
 hook that closes each ``Shared`` resource (tests/fixtures/shared.py) right
 after the last collected test that uses it."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.shared import SHARED
+from tests.fixtures.shared import SHARED, Shared, shared
 from tests.fixtures.tiny_model import make_tiny_draft, make_tiny_llama
 
 
@@ -23,6 +26,41 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_draft(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A noisy copy of ``tiny_llama``: agrees with it on some tokens only."""
     return make_tiny_draft(tiny_llama, tmp_path_factory.mktemp("tiny") / "tiny-draft")
+
+
+@contextlib.contextmanager
+def _openai_pair(tiny_llama: Path, root: Path) -> Iterator[dict[str, str]]:
+    from tests.fixtures.openai_servers import openai_reference
+    from trtspec.engine.testing import build_engine
+
+    dte = build_engine(
+        tiny_llama,
+        root / "target_dte",
+        "draft_tokens_external",
+        max_draft_len=4,
+        max_batch_size=2,
+        max_input_len=256,
+        max_seq_len=512,
+    )
+    with (
+        openai_reference(dte, mode="none") as base,
+        openai_reference(dte, mode="ngram", num_draft_tokens=4) as ngram,
+    ):
+        yield {"base": base, "ngram": ngram}
+
+
+@pytest.fixture(scope="session")
+def openai_pair(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    """``.get()`` → ``{"base": url, "ngram": url}``: two real ``openai_reference``
+    servers on the tiny model's draft_tokens_external engine, a target-only
+    one and a prompt-lookup (ngram, k=4) one, standing in for a vLLM pair.
+    Shared by tests/e2e/test_external_arms.py and
+    tests/integration/test_bench_external.py: both only send requests (and
+    read counter deltas, never totals); stopped after the last of them."""
+    with shared(
+        "openai_pair", lambda: _openai_pair(tiny_llama, tmp_path_factory.mktemp("openai"))
+    ) as handle:
+        yield handle
 
 
 @pytest.fixture

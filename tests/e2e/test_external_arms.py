@@ -1,10 +1,11 @@
 """Triton arms and external OpenAI-compatible arms in one benchmark run.
 
 Two real ``openai_reference`` servers (a target-only baseline and a
-prompt-lookup ``ngram`` arm, on the tiny model's draft_tokens_external engine)
-stand in for a vLLM pair; the spec also has trtspec's own baseline and ngram
-variant. ``build → repo → bench`` (bench starts its own tritonserver) must
-give rows for all four arms, acceptance from the servers' metrics for the
+prompt-lookup ``ngram`` arm, on the tiny model's draft_tokens_external engine;
+the session's ``openai_pair``, see tests/conftest.py) stand in for a vLLM
+pair; the spec also has trtspec's own baseline and ngram variant.
+``build → repo → bench`` (bench starts its own tritonserver) must give rows
+for all four arms, acceptance from the servers' metrics for the
 external ngram arm and from the orchestrator's responses for the Triton one,
 a decision for each speculative arm against its own baseline, one report
 holding both kinds of arms, and a routing table with Triton variants only."""
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.fixtures.openai_servers import openai_reference
+from tests.fixtures.shared import Shared
 from trtspec.bench.records import read_requests
 from trtspec.cli.main import cli
 
@@ -43,29 +44,17 @@ def _run(*args: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from trtspec.engine.testing import build_engine
-
+def workdir(
+    tiny_llama: Path, openai_pair: Shared, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("e2e-external")
-    dte = build_engine(
-        tiny_llama,
-        root / "served" / "target_dte",
-        "draft_tokens_external",
-        max_draft_len=4,
-        max_batch_size=2,
-        max_input_len=256,
-        max_seq_len=512,
-    )
     (root / "routes").mkdir()
     (root / "routes" / "rag.jsonl").write_text(
         "".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS)
     )
-    old = Path.cwd()
-    with (
-        openai_reference(dte, mode="none") as base,
-        openai_reference(dte, mode="ngram", num_draft_tokens=4) as ngram,
-    ):
-        (root / "tiny.yaml").write_text(f"""\
+    servers = openai_pair.get()
+    base, ngram = servers["base"], servers["ngram"]
+    (root / "tiny.yaml").write_text(f"""\
 name: tiny-ext
 backend: reference
 target:
@@ -87,11 +76,12 @@ bench:
     vllm_base: {{openai: "{base}", model: target}}
     vllm_ngram: {{openai: "{ngram}", model: target, baseline: vllm_base}}
 """)
-        os.chdir(root)
-        try:
-            yield root
-        finally:
-            os.chdir(old)
+    old = Path.cwd()
+    os.chdir(root)
+    try:
+        yield root
+    finally:
+        os.chdir(old)
 
 
 def test_triton_and_external_arms_in_one_report(workdir: Path) -> None:

@@ -1,6 +1,7 @@
 """``trtspec bench`` with external arms only, against two real
-``openai_reference`` servers on the tiny model's draft_tokens_external engine:
-a target-only baseline and a prompt-lookup (ngram) arm paired with it. Covers
+``openai_reference`` servers on the tiny model's draft_tokens_external engine
+(the session's ``openai_pair``, see tests/conftest.py): a target-only
+baseline and a prompt-lookup (ngram) arm paired with it. Covers
 rows, per-request acceptance from the metrics counters at concurrency 1, one
 delta per cell at concurrency 2, chat (``messages``) and completion routes,
 text equality at T=0 (prompt lookup is lossless), decisions, the report's
@@ -10,14 +11,13 @@ selection flags and errors."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.fixtures.openai_servers import openai_reference
+from tests.fixtures.shared import Shared
 from trtspec.bench.records import read_requests
 from trtspec.cli.main import cli
 
@@ -31,24 +31,12 @@ COPY_PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def servers(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    from trtspec.engine.testing import build_engine
-
+def servers(
+    tiny_llama: Path, openai_pair: Shared, tmp_path_factory: pytest.TempPathFactory
+) -> dict:
+    pair = openai_pair.get()
     root = tmp_path_factory.mktemp("external")
-    dte = build_engine(
-        tiny_llama,
-        root / "target_dte",
-        "draft_tokens_external",
-        max_draft_len=4,
-        max_batch_size=2,
-        max_input_len=256,
-        max_seq_len=512,
-    )
-    with (
-        openai_reference(dte, mode="none") as base,
-        openai_reference(dte, mode="ngram", num_draft_tokens=4) as ngram,
-    ):
-        yield {"root": root, "base": base, "ngram": ngram, "model": tiny_llama}
+    return {"root": root, "base": pair["base"], "ngram": pair["ngram"], "model": tiny_llama}
 
 
 def _spec(servers: dict, **bench: object) -> Path:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from trtspec.build.reference import main
+from trtspec.catalogue import lookahead_max_draft_len
 from trtspec.engine.config import (
     EngineError,
-    lookahead_max_draft_len,
     parse_choices,
     read_engine_config,
 )

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from tests.fixtures.specs import copy_example
 
+from trtspec.catalogue import lookahead_max_draft_len
 from trtspec.errors import SpecError
-from trtspec.spec import load_spec, lookahead_draft_len
+from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(
@@ -79,7 +80,7 @@ def test_defaults_and_hash_stability(tmp_path: Path) -> None:
     ("w", "n", "g", "d"), [(4, 3, 4, 15), (7, 7, 7, 83), (1, 1, 0, 0), (5, 2, 0, 4)]
 )
 def test_lookahead_formula(w: int, n: int, g: int, d: int) -> None:
-    assert lookahead_draft_len(w, n, g) == d
+    assert lookahead_max_draft_len(w, n, g) == d
 
 
 def test_unknown_key_did_you_mean(tmp_path: Path) -> None:

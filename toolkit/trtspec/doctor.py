@@ -14,7 +14,6 @@ so tests can stand in for a GPU machine. No Click here.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from typing import Any
 
 from trtspec.errors import StepFailed
 from trtspec.memory import GIB, gib, memory_plan
+from trtspec.procutil import dist_version
 
 OK, WARN, BLOCKER, NOT_AVAILABLE, SKIPPED = "ok", "warn", "blocker", "not available", "skipped"
 BACKEND_DIR = Path("/opt/tritonserver/backends/tensorrtllm")
@@ -53,10 +53,9 @@ class Check:
 def probe_trtllm_version() -> str | None:
     """The installed tensorrt_llm distribution's version (never imported)."""
     for name in ("tensorrt_llm", "tensorrt-llm"):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+        version = dist_version(name)
+        if version is not None:
+            return version
     return None
 
 

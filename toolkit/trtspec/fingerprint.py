@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.catalogue import BASELINE
+
 FINGERPRINT_SCHEMA_VERSION = 1
 ENGINE_MANIFEST = "trtspec.json"  # written by trtspec.build.executor (MANIFEST there)
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
-BASELINE = "baseline"
 # sampling keys whose change makes a measurement stale; the seed only picks
 # which random draws a sampled run makes, so it is recorded but not compared
 SAMPLING_KEYS = ("temperatures", "top_p", "top_k", "max_tokens")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.catalogue import BASELINE
 from trtspec.errors import TrtspecError
 
 GIB = 1 << 30
@@ -262,7 +263,7 @@ def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
     gpus = int(t.tp) * int(t.pp)
     out: list[EngineMemory] = []
     for e in plan.engines:
-        variants = [spec.variant(v) for v in e.variants if v != "baseline"]
+        variants = [spec.variant(v) for v in e.variants if v != BASELINE]
         if e.role == "draft":
             v = variants[0]
             dtype, quant = draft_dtype(spec, v), v.draft.quantization.value
@@ -381,7 +382,7 @@ class MemoryPlan:
                 "`trtspec bench --isolate` (one server per variant)"
             )
         for f in bad:
-            if f.name == "baseline":
+            if f.name == BASELINE:
                 msg += (
                     f"; the baseline alone needs {gib(f.need_min)}: quantize the target "
                     "or raise target.tp"

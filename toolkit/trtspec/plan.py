@@ -18,7 +18,6 @@ size/mtime fingerprint of local folders), so an unchanged spec runs nothing.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -27,15 +26,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtspec import __version__
-from trtspec.build import trtllm
+from trtspec import __version__, trtllm_argv
+from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE, ENGINE_MODES, MODES, engine_mode
+from trtspec.procutil import dist_version
 from trtspec.spec import (
     Backend,
     DraftModelVariant,
     EagleVariant,
     LookaheadVariant,
     MedusaVariant,
-    NgramVariant,
     Quantization,
     Spec,
 )
@@ -77,7 +76,7 @@ class EnginePlan:
 
     @property
     def speculative_decoding_mode(self) -> int:
-        return trtllm.SPECULATIVE_MODE_INT[self.mode]
+        return engine_mode(self.mode).trtllm_int
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,21 +154,6 @@ class Plan:
         }
 
 
-# Engine name prefix and TRT-LLM speculative_decoding_mode of the in-engine modes.
-_IN_ENGINE: dict[type, tuple[str, str]] = {
-    MedusaVariant: ("medusa", "medusa"),
-    EagleVariant: ("eagle", "eagle"),
-    LookaheadVariant: ("lookahead", "lookahead_decoding"),
-}
-
-
-def _dist_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
-
-
 def slug(text: str) -> str:
     base = text.rstrip("/").rsplit("/", 1)[-1]
     base = re.sub(r"\.gguf$", "", base)
@@ -217,8 +201,8 @@ class _Builder:
         return {
             "trtspec": __version__,
             "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
-            "torch": _dist_version("torch"),
-            "transformers": _dist_version("transformers"),
+            "torch": dist_version("torch") or "absent",
+            "transformers": dist_version("transformers") or "absent",
         }
 
     def _identity(self, inp: str) -> str:
@@ -280,7 +264,7 @@ class _Builder:
             self.add(
                 kind="download",
                 unit=unit,
-                argv=trtllm.download_argv(loc.ref, str(unit)),
+                argv=trtllm_argv.download_argv(loc.ref, str(unit)),
                 inputs=[loc.ref],
                 engine=None,
                 description=f"download {loc.ref}",
@@ -339,7 +323,7 @@ class _Builder:
         """Unquantized models go through convert_checkpoint.py, quantized through quantize.py."""
         t, out = self.spec.target, self.ckpt_dir(name)
         if quant is Quantization.none:
-            argv = trtllm.convert_argv(
+            argv = trtllm_argv.convert_argv(
                 examples_dir=self.examples,
                 version=self.version,
                 family=family,
@@ -350,7 +334,7 @@ class _Builder:
                 pp=t.pp,
             )
             return self.checkpoint(name, "convert", argv, [src])
-        argv = trtllm.quantize_argv(
+        argv = trtllm_argv.quantize_argv(
             examples_dir=self.examples,
             source=src,
             output=out,
@@ -375,7 +359,7 @@ class _Builder:
         gather_logits: bool = False,
     ) -> None:
         out = str(e.dir)
-        argv = trtllm.build_argv(
+        argv = trtllm_argv.build_argv(
             checkpoint=ckpt,
             output=out,
             target=self.spec.target,
@@ -398,7 +382,7 @@ class _Builder:
             self.add(
                 kind="tokenizer",
                 unit=e.dir,
-                argv=trtllm.tokenizer_argv(tokenizer_src, f"{out}/tokenizer"),
+                argv=trtllm_argv.tokenizer_argv(tokenizer_src, f"{out}/tokenizer"),
                 inputs=[tokenizer_src],
                 engine=e.name,
                 description=f"copy tokenizer into {e.name}",
@@ -414,7 +398,7 @@ class _Builder:
         extra: dict[str, Any],
         inputs: list[str],
     ) -> None:
-        argv = trtllm.reference_argv(
+        argv = trtllm_argv.reference_argv(
             source=src,
             output=str(e.dir),
             mode=e.mode,
@@ -443,19 +427,19 @@ def make_plan(
     t = spec.target
     q, dtype = t.quantization, spec.dtype
     target_src = b.source(t.model)
-    variants: dict[str, VariantEngines] = {"baseline": VariantEngines("target", None, "none")}
+    variants: dict[str, VariantEngines] = {BASELINE: VariantEngines("target", None, "none")}
 
     base = b.engine(
-        "target", role="target", mode="none", max_draft_len=0, source=t.model, variant="baseline"
+        "target", role="target", mode="none", max_draft_len=0, source=t.model, variant=BASELINE
     )
-    dte_users = [v for v in spec.variants if isinstance(v, DraftModelVariant | NgramVariant)]
+    dte_users = [v for v in spec.variants if MODES[v.mode].draft_loop]
     dte = None
     if dte_users:
         dte = b.engine(
-            "target_dte",
+            DRAFT_LOOP_ENGINE,
             role="target",
-            mode="draft_tokens_external",
-            max_draft_len=max(v.max_draft_len for v in dte_users),
+            mode=ENGINE_MODES["draft_tokens_external"].trtllm_flag,
+            max_draft_len=max(v.max_draft_len or 0 for v in dte_users),
             source=t.model,
             variant=None,
         )
@@ -468,10 +452,10 @@ def make_plan(
     drafts: dict[tuple[str, str, str], str] = {}
     taken: set[str] = {v.name for v in spec.variants}  # Triton model names are shared
     for v in spec.variants:
-        if isinstance(v, DraftModelVariant | NgramVariant):
+        if MODES[v.mode].draft_loop:
             assert dte is not None
             dte = b.engine(
-                "target_dte",
+                DRAFT_LOOP_ENGINE,
                 role="target",
                 mode=dte.mode,
                 max_draft_len=dte.max_draft_len,
@@ -500,15 +484,15 @@ def make_plan(
                     source=d.model,
                     variant=v.name,
                 )
-            variants[v.name] = VariantEngines("target_dte", draft_name, v.mode)
+            variants[v.name] = VariantEngines(DRAFT_LOOP_ENGINE, draft_name, v.mode)
         else:
             # medusa / eagle / lookahead: one target engine that drafts inside itself
-            prefix, mode = _IN_ENGINE[type(v)]
-            name = f"target_{prefix}_{v.name}"
+            mode = MODES[v.mode]
+            name = mode.engine_name(v.name)
             b.engine(
                 name,
                 role="target",
-                mode=mode,
+                mode=ENGINE_MODES[mode.engine_mode].trtllm_flag,
                 max_draft_len=v.max_draft_len or 0,
                 source=t.model,
                 variant=v.name,
@@ -535,8 +519,8 @@ def _add_engine_steps(
     """Steps for every engine except the baseline (already added)."""
     t = spec.target
     q, dtype = t.quantization, spec.dtype
-    if "target_dte" in b.engines:
-        e = b.engines["target_dte"]
+    if DRAFT_LOOP_ENGINE in b.engines:
+        e = b.engines[DRAFT_LOOP_ENGINE]
         if b.gpu:
             b.gpu_engine(e, b.target_checkpoint(target_src), target_src, q, dtype)
         else:
@@ -548,14 +532,14 @@ def _add_engine_steps(
         elif isinstance(v, MedusaVariant):
             _medusa_steps(b, spec, v, target_src)
         elif isinstance(v, EagleVariant):
-            e = b.engines[f"target_eagle_{v.name}"]
+            e = b.engines[MODES[v.mode].engine_name(v.name)]
             eagle = b.source(v.checkpoint)
             mdl = v.max_draft_len or len(v.eagle_choices)
             if not b.gpu:
                 extra = {"eagle": (eagle, v.num_eagle_layers, v.eagle_choices)}
                 b.reference_engine(e, target_src, q, dtype, extra, [eagle])
                 continue
-            argv = trtllm.eagle_convert_argv(
+            argv = trtllm_argv.eagle_convert_argv(
                 examples_dir=b.examples,
                 source=target_src,
                 eagle=eagle,
@@ -569,7 +553,7 @@ def _add_engine_steps(
             ckpt = b.checkpoint(e.name, "convert", argv, [target_src, eagle])
             b.gpu_engine(e, ckpt, target_src, q, dtype)
         elif isinstance(v, LookaheadVariant):
-            e = b.engines[f"target_lookahead_{v.name}"]
+            e = b.engines[MODES[v.mode].engine_name(v.name)]
             if b.gpu:
                 b.gpu_engine(e, b.target_checkpoint(target_src), target_src, q, dtype)
             else:
@@ -607,7 +591,7 @@ def _draft_steps(
 def _medusa_steps(b: _Builder, spec: Spec, v: MedusaVariant, target_src: str) -> None:
     t = spec.target
     q, dtype = t.quantization, spec.dtype
-    e = b.engines[f"target_medusa_{v.name}"]
+    e = b.engines[MODES[v.mode].engine_name(v.name)]
     heads = b.source(v.checkpoint)
     mdl = v.max_draft_len or len(v.medusa_choices)
     if not b.gpu:
@@ -616,7 +600,7 @@ def _medusa_steps(b: _Builder, spec: Spec, v: MedusaVariant, target_src: str) ->
         return
     out = b.ckpt_dir(e.name)
     if q is Quantization.none:
-        argv = trtllm.medusa_convert_argv(
+        argv = trtllm_argv.medusa_convert_argv(
             examples_dir=b.examples,
             family=t.family,
             source=target_src,
@@ -630,7 +614,7 @@ def _medusa_steps(b: _Builder, spec: Spec, v: MedusaVariant, target_src: str) ->
         )
         ckpt = b.checkpoint(e.name, "convert", argv, [target_src, heads])
     else:
-        argv = trtllm.quantize_argv(
+        argv = trtllm_argv.quantize_argv(
             examples_dir=b.examples,
             source=target_src,
             output=out,

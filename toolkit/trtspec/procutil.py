@@ -1,9 +1,16 @@
-"""Process facts shared by the build executor and the server supervisor:
-stdlib only, so any stage can import it without pulling in another's package."""
+"""Process facts shared by the build executor, the server supervisor and the
+planner: stdlib only, so any stage can import it without pulling in another's
+package."""
 
 from __future__ import annotations
 
+import ctypes
+import importlib.metadata
 import os
+import sys
+from collections.abc import Callable
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def pid_alive(pid: int) -> bool:
@@ -15,3 +22,27 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def parent_death_hook(sig: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to send ``sig`` to the child when the thread
+    that forked it dies (``PR_SET_PDEATHSIG``), so a SIGKILLed trtspec leaves no
+    orphan behind; ``None`` where prctl is unavailable. ``prctl`` is resolved
+    here, before the fork: the child only calls it and takes no lock another
+    thread could have held."""
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    signum = int(sig)
+    return lambda: prctl(_PR_SET_PDEATHSIG, signum)
+
+
+def dist_version(name: str) -> str | None:
+    """An installed distribution's version (never imported), ``None`` if absent."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

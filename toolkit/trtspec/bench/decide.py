@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 
 from trtspec.bench import stats
-from trtspec.bench.summary import BASELINE, pairs_with
+from trtspec.bench.records import pairs_with
+from trtspec.catalogue import BASELINE
 
 PROMOTE, EXCLUDE, INCONCLUSIVE = "promote", "exclude", "inconclusive"
 ROUTING_SCHEMA_VERSION = 1

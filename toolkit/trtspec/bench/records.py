@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import fsutil
+from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
 
 REQUEST_SCHEMA_VERSION = 1
@@ -185,3 +186,12 @@ def read_requests(path: Path) -> list[dict[str, Any]]:
             )
         rows.append(row)
     return rows
+
+
+def pairs_with(row: dict[str, Any]) -> str | None:
+    """The arm a row or cell is compared with: ``baseline`` for Triton variants,
+    its named twin for an external speculative arm, None for a baseline arm
+    (rows written before external arms existed carry no such field)."""
+    if "pairs_with" in row:
+        return row["pairs_with"]
+    return None if row["variant"] == BASELINE else BASELINE

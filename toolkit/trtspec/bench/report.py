@@ -22,7 +22,8 @@ from trtspec.bench.records import (
     atomic_write_text,
     read_requests,
 )
-from trtspec.bench.summary import BASELINE, build_summary, read_jsonl_loose
+from trtspec.bench.summary import build_summary, read_jsonl_loose
+from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
 
 METRICS_FILE = "metrics.jsonl"

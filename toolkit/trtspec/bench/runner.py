@@ -45,11 +45,13 @@ from trtspec.bench.records import (
 from trtspec.bench.report import METRICS_FILE, console_lines, render_run
 from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, render_prompt
 from trtspec.bench.sequential import DEFAULT_MAX_REQUESTS, SequentialPlan
-from trtspec.bench.summary import BASELINE, DEFAULT_DECISION, environment_info, git_commit
+from trtspec.bench.summary import environment_info, git_commit
 from trtspec.bench.until import Block, run_block
+from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError, TrtspecError, os_error
 from trtspec.limits import request_seed
 from trtspec.serve.watchdog import Incident, StubWatchdog
+from trtspec.spec.schema import DEFAULT_DECISION
 
 SPECULATIVE_K_MODES = ("draft_model", "ngram")
 DEFAULT_REQUEST_TIMEOUT_S = 300.0

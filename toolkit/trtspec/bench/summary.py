@@ -23,33 +23,17 @@ from typing import Any
 
 from trtspec import __version__
 from trtspec.bench import stats
+from trtspec.bench.decide import decide
 from trtspec.bench.openai_metrics import attach_cell_acceptance
 from trtspec.bench.quality import FAIL, PASS, SKIPPED, quality_passed
+from trtspec.bench.records import pairs_with
 from trtspec.bench.sequential import SequentialPlan, paired_ratio_interval
+from trtspec.spec.schema import DEFAULT_DECISION
 
 SUMMARY_SCHEMA_VERSION = 1
-BASELINE = "baseline"
 SHORT_OUTPUT_TOKENS = 20
 
-DEFAULT_DECISION = {
-    "min_speedup": 1.05,
-    "max_p95_regression": 0.10,
-    "min_quality_pass_rate": 0.95,
-    "min_equal_rate": 1.0,
-    "max_error_rate": 0.01,
-    "min_pairs": 5,
-}
-
 CellKey = tuple[str, str, Any, str, float]  # route, variant, k, load, temperature
-
-
-def pairs_with(row: dict[str, Any]) -> str | None:
-    """The arm a row or cell is compared with: ``baseline`` for Triton variants,
-    its named twin for an external speculative arm, None for a baseline arm
-    (rows written before external arms existed carry no such field)."""
-    if "pairs_with" in row:
-        return row["pairs_with"]
-    return None if row["variant"] == BASELINE else BASELINE
 
 
 def _same_output(b: dict[str, Any], v: dict[str, Any]) -> bool:
@@ -395,8 +379,6 @@ def build_summary(
     memory_samples: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The whole ``summary.json`` document (decisions included)."""
-    from trtspec.bench.decide import decide
-
     settings = run_info.get("settings") or {}
     decision = {**DEFAULT_DECISION, **(settings.get("decision") or {})}
     plan = SequentialPlan.from_dict(settings.get("sequential"))

@@ -19,9 +19,7 @@ subprocess call.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -43,20 +41,13 @@ from trtspec.build.integrity import MANIFEST, describe, file_records, verify_fil
 from trtspec.errors import StepFailed, TrtspecError
 from trtspec.fsutil import atomic_write_json
 from trtspec.plan import Plan, Step
-from trtspec.procutil import pid_alive
+from trtspec.procutil import dist_version, parent_death_hook, pid_alive
 
 LOG = "build.log"
 TAIL_LINES = 30
 
 Runner = Callable[[Sequence[str], "str | None", "Mapping[str, str] | None", Path], None]
 Progress = Callable[[str], None]
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    # PR_SET_PDEATHSIG: a SIGKILLed trtspec must not leave trtllm-build writing
-    # into a staging folder nobody owns any more.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def run_subprocess(
@@ -89,7 +80,9 @@ def run_subprocess(
                 text=True,
                 errors="replace",
                 bufsize=1,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+                # PR_SET_PDEATHSIG: a SIGKILLed trtspec must not leave trtllm-build
+                # writing into a staging folder nobody owns any more.
+                preexec_fn=parent_death_hook(signal.SIGKILL),  # noqa: PLW1509
             )
         except FileNotFoundError:
             raise StepFailed(
@@ -147,13 +140,6 @@ def _python_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 @dataclass
 class TrtllmBackend:
     """GPU engines: convert_checkpoint.py / quantize.py / trtllm-build in the container."""
@@ -180,7 +166,7 @@ class TrtllmBackend:
         return _python_argv(argv)
 
     def versions(self) -> dict[str, str]:
-        return {"trtspec": __version__, "tensorrt_llm": _dist_version("tensorrt_llm") or "absent"}
+        return {"trtspec": __version__, "tensorrt_llm": dist_version("tensorrt_llm") or "absent"}
 
 
 @dataclass
@@ -204,8 +190,8 @@ class ReferenceBackend:
     def versions(self) -> dict[str, str]:
         return {
             "trtspec": __version__,
-            "torch": _dist_version("torch") or "absent",
-            "transformers": _dist_version("transformers") or "absent",
+            "torch": dist_version("torch") or "absent",
+            "transformers": dist_version("transformers") or "absent",
         }
 
 

@@ -13,17 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.build.integrity import describe, rebuild_hint, unverifiable_note, verify_files
+from trtspec.catalogue import ENGINE_MODE_BY_INT
 from trtspec.errors import TrtspecError
 
-# TensorRT-LLM's SpeculativeDecodingMode bit flags as stored in an engine config.
-SPECULATIVE_MODES = {
-    1: "none",
-    2: "draft_tokens_external",
-    4: "medusa",
-    8: "lookahead_decoding",
-    16: "explicit_draft_tokens",
-    32: "eagle",
-}
 PLUGIN_KEYS = (
     "gpt_attention_plugin",
     "gemm_plugin",
@@ -37,7 +29,8 @@ PLUGIN_KEYS = (
 
 def mode_name(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
-        return SPECULATIVE_MODES.get(value, f"unknown({value})")
+        known = ENGINE_MODE_BY_INT.get(value)
+        return known.trtllm_flag if known else f"unknown({value})"
     if isinstance(value, str):  # some writers store the enum's name
         return value.lower()
     return "none" if value is None else f"unknown({value!r})"

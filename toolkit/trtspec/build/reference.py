@@ -22,12 +22,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trtspec.catalogue import lookahead_max_draft_len
 from trtspec.engine.config import (
     REFERENCE_MODES,
     EngineError,
     build_config_document,
     check_lookahead,
-    lookahead_max_draft_len,
     parse_choices,
 )
 from trtspec.errors import TrtspecError

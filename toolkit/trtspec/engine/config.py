@@ -4,9 +4,9 @@ A reference engine folder carries the same ``{version, pretrained_config,
 build_config}`` document ``trtllm-build`` writes, with the integer
 ``speculative_decoding_mode`` of TRT-LLM's enum, plus a ``"trtspec"`` object
 holding what only the reference backend needs (quantization, the lookahead
-(W, N, G), the Medusa/EAGLE choice trees). This module owns that schema: the
-mode names and integers, the lookahead ``max_draft_len`` formula, building the
-document at build time and reading it back (with clear errors) at load time.
+(W, N, G), the Medusa/EAGLE choice trees). This module owns that schema
+(the mode names, integers and lookahead rules come from ``trtspec.catalogue``):
+building the document at build time and reading it back (with clear errors) at load time.
 It imports neither torch nor transformers.
 """
 
@@ -17,21 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.catalogue import ENGINE_MODE_BY_INT, ENGINE_MODES, lookahead_problem
 from trtspec.errors import TrtspecError
 
-#: TRT-LLM's ``SpeculativeDecodingMode`` enum values as stored in engine configs.
-MODE_INTS: dict[str, int] = {
-    "none": 1,
-    "draft_tokens_external": 2,
-    "medusa": 4,
-    "lookahead": 8,
-    "explicit_draft_tokens": 16,
-    "eagle": 32,
-}
-MODE_NAMES: dict[int, str] = {v: k for k, v in MODE_INTS.items()}
-
-#: Modes the reference backend can run.
-REFERENCE_MODES = ("none", "draft_tokens_external", "medusa", "eagle", "lookahead")
+#: Engine modes the reference backend can run (catalogue order).
+REFERENCE_MODES = tuple(m.name for m in ENGINE_MODES.values() if m.reference)
 
 #: The version string written into reference engine configs (the pinned TRT-LLM).
 ENGINE_VERSION = "1.1.0"
@@ -41,11 +31,6 @@ class EngineError(TrtspecError):
     """An engine folder is missing, unreadable or inconsistent."""
 
 
-def lookahead_max_draft_len(window: int, ngram: int, verification: int) -> int:
-    """TRT-LLM's engine ``max_draft_len`` for lookahead (W, N, G)."""
-    return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification) * (ngram - 1)
-
-
 def default_max_num_tokens(max_batch_size: int, max_draft_len: int, max_input_len: int) -> int:
     """A reference engine's step budget: a full batch of draft trees, or one whole prompt."""
     return max(max_batch_size * (max_draft_len + 1), max_input_len)
@@ -53,15 +38,10 @@ def default_max_num_tokens(max_batch_size: int, max_draft_len: int, max_input_le
 
 def check_lookahead(window: int, ngram: int, verification: int) -> None:
     """Raise ``EngineError`` unless (W, N, G) is legal under TRT-LLM's rules."""
-    if window < 1 or ngram < 1 or verification < 0:
+    problem = lookahead_problem(window, ngram, verification)
+    if problem is not None:
         raise EngineError(
-            f"Invalid lookahead config (W={window}, N={ngram}, G={verification}): "
-            "need W >= 1, N >= 1, G >= 0"
-        )
-    if ngram == 1 and (window != 1 or verification != 0):
-        raise EngineError(
-            f"Invalid lookahead config (W={window}, N={ngram}, G={verification}): "
-            "N == 1 requires W == 1 and G == 0"
+            f"Invalid lookahead config (W={window}, N={ngram}, G={verification}): {problem}"
         )
 
 
@@ -148,7 +128,7 @@ def build_config_document(
             "max_beam_width": 1,
             "max_num_tokens": default_max_num_tokens(max_batch_size, max_draft_len, max_input_len),
             "max_draft_len": max_draft_len,
-            "speculative_decoding_mode": MODE_INTS[mode],
+            "speculative_decoding_mode": ENGINE_MODES[mode].trtllm_int,
             "kv_cache_type": "paged",
             "plugin_config": {
                 "tokens_per_block": tokens_per_block,
@@ -196,12 +176,13 @@ def read_engine_config(engine_dir: str | Path) -> EngineConfig:
             hint="TensorRT-LLM engines (rank0.engine) are served by the tensorrtllm backend",
         )
     mode_int = _need(doc, "build_config", "speculative_decoding_mode", cfg_path)
-    mode = MODE_NAMES.get(int(mode_int))
+    known = ENGINE_MODE_BY_INT.get(int(mode_int))
+    mode = known.name if known else None
     if mode not in REFERENCE_MODES:
         raise EngineError(
             f"{cfg_path}: build_config.speculative_decoding_mode {mode_int} is not supported "
             f"by the reference backend (supported: "
-            f"{', '.join(str(MODE_INTS[m]) for m in REFERENCE_MODES)})"
+            f"{', '.join(str(ENGINE_MODES[m].trtllm_int) for m in REFERENCE_MODES)})"
         )
     assert mode is not None
     max_draft_len = int(_need(doc, "build_config", "max_draft_len", cfg_path))

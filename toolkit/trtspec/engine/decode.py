@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.catalogue import lookahead_problem
 from trtspec.engine import fastpath
 from trtspec.engine.config import EngineConfig, read_engine_config
 from trtspec.engine.kv_reuse import (
@@ -304,7 +305,7 @@ class ReferenceEngine:
                     f"Lookahead config (w={w}, n={ng}, g={g}) is not within the engine's "
                     f"(W={W}, N={N}, G={G}): need 1 <= w <= W, 1 <= n <= N, 0 <= g <= G"
                 )
-            if ng == 1 and (w != 1 or g != 0):
+            if lookahead_problem(w, ng, g) is not None:  # the range check leaves only n == 1
                 raise RequestError(
                     f"Lookahead config (w={w}, n={ng}, g={g}) is invalid: n == 1 requires "
                     "w == 1 and g == 0"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.catalogue import BASELINE, DRAFT_LOOP_MODES, ENGINE_MODES, engine_mode
 from trtspec.errors import RepoError
 from trtspec.fsutil import make_staging_dir
 from trtspec.repo import configs
@@ -40,24 +41,7 @@ ROUTING_FILE = "routing.json"
 PREPROCESSING = "preprocessing"
 POSTPROCESSING = "postprocessing"
 ROUTER = "router"
-BASELINE = "baseline"
-DRAFT_LOOP_MODES = ("draft_model", "ngram")
 TRITON_BACKEND = {"tensorrt_llm": "tensorrtllm", "reference": "python"}
-# Engine mode spellings (plan / TRT-LLM) → one name.
-ENGINE_MODES = {
-    "none": "none",
-    "draft_tokens_external": "draft_tokens_external",
-    "medusa": "medusa",
-    "eagle": "eagle",
-    "lookahead": "lookahead",
-    "lookahead_decoding": "lookahead",
-}
-DECODING_MODE = {
-    "none": "top_k_top_p",
-    "medusa": "medusa",
-    "eagle": "eagle",
-    "lookahead": "lookahead",
-}
 EXECUTOR_WORKER = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 # Where the backend reads these three (EngineContract.guided_decoding_params) it
 # does so outside any try (getGuidedDecodingConfigFromParams): an absent key
@@ -91,7 +75,7 @@ def choices_text(choices: list[list[int]]) -> str:
 class EngineModel:
     name: str
     role: str
-    mode: str  # ENGINE_MODES value
+    mode: str  # a trtspec.catalogue.ENGINE_MODES name
     max_draft_len: int
     path: Path
     decoupled: bool = True
@@ -133,12 +117,13 @@ def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
     root = Path(os.path.abspath(Path(engines_root) / spec.name))
     engines: dict[str, EngineModel] = {}
     for engine in plan.engines:
-        mode = ENGINE_MODES.get(str(_value(engine.mode)))
-        if mode is None:
+        try:
+            mode = engine_mode(str(_value(engine.mode))).name
+        except KeyError:
             raise RepoError(
                 f"engine {engine.name}: unknown mode {_value(engine.mode)!r}",
                 "The plan and the repository builder disagree; rebuild with this trtspec.",
-            )
+            ) from None
         engines[engine.name] = EngineModel(
             name=engine.name,
             role=str(_value(engine.role)),
@@ -251,7 +236,7 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
     }
     if engine.mode != "draft_tokens_external":
         # draft_tokens_external engines are auto-detected by the backend.
-        params["decoding_mode"] = DECODING_MODE[engine.mode]
+        params["decoding_mode"] = ENGINE_MODES[engine.mode].decoding_mode
     variant = engine.variant
     if engine.mode == "medusa":
         params["medusa_choices"] = choices_text(variant.medusa_choices)

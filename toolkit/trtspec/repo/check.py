@@ -17,6 +17,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from trtspec.build.integrity import MANIFEST, rebuild_hint, verify_files
+from trtspec.catalogue import DRAFT_LOOP_MODES, ENGINE_MODES, lookahead_max_draft_len
 from trtspec.errors import RepoError
 from trtspec.repo import configs
 from trtspec.repo.contract import (
@@ -28,10 +29,10 @@ from trtspec.repo.contract import (
 from trtspec.repo.routing import load_routing
 from trtspec.speculate import DRAFT_SCHEDULES
 
-# speculative_decoding_mode integers in engine config.json (TRT-LLM's enum).
-MODE_INTS = {"none": 1, "draft_tokens_external": 2, "medusa": 4, "lookahead": 8, "eagle": 32}
-DECODING_TO_MODE = {"medusa": "medusa", "eagle": "eagle", "lookahead": "lookahead"}
-DRAFT_LOOP_MODES = ("draft_model", "ngram")
+# The in-engine speculative modes by the decoding_mode parameter that selects them.
+DECODING_TO_MODE = {
+    m.decoding_mode: m.name for m in ENGINE_MODES.values() if m.decoding_mode and m.name != "none"
+}
 
 PRE_SENDS = ("QUERY", "REQUEST_OUTPUT_LEN")
 PRE_READS = ("INPUT_ID", "OUT_END_ID", "OUT_PAD_ID")
@@ -209,11 +210,12 @@ class _Checker:
         engine_draft = int(build.get("max_draft_len") or 0)
         raw = engine.params["gpt_model_path"]
         config_json = (Path(raw) if Path(raw).is_absolute() else self.repo / raw) / "config.json"
-        if mode is not None and actual_int is not None and int(actual_int) != MODE_INTS[mode]:
+        expected_int = ENGINE_MODES[mode].trtllm_int if mode is not None else None
+        if expected_int is not None and actual_int is not None and int(actual_int) != expected_int:
             self.add(
                 engine.path,
                 f"engine {engine.name} is served as {mode} but {config_json} has "
-                f"speculative_decoding_mode {actual_int} (expected {MODE_INTS[mode]})",
+                f"speculative_decoding_mode {actual_int} (expected {expected_int})",
             )
         if max_draft_len is not None and max_draft_len > engine_draft:
             self.add(
@@ -230,7 +232,7 @@ class _Checker:
                     "lookahead engine needs integer parameters " + ", ".join(LOOKAHEAD_INPUTS),
                 )
                 return
-            derived = (0 if n == 1 else n - 2) + (w - 1 + g) * (n - 1)
+            derived = lookahead_max_draft_len(w, n, g)
             if derived != engine_draft:
                 self.add(
                     engine.path,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.catalogue import BASELINE
 from trtspec.errors import RepoError
 
 SCHEMA_VERSION = 1
@@ -36,7 +37,7 @@ class RouteRule:
     num_draft_tokens: int | None = None
     canary_percent: float = 100.0
     decision: str | None = None
-    fallback_variant: str = "baseline"
+    fallback_variant: str = BASELINE
     # Most in-flight requests of this route the variant serves at once; the
     # rest go to the fallback (a variant that wins only under light load).
     max_concurrency: int | None = None
@@ -44,7 +45,7 @@ class RouteRule:
 
 @dataclass(frozen=True)
 class RoutingTable:
-    default_variant: str = "baseline"
+    default_variant: str = BASELINE
     routes: dict[str, RouteRule] = field(default_factory=dict)
     # what `trtspec bench` measured (trtspec.fingerprint); not sent to the router
     fingerprint: dict[str, Any] | None = field(default=None, compare=False)
@@ -119,7 +120,7 @@ def parse_routing(
             "expected a mapping",
             "Leave it as `trtspec bench` wrote it, or delete it.",
         )
-    default = data.get("default_variant", "baseline")
+    default = data.get("default_variant", BASELINE)
     if not isinstance(default, str) or not default:
         raise _bad(source, "default_variant", "must be a variant name", "e.g. baseline")
     raw_routes = data.get("routes") or {}
@@ -222,7 +223,7 @@ def load_routing(path: Path, *, default_canary_percent: float = 100.0) -> Routin
     return parse_routing(data, str(path), default_canary_percent=default_canary_percent)
 
 
-def routing_from_rollout(fallback_variant: str = "baseline") -> RoutingTable:
+def routing_from_rollout(fallback_variant: str = BASELINE) -> RoutingTable:
     """Without a routing file nothing is promoted yet: every route is served
     by the rollout's fallback variant until ``trtspec bench`` writes one."""
     return RoutingTable(default_variant=fallback_variant, routes={})

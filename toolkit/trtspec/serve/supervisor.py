@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 
 from trtspec.errors import ServerError
-from trtspec.procutil import pid_alive
+from trtspec.procutil import parent_death_hook, pid_alive
 from trtspec.serve.access import (
     admin_headers,
     new_admin_key,
@@ -613,18 +612,13 @@ class _PortInUse(Exception):
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to SIGTERM the server when the thread that
-    started it dies, so even a SIGKILLed supervisor leaves no server behind.
-    The signal is tied to the forking thread, so only the main thread (which
-    lives as long as the process) uses it."""
+    """SIGTERM the server when the thread that started it dies, so even a
+    SIGKILLed supervisor leaves no server behind. The signal is tied to the
+    forking thread, so only the main thread (which lives as long as the
+    process) asks for it."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    term = int(signal.SIGTERM)
-    return lambda: prctl(1, term)  # 1 = PR_SET_PDEATHSIG
+    return parent_death_hook(signal.SIGTERM)
 
 
 def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> list[str]:

@@ -46,7 +46,6 @@ from trtspec.spec.schema import (
     Target,
     Variant,
     locate,
-    lookahead_draft_len,
     parse_version,
 )
 from trtspec.spec.yamlmarks import Path_, format_path, load_yaml
@@ -81,7 +80,6 @@ __all__ = [
     "load_spec",
     "load_yaml",
     "locate",
-    "lookahead_draft_len",
     "parse_spec",
     "parse_version",
 ]

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trtspec.catalogue import BASELINE, lookahead_max_draft_len, lookahead_problem
 from trtspec.spec.external import check_external
 from trtspec.spec.schema import (
     EAGLE_FAMILIES,
@@ -38,7 +39,6 @@ from trtspec.spec.schema import (
     Spec,
     Stack,
     Target,
-    lookahead_draft_len,
     parse_version,
 )
 from trtspec.spec.versions import shipped_by
@@ -285,15 +285,13 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
                     "stack.trtllm_version or drop the variant",
                 )
             w, n, g = v.window_size, v.ngram_size, v.verification_set_size
-            if n == 1 and (w != 1 or g != 0):
+            derived = lookahead_max_draft_len(w, n, g)
+            if lookahead_problem(w, n, g) is not None:  # the field bounds leave only N == 1
                 issues.add(
                     (*base, "ngram_size"),
                     "ngram_size 1 requires window_size 1 and "
                     "verification_set_size 0; raise ngram_size or set W=1, G=0",
                 )
-            derived = lookahead_draft_len(w, n, g)
-            if n == 1 and (w != 1 or g != 0):
-                pass
             elif derived == 0:
                 issues.add(
                     (*base, "ngram_size"),
@@ -322,8 +320,8 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
             )
     check_external(spec, names, issues)
     fb = spec.rollout.fallback_variant
-    if fb != "baseline" and fb not in names:
-        close = difflib.get_close_matches(fb, ["baseline", *names], n=1)
+    if fb != BASELINE and fb not in names:
+        close = difflib.get_close_matches(fb, [BASELINE, *names], n=1)
         fix = f"did you mean {close[0]!r}?" if close else "use 'baseline' or a variant name"
         issues.add(("rollout", "fallback_variant"), f"no variant named {fb!r}; {fix}")
     return warnings

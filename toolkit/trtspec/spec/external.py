@@ -10,6 +10,7 @@ import difflib
 import re
 from typing import TYPE_CHECKING, Any
 
+from trtspec.catalogue import BASELINE
 from trtspec.spec.schema import RESERVED_NAMES
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def check_external(spec: Spec, variant_names: dict[str, int], issues: Any) -> No
         elif pair not in external:
             others = [n for n in external if n != name]
             close = difflib.get_close_matches(pair, others, n=1)
-            if pair == "baseline" or pair in variant_names:
+            if pair == BASELINE or pair in variant_names:
                 fix = (
                     "external arms pair with another external arm (their own server's "
                     "target-only twin); trtspec's Triton arms sit beside them in the same "

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 from pydantic_core import PydanticCustomError
 
 from trtspec import limits
+from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE
 from trtspec.spec.versions import image_for
 
 DEFAULT_TRTLLM_VERSION = "1.1.0"
@@ -24,7 +25,14 @@ DEFAULT_EXAMPLES_DIR = "/app/examples"
 MIN_TRTLLM = (0, 17)
 MAX_TRTLLM_EXCLUSIVE = (1, 3)
 
-RESERVED_NAMES = {"baseline", "preprocessing", "postprocessing", "router", "target", "target_dte"}
+RESERVED_NAMES = {
+    BASELINE,
+    "preprocessing",
+    "postprocessing",
+    "router",
+    "target",
+    DRAFT_LOOP_ENGINE,
+}
 EAGLE_FAMILIES = {"llama"}
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -370,6 +378,9 @@ class Decision(_Strict):
     )
 
 
+#: The decision thresholds' defaults, for summaries of runs whose settings lack some.
+DEFAULT_DECISION: dict[str, float] = Decision().model_dump()
+
 ExternalName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]
 
 
@@ -441,7 +452,7 @@ class Rollout(_Strict):
         description="Share of a route's traffic sent to its chosen variant.",
     )
     fallback_variant: str = Field(
-        default="baseline", description="Variant used when the speculative path fails."
+        default=BASELINE, description="Variant used when the speculative path fails."
     )
 
 
@@ -550,8 +561,3 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     if not m:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
-
-def lookahead_draft_len(w: int, n: int, g: int) -> int:
-    """TensorRT-LLM's engine max_draft_len for lookahead (W, N, G)."""
-    return (0 if n == 1 else n - 2) + (w - 1 + g) * (n - 1)

@@ -37,6 +37,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
+from trtspec.catalogue import DRAFT_LOOP_MODES
 from trtspec.limits import ParamError, check, check_sampling, draft_tokens_problem
 from trtspec.repo.models.text import IncrementalText
 from trtspec.repo.models.threads import (
@@ -55,7 +56,6 @@ from trtspec.speculate import (
     round_seed,
 )
 
-DRAFT_LOOP_MODES = ("draft_model", "ngram")
 PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
 REUSED_BLOCKS = "kv_cache_reused_blocks"
 # BLS calls carry a deadline so a callee that never answers fails this request

@@ -7,13 +7,15 @@ every flag that matters passed explicitly (defaults such as
 
 Pure functions returning argv lists; ``argv[0] == "python"`` means "the Python
 that runs the step", mapped by the executor. Nothing here imports
-``tensorrt_llm``.
+``tensorrt_llm``, nor the executor's ``build`` package: the plan (pure data)
+calls these, the executor runs what they return.
 """
 
 from __future__ import annotations
 
 import json
 
+from trtspec.catalogue import ENGINE_MODE_BY_FLAG, engine_mode
 from trtspec.spec import Family, Quantization, Target, parse_version
 
 # Which examples/ folder converts a family (Mistral and Mixtral use Llama's converter).
@@ -32,15 +34,6 @@ MEDUSA_MODEL_TYPE = {
 }
 # quantize.py formats that need calibration data.
 CALIBRATED = {Quantization.fp8, Quantization.int8_sq, Quantization.int4_awq}
-# The trtllm-build --speculative_decoding_mode choices and their engine enum values.
-SPECULATIVE_MODE_INT = {
-    "none": 1,
-    "draft_tokens_external": 2,
-    "medusa": 4,
-    "lookahead_decoding": 8,
-    "explicit_draft_tokens": 16,
-    "eagle": 32,
-}
 
 
 def converter_script(examples_dir: str, version: str, family: Family) -> str:
@@ -199,7 +192,7 @@ def build_argv(
         "--output_timing_cache", f"{output}/model.cache",
     ]  # fmt: skip
     if mode != "none":
-        if mode not in SPECULATIVE_MODE_INT:
+        if mode not in ENGINE_MODE_BY_FLAG:
             raise ValueError(f"unknown speculative decoding mode {mode!r}")
         argv += ["--speculative_decoding_mode", mode, "--max_draft_len", str(max_draft_len)]
     if gather_generation_logits:
@@ -231,7 +224,7 @@ def reference_argv(
     lookahead: tuple[int, int, int] | None = None,
 ) -> list[str]:
     """``python -m trtspec.build.reference`` (docs/internals.md §3) for the CPU backend."""
-    ref_mode = "lookahead" if mode == "lookahead_decoding" else mode
+    ref_mode = engine_mode(mode).name  # the trtllm-build flag's trtspec spelling
     argv = [
         "python", "-m", "trtspec.build.reference",
         "--model", source,

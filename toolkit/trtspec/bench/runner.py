@@ -47,13 +47,12 @@ from trtspec.bench.routes import RouteSet, load_prompt_set, load_tokenizer, rend
 from trtspec.bench.sequential import DEFAULT_MAX_REQUESTS, SequentialPlan
 from trtspec.bench.summary import environment_info, git_commit
 from trtspec.bench.until import Block, run_block
-from trtspec.catalogue import BASELINE
+from trtspec.catalogue import BASELINE, MODES
 from trtspec.errors import BenchError, TrtspecError, os_error
 from trtspec.limits import request_seed
 from trtspec.serve.watchdog import Incident, StubWatchdog
 from trtspec.spec.schema import DEFAULT_DECISION
 
-SPECULATIVE_K_MODES = ("draft_model", "ngram")
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 DEFAULT_MAX_INFLIGHT = 32
 # A repository with one engine model per arm (--prefix-cache cold) loads more
@@ -155,7 +154,7 @@ def arms_for(variants: list[Any], ks: list[int] | None = None) -> list[Arm]:
         mode = str(_get(v, "mode"))
         name = str(_get(v, "name"))
         draft = _get(_get(v, "draft"), "model")
-        if mode in SPECULATIVE_K_MODES:
+        if MODES[mode].k_sweepable:
             sweep = ks or _get(v, "num_draft_tokens") or [_get(v, "max_draft_len")]
             limit = _get(v, "max_draft_len")
             for k in sweep:

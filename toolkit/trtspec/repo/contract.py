@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SUPPORTED_RANGE = ((0, 17), (1, 3))  # 0.17 <= version < 1.3
-
 # The template's ``${logits_datatype}`` for the logits tensors. It must be the
 # engines' logits dtype, which is ``float32`` unless trtllm-build gets
 # ``--logits_dtype`` (trtspec never passes it): TensorRT-LLM
@@ -107,11 +105,15 @@ LOOKAHEAD_INPUTS = (
 
 def engine_contract(trtllm_version: str) -> EngineContract:
     """The engine tensors for ``trtllm_version`` (``"0.17"`` … ``"1.2.x"``)."""
+    # Host-side only (assemble, check): the models that import this module
+    # inside tritonserver never call it, so they need not load the spec package.
+    from trtspec.spec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM
+
     major_minor = parse_version(trtllm_version)
-    low, high = SUPPORTED_RANGE
-    if not low <= major_minor < high:
+    if not MIN_TRTLLM <= major_minor < MAX_TRTLLM_EXCLUSIVE:
+        low, high = (".".join(map(str, v)) for v in (MIN_TRTLLM, MAX_TRTLLM_EXCLUSIVE))
         raise ValueError(
-            f"TensorRT-LLM {trtllm_version} is outside the supported range 0.17 <= v < 1.3"
+            f"TensorRT-LLM {trtllm_version} is outside the supported range {low} <= v < {high}"
         )
     renamed = major_minor >= (0, 20)
     since_019 = major_minor >= (0, 19)

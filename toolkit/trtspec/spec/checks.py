@@ -14,11 +14,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trtspec.catalogue import BASELINE, lookahead_max_draft_len, lookahead_problem
+from trtspec.catalogue import MODES as MODE_ROWS
 from trtspec.spec.external import check_external
 from trtspec.spec.schema import (
     EAGLE_FAMILIES,
-    MAX_TRTLLM_EXCLUSIVE,
-    MIN_TRTLLM,
     MODES,
     RESERVED_NAMES,
     Backend,
@@ -41,7 +40,7 @@ from trtspec.spec.schema import (
     Target,
     parse_version,
 )
-from trtspec.spec.versions import shipped_by
+from trtspec.spec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM, shipped_by
 from trtspec.spec.yamlmarks import Path_, format_path
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
@@ -304,8 +303,7 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
                     f"which needs exactly {derived}; remove max_draft_len or set it to {derived}",
                 )
             v.max_draft_len = derived
-        greedy_only = isinstance(v, MedusaVariant | EagleVariant)
-        if greedy_only and any(temp > 0 for temp in spec.bench.temperatures):
+        if MODE_ROWS[v.mode].greedy_only and any(temp > 0 for temp in spec.bench.temperatures):
             issues.add(
                 ("bench", "temperatures"),
                 f"variant {v.name!r} ({v.mode}) decodes greedily only in "

@@ -22,8 +22,6 @@ from trtspec.spec.versions import image_for
 DEFAULT_TRTLLM_VERSION = "1.1.0"
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # = image_for(1.1.0)
 DEFAULT_EXAMPLES_DIR = "/app/examples"
-MIN_TRTLLM = (0, 17)
-MAX_TRTLLM_EXCLUSIVE = (1, 3)
 
 RESERVED_NAMES = {
     BASELINE,

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import re
 
+#: The TensorRT-LLM versions trtspec speaks: MIN_TRTLLM <= (major, minor) < MAX_TRTLLM_EXCLUSIVE
+#: (below 0.17 the examples layout and speculative flags differ; 1.3 removed the
+#: engine flow). The spec refuses others; the repository contract assumes them.
+MIN_TRTLLM = (0, 17)
+MAX_TRTLLM_EXCLUSIVE = (1, 3)
+
 IMAGE_REPOSITORY = "nvcr.io/nvidia/tritonserver"
 IMAGE_SUFFIX = "-trtllm-python-py3"
 

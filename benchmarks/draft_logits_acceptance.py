@@ -56,7 +56,7 @@ PROMPTS = [
 
 
 def build(model: Path, draft_kind: str, work: Path, k: int) -> tuple[Path, Path]:
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
 
     target = build_engine(model, work / "target_dte", "draft_tokens_external", max_draft_len=k)
     if draft_kind == "int8":

@@ -39,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache"
+sys.path.insert(0, str(ROOT))  # tests/fixtures: the in-process reference engine builder
 
 RAG_PASSAGE = (
     "The Golden Gate Bridge is a suspension bridge spanning the Golden Gate, the one-mile-wide "
@@ -81,7 +82,7 @@ def find_gguf(explicit: str | None) -> Path:
 
 
 def engines(gguf: Path) -> dict[str, Path]:
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
 
     root = CACHE / "engines" / "reference_bench"
     specs = {

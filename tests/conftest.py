@@ -31,7 +31,7 @@ def tiny_draft(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @contextlib.contextmanager
 def _openai_pair(tiny_llama: Path, root: Path) -> Iterator[dict[str, str]]:
     from tests.fixtures.openai_servers import openai_reference
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
 
     dte = build_engine(
         tiny_llama,

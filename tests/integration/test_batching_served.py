@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def served_one_instance(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("batched")

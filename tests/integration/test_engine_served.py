@@ -64,7 +64,7 @@ def write_engine_model(
 
 @pytest.fixture(scope="module")
 def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("served")

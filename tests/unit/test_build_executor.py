@@ -272,7 +272,7 @@ def test_manifest_records_files_and_the_cache_rebuilds_a_damaged_unit(
 ) -> None:
     import hashlib
 
-    from trtspec.build import integrity
+    from trtspec import integrity
 
     root = tmp_path / "engines" / "t"
     plan = make_plan_for(root, tmp_path / "no-flag")

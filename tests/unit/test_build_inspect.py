@@ -164,7 +164,7 @@ def test_inspect_errors(tmp_path: Path) -> None:
 
 
 def test_inspect_verifies_files_against_the_manifest(tmp_path: Path) -> None:
-    from trtspec.build.integrity import file_records
+    from trtspec.integrity import file_records
 
     folder = engine_017(tmp_path / "target")
     (folder / "rank0.engine").write_bytes(b"\0" * 100)

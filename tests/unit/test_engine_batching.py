@@ -34,7 +34,11 @@ PROMPTS = [
 def loaded(
     tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, ReferenceEngine]:
-    from trtspec.engine.testing import build_engine, make_eagle_checkpoint, make_medusa_checkpoint
+    from tests.fixtures.spec_checkpoints import (
+        build_engine,
+        make_eagle_checkpoint,
+        make_medusa_checkpoint,
+    )
 
     root = tmp_path_factory.mktemp("batching")
     medusa = make_medusa_checkpoint(root / "medusa_ckpt", tiny_llama, num_heads=3)

@@ -27,7 +27,11 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def engines(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from trtspec.engine.testing import build_engine, make_eagle_checkpoint, make_medusa_checkpoint
+    from tests.fixtures.spec_checkpoints import (
+        build_engine,
+        make_eagle_checkpoint,
+        make_medusa_checkpoint,
+    )
 
     root = tmp_path_factory.mktemp("engines")
     medusa = make_medusa_checkpoint(root / "medusa_ckpt", tiny_llama, num_heads=3)
@@ -212,7 +216,7 @@ def test_draft_tokens_external_accounting_is_exact(loaded, agree: int) -> None:
 
 def test_draft_loop_with_a_partly_agreeing_draft_model(tiny_draft: Path, loaded, tmp_path) -> None:
     """The BLS loop in process: draft engine proposes, dte target verifies."""
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
 
     draft = ReferenceEngine.load(build_engine(tiny_draft, tmp_path / "draft", "none"), threads=1)
     prompt, n, k = PROMPTS[0], 30, 4
@@ -454,7 +458,7 @@ def test_bad_requests_have_trtllm_wording(loaded) -> None:
 
 
 def test_int8_draft_engine_mostly_agrees(tiny_llama: Path, loaded, tmp_path) -> None:
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
 
     path = build_engine(tiny_llama, tmp_path / "int8", "none", extra=["--quantization", "int8"])
     engine = ReferenceEngine.load(path, threads=1)
@@ -499,7 +503,7 @@ def test_a_cancelled_generation_stops_before_the_next_step_and_frees_its_cache(
 
 @pytest.fixture(scope="module")
 def draft_engine(tiny_draft: Path, tmp_path_factory: pytest.TempPathFactory) -> ReferenceEngine:
-    from trtspec.engine.testing import build_engine
+    from tests.fixtures.spec_checkpoints import build_engine
 
     path = build_engine(tiny_draft, tmp_path_factory.mktemp("draft") / "draft", "none")
     return ReferenceEngine.load(path, threads=1, kv_reuse=0)

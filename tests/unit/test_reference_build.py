@@ -134,7 +134,7 @@ def test_gguf_source_builds_the_same_engine(tiny_llama: Path, tmp_path: Path, ca
 
 
 def test_speculative_engine_configs(tiny_llama: Path, tmp_path: Path, capsys) -> None:
-    from trtspec.engine.testing import make_eagle_checkpoint, make_medusa_checkpoint
+    from tests.fixtures.spec_checkpoints import make_eagle_checkpoint, make_medusa_checkpoint
 
     code, _, err = run(
         capsys, *base(tiny_llama, tmp_path / "la", "lookahead", "--lookahead", "4,3,4")
@@ -273,7 +273,7 @@ def test_bad_sources(tmp_path: Path, capsys, tiny_llama: Path) -> None:
         f"Error: --model {tmp_path / 'weights.bin'}: a file source must "
         "be a .gguf file\nHint: or give a Hugging Face model folder\n",
     )
-    from trtspec.engine.testing import make_medusa_checkpoint
+    from tests.fixtures.spec_checkpoints import make_medusa_checkpoint
 
     medusa = make_medusa_checkpoint(tmp_path / "m", tiny_llama, num_heads=2)
     code, _, err = run(

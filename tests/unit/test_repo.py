@@ -600,7 +600,7 @@ def test_generated_model_py_files_import_existing_modules(repo: Path) -> None:
 def test_cli_check_catches_a_deleted_engine_file(repo: Path, built) -> None:
     # An engine folder as `trtspec build` leaves it: weights plus a manifest
     # recording each file (issue 10, D10).
-    from trtspec.build.integrity import file_records
+    from trtspec.integrity import file_records
 
     _, plan, _, _ = built
     engine = next(e for e in plan.engines if e.name == "target")

@@ -107,7 +107,7 @@ def engine_identity(folder: Path) -> dict[str, Any]:
             "versions": {str(k): v for k, v in sorted(versions.items())},
         }
         out["id"] = _sha_json([out["steps"], out["argv"], out["versions"]])
-        # the build's file records (trtspec.build.integrity), split so that a
+        # the build's file records (trtspec.integrity), split so that a
         # rebuild can be explained: tokenizer files vs the rest (weights, config)
         files = manifest.get("files")
         if isinstance(files, dict):

@@ -9,7 +9,7 @@ unit's final folder are pointed at the staging folder, the log streams to
 folder renamed into place. A killed build therefore leaves only a staging
 folder, which no later step reads and the next run deletes. A unit whose
 manifest lists the same step cache keys, and whose files still match the
-sizes and hashes the manifest records (``build.integrity``), is skipped. The executor takes a
+sizes and hashes the manifest records (``trtspec.integrity``), is skipped. The executor takes a
 backend object (``TrtllmBackend`` or ``ReferenceBackend``) for the parts that
 differ — preflight checks, the Python that runs ``python`` steps, tool
 versions — and a ``runner`` hook so tests can observe or replace the
@@ -37,9 +37,9 @@ from typing import Any, Protocol
 
 from trtspec import __version__
 from trtspec.build.inspect import summarize_config
-from trtspec.build.integrity import MANIFEST, describe, file_records, verify_files
 from trtspec.errors import StepFailed, TrtspecError
 from trtspec.fsutil import atomic_write_json
+from trtspec.integrity import MANIFEST, describe, file_records, verify_files
 from trtspec.plan import Plan, Step
 from trtspec.procutil import dist_version, parent_death_hook, pid_alive
 

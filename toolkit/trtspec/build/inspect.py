@@ -2,7 +2,7 @@
 (``{version, pretrained_config, build_config}``, with
 ``build_config.speculative_decoding_mode`` an integer enum) and, when present,
 trtspec's ``trtspec.json`` manifest, against which the folder's files are
-verified (``build.integrity``). Used by ``trtspec inspect`` and to put a
+verified (``trtspec.integrity``). Used by ``trtspec inspect`` and to put a
 summary of each engine into its manifest. Works the same for GPU engines and
 reference-backend engines, which share the config layout."""
 
@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trtspec.build.integrity import describe, rebuild_hint, unverifiable_note, verify_files
 from trtspec.catalogue import ENGINE_MODE_BY_INT
 from trtspec.errors import TrtspecError
+from trtspec.integrity import describe, rebuild_hint, unverifiable_note, verify_files
 
 PLUGIN_KEYS = (
     "gpt_attention_plugin",

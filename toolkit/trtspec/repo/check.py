@@ -16,9 +16,9 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from trtspec.build.integrity import MANIFEST, rebuild_hint, verify_files
 from trtspec.catalogue import DRAFT_LOOP_MODES, ENGINE_MODES, lookahead_max_draft_len
 from trtspec.errors import RepoError
+from trtspec.integrity import MANIFEST, rebuild_hint, verify_files
 from trtspec.repo import configs
 from trtspec.repo.contract import (
     LOOKAHEAD_INPUTS,

@@ -40,6 +40,7 @@ from trtspec.engine.kv_reuse import (
     select_cache,
 )
 from trtspec.engine.lookahead import LookaheadState
+from trtspec.engine.proposers import proposer_for
 from trtspec.engine.sampling import Sampler, SamplingParams
 from trtspec.errors import TrtspecError
 
@@ -423,7 +424,8 @@ class ReferenceEngine:
         prompt = list(req.input_ids)
         gen.first_scheduled_time_ns = time.time_ns()
         n_reuse, entry = self.prefix_cache.lookup(prompt)
-        need_features = self.eagle is not None
+        proposer = proposer_for(self, req, prompt)
+        need_features = proposer.needs_features
         if entry is not None and n_reuse > 0 and (not need_features or entry.features is not None):
             cache = make_cache([(k[..., :n_reuse, :], v[..., :n_reuse, :]) for k, v in entry.kv])
             feats = entry.features[:n_reuse] if need_features else None
@@ -434,15 +436,10 @@ class ReferenceEngine:
         pending: list[int] = prompt[n_reuse:]
         out = gen.output_ids
         end_id = req.end_id
-        la_state = None
-        if self.lookahead is not None:
-            w, n, g = req.lookahead or self.lookahead
-            la_state = LookaheadState(w, n, g, prompt)
         root_hidden = None  # hidden state of the row that picked pending[-1] (Medusa)
         draft_logits = None
         if req.draft_logits is not None and req.draft_ids:
             draft_logits = _vocab_rows(req.draft_logits, self.config.vocab_size)
-        eagle_cache, eagle_len = (make_cache(), 0) if self.eagle is not None else (None, 0)
 
         while len(out) < req.max_new_tokens:
             if cancelled is not None and cancelled():
@@ -451,19 +448,11 @@ class ReferenceEngine:
             budget = req.max_new_tokens - len(out) - 1  # drafts beyond this cannot be emitted
             root = pending[-1]
             # ---- propose: node tokens, parent (-1 = root), depth
-            nodes: list[int] = []
-            parents: list[int] = []
-            if req.draft_ids:
-                chain = list(req.draft_ids[:budget])
-                nodes, parents = chain, list(range(-1, len(chain) - 1))
-            elif self.medusa_tree and root_hidden is not None and budget > 0:
-                nodes, parents = self._propose_medusa(root_hidden, budget)
-            elif self.eagle is not None and feats is not None and budget > 0:
-                nodes, parents, eagle_cache, eagle_len = self._propose_eagle(
-                    committed, root, feats, eagle_cache, fed=eagle_len, budget=budget
-                )
-            elif la_state is not None and budget > 0:
-                nodes, parents = self._lookahead_candidates(la_state, root, budget)
+            if req.draft_ids:  # drafted outside (draft_tokens_external): one chain
+                nodes = list(req.draft_ids[:budget])
+                parents = list(range(-1, len(nodes) - 1))
+            else:
+                nodes, parents = proposer.propose(committed, root, feats, root_hidden, budget)
             depths: list[int] = []
             for p in parents:
                 depths.append(1 if p < 0 else depths[p] + 1)
@@ -472,8 +461,9 @@ class ReferenceEngine:
             attend: list[list[int]] | None = None
             chain_only = all(p == i - 1 for i, p in enumerate(parents))
             branch_rows = 0
-            if la_state is not None and la_state.active:
-                b_tokens, b_depths, b_attend = la_state.branch()
+            extra = proposer.branch()
+            if extra is not None:
+                b_tokens, b_depths, b_attend, b_logit_rows = extra
                 branch_rows = len(b_tokens)
                 tokens += b_tokens
                 depths += b_depths
@@ -490,11 +480,10 @@ class ReferenceEngine:
                     attend += [[n_verify + s for s in seen] for seen in b_attend]
             past = cache_len(cache)
             p = len(pending)
-            # root + verification nodes, then (lookahead) the branch's last row
+            # root + verification nodes, then the rows the branch asks logits for
             logit_rows = list(range(p - 1, p + n_verify))
             if branch_rows:
-                last = p + n_verify + (len(la_state.rows) - 1) * la_state.W  # type: ignore[union-attr]
-                logit_rows += list(range(last, last + la_state.W))  # type: ignore[union-attr]
+                logit_rows += [p + n_verify + r for r in b_logit_rows]
             logits, hidden = yield ForwardCall(tokens, past, p, depths, attend, cache, logit_rows)
             gen.encoded_tokens += len(tokens)
             gen.steps += 1
@@ -538,9 +527,8 @@ class ReferenceEngine:
                 bonus = pick
             gen.total_draft_tokens += n_verify
             gen.total_accepted_draft_tokens += len(path_nodes)
-            if la_state is not None and branch_rows:
-                outs = torch.argmax(logits[1 + n_verify :], dim=-1).tolist()
-                la_state.advance(outs)
+            if branch_rows:
+                proposer.advance(logits[1 + n_verify :])
             # ---- commit: keep pending rows + the accepted path in the cache
             keep_rows = list(range(p)) + [p + i for i in path_nodes]
             if len(keep_rows) != len(tokens):
@@ -556,8 +544,7 @@ class ReferenceEngine:
             if need_features:
                 new_feats = hidden[torch.tensor(keep_rows)]
                 feats = new_feats if feats is None else torch.cat([feats, new_feats])
-            if la_state is not None:
-                la_state.observe([*committed, bonus])
+            proposer.observe([*committed, bonus])
             pending = [bonus]
             emitted = [*accepted, bonus][: req.max_new_tokens - len(out)]
             stop = False

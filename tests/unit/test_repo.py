@@ -18,8 +18,9 @@ from tritonclient.grpc import model_config_pb2
 
 from trtspec.cli.main import cli
 from trtspec.errors import RepoError
+from trtspec.modes.base import choices_text
 from trtspec.plan import make_plan
-from trtspec.repo.assemble import assemble, choices_text
+from trtspec.repo.assemble import assemble
 from trtspec.repo.check import check_repository
 from trtspec.repo.routing import RouteRule, RoutingTable
 from trtspec.spec import load_spec

@@ -183,7 +183,7 @@ def test_draft_schedule_values(tmp_path: Path) -> None:
     # The spec's names are the ones the orchestrator's DraftSchedule runs.
     from typing import get_args
 
-    from trtspec.spec.schema import DraftScheduleName
+    from trtspec.modes.base import DraftScheduleName
     from trtspec.speculate import DRAFT_SCHEDULES
 
     assert get_args(get_args(DraftScheduleName)[0]) == DRAFT_SCHEDULES

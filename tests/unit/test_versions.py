@@ -1,4 +1,4 @@
-"""The Triton container ↔ TensorRT-LLM version table (``trtspec.spec.versions``,
+"""The Triton container ↔ TensorRT-LLM version table (``trtspec.versions``,
 from triton-inference-server/server ``docs/introduction/compatibility.md``)
 and the README's GPU-section table, which must say the same."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trtspec.spec.schema import DEFAULT_TRITON_IMAGE, DEFAULT_TRTLLM_VERSION
-from trtspec.spec.versions import IMAGE_TRTLLM, image, image_for, image_tag, shipped_by
+from trtspec.versions import IMAGE_TRTLLM, image, image_for, image_tag, shipped_by
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

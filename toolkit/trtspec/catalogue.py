@@ -109,6 +109,15 @@ def engine_mode(name: str) -> EngineMode:
     return found
 
 
+#: Lookahead's (W, N, G) by name: the tensorrtllm backend's engine-model
+#: parameters and its per-request input tensors (read from TRT-LLM 0.19 on).
+LOOKAHEAD_INPUTS = (
+    "lookahead_window_size",
+    "lookahead_ngram_size",
+    "lookahead_verification_set_size",
+)
+
+
 def lookahead_max_draft_len(window: int, ngram: int, verification: int) -> int:
     """TRT-LLM's engine ``max_draft_len`` for lookahead (W, N, G)."""
     return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification) * (ngram - 1)

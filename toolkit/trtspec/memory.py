@@ -257,7 +257,7 @@ def _heads_params(spec: Any, variant: Any, shape: ModelShape) -> tuple[int, str]
 def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
     """Estimate every engine of ``plan`` (models whose config.json is not on
     this machine are listed as unknown, with where it would be)."""
-    from trtspec.plan import draft_dtype
+    from trtspec.modes.draft_model import draft_dtype
 
     t = spec.target
     gpus = int(t.tp) * int(t.pp)

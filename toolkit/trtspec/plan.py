@@ -28,13 +28,12 @@ from typing import Any
 
 from trtspec import __version__, trtllm_argv
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE, ENGINE_MODES, MODES, engine_mode
+from trtspec.modes import module_for
+from trtspec.modes.draft_model import draft_dtype
 from trtspec.procutil import dist_version
 from trtspec.spec import (
     Backend,
     DraftModelVariant,
-    EagleVariant,
-    LookaheadVariant,
-    MedusaVariant,
     Quantization,
     Spec,
 )
@@ -192,6 +191,8 @@ class _Builder:
         self.unit_keys: dict[str, str] = {}
         self.engines: dict[str, EnginePlan] = {}
         self.external: dict[str, str] = {}  # input path -> identity (hub ids, local folders)
+        self.drafts: dict[tuple[str, str, str], str] = {}  # (model, quant, dtype) -> draft engine
+        self.drafted: set[str] = set()  # draft engines whose steps are planned
 
     # -- keys -------------------------------------------------------------
     def _versions(self) -> dict[str, str]:
@@ -449,7 +450,7 @@ def make_plan(
     else:
         b.reference_engine(base, target_src, q, dtype, {}, [])
 
-    drafts: dict[tuple[str, str, str], str] = {}
+    drafts = b.drafts
     taken: set[str] = {v.name for v in spec.variants}  # Triton model names are shared
     for v in spec.variants:
         if MODES[v.mode].draft_loop:
@@ -465,7 +466,7 @@ def make_plan(
             draft_name = None
             if isinstance(v, DraftModelVariant):
                 d = v.draft
-                ddtype = d.dtype.value if d.dtype else dtype
+                ddtype = draft_dtype(spec, v)
                 ident = (spec.model_location(d.model).ref, d.quantization.value, ddtype)
                 if ident not in drafts:
                     name = "draft_" + slug(d.model)
@@ -499,7 +500,7 @@ def make_plan(
             )
             variants[v.name] = VariantEngines(name, None, v.mode)
 
-    _add_engine_steps(b, spec, target_src, drafts)
+    _add_engine_steps(b, spec, target_src)
     ordered = list(b.engines.values())
     return Plan(
         spec_name=spec.name,
@@ -513,10 +514,9 @@ def make_plan(
     )
 
 
-def _add_engine_steps(
-    b: _Builder, spec: Spec, target_src: str, drafts: dict[tuple[str, str, str], str]
-) -> None:
-    """Steps for every engine except the baseline (already added)."""
+def _add_engine_steps(b: _Builder, spec: Spec, target_src: str) -> None:
+    """Steps for every engine except the baseline (already added): the shared
+    target_dte here, each variant's own through its mode module's recipe."""
     t = spec.target
     q, dtype = t.quantization, spec.dtype
     if DRAFT_LOOP_ENGINE in b.engines:
@@ -525,104 +525,6 @@ def _add_engine_steps(
             b.gpu_engine(e, b.target_checkpoint(target_src), target_src, q, dtype)
         else:
             b.reference_engine(e, target_src, q, dtype, {}, [])
-    done: set[str] = set()
     for v in spec.variants:
-        if isinstance(v, DraftModelVariant):
-            _draft_steps(b, spec, v, drafts, done)
-        elif isinstance(v, MedusaVariant):
-            _medusa_steps(b, spec, v, target_src)
-        elif isinstance(v, EagleVariant):
-            e = b.engines[MODES[v.mode].engine_name(v.name)]
-            eagle = b.source(v.checkpoint)
-            mdl = v.max_draft_len or len(v.eagle_choices)
-            if not b.gpu:
-                extra = {"eagle": (eagle, v.num_eagle_layers, v.eagle_choices)}
-                b.reference_engine(e, target_src, q, dtype, extra, [eagle])
-                continue
-            argv = trtllm_argv.eagle_convert_argv(
-                examples_dir=b.examples,
-                source=target_src,
-                eagle=eagle,
-                output=b.ckpt_dir(e.name),
-                dtype=dtype,
-                max_draft_len=mdl,
-                num_eagle_layers=v.num_eagle_layers,
-                max_non_leaves_per_layer=v.max_non_leaves_per_layer,
-                tp=t.tp,
-            )
-            ckpt = b.checkpoint(e.name, "convert", argv, [target_src, eagle])
-            b.gpu_engine(e, ckpt, target_src, q, dtype)
-        elif isinstance(v, LookaheadVariant):
-            e = b.engines[MODES[v.mode].engine_name(v.name)]
-            if b.gpu:
-                b.gpu_engine(e, b.target_checkpoint(target_src), target_src, q, dtype)
-            else:
-                wng = (v.window_size, v.ngram_size, v.verification_set_size)
-                b.reference_engine(e, target_src, q, dtype, {"lookahead": wng}, [])
-
-
-def draft_dtype(spec: Spec, v: DraftModelVariant) -> str:
-    """The draft engine's dtype: its own, else the target's."""
-    return v.draft.dtype.value if v.draft.dtype else spec.dtype
-
-
-def _draft_steps(
-    b: _Builder,
-    spec: Spec,
-    v: DraftModelVariant,
-    drafts: dict[tuple[str, str, str], str],
-    done: set[str],
-) -> None:
-    d = v.draft
-    ddtype = draft_dtype(spec, v)
-    name = drafts[(spec.model_location(d.model).ref, d.quantization.value, ddtype)]
-    if name in done:
-        return
-    done.add(name)
-    e = b.engines[name]
-    src = b.source(d.model)
-    if not b.gpu:
-        b.reference_engine(e, src, d.quantization, ddtype, {}, [])
-        return
-    ckpt = b.plain_checkpoint(name, src, d.family, ddtype, d.quantization)
-    b.gpu_engine(e, ckpt, None, d.quantization, ddtype, gather_logits=v.use_draft_logits)
-
-
-def _medusa_steps(b: _Builder, spec: Spec, v: MedusaVariant, target_src: str) -> None:
-    t = spec.target
-    q, dtype = t.quantization, spec.dtype
-    e = b.engines[MODES[v.mode].engine_name(v.name)]
-    heads = b.source(v.checkpoint)
-    mdl = v.max_draft_len or len(v.medusa_choices)
-    if not b.gpu:
-        extra = {"medusa": (heads, v.num_medusa_heads, v.medusa_choices)}
-        b.reference_engine(e, target_src, q, dtype, extra, [heads])
-        return
-    out = b.ckpt_dir(e.name)
-    if q is Quantization.none:
-        argv = trtllm_argv.medusa_convert_argv(
-            examples_dir=b.examples,
-            family=t.family,
-            source=target_src,
-            heads=heads,
-            output=out,
-            dtype=dtype,
-            num_medusa_heads=v.num_medusa_heads,
-            max_draft_len=mdl,
-            tp=t.tp,
-            pp=t.pp,
-        )
-        ckpt = b.checkpoint(e.name, "convert", argv, [target_src, heads])
-    else:
-        argv = trtllm_argv.quantize_argv(
-            examples_dir=b.examples,
-            source=target_src,
-            output=out,
-            dtype=dtype,
-            quantization=q,
-            tp=t.tp,
-            pp=t.pp,
-            medusa=(heads, v.num_medusa_heads, mdl),
-        )
-        ckpt = b.checkpoint(e.name, "quantize", argv, [target_src, heads])
-    b.gpu_engine(e, ckpt, target_src, q, dtype)
+        module = module_for(v)
+        (module.gpu_steps if b.gpu else module.reference_steps)(b, spec, v, target_src)

@@ -14,9 +14,14 @@ calls these, the executor runs what they return.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from trtspec.catalogue import ENGINE_MODE_BY_FLAG, engine_mode
-from trtspec.spec import Family, Quantization, Target, parse_version
+from trtspec.versions import parse_version
+from trtspec.vocab import Family, Quantization
+
+if TYPE_CHECKING:
+    from trtspec.spec import Target
 
 # Which examples/ folder converts a family (Mistral and Mixtral use Llama's converter).
 FAMILY_FOLDER = {

@@ -22,9 +22,9 @@ from typing import Any
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_MODES, ENGINE_MODES, engine_mode
 from trtspec.errors import RepoError
 from trtspec.fsutil import make_staging_dir
+from trtspec.modes import module_for
 from trtspec.repo import configs
 from trtspec.repo.contract import (
-    LOOKAHEAD_INPUTS,
     ORCHESTRATOR_INPUTS,
     ORCHESTRATOR_OUTPUTS,
     POSTPROCESSING_INPUTS,
@@ -66,11 +66,6 @@ def _value(obj: Any) -> Any:
     return getattr(obj, "value", obj)
 
 
-def choices_text(choices: list[list[int]]) -> str:
-    """Medusa/EAGLE tree in the backend's ``{0, 0}, {1}`` parameter format."""
-    return ", ".join("{" + ", ".join(str(i) for i in path) + "}" for path in choices)
-
-
 @dataclass
 class EngineModel:
     name: str
@@ -90,10 +85,9 @@ class VariantModel:
     draft: str | None
     max_draft_len: int = 0
     num_draft_tokens: int = 0
-    max_matching_ngram_size: int = 3
     draft_schedule: str = "constant"
-    use_draft_logits: bool = False
     calls: list[str] = field(default_factory=list)
+    spec: Any = None  # the spec variant (None for the baseline)
 
 
 @dataclass
@@ -142,14 +136,12 @@ def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
                 )
         spec_variant: Any = spec_variants.get(name)
         mode = "none" if spec_variant is None else str(spec_variant.mode)
-        model = VariantModel(name=name, mode=mode, target=target, draft=draft)
+        model = VariantModel(name=name, mode=mode, target=target, draft=draft, spec=spec_variant)
         if mode in DRAFT_LOOP_MODES:
             model.max_draft_len = int(spec_variant.max_draft_len)
             sweep = list(spec_variant.num_draft_tokens or [model.max_draft_len])
             model.num_draft_tokens = max(sweep)
-            model.max_matching_ngram_size = int(getattr(spec_variant, "max_matching_ngram_size", 3))
-            model.draft_schedule = str(getattr(spec_variant, "draft_schedule", "constant"))
-            model.use_draft_logits = bool(getattr(spec_variant, "use_draft_logits", False))
+            model.draft_schedule = str(spec_variant.draft_schedule)
             for engine_name in filter(None, (target, draft)):
                 engines[engine_name].decoupled = False
         elif mode != "none":
@@ -237,14 +229,8 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
     if engine.mode != "draft_tokens_external":
         # draft_tokens_external engines are auto-detected by the backend.
         params["decoding_mode"] = ENGINE_MODES[engine.mode].decoding_mode
-    variant = engine.variant
-    if engine.mode == "medusa":
-        params["medusa_choices"] = choices_text(variant.medusa_choices)
-    if engine.mode == "eagle":
-        params["eagle_choices"] = choices_text(variant.eagle_choices)
-    if engine.mode == "lookahead":
-        values = (variant.window_size, variant.ngram_size, variant.verification_set_size)
-        params.update({name: int(v) for name, v in zip(LOOKAHEAD_INPUTS, values, strict=True)})
+    if engine.variant is not None:  # an in-engine mode's own parameters
+        params.update(module_for(engine.variant).engine_parameters(engine.variant))
     if layout.backend == "tensorrt_llm":
         params["executor_worker_path"] = EXECUTOR_WORKER
         if contract.guided_decoding_params:
@@ -280,10 +266,8 @@ def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block:
         params["max_draft_len"] = variant.max_draft_len
         params["num_draft_tokens"] = variant.num_draft_tokens
         params["draft_schedule"] = variant.draft_schedule
-    if variant.mode == "ngram":
-        params["max_matching_ngram_size"] = variant.max_matching_ngram_size
-    if variant.mode == "draft_model":
-        params["use_draft_logits"] = variant.use_draft_logits
+    if variant.spec is not None:
+        params.update(module_for(variant.spec).orchestrator_parameters(variant.spec))
     return configs.base_config(
         variant.name,
         backend="python",

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trtspec.catalogue import LOOKAHEAD_INPUTS
+from trtspec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM
+
 # The template's ``${logits_datatype}`` for the logits tensors. It must be the
 # engines' logits dtype, which is ``float32`` unless trtllm-build gets
 # ``--logits_dtype`` (trtspec never passes it): TensorRT-LLM
@@ -96,19 +99,9 @@ _PERF_DTYPES = {
     "last_token_time_ns": "TYPE_INT64",
 }
 
-LOOKAHEAD_INPUTS = (
-    "lookahead_window_size",
-    "lookahead_ngram_size",
-    "lookahead_verification_set_size",
-)
-
 
 def engine_contract(trtllm_version: str) -> EngineContract:
     """The engine tensors for ``trtllm_version`` (``"0.17"`` … ``"1.2.x"``)."""
-    # Host-side only (assemble, check): the models that import this module
-    # inside tritonserver never call it, so they need not load the spec package.
-    from trtspec.spec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM
-
     major_minor = parse_version(trtllm_version)
     if not MIN_TRTLLM <= major_minor < MAX_TRTLLM_EXCLUSIVE:
         low, high = (".".join(map(str, v)) for v in (MIN_TRTLLM, MAX_TRTLLM_EXCLUSIVE))

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trtspec.errors import SpecError
+from trtspec.modes.draft_model import DraftModel
 from trtspec.spec.checks import _check, _Issues, _pydantic_issues, _short, has_chat_template
 from trtspec.spec.schema import (
     DEFAULT_EXAMPLES_DIR,
@@ -28,7 +29,6 @@ from trtspec.spec.schema import (
     Backend,
     Bench,
     Decision,
-    DraftModel,
     DraftModelVariant,
     DType,
     EagleVariant,
@@ -46,9 +46,9 @@ from trtspec.spec.schema import (
     Target,
     Variant,
     locate,
-    parse_version,
 )
 from trtspec.spec.yamlmarks import Path_, format_path, load_yaml
+from trtspec.versions import parse_version
 
 __all__ = [
     "DEFAULT_EXAMPLES_DIR",

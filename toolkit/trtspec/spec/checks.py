@@ -13,35 +13,29 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from trtspec.catalogue import BASELINE, lookahead_max_draft_len, lookahead_problem
+from trtspec.catalogue import BASELINE
 from trtspec.catalogue import MODES as MODE_ROWS
+from trtspec.modes import module_for
+from trtspec.modes.draft_model import DraftModel
 from trtspec.spec.external import check_external
 from trtspec.spec.schema import (
-    EAGLE_FAMILIES,
     MODES,
     RESERVED_NAMES,
     Backend,
     Bench,
     Decision,
-    DraftModel,
-    DraftModelVariant,
-    EagleVariant,
     ExternalArm,
     KvCache,
-    LookaheadVariant,
-    MedusaVariant,
     ModelLocation,
-    NgramVariant,
     Quantization,
     Rollout,
     Route,
     Spec,
     Stack,
     Target,
-    parse_version,
 )
-from trtspec.spec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM, shipped_by
 from trtspec.spec.yamlmarks import Path_, format_path
+from trtspec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM, parse_version, shipped_by
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     (): Spec,
@@ -103,7 +97,7 @@ def _model_at(path: Path_, data: Any) -> type[BaseModel] | None:
             norm.append(str(part))
         node = node[part] if isinstance(node, dict | list) and _has(node, part) else None  # type: ignore[index]
     if len(norm) == 2 and norm[0] == "variants" and isinstance(node, dict):
-        return MODES.get(str(node.get("mode")))  # type: ignore[return-value]
+        return MODES.get(str(node.get("mode")))
     return _SECTIONS.get(tuple(norm))
 
 
@@ -235,6 +229,7 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
         )
     _check_location(spec, t.model, ("target", "model"), issues)
 
+    tools = _Tools(spec, issues, warnings, ver)
     names: dict[str, int] = {}
     for i, v in enumerate(spec.variants):
         base = ("variants", i)
@@ -257,52 +252,7 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
                 f"must be 1 with speculative variant {v.name!r} "
                 f"(mode {v.mode}); TensorRT-LLM speculative decoding has no beam search",
             )
-        if isinstance(v, DraftModelVariant | NgramVariant):
-            sweep = v.num_draft_tokens or [v.max_draft_len]
-            over = [k for k in sweep if k > v.max_draft_len]
-            if over:
-                issues.add(
-                    (*base, "max_draft_len"),
-                    f"{v.max_draft_len} is smaller than num_draft_tokens "
-                    f"{over}; set max_draft_len to at least {max(over)}",
-                )
-            if v.num_draft_tokens is None:
-                v.num_draft_tokens = [v.max_draft_len]
-        if isinstance(v, DraftModelVariant):
-            _check_draft(spec, v, base, issues, warnings)
-        elif isinstance(v, MedusaVariant):
-            _check_medusa(spec, v, base, issues)
-        elif isinstance(v, EagleVariant):
-            _check_eagle(spec, v, base, issues)
-        elif isinstance(v, LookaheadVariant):
-            if spec.backend is Backend.tensorrt_llm and ver and ver[:2] < (0, 19):
-                # The tensorrtllm backend reads lookahead_window_size & co. from v0.19.0.
-                issues.add(
-                    (*base, "mode"),
-                    f"lookahead needs TensorRT-LLM 0.19 or later (the Triton backend of "
-                    f"{spec.stack.trtllm_version} cannot configure it); raise "
-                    "stack.trtllm_version or drop the variant",
-                )
-            w, n, g = v.window_size, v.ngram_size, v.verification_set_size
-            derived = lookahead_max_draft_len(w, n, g)
-            if lookahead_problem(w, n, g) is not None:  # the field bounds leave only N == 1
-                issues.add(
-                    (*base, "ngram_size"),
-                    "ngram_size 1 requires window_size 1 and "
-                    "verification_set_size 0; raise ngram_size or set W=1, G=0",
-                )
-            elif derived == 0:
-                issues.add(
-                    (*base, "ngram_size"),
-                    "(W=1, N=1, G=0) drafts nothing (max_draft_len 0); use ngram_size >= 2",
-                )
-            elif v.max_draft_len is not None and v.max_draft_len != derived:
-                issues.add(
-                    (*base, "max_draft_len"),
-                    f"{v.max_draft_len} conflicts with (W={w}, N={n}, G={g}), "
-                    f"which needs exactly {derived}; remove max_draft_len or set it to {derived}",
-                )
-            v.max_draft_len = derived
+        module_for(v).check(spec, v, base, tools)
         if MODE_ROWS[v.mode].greedy_only and any(temp > 0 for temp in spec.bench.temperatures):
             issues.add(
                 ("bench", "temperatures"),
@@ -357,129 +307,27 @@ def _check_location(
     return loc
 
 
-def _check_draft(
-    spec: Spec, v: DraftModelVariant, base: Path_, issues: _Issues, warnings: list[str]
-) -> None:
-    d = v.draft
-    q = d.quantization
-    if spec.backend is Backend.reference and q not in (Quantization.none, Quantization.int8):
-        issues.add(
-            (*base, "draft", "quantization"),
-            f"{q.value!r} needs the tensorrt_llm backend; "
-            "the reference backend supports none or int8",
-        )
-    if spec.backend is Backend.tensorrt_llm and q is Quantization.int8:
-        issues.add(
-            (*base, "draft", "quantization"),
-            "'int8' is the reference backend's dynamic int8; "
-            "on tensorrt_llm use int8_wo or int8_sq",
-        )
-    loc = _check_location(spec, d.model, (*base, "draft", "model"), issues)
-    tloc = spec.model_location(spec.target.model)
-    if loc.kind == "local" and tloc.kind == "local":
-        _compare_vocab(
-            Path(tloc.ref),
-            Path(loc.ref),
-            (*base, "draft", "model"),
-            issues,
-            warnings,
-            variant=v.name,
-        )
+class _Tools:
+    """What a mode's checks (``trtspec.modes.<mode>.check``) get from the checker."""
 
+    def __init__(
+        self,
+        spec: Spec,
+        issues: _Issues,
+        warnings: list[str],
+        trtllm_version: tuple[int, int, int] | None,
+    ) -> None:
+        self.spec, self.issues, self.warnings = spec, issues, warnings
+        self.trtllm_version = trtllm_version
 
-def _check_medusa(spec: Spec, v: MedusaVariant, base: Path_, issues: _Issues) -> None:
-    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues, "Medusa")
-    problem = _tree_problems(v.medusa_choices)
-    if problem:
-        issues.add((*base, "medusa_choices"), problem)
-    deep = max(len(c) for c in v.medusa_choices)
-    if deep > v.num_medusa_heads:
-        issues.add(
-            (*base, "medusa_choices"),
-            f"a path is {deep} deep but there are only "
-            f"{v.num_medusa_heads} heads; shorten it or raise num_medusa_heads",
-        )
-    n = len(v.medusa_choices)
-    if v.max_draft_len is not None and v.max_draft_len < n:
-        issues.add(
-            (*base, "max_draft_len"),
-            f"{v.max_draft_len} is smaller than the {n} medusa_choices "
-            f"nodes; remove it (derived = {n}) or set it to at least {n}",
-        )
-    v.max_draft_len = v.max_draft_len or n
+    def location(self, value: str, path: Path_, what: str = "model") -> ModelLocation:
+        return _check_location(self.spec, value, path, self.issues, what)
 
+    def tree_problem(self, choices: list[list[int]]) -> str | None:
+        return _tree_problems(choices)
 
-def _check_eagle(spec: Spec, v: EagleVariant, base: Path_, issues: _Issues) -> None:
-    t = spec.target
-    _check_location(spec, v.checkpoint, (*base, "checkpoint"), issues, "EAGLE")
-    if t.family.value not in EAGLE_FAMILIES:
-        issues.add(
-            (*base, "mode"),
-            f"EAGLE needs a Llama-family target (TensorRT-LLM's EAGLE converter "
-            f"reads Llama configs only), but target.family is {t.family.value!r}; drop the variant "
-            "or use a Llama target",
-        )
-    if t.pp != 1:
-        issues.add(
-            ("target", "pp"),
-            f"EAGLE variant {v.name!r} needs pp: 1 (the EAGLE converter "
-            "supports tensor parallelism only)",
-        )
-    if t.max_batch_size > 512:
-        issues.add(
-            ("target", "max_batch_size"),
-            f"{t.max_batch_size} exceeds EAGLE's limit of 512 "
-            f"(variant {v.name!r}); set max_batch_size <= 512",
-        )
-    if spec.backend is Backend.tensorrt_llm and t.quantization is not Quantization.none:
-        issues.add(
-            ("target", "quantization"),
-            f"EAGLE variant {v.name!r} is converted unquantized by "
-            "examples/eagle/convert_checkpoint.py; set quantization: none or drop the variant",
-        )
-    problem = _tree_problems(v.eagle_choices)
-    if problem:
-        issues.add((*base, "eagle_choices"), problem)
-    # examples/eagle/README.md (Known issues): "All EAGLE choices have to have
-    # exactly the same depth as num_eagle_layers of the engine"; NVIDIA's own
-    # trees mix path lengths, so it is the deepest path that must match.
-    deep = max(len(c) for c in v.eagle_choices)
-    if deep != v.num_eagle_layers:
-        fix = (
-            "shorten the deepest path"
-            if deep > v.num_eagle_layers
-            else (f"add a path {v.num_eagle_layers} deep")
-        )
-        issues.add(
-            (*base, "eagle_choices"),
-            f"the tree is {deep} deep but num_eagle_layers is {v.num_eagle_layers}; "
-            "TensorRT-LLM needs the deepest path exactly num_eagle_layers long: "
-            f"set num_eagle_layers: {deep} or {fix}",
-        )
-    non_leaves: dict[int, int] = {}
-    prefixes = {tuple(c[:-1]) for c in v.eagle_choices if len(c) > 1}
-    for p in prefixes:
-        non_leaves[len(p)] = non_leaves.get(len(p), 0) + 1
-    worst = max(non_leaves.values(), default=0)
-    if worst > v.max_non_leaves_per_layer:
-        issues.add(
-            (*base, "eagle_choices"),
-            f"a level has {worst} non-leaf nodes, more than "
-            f"max_non_leaves_per_layer {v.max_non_leaves_per_layer}; raise it or prune the tree",
-        )
-    n = len(v.eagle_choices)
-    mdl = v.max_draft_len if v.max_draft_len is not None else n
-    if mdl > 256:
-        issues.add(
-            (*base, "max_draft_len"), f"{mdl} exceeds EAGLE's limit of 256; use a smaller tree"
-        )
-    elif mdl < n:
-        issues.add(
-            (*base, "max_draft_len"),
-            f"{mdl} is smaller than the {n} eagle_choices nodes; "
-            f"remove it (derived = {n}) or set it to at least {n}",
-        )
-    v.max_draft_len = mdl
+    def compare_vocab(self, target: Any, draft: Any, path: Path_, variant: str) -> None:
+        _compare_vocab(Path(target), Path(draft), path, self.issues, self.warnings, variant=variant)
 
 
 # --------------------------------------------------------- draft vocabulary

@@ -1,23 +1,31 @@
 """The spec's pydantic schema: enums for every choice, ranges on every number,
-unknown keys forbidden, one class per section and per variant mode, plus the small
-pure helpers the schema needs (model locations, version parsing, the lookahead
-draft-length formula). Field descriptions feed docs/spec-reference.md."""
+unknown keys forbidden, one class per section (each variant mode's class lives
+in its ``trtspec.modes`` module; the union of them comes from that registry),
+plus the small pure helpers the schema needs (model locations). Field
+descriptions feed the README's spec reference (``trtspec.docgen``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BaseModel, Field, PrivateAttr, model_validator
 from pydantic_core import PydanticCustomError
 
 from trtspec import limits
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE
-from trtspec.spec.versions import image_for
+from trtspec.modes import MODE_MODULES
+from trtspec.modes.base import Backend, DType, Family, Quantization
+from trtspec.modes.base import Strict as _Strict
+from trtspec.modes.draft_model import DraftModelVariant
+from trtspec.modes.eagle import EagleVariant
+from trtspec.modes.lookahead import LookaheadVariant
+from trtspec.modes.medusa import MedusaVariant
+from trtspec.modes.ngram import NgramVariant
+from trtspec.versions import image_for
 
 DEFAULT_TRTLLM_VERSION = "1.1.0"
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # = image_for(1.1.0)
@@ -31,39 +39,7 @@ RESERVED_NAMES = {
     "target",
     DRAFT_LOOP_ENGINE,
 }
-EAGLE_FAMILIES = {"llama"}
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class Backend(str, Enum):
-    tensorrt_llm = "tensorrt_llm"
-    reference = "reference"
-
-
-class Family(str, Enum):
-    llama = "llama"
-    mistral = "mistral"
-    mixtral = "mixtral"
-    qwen2 = "qwen2"
-
-
-class DType(str, Enum):
-    float16 = "float16"
-    bfloat16 = "bfloat16"
-    float32 = "float32"
-
-
-class Quantization(str, Enum):
-    none = "none"
-    fp8 = "fp8"
-    int8_sq = "int8_sq"
-    int4_awq = "int4_awq"
-    int8_wo = "int8_wo"
-    int4_wo = "int4_wo"
-    int8 = "int8"  # reference backend only: dynamic int8 on CPU
-
-
-PosInt = Annotated[int, Field(ge=1)]
 
 
 def _request_limit(problem: Any) -> AfterValidator:
@@ -87,10 +63,6 @@ def _bench_temperature_problem(value: float) -> str | None:
 
 
 BenchTemperature = Annotated[float, _request_limit(_bench_temperature_problem)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False, use_enum_values=False)
 
 
 class Stack(_Strict):
@@ -191,134 +163,16 @@ class Target(_Strict):
     kv_cache: KvCache = Field(default_factory=KvCache, description="KV-cache settings.")
 
 
-class DraftModel(_Strict):
-    model: str = Field(
-        min_length=1, description="Draft model: local HF folder, .gguf file, or hub id."
-    )
-    family: Family = Field(description="Draft model family.")
-    dtype: DType | None = Field(default=None, description="Draft dtype; null = the target's.")
-    quantization: Quantization = Field(default=Quantization.none, description="Draft quantization.")
-
-
-class _Variant(_Strict):
-    name: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
-        max_length=64,
-        description="Unique variant name; also its Triton orchestrator model name.",
-    )
-
-
-DraftScheduleName = Annotated[
-    Literal["constant", "adaptive"],
-    Field(
-        description="Per-request draft length: constant = num_draft_tokens every round "
-        "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
-        "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
-        "never changes the output.",
-    ),
-]
-
-
-class DraftModelVariant(_Variant):
-    mode: Literal["draft_model"] = "draft_model"
-    draft: DraftModel = Field(
-        description="The draft model, built once per distinct model + quantization."
-    )
-    max_draft_len: int = Field(
-        ge=1,
-        le=1024,
-        description="Most draft tokens per round; the shared target_dte engine uses the largest.",
-    )
-    num_draft_tokens: list[PosInt] | None = Field(
-        default=None,
-        min_length=1,
-        description="Draft lengths k swept at bench time; null = [max_draft_len].",
-    )
-    use_draft_logits: bool = Field(
-        default=False,
-        description="Accept by the draft's logits: speculative sampling, min(1, p/q) "
-        "(GPU: draft engine built with --gather_generation_logits).",
-    )
-    draft_schedule: DraftScheduleName = "constant"
-
-
-class NgramVariant(_Variant):
-    mode: Literal["ngram"] = "ngram"
-    max_draft_len: int = Field(ge=1, le=1024, description="Most tokens proposed per round.")
-    max_matching_ngram_size: int = Field(
-        default=3, ge=1, le=64, description="Longest suffix n-gram looked up in prompt + output."
-    )
-    num_draft_tokens: list[PosInt] | None = Field(
-        default=None,
-        min_length=1,
-        description="Draft lengths k swept at bench time; null = [max_draft_len].",
-    )
-    draft_schedule: DraftScheduleName = "constant"
-
-
-class MedusaVariant(_Variant):
-    mode: Literal["medusa"] = "medusa"
-    checkpoint: str = Field(
-        min_length=1, description="Medusa heads checkpoint (local folder or hub id)."
-    )
-    num_medusa_heads: int = Field(default=4, ge=1, le=64, description="Number of Medusa heads.")
-    medusa_choices: list[list[Annotated[int, Field(ge=0)]]] = Field(
-        min_length=1, description="Medusa tree: paths of top-k indices, one level per head."
-    )
-    max_draft_len: int | None = Field(
-        default=None,
-        ge=1,
-        le=1024,
-        description="null = len(medusa_choices); a value must be >= that.",
-    )
-
-
-class EagleVariant(_Variant):
-    mode: Literal["eagle"] = "eagle"
-    checkpoint: str = Field(min_length=1, description="EAGLE checkpoint (local folder or hub id).")
-    num_eagle_layers: int = Field(
-        default=4,
-        ge=1,
-        le=64,
-        description="Draft iterations; must equal the deepest eagle_choices path.",
-    )
-    max_non_leaves_per_layer: int = Field(
-        default=10, ge=1, le=256, description="Most non-leaf nodes per tree level."
-    )
-    eagle_choices: list[list[Annotated[int, Field(ge=0)]]] = Field(
-        min_length=1, description="EAGLE-1 static tree: paths of top-k indices."
-    )
-    max_draft_len: int | None = Field(
-        default=None, ge=1, le=1024, description="null = len(eagle_choices); at most 256."
-    )
-
-
-class LookaheadVariant(_Variant):
-    mode: Literal["lookahead"] = "lookahead"
-    window_size: int = Field(default=4, ge=1, le=64, description="W: lookahead window.")
-    ngram_size: int = Field(default=3, ge=1, le=64, description="N: n-gram size.")
-    verification_set_size: int = Field(
-        default=4, ge=0, le=64, description="G: verification set size."
-    )
-    max_draft_len: int | None = Field(
-        default=None,
-        ge=0,
-        le=4096,
-        description="null = (N==1 ? 0 : N-2) + (W-1+G)*(N-1); any other value is rejected.",
-    )
-
-
-Variant = Annotated[
-    DraftModelVariant | NgramVariant | MedusaVariant | EagleVariant | LookaheadVariant,
-    Field(discriminator="mode"),
-]
-MODES = {
-    "draft_model": DraftModelVariant,
-    "ngram": NgramVariant,
-    "medusa": MedusaVariant,
-    "eagle": EagleVariant,
-    "lookahead": LookaheadVariant,
-}
+_VARIANT_CLASSES = tuple(m.SPEC_CLASS for m in MODE_MODULES.values())
+if TYPE_CHECKING:  # the type checker's view; pydantic's union comes from the registry
+    Variant = Annotated[
+        DraftModelVariant | NgramVariant | MedusaVariant | EagleVariant | LookaheadVariant,
+        Field(discriminator="mode"),
+    ]
+else:
+    Variant = Annotated[Union[_VARIANT_CLASSES], Field(discriminator="mode")]  # noqa: UP007 - a runtime tuple
+#: Spec mode name -> its variant class (trtspec.modes owns each).
+MODES = {name: m.SPEC_CLASS for name, m in MODE_MODULES.items()}
 
 
 class Route(_Strict):
@@ -552,10 +406,3 @@ def locate(value: str, base: Path) -> ModelLocation:
     if not looks_local and HUB_ID.match(value):
         return ModelLocation(kind="hub", ref=value)
     return ModelLocation(kind="missing", ref=str(full.resolve()))
-
-
-def parse_version(text: str) -> tuple[int, int, int] | None:
-    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)

@@ -1,9 +1,11 @@
-"""Which Triton TensorRT-LLM container ships which TensorRT-LLM: the version
-table behind ``stack.triton_image``'s default and the image/version mismatch
-warning. Read from triton-inference-server/server
+"""TensorRT-LLM versions: which ones trtspec speaks, how to read one, and
+which Triton TensorRT-LLM container ships which (the version table behind
+``stack.triton_image``'s default and the image/version mismatch warning,
+read from triton-inference-server/server
 ``docs/introduction/compatibility.md`` ("Container Name: trtllm-python-py3";
 the copy stored in July 2026 lists 24.04 to 26.07). Tags before 25.01 ship
-TensorRT-LLM < 0.17, which trtspec refuses, so they are left out.
+TensorRT-LLM < 0.17, which trtspec refuses, so they are left out). Stdlib
+only: the spec, the argv builders and the repository contract all read it.
 """
 
 from __future__ import annotations
@@ -76,3 +78,11 @@ def image_for(trtllm_version: str) -> str | None:
 def shipped_by(image_ref: str) -> str | None:
     """The TensorRT-LLM version ``image_ref``'s tag ships, if the table knows the tag."""
     return IMAGE_TRTLLM.get(image_tag(image_ref))
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """``"1.1.0"`` -> ``(1, 1, 0)`` (a missing patch reads 0); ``None`` if not a version."""
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)

@@ -17,38 +17,45 @@ import pytest
 from trtspec.bench.client import Arm, poisson_schedule
 from trtspec.bench.runner import _abba, arms_for, plan_from_spec, server_memory
 from trtspec.errors import BenchError
+from trtspec.spec import MODES, Spec
 
-VARIANTS = [
+VARIANTS_DATA = [
     {
         "name": "draft",
         "mode": "draft_model",
-        "draft": {"model": "org/draft"},
+        "draft": {"model": "org/draft", "family": "llama"},
         "max_draft_len": 6,
         "num_draft_tokens": [2, 4, 6],
     },
     {"name": "ngram", "mode": "ngram", "max_draft_len": 8, "num_draft_tokens": None},
-    {"name": "medusa", "mode": "medusa", "max_draft_len": None},
+    {"name": "medusa", "mode": "medusa", "checkpoint": "org/heads", "medusa_choices": [[0]]},
 ]
+VARIANTS = [MODES[v["mode"]].model_validate(v) for v in VARIANTS_DATA]
 
 
-def _spec(tmp_path: Path) -> dict:
+def _spec(tmp_path: Path) -> Spec:
+    """A validated spec (schema only: the planner needs no model on disk)."""
     (tmp_path / "r.jsonl").write_text(json.dumps({"prompt": "def f():\n"}) + "\n")
-    return {
-        "name": "s",
-        "source_path": tmp_path / "s.yaml",
-        "variants": VARIANTS,
-        "routes": {
-            "code": {"prompts": "r.jsonl", "max_tokens": 16, "checks": ["ruff"]},
-            "chat": {"prompts": "r.jsonl", "max_tokens": 8},
-        },
-        "bench": {
-            "concurrency": [1, 4],
-            "temperatures": [0.0],
-            "seed": 7,
-            "decision": {"min_speedup": 1.2},
-        },
-        "rollout": {"canary_percent": 50},
-    }
+    spec = Spec.model_validate(
+        {
+            "name": "s",
+            "target": {"model": "org/target", "family": "llama"},
+            "variants": VARIANTS_DATA,
+            "routes": {
+                "code": {"prompts": "r.jsonl", "max_tokens": 16, "checks": ["ruff"]},
+                "chat": {"prompts": "r.jsonl", "max_tokens": 8},
+            },
+            "bench": {
+                "concurrency": [1, 4],
+                "temperatures": [0.0],
+                "seed": 7,
+                "decision": {"min_speedup": 1.2},
+            },
+            "rollout": {"canary_percent": 50},
+        }
+    )
+    spec._source_path = tmp_path / "s.yaml"
+    return spec
 
 
 def test_arms_sweep_k_only_for_per_request_modes() -> None:
@@ -89,7 +96,7 @@ def test_plan_from_spec_settings_and_narrowing(tmp_path: Path) -> None:
         1.2,
         0.01,
     )
-    assert s.rollout == {"canary_percent": 50}
+    assert s.rollout == {"canary_percent": 50, "fallback_variant": "baseline"}
     assert s.loads() == [("concurrency=1", 1, None), ("concurrency=4", 4, None)]
     assert plan.tokenizer_dir == Path("engines/s/target/tokenizer")
     full = plan_from_spec(_spec(tmp_path), request_rate=2.5)
@@ -106,7 +113,7 @@ def test_plan_from_spec_unknown_names(tmp_path: Path) -> None:
         plan_from_spec(_spec(tmp_path), routes=["json"])
     assert exc.value.message == "--routes: unknown route 'json'"
     spec = _spec(tmp_path)
-    spec["routes"]["code"]["checks"] = ["pycompile"]
+    spec.routes["code"].checks = ["pycompile"]
     with pytest.raises(BenchError) as exc:
         plan_from_spec(spec)
     assert exc.value.message == "routes.code.checks: unknown quality check 'pycompile'"
@@ -171,7 +178,7 @@ def test_server_memory_sources(metrics_server: tuple[str, list[str]]) -> None:
 
 def test_until_decided_plan_and_fixed_count(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    spec["bench"]["decision"]["min_pairs"] = 4
+    spec.bench.decision.min_pairs = 4
     seq = plan_from_spec(spec, until_decided=True, max_requests=20).settings
     assert seq.sequential is not None
     assert seq.sequential.sizes == [4, 8, 12, 16, 20]

@@ -22,11 +22,11 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtspec.bench.client import Arm, Job, LagProbe, Outcome, poisson_schedule, run_jobs
 from trtspec.bench.external import ExternalArms, external_arms
@@ -50,8 +50,12 @@ from trtspec.bench.until import Block, run_block
 from trtspec.catalogue import BASELINE, MODES
 from trtspec.errors import BenchError, TrtspecError, os_error
 from trtspec.limits import request_seed
+from trtspec.modes.draft_model import DraftModelVariant
 from trtspec.serve.watchdog import Incident, StubWatchdog
 from trtspec.spec.schema import DEFAULT_DECISION
+
+if TYPE_CHECKING:
+    from trtspec.spec import Spec, Variant
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 DEFAULT_MAX_INFLIGHT = 32
@@ -121,20 +125,6 @@ class RunResult:
         return self.summary["totals"]["error_rate"]
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def _dump(obj: Any) -> dict[str, Any]:
-    if obj is None:
-        return {}
-    if isinstance(obj, dict):
-        return dict(obj)
-    return dict(obj.model_dump(mode="json"))
-
-
 def _pick(names: list[str] | None, known: list[str], what: str) -> list[str]:
     if not names:
         return known
@@ -146,17 +136,16 @@ def _pick(names: list[str] | None, known: list[str], what: str) -> list[str]:
     return [n for n in known if n in names]
 
 
-def arms_for(variants: list[Any], ks: list[int] | None = None) -> list[Arm]:
+def arms_for(variants: Sequence[Variant], ks: list[int] | None = None) -> list[Arm]:
     """The baseline and every variant × k (k only for modes that take a
     per-request ``num_draft_tokens``)."""
     arms = [Arm(BASELINE, BASELINE)]
     for v in variants:
-        mode = str(_get(v, "mode"))
-        name = str(_get(v, "name"))
-        draft = _get(_get(v, "draft"), "model")
+        mode, name = v.mode, v.name
+        draft = v.draft.model if isinstance(v, DraftModelVariant) else None
         if MODES[mode].k_sweepable:
-            sweep = ks or _get(v, "num_draft_tokens") or [_get(v, "max_draft_len")]
-            limit = _get(v, "max_draft_len")
+            sweep = ks or getattr(v, "num_draft_tokens", None) or [v.max_draft_len]
+            limit = v.max_draft_len
             for k in sweep:
                 if limit is not None and int(k) > int(limit):
                     raise BenchError(
@@ -170,7 +159,7 @@ def arms_for(variants: list[Any], ks: list[int] | None = None) -> list[Arm]:
 
 
 def plan_from_spec(
-    spec: Any,
+    spec: Spec,
     *,
     variants: list[str] | None = None,
     routes: list[str] | None = None,
@@ -192,66 +181,52 @@ def plan_from_spec(
     ``external_only`` drops the Triton arms. ``until_decided`` (ignored when
     ``requests`` fixes a count) samples each cell until its speedup is decided
     or ``max_requests`` pairs were sent."""
-    bench = _get(spec, "bench")
-    spec_routes = _get(spec, "routes") or {}
+    bench, spec_routes = spec.bench, spec.routes
     if not spec_routes:
         raise BenchError(
-            f"{_get(spec, 'source_path')}: routes: the spec defines no routes",
+            f"{spec.source_path}: routes: the spec defines no routes",
             hint="add a `routes:` section pointing at build_specs/routes/*.jsonl",
         )
-    all_variants = list(_get(spec, "variants") or [])
-    chosen_v = _pick(variants, [str(_get(v, "name")) for v in all_variants], "variant")
+    all_variants = list(spec.variants)
+    chosen_v = _pick(variants, [v.name for v in all_variants], "variant")
     chosen_r = _pick(routes, list(spec_routes), "route")
     settings = BenchSettings(
-        concurrency=list(concurrency or _get(bench, "concurrency") or [1]),
-        request_rate=request_rate if request_rate is not None else _get(bench, "request_rate"),
-        temperatures=[float(t) for t in (temperatures or _get(bench, "temperatures") or [0.0])],
-        top_p=float(_get(bench, "top_p", 1.0)),
-        top_k=int(_get(bench, "top_k", 0)),
-        seed=int(_get(bench, "seed", 1234)),
-        warmup_requests=int(
-            warmup_requests if warmup_requests is not None else _get(bench, "warmup_requests", 2)
-        ),
-        requests_per_route=int(requests or _get(bench, "requests_per_route", 30)),
-        decision={**DEFAULT_DECISION, **_dump(_get(bench, "decision"))},
-        rollout=_dump(_get(spec, "rollout")),
+        concurrency=list(concurrency or bench.concurrency),
+        request_rate=request_rate if request_rate is not None else bench.request_rate,
+        temperatures=[float(t) for t in (temperatures or bench.temperatures)],
+        top_p=float(bench.top_p),
+        top_k=int(bench.top_k),
+        seed=int(bench.seed),
+        warmup_requests=warmup_requests if warmup_requests is not None else bench.warmup_requests,
+        requests_per_route=int(requests or bench.requests_per_route),
+        decision=bench.decision.model_dump(mode="json"),
+        rollout=spec.rollout.model_dump(mode="json"),
     )
     if until_decided and requests is None:
-        min_pairs = int(settings.decision.get("min_pairs", DEFAULT_DECISION["min_pairs"]))
+        min_pairs = int(bench.decision.min_pairs)
         settings.sequential = SequentialPlan(
             first=min(min_pairs, max_requests), batch=min_pairs, maximum=max_requests
         )
-    base = Path(_get(spec, "source_path") or Path.cwd() / "spec.yaml").parent
     route_sets = []
     for name in chosen_r:
         r = spec_routes[name]
-        path = Path(str(_get(r, "prompts")))
-        path = path if path.is_absolute() else (base / path).resolve()
+        path = spec.resolve_path(r.prompts)
         items = load_prompt_set(path)
-        checks = list(_get(r, "checks") or []) or default_checks(items)
+        checks = list(r.checks) or default_checks(items)
         validate_check_names(checks, f"routes.{name}.checks")
+        # --concurrency overrides every route's own levels
+        levels = None if concurrency else r.concurrency
         route_sets.append(
-            RouteSet(
-                name,
-                path,
-                items,
-                int(_get(r, "max_tokens", 128)),
-                checks,
-                requests or _get(r, "requests"),
-                # --concurrency overrides every route's own levels
-                None if concurrency else _get(r, "concurrency"),
-            )
+            RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels)
         )
-    spec_name = str(_get(spec, "name"))
+    spec_name = spec.name
     tok = tokenizer or engines_root / spec_name / "target" / "tokenizer"
     arms = (
         []
         if external_only
-        else arms_for(
-            [v for v in all_variants if str(_get(v, "name")) in chosen_v], num_draft_tokens
-        )
+        else arms_for([v for v in all_variants if v.name in chosen_v], num_draft_tokens)
     )
-    arms += external_arms(_get(bench, "external"), external) if external != [] else []
+    arms += external_arms(bench.external, external) if external != [] else []
     if not arms:
         raise BenchError(
             "--external-only: the spec defines no external arms",
@@ -259,8 +234,8 @@ def plan_from_spec(
         )
     return BenchPlan(
         spec_name=spec_name,
-        spec_hash=_get(spec, "spec_hash"),
-        spec_path=str(_get(spec, "source_path")) if _get(spec, "source_path") else None,
+        spec_hash=spec.spec_hash,
+        spec_path=str(spec.source_path) if spec.source_path else None,
         routes=route_sets,
         arms=arms,
         settings=settings,

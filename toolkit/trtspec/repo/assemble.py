@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_MODES, ENGINE_MODES, engine_mode
 from trtspec.errors import RepoError
@@ -34,6 +34,10 @@ from trtspec.repo.contract import (
     engine_contract,
 )
 from trtspec.repo.routing import RoutingTable, routing_from_rollout
+
+if TYPE_CHECKING:
+    from trtspec.plan import Plan
+    from trtspec.spec import Spec
 
 MANIFEST_NAME = "trtspec-repo.json"
 MANIFEST_SCHEMA_VERSION = 1
@@ -59,11 +63,6 @@ MODEL_SOURCES = {
     ROUTER: "trtspec.repo.models.router",
     "engine": "trtspec.engine.triton_model",
 }
-
-
-def _value(obj: Any) -> Any:
-    """Enum members → their value; anything else unchanged."""
-    return getattr(obj, "value", obj)
 
 
 @dataclass
@@ -104,23 +103,23 @@ class Layout:
     kv_fractions: dict[str, float] = field(default_factory=dict)
 
 
-def layout_of(spec: Any, plan: Any, engines_root: Path) -> Layout:
+def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
     """Resolve engine and variant models from the spec and its plan."""
-    backend = str(_value(spec.backend))
+    backend = spec.backend.value
     spec_variants = {v.name: v for v in spec.variants}
     root = Path(os.path.abspath(Path(engines_root) / spec.name))
     engines: dict[str, EngineModel] = {}
     for engine in plan.engines:
         try:
-            mode = engine_mode(str(_value(engine.mode))).name
+            mode = engine_mode(engine.mode).name
         except KeyError:
             raise RepoError(
-                f"engine {engine.name}: unknown mode {_value(engine.mode)!r}",
+                f"engine {engine.name}: unknown mode {engine.mode!r}",
                 "The plan and the repository builder disagree; rebuild with this trtspec.",
             ) from None
         engines[engine.name] = EngineModel(
             name=engine.name,
-            role=str(_value(engine.role)),
+            role=engine.role,
             mode=mode,
             max_draft_len=int(engine.max_draft_len or 0),
             path=root / engine.name,
@@ -202,7 +201,7 @@ def _write_model(repo: Path, name: str, config: Any, module: str | None) -> None
         (version / "model.py").write_text(_model_py(module), encoding="utf-8")
 
 
-def engine_config(layout: Layout, engine: EngineModel, spec: Any) -> Any:
+def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
     contract = engine_contract(layout.trtllm_version)
     target = spec.target
     kv = target.kv_cache
@@ -279,7 +278,7 @@ def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block:
     )
 
 
-def _manifest(layout: Layout, spec: Any) -> dict[str, Any]:
+def _manifest(layout: Layout, spec: Spec) -> dict[str, Any]:
     models: dict[str, Any] = {
         PREPROCESSING: {"role": "preprocessing", "calls": [], "variant": None, "mode": None},
         POSTPROCESSING: {"role": "postprocessing", "calls": [], "variant": None, "mode": None},
@@ -302,7 +301,7 @@ def _manifest(layout: Layout, spec: Any) -> dict[str, Any]:
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "spec": layout.spec_name,
-        "spec_hash": getattr(spec, "spec_hash", None),
+        "spec_hash": spec.spec_hash,
         "backend": layout.backend,
         "trtllm_version": layout.trtllm_version,
         "models": models,
@@ -310,7 +309,7 @@ def _manifest(layout: Layout, spec: Any) -> dict[str, Any]:
     }
 
 
-def write_tree(layout: Layout, spec: Any, repo: Path, routing: RoutingTable) -> None:
+def write_tree(layout: Layout, spec: Spec, repo: Path, routing: RoutingTable) -> None:
     """Write every model folder and the manifest into ``repo`` (a fresh folder)."""
     pre = configs.base_config(
         PREPROCESSING,
@@ -377,8 +376,8 @@ def check_engine_folders(layout: Layout) -> None:
 
 
 def assemble(
-    spec: Any,
-    plan: Any,
+    spec: Spec,
+    plan: Plan,
     engines_root: Path,
     output: Path,
     routing: RoutingTable | None = None,

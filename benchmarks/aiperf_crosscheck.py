@@ -91,7 +91,7 @@ def run_trtspec(
     from trtspec.bench.external import external_arms
     from trtspec.bench.records import read_requests
     from trtspec.bench.routes import RouteSet
-    from trtspec.bench.runner import BenchPlan, BenchSettings, run_benchmark
+    from trtspec.bench.runner import BenchOptions, BenchPlan, BenchSettings, run_benchmark
 
     route = RouteSet(
         "crosscheck",
@@ -112,7 +112,13 @@ def run_trtspec(
         external_arms({"server": {"openai": url, "model": model}}),
         settings,
     )
-    run_benchmark(plan, output_dir=out / "trtspec", plots=False)
+    run_benchmark(
+        plan,
+        BenchOptions(
+            output_dir=out / "trtspec",
+            plots=False,
+        ),
+    )
     rows = [
         r
         for r in read_requests(out / "trtspec" / "requests.jsonl")

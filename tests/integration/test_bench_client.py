@@ -27,7 +27,7 @@ from trtspec.bench import stats
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.records import read_requests
 from trtspec.bench.report import console_lines
-from trtspec.bench.runner import run_benchmark
+from trtspec.bench.runner import BenchOptions, run_benchmark
 from trtspec.cli.main import cli
 from trtspec.spec import load_spec
 
@@ -243,14 +243,16 @@ def test_bench_open_loop_and_gate_exit(server: Any, tmp_path: Path) -> None:
     spec = load_spec(_write_spec(tmp_path, requests=4, concurrency="[1]"))
     result = run_benchmark(
         spec,
-        output_dir=tmp_path / "run",
-        endpoint=server.grpc_url,
-        routes=["copy"],
-        variants=["fast"],
-        num_draft_tokens=[2],
-        request_rate=40.0,
-        temperatures=[0.0, 0.8],
-        plots=False,
+        BenchOptions(
+            output_dir=tmp_path / "run",
+            endpoint=server.grpc_url,
+            routes=["copy"],
+            variants=["fast"],
+            num_draft_tokens=[2],
+            request_rate=40.0,
+            temperatures=[0.0, 0.8],
+            plots=False,
+        ),
     )
     loads = {(c["load"], c["temperature"]) for c in result.summary["cells"]}
     assert loads == {
@@ -275,14 +277,16 @@ def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: P
     spec = load_spec(_write_spec(tmp_path, requests=2, concurrency="[1]"))
     result = run_benchmark(
         spec,
-        output_dir=tmp_path / "run",
-        repo=echo_repo,
-        isolate=True,
-        routes=["copy"],
-        variants=["fast"],
-        num_draft_tokens=[3],
-        warmup_requests=0,
-        plots=False,
+        BenchOptions(
+            output_dir=tmp_path / "run",
+            repo=echo_repo,
+            isolate=True,
+            routes=["copy"],
+            variants=["fast"],
+            num_draft_tokens=[3],
+            warmup_requests=0,
+            plots=False,
+        ),
     )
     logs = sorted(p.name for p in (tmp_path / "run").glob("tritonserver-*.log"))
     assert logs == ["tritonserver-baseline.log", "tritonserver-fast.log"]
@@ -300,12 +304,14 @@ def test_bench_starts_its_own_server(echo_repo: Path, tmp_path: Path) -> None:
     spec = load_spec(_write_spec(tmp_path, requests=5, concurrency="[1]"))
     result = run_benchmark(
         spec,
-        output_dir=tmp_path / "run",
-        repo=echo_repo,
-        routes=["json"],
-        variants=["lossy"],
-        warmup_requests=0,
-        plots=False,
+        BenchOptions(
+            output_dir=tmp_path / "run",
+            repo=echo_repo,
+            routes=["json"],
+            variants=["lossy"],
+            warmup_requests=0,
+            plots=False,
+        ),
     )
     assert (tmp_path / "run" / "tritonserver.log").is_file()
     cells = {c["variant"]: c for c in result.summary["cells"]}
@@ -410,14 +416,16 @@ def _run_with_a_kill(echo_repo: Path, tmp_path: Path, pick: Any) -> tuple[Any, l
     killer.start()
     result = run_benchmark(
         spec,
-        output_dir=run_dir,
-        repo=echo_repo,
-        routes=["copy"],
-        variants=["fast"],
-        num_draft_tokens=[3],
-        warmup_requests=0,
-        request_timeout_s=60,
-        plots=False,
+        BenchOptions(
+            output_dir=run_dir,
+            repo=echo_repo,
+            routes=["copy"],
+            variants=["fast"],
+            num_draft_tokens=[3],
+            warmup_requests=0,
+            request_timeout_s=60,
+            plots=False,
+        ),
     )
     killer.join(timeout=5)
     assert killed, "the test found nothing to kill"

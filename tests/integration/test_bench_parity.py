@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from trtspec.bench.records import read_requests
-from trtspec.bench.runner import run_benchmark
+from trtspec.bench.runner import BenchOptions, run_benchmark
 from trtspec.cli.main import cli
 from trtspec.spec import load_spec
 
@@ -84,13 +84,15 @@ def _bench(setup: dict[str, Any], policy: str, endpoint: str | None = None) -> l
     run = setup["root"] / f"run-{policy}"
     result = run_benchmark(
         setup["spec"],
-        output_dir=run,
-        repo=setup["repo"],
-        endpoint=endpoint,
-        engines_root=setup["engines"],
-        prefix_cache=policy,
-        plots=False,
-        request_timeout_s=120,
+        BenchOptions(
+            output_dir=run,
+            repo=setup["repo"],
+            endpoint=endpoint,
+            engines_root=setup["engines"],
+            prefix_cache=policy,
+            plots=False,
+            request_timeout_s=120,
+        ),
     )
     assert result.summary["prefix_cache"]["policy"] == policy
     rows = [r for r in read_requests(run / "requests.jsonl") if not r["warmup"]]

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from tests.integration.test_bench_client import _write_spec, echo_repo, server  # noqa: F401
 from trtspec import fingerprint
-from trtspec.bench.runner import run_benchmark
+from trtspec.bench.runner import BenchOptions, run_benchmark
 from trtspec.cli.main import cli
 from trtspec.spec import load_spec
 
@@ -31,23 +31,27 @@ def two_runs(server: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     a, b = root / "run-k3", root / "run-k1"
     run_benchmark(
         load_spec(spec_path),
-        output_dir=a,
-        endpoint=server.grpc_url,
-        routes=["copy"],
-        variants=["fast"],
-        num_draft_tokens=[3],
-        plots=False,
+        BenchOptions(
+            output_dir=a,
+            endpoint=server.grpc_url,
+            routes=["copy"],
+            variants=["fast"],
+            num_draft_tokens=[3],
+            plots=False,
+        ),
     )
     with open(root / "routes" / "copy.jsonl", "a") as fh:
         fh.write(json.dumps({"prompt": "A fifth prompt, never sampled. "}) + "\n")
     run_benchmark(
         load_spec(spec_path),
-        output_dir=b,
-        endpoint=server.grpc_url,
-        routes=["copy"],
-        variants=["fast"],
-        num_draft_tokens=[1],
-        plots=False,
+        BenchOptions(
+            output_dir=b,
+            endpoint=server.grpc_url,
+            routes=["copy"],
+            variants=["fast"],
+            num_draft_tokens=[1],
+            plots=False,
+        ),
     )
     return a, b
 

@@ -875,58 +875,75 @@ def client_stats(probe: LagProbe) -> dict[str, Any]:
     return probe.summary()
 
 
+@dataclass(frozen=True)
+class BenchOptions:
+    """What one ``trtspec bench`` run was asked for (``cli/bench.py`` builds it
+    from its flags). ``None`` means "the spec's value" (``bench.*`` in the
+    spec, whose schema holds every default)."""
+
+    output_dir: Path  # the run folder
+    endpoint: str | None = None  # a running server; None = serve ``repo`` here
+    metrics_url: str | None = None
+    repo: Path | None = None  # None = triton_repo/<spec name>
+    variants: list[str] | None = None
+    routes: list[str] | None = None
+    concurrency: list[int] | None = None
+    request_rate: float | None = None
+    temperatures: list[float] | None = None
+    num_draft_tokens: list[int] | None = None
+    requests: int | None = None  # a fixed count per route (overrides until_decided)
+    warmup_requests: int | None = None
+    isolate: bool = False  # one server per variant
+    tokenizer: Path | None = None
+    engines_root: Path = Path("engines")
+    request_timeout_s: float | None = None
+    plots: bool = True
+    external: list[str] | None = None  # narrow the external arms; [] drops them
+    external_only: bool = False
+    until_decided: bool = False
+    max_requests: int = DEFAULT_MAX_REQUESTS
+    prefix_cache: str = COLD
+
+
 def run_benchmark(
-    spec: Any,
+    spec: Spec | BenchPlan,
+    options: BenchOptions,
     *,
-    output_dir: Path,
-    endpoint: str | None = None,
-    metrics_url: str | None = None,
-    repo: Path | None = None,
-    variants: list[str] | None = None,
-    routes: list[str] | None = None,
-    concurrency: list[int] | None = None,
-    request_rate: float | None = None,
-    temperatures: list[float] | None = None,
-    num_draft_tokens: list[int] | None = None,
-    requests: int | None = None,
-    warmup_requests: int | None = None,
-    isolate: bool = False,
-    tokenizer: Path | None = None,
-    engines_root: Path = Path("engines"),
-    request_timeout_s: float | None = None,
-    plots: bool = True,
-    external: list[str] | None = None,
-    external_only: bool = False,
     progress: Callable[[str], None] | None = None,
-    until_decided: bool = False,
-    max_requests: int = DEFAULT_MAX_REQUESTS,
-    prefix_cache: str = COLD,
     bars: RouteBars | None = None,
 ) -> RunResult:
-    """Bench ``spec`` (a ``Spec`` or a ready ``BenchPlan``) into ``output_dir``
-    (the run folder). Without ``endpoint`` it serves ``repo`` (default
-    ``triton_repo/<spec name>``) itself. Ctrl-C/SIGTERM stop the load, keep
-    every completed request, render what is there and re-raise."""
+    """Bench ``spec`` (a ``Spec`` or a ready ``BenchPlan``) into
+    ``options.output_dir`` (the run folder). Without ``options.endpoint`` it
+    serves ``options.repo`` (default ``triton_repo/<spec name>``) itself.
+    Ctrl-C/SIGTERM stop the load, keep every completed request, render what is
+    there and re-raise."""
+    o = options
     plan = (
         spec
         if isinstance(spec, BenchPlan)
         else plan_from_spec(
             spec,
-            variants=variants,
-            routes=routes,
-            concurrency=concurrency,
-            request_rate=request_rate,
-            temperatures=temperatures,
-            num_draft_tokens=num_draft_tokens,
-            requests=requests,
-            warmup_requests=warmup_requests,
-            tokenizer=tokenizer,
-            engines_root=engines_root,
-            external=external,
-            external_only=external_only,
-            until_decided=until_decided and not isolate,
-            max_requests=max_requests,
+            variants=o.variants,
+            routes=o.routes,
+            concurrency=o.concurrency,
+            request_rate=o.request_rate,
+            temperatures=o.temperatures,
+            num_draft_tokens=o.num_draft_tokens,
+            requests=o.requests,
+            warmup_requests=o.warmup_requests,
+            tokenizer=o.tokenizer,
+            engines_root=o.engines_root,
+            external=o.external,
+            external_only=o.external_only,
+            until_decided=o.until_decided and not o.isolate,
+            max_requests=o.max_requests,
         )
+    )
+    endpoint, metrics_url, repo, isolate = o.endpoint, o.metrics_url, o.repo, o.isolate
+    engines_root, request_timeout_s, prefix_cache = (
+        o.engines_root,
+        o.request_timeout_s,
+        o.prefix_cache,
     )
     if request_timeout_s is not None:
         plan.settings.request_timeout_s = request_timeout_s
@@ -943,7 +960,7 @@ def run_benchmark(
             "--isolate starts one server per variant and cannot use --endpoint",
             hint="leave out --endpoint, or leave out --isolate",
         )
-    run_dir = Path(output_dir)
+    run_dir = Path(o.output_dir)
     # prompts are rendered (tokenizer loaded) before anything is written
     run = _Run(plan, run_dir, run_dir.name or uuid.uuid4().hex[:8], say, bars)
     if (run_dir / REQUESTS_FILE).exists():
@@ -1043,7 +1060,7 @@ def run_benchmark(
         if interrupted:
             raise KeyboardInterrupt
         raise BenchError(f"{run_dir}: no request completed", hint="check the server log")
-    summary = render_run(run_dir, plots=plots)
+    summary = render_run(run_dir, plots=o.plots)
     result = RunResult(run_dir, summary, console_lines(summary), interrupted)
     if interrupted:
         raise KeyboardInterrupt

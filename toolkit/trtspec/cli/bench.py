@@ -265,7 +265,7 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
 ) -> None:
     """Benchmark every variant of SPEC against the baseline, per route."""
     from trtspec.bench.progress import RouteBars
-    from trtspec.bench.runner import run_benchmark
+    from trtspec.bench.runner import BenchOptions, run_benchmark
     from trtspec.spec import load_spec
 
     if external == ["none"]:
@@ -277,29 +277,31 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
     run_dir = run_dir or output / f"{spec.name}-{stamp}"
     result = run_benchmark(
         spec,
-        output_dir=run_dir,
-        endpoint=endpoint,
-        metrics_url=metrics_url,
-        repo=repo,
-        variants=variants,
-        routes=routes,
-        concurrency=concurrency,
-        request_rate=request_rate,
-        temperatures=temperatures,
-        num_draft_tokens=num_draft_tokens,
-        requests=requests,
-        warmup_requests=warmup,
-        isolate=isolate,
-        tokenizer=tokenizer,
-        engines_root=engines_root,
-        request_timeout_s=request_timeout_s,
-        plots=not no_plots,
-        external=external,
-        external_only=external_only,
+        BenchOptions(
+            output_dir=run_dir,
+            endpoint=endpoint,
+            metrics_url=metrics_url,
+            repo=repo,
+            variants=variants,
+            routes=routes,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            temperatures=temperatures,
+            num_draft_tokens=num_draft_tokens,
+            requests=requests,
+            warmup_requests=warmup,
+            isolate=isolate,
+            tokenizer=tokenizer,
+            engines_root=engines_root,
+            request_timeout_s=request_timeout_s,
+            plots=not no_plots,
+            external=external,
+            external_only=external_only,
+            until_decided=until_decided,
+            max_requests=max_requests,
+            prefix_cache=prefix_cache,
+        ),
         progress=progress,
-        until_decided=until_decided,
-        max_requests=max_requests,
-        prefix_cache=prefix_cache,
         bars=RouteBars(sys.stderr),
     )
     _finish(result.summary, gates, max_error_rate, fmt, result.run_dir)

@@ -52,7 +52,7 @@ from trtspec.errors import BenchError, TrtspecError, os_error
 from trtspec.limits import request_seed
 from trtspec.modes.draft_model import DraftModelVariant
 from trtspec.serve.watchdog import Incident, StubWatchdog
-from trtspec.spec.schema import DEFAULT_DECISION
+from trtspec.spec.schema import DEFAULT_DECISION, Bench
 
 if TYPE_CHECKING:
     from trtspec.spec import Spec, Variant
@@ -64,16 +64,19 @@ DEFAULT_MAX_INFLIGHT = 32
 SERVER_START_TIMEOUT_S = 300.0
 
 
+_SPEC_BENCH = Bench()  # the schema's defaults, the one place they are written
+
+
 @dataclass
 class BenchSettings:
-    concurrency: list[int] = field(default_factory=lambda: [1])
-    request_rate: float | None = None
-    temperatures: list[float] = field(default_factory=lambda: [0.0])
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 1234
-    warmup_requests: int = 2
-    requests_per_route: int = 30
+    concurrency: list[int] = field(default_factory=lambda: list(_SPEC_BENCH.concurrency))
+    request_rate: float | None = _SPEC_BENCH.request_rate
+    temperatures: list[float] = field(default_factory=lambda: list(_SPEC_BENCH.temperatures))
+    top_p: float = _SPEC_BENCH.top_p
+    top_k: int = _SPEC_BENCH.top_k
+    seed: int = _SPEC_BENCH.seed
+    warmup_requests: int = _SPEC_BENCH.warmup_requests
+    requests_per_route: int = _SPEC_BENCH.requests_per_route
     decision: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_DECISION))
     rollout: dict[str, Any] = field(default_factory=dict)
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S

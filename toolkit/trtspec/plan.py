@@ -434,9 +434,8 @@ def make_plan(
         "target", role="target", mode="none", max_draft_len=0, source=t.model, variant=BASELINE
     )
     dte_users = [v for v in spec.variants if MODES[v.mode].draft_loop]
-    dte = None
     if dte_users:
-        dte = b.engine(
+        b.engine(
             DRAFT_LOOP_ENGINE,
             role="target",
             mode=ENGINE_MODES["draft_tokens_external"].trtllm_flag,
@@ -450,56 +449,7 @@ def make_plan(
     else:
         b.reference_engine(base, target_src, q, dtype, {}, [])
 
-    drafts = b.drafts
-    taken: set[str] = {v.name for v in spec.variants}  # Triton model names are shared
-    for v in spec.variants:
-        if MODES[v.mode].draft_loop:
-            assert dte is not None
-            dte = b.engine(
-                DRAFT_LOOP_ENGINE,
-                role="target",
-                mode=dte.mode,
-                max_draft_len=dte.max_draft_len,
-                source=t.model,
-                variant=v.name,
-            )
-            draft_name = None
-            if isinstance(v, DraftModelVariant):
-                d = v.draft
-                ddtype = draft_dtype(spec, v)
-                ident = (spec.model_location(d.model).ref, d.quantization.value, ddtype)
-                if ident not in drafts:
-                    name = "draft_" + slug(d.model)
-                    if d.quantization is not Quantization.none:
-                        name += "_" + d.quantization.value
-                    if name in taken:
-                        name += "_" + hashlib.sha256(repr(ident).encode()).hexdigest()[:6]
-                    taken.add(name)
-                    drafts[ident] = name
-                draft_name = drafts[ident]
-                b.engine(
-                    draft_name,
-                    role="draft",
-                    mode="none",
-                    max_draft_len=0,
-                    source=d.model,
-                    variant=v.name,
-                )
-            variants[v.name] = VariantEngines(DRAFT_LOOP_ENGINE, draft_name, v.mode)
-        else:
-            # medusa / eagle / lookahead: one target engine that drafts inside itself
-            mode = MODES[v.mode]
-            name = mode.engine_name(v.name)
-            b.engine(
-                name,
-                role="target",
-                mode=ENGINE_MODES[mode.engine_mode].trtllm_flag,
-                max_draft_len=v.max_draft_len or 0,
-                source=t.model,
-                variant=v.name,
-            )
-            variants[v.name] = VariantEngines(name, None, v.mode)
-
+    variants.update(_variant_engines(b, spec))
     _add_engine_steps(b, spec, target_src)
     ordered = list(b.engines.values())
     return Plan(
@@ -512,6 +462,67 @@ def make_plan(
         variants=variants,
         unit_keys=dict(b.unit_keys),
     )
+
+
+def _variant_engines(b: _Builder, spec: Spec) -> dict[str, VariantEngines]:
+    """Name every variant's engines (the steps come later, in spec order):
+    draft-loop variants share target_dte (+ one draft engine per distinct
+    draft model), in-engine modes get their own target engine."""
+    out: dict[str, VariantEngines] = {}
+    taken: set[str] = {v.name for v in spec.variants}  # Triton model names are shared
+    for v in spec.variants:
+        mode = MODES[v.mode]
+        if not mode.draft_loop:
+            # medusa / eagle / lookahead: one target engine that drafts inside itself
+            name = mode.engine_name(v.name)
+            b.engine(
+                name,
+                role="target",
+                mode=ENGINE_MODES[mode.engine_mode].trtllm_flag,
+                max_draft_len=v.max_draft_len or 0,
+                source=spec.target.model,
+                variant=v.name,
+            )
+            out[v.name] = VariantEngines(name, None, v.mode)
+            continue
+        dte = b.engines[DRAFT_LOOP_ENGINE]
+        b.engine(
+            DRAFT_LOOP_ENGINE,
+            role="target",
+            mode=dte.mode,
+            max_draft_len=dte.max_draft_len,
+            source=spec.target.model,
+            variant=v.name,
+        )
+        draft_name = None
+        if isinstance(v, DraftModelVariant):
+            draft_name = _draft_engine_name(b, spec, v, taken)
+            b.engine(
+                draft_name,
+                role="draft",
+                mode="none",
+                max_draft_len=0,
+                source=v.draft.model,
+                variant=v.name,
+            )
+        out[v.name] = VariantEngines(DRAFT_LOOP_ENGINE, draft_name, v.mode)
+    return out
+
+
+def _draft_engine_name(b: _Builder, spec: Spec, v: DraftModelVariant, taken: set[str]) -> str:
+    """One draft engine per distinct (model, quantization, dtype), named after the
+    model; a hash suffix where the name would clash with a variant's."""
+    d = v.draft
+    ident = (spec.model_location(d.model).ref, d.quantization.value, draft_dtype(spec, v))
+    if ident not in b.drafts:
+        name = "draft_" + slug(d.model)
+        if d.quantization is not Quantization.none:
+            name += "_" + d.quantization.value
+        if name in taken:
+            name += "_" + hashlib.sha256(repr(ident).encode()).hexdigest()[:6]
+        taken.add(name)
+        b.drafts[ident] = name
+    return b.drafts[ident]
 
 
 def _add_engine_steps(b: _Builder, spec: Spec, target_src: str) -> None:

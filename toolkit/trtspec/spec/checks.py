@@ -163,8 +163,28 @@ def _tree_problems(choices: list[list[int]]) -> str | None:
 
 
 def _check(spec: Spec, issues: _Issues) -> list[str]:
+    """The cross-field rules; returns the soft problems (warnings)."""
     warnings: list[str] = []
-    t = spec.target
+    ver = _check_stack(spec, issues, warnings)
+    _check_target(spec, issues)
+    names = _check_variants(spec, issues, warnings, ver)
+    for name, route in spec.routes.items():
+        p = spec.resolve_path(route.prompts)
+        if not p.is_file():
+            issues.add(
+                ("routes", name, "prompts"), f"file not found: {p}; create it or fix the path"
+            )
+    check_external(spec, names, issues)
+    fb = spec.rollout.fallback_variant
+    if fb != BASELINE and fb not in names:
+        close = difflib.get_close_matches(fb, [BASELINE, *names], n=1)
+        fix = f"did you mean {close[0]!r}?" if close else "use 'baseline' or a variant name"
+        issues.add(("rollout", "fallback_variant"), f"no variant named {fb!r}; {fix}")
+    return warnings
+
+
+def _check_stack(spec: Spec, issues: _Issues, warnings: list[str]) -> tuple[int, int, int] | None:
+    """The TensorRT-LLM version and its container; returns the parsed version."""
     ver = parse_version(spec.stack.trtllm_version)
     vpath = ("stack", "trtllm_version")
     if ver is None:
@@ -198,7 +218,11 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
                 f"stack.triton_image {image} ships TensorRT-LLM {shipped}, "
                 f"not {spec.stack.trtllm_version}"
             )
+    return ver
 
+
+def _check_target(spec: Spec, issues: _Issues) -> None:
+    t = spec.target
     if t.max_input_len >= t.max_seq_len:
         issues.add(
             ("target", "max_seq_len"),
@@ -229,6 +253,13 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
         )
     _check_location(spec, t.model, ("target", "model"), issues)
 
+
+def _check_variants(
+    spec: Spec, issues: _Issues, warnings: list[str], ver: tuple[int, int, int] | None
+) -> dict[str, int]:
+    """Names, beam width and greedy-only temperatures here; each mode's own
+    rules in its module (``trtspec.modes.<mode>.check``). Returns name -> index."""
+    t = spec.target
     tools = _Tools(spec, issues, warnings, ver)
     names: dict[str, int] = {}
     for i, v in enumerate(spec.variants):
@@ -259,20 +290,7 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
                 f"variant {v.name!r} ({v.mode}) decodes greedily only in "
                 "TensorRT-LLM; use temperatures: [0.0] or drop the variant",
             )
-
-    for name, route in spec.routes.items():
-        p = spec.resolve_path(route.prompts)
-        if not p.is_file():
-            issues.add(
-                ("routes", name, "prompts"), f"file not found: {p}; create it or fix the path"
-            )
-    check_external(spec, names, issues)
-    fb = spec.rollout.fallback_variant
-    if fb != BASELINE and fb not in names:
-        close = difflib.get_close_matches(fb, [BASELINE, *names], n=1)
-        fix = f"did you mean {close[0]!r}?" if close else "use 'baseline' or a variant name"
-        issues.add(("rollout", "fallback_variant"), f"no variant named {fb!r}; {fix}")
-    return warnings
+    return names
 
 
 def _check_location(

@@ -9,6 +9,7 @@ for `trtspec report`."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -192,9 +193,9 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
                 / (r["latency_ms"] / r["completion_tokens"])
                 for r in mine
             ]
-            assert cell["speedup"]["point"] == pytest.approx(
-                stats.paired_speedup(ratios, [1.0] * len(ratios)).point
-            )
+            # the geometric mean of the paired ratios, computed here independently
+            geo_mean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            assert cell["speedup"]["point"] == pytest.approx(geo_mean)
             drafted = sum(r["draft_tokens"] for r in mine)
             assert cell["acceptance_rate"] == pytest.approx(
                 sum(r["accepted_tokens"] for r in mine) / drafted

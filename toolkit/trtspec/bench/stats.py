@@ -1,20 +1,14 @@
 """Pure statistics for the benchmark: percentiles with linear interpolation
 (the same definition as ``numpy.percentile``'s default, so numbers can be
 recomputed by anyone from ``requests.jsonl``), distribution summaries, and the
-paired speedup estimate with its bootstrap confidence interval. Nothing here
-reads files or clocks; every random draw comes from an explicit seed so a
-re-render of the same rows gives the same interval."""
+speedup estimate's record (``SpeedupEstimate``; ``bench/sequential.py``
+computes it, with a t interval). Nothing here reads files or clocks."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
-
-DEFAULT_BOOTSTRAP_SAMPLES = 2000
-DEFAULT_BOOTSTRAP_SEED = 20240607
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -66,41 +60,6 @@ class SpeedupEstimate:
             "pairs": self.pairs,
             "confidence": self.confidence,
         }
-
-
-def paired_speedup(
-    baseline: Sequence[float],
-    variant: Sequence[float],
-    *,
-    samples: int = DEFAULT_BOOTSTRAP_SAMPLES,
-    confidence: float = 0.95,
-    seed: int = DEFAULT_BOOTSTRAP_SEED,
-) -> SpeedupEstimate | None:
-    """Speedup from paired costs (e.g. ms per output token of the same prompt
-    on the baseline and on the variant): the geometric mean of
-    ``baseline[i] / variant[i]``. The CI resamples *pairs* (not the two arms
-    independently), which is what keeps prompt-to-prompt variation out of the
-    interval. ``None`` when there is no usable pair."""
-    if len(baseline) != len(variant):
-        raise ValueError("paired_speedup needs two sequences of the same length")
-    logs = [
-        math.log(b / v)
-        for b, v in zip(baseline, variant, strict=True)
-        if b is not None and v is not None and b > 0 and v > 0
-    ]
-    if not logs:
-        return None
-    arr = np.asarray(logs, dtype=float)
-    point = float(math.exp(arr.mean()))
-    if len(arr) == 1:
-        return SpeedupEstimate(point, point, point, 1, confidence)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(samples, len(arr)))
-    means = arr[idx].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low = float(math.exp(percentile(means.tolist(), 100.0 * alpha) or 0.0))
-    high = float(math.exp(percentile(means.tolist(), 100.0 * (1.0 - alpha)) or 0.0))
-    return SpeedupEstimate(point, low, high, len(arr), confidence)
 
 
 def rate(numerator: int, denominator: int) -> float | None:

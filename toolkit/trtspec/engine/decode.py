@@ -495,36 +495,10 @@ class ReferenceEngine:
                     row_logits[end_id] = float("-inf")
                 return row_logits
 
-            path_nodes: list[int] = []
             if draft_logits is not None:
-                # ---- verify by speculative sampling along the draft chain
-                replacement = None
-                for i in range(n_verify):
-                    replacement = sampler.accept_by_logits(
-                        target_row(i, i), draft_logits[i], nodes[i]
-                    )
-                    if replacement is not None:
-                        break
-                    path_nodes.append(i)
-                bonus = (
-                    replacement
-                    if replacement is not None
-                    else sampler.pick_independent(target_row(len(path_nodes), len(path_nodes)))
-                )
+                path_nodes, bonus = _verify_by_logits(sampler, target_row, nodes, draft_logits)
             else:
-                # ---- verify: walk the tree from the root while the target's pick has a child
-                children: dict[int, dict[int, int]] = {}
-                for i in range(n_verify):
-                    children.setdefault(parents[i], {}).setdefault(nodes[i], i)
-                cur = -1
-                while True:
-                    pick = sampler.pick(target_row(0 if cur < 0 else 1 + cur, len(path_nodes)))
-                    nxt = children.get(cur, {}).get(pick)
-                    if nxt is None:
-                        break
-                    path_nodes.append(nxt)
-                    cur = nxt
-                bonus = pick
+                path_nodes, bonus = _verify_tree(sampler, target_row, nodes, parents)
             gen.total_draft_tokens += n_verify
             gen.total_accepted_draft_tokens += len(path_nodes)
             if branch_rows:
@@ -544,7 +518,7 @@ class ReferenceEngine:
             if need_features:
                 new_feats = hidden[torch.tensor(keep_rows)]
                 feats = new_feats if feats is None else torch.cat([feats, new_feats])
-            proposer.observe([*committed, bonus])
+            proposer.observe(committed, bonus)
             pending = [bonus]
             emitted = [*accepted, bonus][: req.max_new_tokens - len(out)]
             stop = False
@@ -686,6 +660,42 @@ class ReferenceEngine:
                     parents.append(parent)
                 parent = index[key]
         return nodes, parents
+
+
+def _verify_by_logits(
+    sampler: Sampler, target_row: Callable[[int, int], Any], nodes: list[int], draft_logits: Any
+) -> tuple[list[int], int]:
+    """Speculative sampling along a draft chain: the accepted node indices and
+    the bonus token (the replacement at the first rejection, else a fresh pick)."""
+    path_nodes: list[int] = []
+    replacement = None
+    for i in range(len(nodes)):
+        replacement = sampler.accept_by_logits(target_row(i, i), draft_logits[i], nodes[i])
+        if replacement is not None:
+            break
+        path_nodes.append(i)
+    if replacement is not None:
+        return path_nodes, replacement
+    return path_nodes, sampler.pick_independent(target_row(len(path_nodes), len(path_nodes)))
+
+
+def _verify_tree(
+    sampler: Sampler, target_row: Callable[[int, int], Any], nodes: list[int], parents: list[int]
+) -> tuple[list[int], int]:
+    """Walk the draft tree from the root while the target's pick has a child:
+    the accepted node indices and the bonus token (the pick that had none)."""
+    children: dict[int, dict[int, int]] = {}
+    for i in range(len(nodes)):
+        children.setdefault(parents[i], {}).setdefault(nodes[i], i)
+    path_nodes: list[int] = []
+    cur = -1
+    while True:
+        pick = sampler.pick(target_row(0 if cur < 0 else 1 + cur, len(path_nodes)))
+        nxt = children.get(cur, {}).get(pick)
+        if nxt is None:
+            return path_nodes, pick
+        path_nodes.append(nxt)
+        cur = nxt
 
 
 def load_engine(engine_dir: str | Path, **kwargs: Any) -> ReferenceEngine:

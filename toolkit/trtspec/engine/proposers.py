@@ -52,8 +52,8 @@ class Proposer:
     def advance(self, branch_logits: Any) -> None:
         """The logits of the rows ``branch`` asked for."""
 
-    def observe(self, tokens: list[int]) -> None:
-        """The committed sequence plus this step's bonus token."""
+    def observe(self, committed: list[int], bonus: int) -> None:
+        """The committed sequence and this step's bonus token, after each step."""
 
 
 class MedusaProposer(Proposer):
@@ -117,9 +117,9 @@ class LookaheadProposer(Proposer):
         assert self.state is not None
         self.state.advance(torch.argmax(branch_logits, dim=-1).tolist())
 
-    def observe(self, tokens: list[int]) -> None:
+    def observe(self, committed: list[int], bonus: int) -> None:
         if self.state is not None:
-            self.state.observe(tokens)
+            self.state.observe([*committed, bonus])
 
 
 #: The proposer of each engine mode (``trtspec.catalogue.ENGINE_MODES`` names);

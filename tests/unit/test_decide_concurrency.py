@@ -212,8 +212,8 @@ def test_a_route_can_sweep_its_own_concurrency_levels(tmp_path: Path) -> None:
             },
             "bench": {"concurrency": [2]},
         }
-    ).model_dump()
-    spec["source_path"] = tmp_path / "s.yaml"
+    )
+    spec._source_path = tmp_path / "s.yaml"
     plan = plan_from_spec(spec)
     loads = {r.name: [c for _, c, _ in plan.settings.loads(r.concurrency)] for r in plan.routes}
     assert loads == {"sweep": [1, 8], "plain": [2]}

@@ -11,15 +11,15 @@ decodes it greedily only, whether its draft length ``k`` is swept at bench
 time, and the name prefix of its engine. Plus the lookahead (W, N, G) rules
 and the baseline's name.
 
-Sources (pinned TRT-LLM 1.1.0): ``tensorrt_llm/models/modeling_utils.py``
-``SpeculativeDecodingMode`` (the integers, an ``IntFlag``),
-``tensorrt_llm/commands/build.py`` (the ``--speculative_decoding_mode``
-choices), ``cpp/tensorrt_llm/executor/decodingConfig.cpp`` /
-``tensorrtllm_backend``'s ``model_instance_state.cc`` (``decoding_mode``
-strings), ``tensorrt_llm/layers/lookahead.py`` and
-``cpp/include/tensorrt_llm/executor/executor.h``
-(``LookaheadDecodingConfig::calculateSpeculativeResource``: the engine's
-``max_draft_len`` for (W, N, G), and ``isLegal``).
+Sources (TensorRT-LLM source): ``tensorrt_llm/models/modeling_utils.py``
+``SpeculativeDecodingMode`` (an ``IntFlag`` of ``auto()`` members: NONE=1,
+DRAFT_TOKENS_EXTERNAL=2, MEDUSA=4, LOOKAHEAD_DECODING=8,
+EXPLICIT_DRAFT_TOKENS=16, EAGLE=32); ``cpp/include/tensorrt_llm/executor/
+executor.h`` and ``cpp/tensorrt_llm/executor/decodingConfig.cpp``
+(``LookaheadDecodingConfig::calculateSpeculativeResourceTuple``: the
+engine's ``max_draft_len`` for (W, N, G); ``isLegal``). The ``decoding_mode``
+strings are the values trtspec's repository builder has always written for
+the tensorrtllm backend's ``decoding_mode`` parameter.
 
 Ground level: imports only the standard library, because the reference
 engine and the orchestrator import it inside tritonserver.

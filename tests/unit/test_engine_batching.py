@@ -121,20 +121,39 @@ def _count_rows(monkeypatch: pytest.MonkeyPatch, engine: ReferenceEngine) -> lis
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_mixed_batch_equals_each_request_alone(loaded, mode: str) -> None:
+def test_mixed_batch_equals_each_request_alone(
+    loaded, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = loaded[mode]
     reqs = _requests(mode)
     alone = [_facts(engine.generate(r)) for r in reqs]
+    # The late requests must join while the first three are mid-flight; on a
+    # loaded machine the scheduler thread could otherwise finish them before
+    # this thread submits. So the scheduler's forwards wait at a gate, closed
+    # from the first token until every late request is queued.
+    gate = threading.Event()
+    gate.set()
+    for owner, name in ((fastpath, "forward_packed"), (engine, "_forward")):
+        inner = getattr(owner, name)
+
+        def gated(*args, _inner=inner, **kwargs):
+            assert gate.wait(timeout=120), "the test never reopened the gate"
+            return _inner(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, gated)
     scheduler = BatchScheduler(engine, max_batch_size=8)
     try:
         first = [scheduler.submit(r) for r in reqs[:3]]
         next(iter(first[0]))  # the others join while these are mid-flight
+        gate.clear()
         late = [scheduler.submit(r) for r in reqs[3:]]
+        gate.set()
         gens = first + late
         for gen in gens:
             for _ in gen:
                 pass
     finally:
+        gate.set()
         scheduler.close()
     assert [_facts(g) for g in gens] == alone
     st = scheduler.stats

@@ -859,7 +859,11 @@ def _serve(run: _Run, repo: Path, models: list[str] | None, log_path: Path) -> I
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def _signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGINT both stop the run the way Ctrl-C does (completed rows
+    kept, the report rendered, the server torn down). SIGINT is installed
+    explicitly, as `trtspec serve` does: a shell without job control starts
+    background jobs with SIGINT ignored, and `kill -INT` must still stop us."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -867,11 +871,13 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous_term = signal.signal(signal.SIGTERM, handler)
+    previous_int = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def client_stats(probe: LagProbe) -> dict[str, Any]:
@@ -1016,7 +1022,7 @@ def run_benchmark(
     atomic_write_json(run_dir / RUN_FILE, run_info)
     run.memory = RequestLog(run_dir / METRICS_FILE)
     interrupted = False
-    with RequestLog(run_dir / REQUESTS_FILE) as log, _sigterm_as_interrupt():
+    with RequestLog(run_dir / REQUESTS_FILE) as log, _signals_as_interrupt():
         recorder = _Recorder(log, run_id, {r.name: r for r in plan.routes}, run.stop)
         probe = LagProbe()
         try:

@@ -389,7 +389,7 @@ def test_interrupted_bench_keeps_completed_requests(server: Any, tmp_path: Path,
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.communicate()  # reaps it and closes its pipes
     lines = (run / "requests.jsonl").read_text().splitlines()
     assert 20 <= len(lines) < INTERRUPTED_REQUESTS * 4  # stopped before the end
     rows = read_requests(run / "requests.jsonl")

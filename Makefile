@@ -9,7 +9,9 @@ STAMP  := $(VENV)/.trtspec-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[cpu,dev]'
+	# --no-compile: pip would byte-compile every installed module (~50 s here);
+	# Python compiles the ones actually imported on first use instead.
+	$(PY) -m pip install --quiet --no-compile -e '.[cpu,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)

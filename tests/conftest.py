@@ -28,6 +28,17 @@ def tiny_draft(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return make_tiny_draft(tiny_llama, tmp_path_factory.mktemp("tiny") / "tiny-draft")
 
 
+@pytest.fixture(scope="session")
+def every_mode_engines(
+    tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """One reference engine per engine mode of ``tiny_llama``, built once for
+    every module that only loads them (spec_checkpoints.build_every_mode)."""
+    from tests.fixtures.spec_checkpoints import build_every_mode
+
+    return build_every_mode(tiny_llama, tmp_path_factory.mktemp("every-mode-engines"))
+
+
 @contextlib.contextmanager
 def _openai_pair(tiny_llama: Path, root: Path) -> Iterator[dict[str, str]]:
     from tests.fixtures.openai_servers import openai_reference

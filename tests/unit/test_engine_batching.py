@@ -19,7 +19,6 @@ import pytest
 from trtspec.engine import GenerationRequest, ReferenceEngine, SamplingParams, batching, fastpath
 from trtspec.engine.batching import BatchScheduler, serve_all, wait_idle
 
-CHOICES = "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"
 MODES = ["none", "dte", "medusa", "eagle", "lookahead"]
 PROMPTS = [
     list(range(5, 40)),
@@ -31,53 +30,12 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def loaded(
-    tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, ReferenceEngine]:
-    from tests.fixtures.spec_checkpoints import (
-        build_engine,
-        make_eagle_checkpoint,
-        make_medusa_checkpoint,
-    )
-
-    root = tmp_path_factory.mktemp("batching")
-    medusa = make_medusa_checkpoint(root / "medusa_ckpt", tiny_llama, num_heads=3)
-    eagle = make_eagle_checkpoint(root / "eagle_ckpt", tiny_llama)
-    paths = {
-        "none": build_engine(tiny_llama, root / "none", "none"),
-        "dte": build_engine(tiny_llama, root / "dte", "draft_tokens_external", max_draft_len=4),
-        "medusa": build_engine(
-            tiny_llama,
-            root / "medusa",
-            "medusa",
-            extra=[
-                "--medusa-dir",
-                str(medusa),
-                "--num-medusa-heads",
-                "3",
-                "--medusa-choices",
-                CHOICES,
-            ],
-        ),
-        "eagle": build_engine(
-            tiny_llama,
-            root / "eagle",
-            "eagle",
-            extra=[
-                "--eagle-dir",
-                str(eagle),
-                "--num-eagle-layers",
-                "3",
-                "--eagle-choices",
-                CHOICES,
-            ],
-        ),
-        "lookahead": build_engine(
-            tiny_llama, root / "lookahead", "lookahead", extra=["--lookahead", "4,3,4"]
-        ),
-    }
+def loaded(every_mode_engines: dict[str, Path]) -> dict[str, ReferenceEngine]:
     # kv_reuse off: a request's cost must not depend on what ran before it
-    return {name: ReferenceEngine.load(p, threads=1, kv_reuse=0) for name, p in paths.items()}
+    return {
+        name: ReferenceEngine.load(p, threads=1, kv_reuse=0)
+        for name, p in every_mode_engines.items()
+    }
 
 
 def _requests(mode: str) -> list[GenerationRequest]:

@@ -26,54 +26,10 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def engines(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from tests.fixtures.spec_checkpoints import (
-        build_engine,
-        make_eagle_checkpoint,
-        make_medusa_checkpoint,
-    )
-
-    root = tmp_path_factory.mktemp("engines")
-    medusa = make_medusa_checkpoint(root / "medusa_ckpt", tiny_llama, num_heads=3)
-    eagle = make_eagle_checkpoint(root / "eagle_ckpt", tiny_llama)
+def loaded(every_mode_engines: dict[str, Path]) -> dict[str, ReferenceEngine]:
     return {
-        "none": build_engine(tiny_llama, root / "target", "none"),
-        "dte": build_engine(tiny_llama, root / "dte", "draft_tokens_external", max_draft_len=4),
-        "medusa": build_engine(
-            tiny_llama,
-            root / "medusa",
-            "medusa",
-            extra=[
-                "--medusa-dir",
-                str(medusa),
-                "--num-medusa-heads",
-                "3",
-                "--medusa-choices",
-                "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]",
-            ],
-        ),
-        "eagle": build_engine(
-            tiny_llama,
-            root / "eagle",
-            "eagle",
-            extra=[
-                "--eagle-dir",
-                str(eagle),
-                "--num-eagle-layers",
-                "3",
-                "--eagle-choices",
-                "[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]",
-            ],
-        ),
-        "lookahead": build_engine(
-            tiny_llama, root / "lookahead", "lookahead", extra=["--lookahead", "4,3,4"]
-        ),
+        name: ReferenceEngine.load(path, threads=1) for name, path in every_mode_engines.items()
     }
-
-
-@pytest.fixture(scope="module")
-def loaded(engines: dict[str, Path]) -> dict[str, ReferenceEngine]:
-    return {name: ReferenceEngine.load(path, threads=1) for name, path in engines.items()}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,248 @@
+"""``trtspec deploy``: hand the decided deployment to engines that run at
+scale. ``deploy k8s SPEC`` writes Kubernetes manifests for the engine flow
+(Deployment, or LeaderWorkerSet across nodes); ``deploy dynamo`` writes NVIDIA
+Dynamo graphs from per-variant LLM-API engine configs. Everything is checked
+before anything is written; the output folder appears whole or not at all.
+All the work is in ``trtspec.deploy``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trtspec.cli._memory import gpu_memory_option, memory_for
+from trtspec.cli._output import emit_json, emit_table, format_option, progress
+
+
+@click.group("deploy")
+def deploy() -> None:
+    """Write Kubernetes manifests or Dynamo graphs for a built, benchmarked spec."""
+
+
+def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
+    from trtspec.deploy.sizing import gib_text
+
+    s = summary["sizing"]
+    return [
+        ["launch", f"{s['launch']} (TP×PP = {s['world_size']})"],
+        ["pods per instance", s["pods_per_instance"]],
+        ["GPUs per pod", s["gpus_per_pod"]],
+        ["replicas", summary["replicas"]],
+        ["GPUs in all", s["gpus_per_instance"] * summary["replicas"]],
+        ["models loaded", ", ".join(summary["models"])],
+        [
+            "per GPU (min / full KV)",
+            f"{gib_text(s['need_min_bytes_per_gpu'])} / {gib_text(s['need_full_bytes_per_gpu'])}",
+        ],
+        ["fit", s["verdict"]],
+        ["start-up budget", f"{s['startup_seconds']} s"],
+        ["repository hash", summary["repository_hash"] or "not built on this machine"],
+        ["files", ", ".join(summary["files"])],
+    ]
+
+
+@deploy.command("k8s")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--image", help="Serving image: trtspec on the spec's pinned Triton image.")
+@click.option(
+    "--repo",
+    "repo_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The built repository (triton_repo/<spec>); without it, names come from the plan.",
+)
+@click.option(
+    "--routing",
+    "routing_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="routing.yaml to deploy (must match the repository's router when --repo is given).",
+)
+@click.option(
+    "--engines",
+    "engines_root",
+    type=click.Path(path_type=Path),
+    default=Path("engines"),
+    show_default=True,
+    help="Engines root (ENGINES/<spec>/).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Output folder [default: deploy/<spec>].",
+)
+@click.option("--force", is_flag=True, help="Replace an existing output folder.")
+@click.option("--name", help="Resource name [default: the spec name].")
+@click.option("--namespace", default="default", show_default=True)
+@click.option(
+    "--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
+    help="GPUs of one node; TP×PP above it makes a LeaderWorkerSet.",
+)  # fmt: skip
+@gpu_memory_option
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--hpa-max", type=click.IntRange(min=1), help="Add an autoscaler up to N replicas.")
+@click.option(
+    "--hpa-metric", type=click.Choice(["queue", "inflight"]), default="queue", show_default=True,
+    help="queue: Triton's pending requests on the router; inflight: TRT-LLM active requests.",
+)  # fmt: skip
+@click.option(
+    "--hpa-target", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
+    help="Average value of the metric per pod the autoscaler keeps.",
+)  # fmt: skip
+@click.option(
+    "--repo-source", type=click.Choice(["volume", "image"]), default="volume", show_default=True,
+    help="Model repository from a PersistentVolumeClaim, or baked into an image layer.",
+)  # fmt: skip
+@click.option("--pvc", help="PersistentVolumeClaim holding the repository [default: NAME-models].")
+@click.option("--repo-image", help="With --repo-source image: the image the Dockerfile builds.")
+@click.option(
+    "--startup-seconds", type=click.IntRange(min=30), help="Override the start-up budget."
+)
+@click.option("--write-secret", is_flag=True, help="Also write a Secret with a new random key.")
+@format_option
+def k8s_command(
+    *,
+    spec_path: Path,
+    image: str | None,
+    repo_dir: Path | None,
+    routing_file: Path | None,
+    engines_root: Path,
+    out: Path | None,
+    force: bool,
+    name: str | None,
+    namespace: str,
+    gpus_per_node: int,
+    gpu_bytes: int | None,
+    replicas: int,
+    hpa_max: int | None,
+    hpa_metric: str,
+    hpa_target: float,
+    repo_source: str,
+    pvc: str | None,
+    repo_image: str | None,
+    startup_seconds: int | None,
+    write_secret: bool,
+    fmt: str,
+) -> None:
+    """Write Kubernetes manifests serving SPEC's repository under Triton.
+
+    GPUs, ranks and the load list come from the spec, its memory plan and the
+    routing table; nothing is written when they cannot work."""
+    from trtspec.deploy import k8s_manifests
+    from trtspec.deploy.k8s import K8sOptions, write
+    from trtspec.deploy.sizing import DeployError
+    from trtspec.plan import make_plan
+    from trtspec.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if spec.stack.triton_image is None and spec.backend.value == "tensorrt_llm":
+        raise DeployError(
+            f"{spec_path}: stack.triton_image: no Triton container ships TensorRT-LLM "
+            f"{spec.stack.trtllm_version}",
+            "set stack.triton_image, or a trtllm_version the version table knows",
+        )
+    plan = make_plan(spec, engines_root)
+    mp = memory_for(spec, plan, gpu_bytes)
+    opts = K8sOptions(
+        image=image or "",
+        name=name or spec.name.replace(".", "-").replace("_", "-"),
+        namespace=namespace,
+        gpus_per_node=gpus_per_node,
+        replicas=replicas,
+        hpa_max=hpa_max,
+        hpa_metric=hpa_metric,
+        hpa_target=hpa_target,
+        repo_source=repo_source,
+        pvc=pvc,
+        repo_image=repo_image,
+        write_secret=write_secret,
+    )
+    manifests, sizing = k8s_manifests(
+        spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,
+        gpu_bytes=gpu_bytes, startup_seconds=startup_seconds,
+    )  # fmt: skip
+    for note in sizing.notes:
+        progress(f"Note: {note}")
+    target = out or Path("deploy") / spec.name
+    write(target, manifests, force=force)
+    progress(f"Wrote {target}/ ({len(manifests.resources())} resources)")
+    summary = {**manifests.summary, "out": str(target)}
+    if fmt == "json":
+        emit_json(summary)
+    else:
+        emit_table(["deployment", str(target)], _summary_rows(summary))
+
+
+def _engine_config(item: str) -> tuple[str, dict[str, Any]]:
+    import yaml
+
+    from trtspec.deploy.sizing import DeployError
+
+    variant, sep, file = item.partition("=")
+    if not sep or not variant or not file:
+        raise click.BadParameter(f"{item!r}: write VARIANT=FILE", param_hint="--engine-config")
+    try:
+        data = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise DeployError(
+            f"{file}: cannot read the engine config of variant {variant}: {exc}",
+            "pass the LLM-API options YAML trtspec wrote for the variant",
+        ) from None
+    if not isinstance(data, dict):
+        raise DeployError(
+            f"{file}: the engine config of variant {variant} is not a mapping",
+            "pass the LLM-API options YAML trtspec wrote for the variant",
+        )
+    return variant, data
+
+
+@deploy.command("dynamo")
+@click.option("--spec-name", required=True, help="Name prefix of the graphs (the spec name).")
+@click.option(
+    "--engine-config", "configs", multiple=True, required=True, metavar="VARIANT=FILE",
+    help="A variant's LLM-API engine config (repeat per variant, baseline included).",
+)  # fmt: skip
+@click.option("--model", required=True, help="--model-path of the workers (Hub id or path).")
+@click.option("--image", required=True, help="Dynamo TensorRT-LLM runtime image.")
+@click.option("--namespace", default="default", show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--disaggregated", is_flag=True, help="Separate prefill and decode workers.")
+@click.option("--prefill-replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--secret", help="Secret whose keys become worker env vars (e.g. HF_TOKEN).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder.")
+@click.option("--force", is_flag=True, help="Replace an existing output folder.")
+def dynamo_command(
+    *,
+    spec_name: str,
+    configs: tuple[str, ...],
+    model: str,
+    image: str,
+    namespace: str,
+    gpus_per_node: int,
+    replicas: int,
+    disaggregated: bool,
+    prefill_replicas: int,
+    secret: str | None,
+    out: Path,
+    force: bool,
+) -> None:
+    """Write one DynamoGraphDeployment per variant from its LLM-API engine config."""
+    from trtspec.deploy.dynamo import DynamoOptions, graphs
+    from trtspec.deploy.k8s import Manifests, write
+
+    parsed = dict(_engine_config(item) for item in configs)
+    opts = DynamoOptions(
+        image=image, model=model, namespace=namespace, gpus_per_node=gpus_per_node,
+        replicas=replicas, disaggregated=disaggregated, prefill_replicas=prefill_replicas,
+        secret=secret,
+    )  # fmt: skip
+    files = {f"{variant}.yaml": docs for variant, docs in graphs(spec_name, parsed, opts).items()}
+    summary = {"schema_version": 1, "spec": spec_name, "variants": sorted(parsed),
+               "disaggregated": disaggregated, "files": sorted(files)}  # fmt: skip
+    write(out, Manifests(files, {}, summary), force=force)
+    progress(f"Wrote {out}/ ({len(files)} graphs)")
+    emit_table(["variant", "file"], [[v, str(out / f"{v}.yaml")] for v in sorted(parsed)])
+
+
+COMMANDS: list[click.Command] = [deploy]

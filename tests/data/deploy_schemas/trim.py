@@ -148,8 +148,22 @@ def _dgd_resources() -> dict[str, Any]:
     )
 
 
+def strict_refs(node: Any) -> Any:
+    """``node`` without descriptions (the copy only needs the structure)."""
+    if isinstance(node, list):
+        return [strict_refs(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: strict_refs(v) for k, v in node.items() if k != "description"}
+    if "properties" in node:
+        out["properties"] = {k: strict_refs(v) for k, v in node["properties"].items()}
+    return out
+
+
 def dgd_schema(k8s_defs: dict[str, Any]) -> dict[str, Any]:
-    pod_spec = json.loads(json.dumps(k8s_defs["io.k8s.api.core.v1.PodSpec"]))
+    # a copy, its references made absolute (they point into _definitions.json)
+    text = json.dumps(k8s_defs["io.k8s.api.core.v1.PodSpec"])
+    pod_spec = strict_refs(json.loads(text.replace('"#/$defs/', f'"{DEFS_ID}#/$defs/')))
     pod_spec.pop("required", None)
     pod_spec["properties"]["mainContainer"] = _k8s("Container")
     ingress = _closed(

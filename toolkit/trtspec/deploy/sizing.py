@@ -25,8 +25,8 @@ from trtspec.serve.launch import ORCHESTRATOR, launch_mode
 # then every served engine's weights read from the volume. LOAD_BYTES_PER_S is
 # a conservative read rate per GPU (network volumes often give 0.5-2 GB/s); the
 # result is rounded up to whole probe periods. An estimate: --startup-seconds overrides.
-STARTUP_BASE_S = 180
-LOAD_BYTES_PER_S = 500 * 1024**2
+STARTUP_BASE_S = 300
+LOAD_BYTES_PER_S = 200 * 1024**2
 DEFAULT_STARTUP_S = 1800  # when the memory plan cannot size the weights
 
 

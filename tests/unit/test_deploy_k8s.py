@@ -520,3 +520,95 @@ def test_repository_as_an_image_layer(built_repo, tmp_path) -> None:
     res = refused(tmp_path, str(spec_path), "--repo", str(repo), "--image", IMAGE,
                   "--repo-source", "image")  # fmt: skip
     assert "Error: --repo-source image needs --repo-image" in res.stderr
+
+
+# ------------------------------------------------------------------ capacity
+def bench_summary(tmp_path: Path) -> Path:
+    """A summary.json made by the benchmark's own summary functions from request
+    rows: at 8 in flight the server returned 16 requests of 200 tokens in 2 s."""
+    from trtspec.bench.summary import load_throughput, summarize_cell
+
+    rows = [
+        {"route": "chat", "variant": v, "concurrency": 8, "temperature": 0.0, "load": "8",
+         "send_time_unix": 1000.0 + (i % 8) * 0.01, "latency_ms": 2000.0 - (i % 8) * 10,
+         "completion_tokens": 200}
+        for i, v in enumerate(["baseline"] * 8 + ["draft"] * 8)
+    ]  # fmt: skip
+    cells = [
+        summarize_cell([r for r in rows if r["variant"] == v], None) for v in ("baseline", "draft")
+    ]
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"cells": cells, "load_throughput": load_throughput(rows)}))
+    return path
+
+
+def test_rate_and_measured_throughput_set_the_replicas(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    summary = bench_summary(tmp_path)
+    spec = big_spec(tmp_path, tp=8)
+    out = tmp_path / "out"
+    res = run(
+        "deploy", "k8s", str(spec), "--image", IMAGE, "--out", str(out), "--gpu-memory", "141GB",
+        "--rate", "20", "--throughput-from", str(summary), "--route", "chat", "--level", "8",
+        "--format", "json",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    # 3200 tokens in 2 s = 1600 tok/s; / 200 tokens = 8 req/s per instance; 20 req/s -> 3
+    assert json.loads(res.stdout)["capacity"] == {
+        "rate_rps": 20.0, "per_instance_rps": 8.0, "route": "chat", "level": 8,
+        "replicas": 3, "pods": 3, "gpus": 24,
+    }  # fmt: skip
+    assert load_dir(out)["deployment.yaml"][0]["spec"]["replicas"] == 3
+    shutil.rmtree(out)
+    res = refused(
+        tmp_path, str(spec), "--image", IMAGE, "--rate", "20", "--throughput-from", str(summary),
+        "--route", "chat", "--level", "4",
+    )  # fmt: skip
+    assert res.stderr.splitlines()[-2:] == [
+        f"Error: {summary}: no throughput for route 'chat' at concurrency 4 (measured levels: 8)",
+        "Hint: pass a route and --level the benchmark measured (spec routes.<name>.concurrency)",
+    ]
+    res = run("deploy", "k8s", str(spec), "--image", IMAGE, "--rate", "20", "--replicas", "2",
+              "--throughput-from", str(summary), "--route", "chat", "--level", "8")  # fmt: skip
+    assert res.exit_code == 2
+    assert "--rate sets the replicas: leave out --replicas" in res.stderr
+
+
+# ----------------------------------------------- docs/deploy.md's sizing case
+DOC = ROOT / "docs" / "deploy.md"
+
+
+def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path) -> None:
+    """docs/deploy.md sizes Llama-3.1-70B + an 8B draft at TP 8 on 141 GB H200
+    nodes; every number in its table is recomputed here from the memory plan."""
+    from trtspec.deploy.sizing import Capacity, capacity, served_fit, size_instance
+    from trtspec.memory import GIB, memory_plan, parse_size
+
+    spec_path = big_spec(tmp_path, tp=8, draft=True)
+    spec_path.write_text(spec_path.read_text().replace("max_batch_size: 16", "max_batch_size: 64"))
+    spec = load_spec(spec_path)
+    plan = make_plan(spec, tmp_path / "engines")
+    gpu = parse_size("141GB")
+    mp = memory_plan(spec, plan, gpu)
+    rows = []
+    cases = {
+        "baseline only": ["target"],
+        "baseline + draft canary": ["draft_llama8b", "target", "target_dte"],
+    }
+    sizes = {}
+    for label, engines in cases.items():
+        fit = served_fit(mp, engines, gpu)
+        sizes[label] = size_instance(spec, mp, engines, gpus_per_node=8, gpu_bytes=gpu)
+        rows.append(
+            f"| {label} | {', '.join(engines)} | {sizes[label].launch} | "
+            f"{fit.fixed / GIB:.1f} GiB | {fit.need_full / GIB:.1f} GiB | "
+            f"{(gpu - fit.fixed) / GIB:.1f} GiB | {sizes[label].startup_seconds} s |"
+        )
+    # request rate -> replicas at the (assumed, stated in the doc) per-instance throughput
+    for level, rps in ((8, 4.0), (32, 10.0)):
+        cap: Capacity = capacity(sizes["baseline + draft canary"], 60.0, rps)
+        rows.append(f"| 60 req/s at {level} in flight | {rps:g} req/s | {cap.replicas} | "
+                    f"{cap.pods} | {cap.gpus} |")  # fmt: skip
+    doc = DOC.read_text(encoding="utf-8")
+    missing = [row for row in rows if row not in doc]
+    assert not missing, "docs/deploy.md's sizing table is stale:\n" + "\n".join(rows)

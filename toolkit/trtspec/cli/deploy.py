@@ -25,7 +25,7 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     from trtspec.deploy.sizing import gib_text
 
     s = summary["sizing"]
-    return [
+    rows = [
         ["launch", f"{s['launch']} (TP×PP = {s['world_size']})"],
         ["pods per instance", s["pods_per_instance"]],
         ["GPUs per pod", s["gpus_per_pod"]],
@@ -41,6 +41,12 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
         ["repository hash", summary["repository_hash"] or "not built on this machine"],
         ["files", ", ".join(summary["files"])],
     ]
+    cap = summary.get("capacity")
+    if cap:
+        rows.insert(4, ["capacity", f"{cap['rate_rps']:g} req/s ÷ {cap['per_instance_rps']:g} "
+                                    f"req/s per instance ({cap['route']} at {cap['level']} in "
+                                    f"flight) → {cap['replicas']} replicas"])  # fmt: skip
+    return rows
 
 
 @deploy.command("k8s")
@@ -99,6 +105,16 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     "--startup-seconds", type=click.IntRange(min=30), help="Override the start-up budget."
 )
 @click.option("--write-secret", is_flag=True, help="Also write a Secret with a new random key.")
+@click.option(
+    "--rate", type=click.FloatRange(min=0, min_open=True),
+    help="Requests/s to serve: sets --replicas from --throughput-from.",
+)  # fmt: skip
+@click.option(
+    "--throughput-from", "summary_file", type=click.Path(path_type=Path, dir_okay=False),
+    help="summary.json of a benchmark on the deployment's GPUs (with --rate).",
+)  # fmt: skip
+@click.option("--route", "rate_route", help="With --rate: the route whose throughput counts.")
+@click.option("--level", type=click.IntRange(min=1), help="With --rate: the concurrency level.")
 @format_option
 def k8s_command(
     *,
@@ -122,6 +138,10 @@ def k8s_command(
     repo_image: str | None,
     startup_seconds: int | None,
     write_secret: bool,
+    rate: float | None,
+    summary_file: Path | None,
+    rate_route: str | None,
+    level: int | None,
     fmt: str,
 ) -> None:
     """Write Kubernetes manifests serving SPEC's repository under Triton.
@@ -130,17 +150,18 @@ def k8s_command(
     routing table; nothing is written when they cannot work."""
     from trtspec.deploy import k8s_manifests
     from trtspec.deploy.k8s import K8sOptions, write
-    from trtspec.deploy.sizing import DeployError
     from trtspec.plan import make_plan
     from trtspec.spec import load_spec
 
+    ctx = click.get_current_context()
+    per_instance = None
+    if rate is not None:
+        if summary_file is None or rate_route is None or level is None:
+            raise click.UsageError("--rate needs --throughput-from, --route and --level")
+        if ctx.get_parameter_source("replicas") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--rate sets the replicas: leave out --replicas")
+        per_instance = _instance_rps(summary_file, rate_route, level)
     spec = load_spec(spec_path)
-    if spec.stack.triton_image is None and spec.backend.value == "tensorrt_llm":
-        raise DeployError(
-            f"{spec_path}: stack.triton_image: no Triton container ships TensorRT-LLM "
-            f"{spec.stack.trtllm_version}",
-            "set stack.triton_image, or a trtllm_version the version table knows",
-        )
     plan = make_plan(spec, engines_root)
     mp = memory_for(spec, plan, gpu_bytes)
     opts = K8sOptions(
@@ -161,6 +182,20 @@ def k8s_command(
         spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,
         gpu_bytes=gpu_bytes, startup_seconds=startup_seconds,
     )  # fmt: skip
+    if rate is not None and per_instance is not None:
+        from trtspec.deploy.sizing import capacity
+
+        cap = capacity(sizing, rate, per_instance)
+        opts.replicas = cap.replicas
+        manifests, sizing = k8s_manifests(
+            spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,
+            gpu_bytes=gpu_bytes, startup_seconds=startup_seconds,
+        )  # fmt: skip
+        manifests.summary["capacity"] = {
+            "rate_rps": rate, "per_instance_rps": round(per_instance, 3),
+            "route": rate_route, "level": level, "replicas": cap.replicas,
+            "pods": cap.pods, "gpus": cap.gpus,
+        }  # fmt: skip
     for note in sizing.notes:
         progress(f"Note: {note}")
     target = out or Path("deploy") / spec.name
@@ -171,6 +206,23 @@ def k8s_command(
         emit_json(summary)
     else:
         emit_table(["deployment", str(target)], _summary_rows(summary))
+
+
+def _instance_rps(path: Path, route: str, level: int) -> float:
+    import json
+
+    from trtspec.deploy.sizing import DeployError, instance_rps
+
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DeployError(
+            f"{path}: cannot read the benchmark summary: {exc}",
+            "pass the summary.json `trtspec bench` wrote (results/<run>/summary.json)",
+        ) from None
+    if not isinstance(summary, dict):
+        raise DeployError(f"{path}: not a benchmark summary", "pass results/<run>/summary.json")
+    return instance_rps(summary, route, level, str(path))
 
 
 def _engine_config(item: str) -> tuple[str, dict[str, Any]]:

@@ -211,6 +211,37 @@ def capacity(sizing: Sizing, rate_rps: float, per_instance_rps: float) -> Capaci
     return Capacity(rate_rps, per_instance_rps, replicas, sizing)
 
 
+def instance_rps(summary: dict[str, Any], route: str, level: int, where: str) -> float:
+    """Requests/s one instance served on ``route`` at closed-loop ``level`` in a
+    benchmark: its aggregate completion tokens/s (``load_throughput``, every arm
+    together, lowest temperature) over the median completion length of that
+    route and level's cells. The benchmark must have run on the deployment's GPU."""
+    rows = [
+        r
+        for r in summary.get("load_throughput") or []
+        if r.get("route") == route and r.get("concurrency") == level and r.get("tokens_per_second")
+    ]
+    lengths = [
+        float(c["completion_tokens_median"])
+        for c in summary.get("cells") or []
+        if c.get("route") == route
+        and c.get("concurrency") == level
+        and c.get("completion_tokens_median")
+    ]
+    if not rows or not lengths:
+        levels = sorted(
+            {int(r["concurrency"]) for r in summary.get("load_throughput") or []
+             if r.get("route") == route and r.get("concurrency") is not None}
+        )  # fmt: skip
+        raise DeployError(
+            f"{where}: no throughput for route {route!r} at concurrency {level}"
+            + (f" (measured levels: {', '.join(map(str, levels))})" if levels else ""),
+            "pass a route and --level the benchmark measured (spec routes.<name>.concurrency)",
+        )
+    tps = float(min(rows, key=lambda r: float(r.get("temperature") or 0))["tokens_per_second"])
+    return tps / (sum(lengths) / len(lengths))
+
+
 def canary_bytes_per_gpu(mp: MemoryPlan, with_canary: list[str], without: list[str]) -> int:
     """GPU memory per GPU that the canary's own engines add to every instance."""
     extra = [name for name in with_canary if name not in set(without)]

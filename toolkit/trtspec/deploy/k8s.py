@@ -188,7 +188,7 @@ def _triton_argv(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
     )  # fmt: skip
 
 
-def _resources(sizing: Sizing, worker: bool = False) -> dict[str, Any]:
+def _resources(sizing: Sizing) -> dict[str, Any]:
     if not sizing.uses_gpu:
         return {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}}
     gpus = sizing.gpus_per_pod
@@ -313,7 +313,7 @@ def _leaderworkerset(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions
         "image": _image(opts, sizing),
         # mpirun reaches this pod through `kubectl exec` (kubessh) and starts its ranks here.
         "command": ["sleep", "infinity"],
-        "resources": _resources(sizing, worker=True),
+        "resources": _resources(sizing),
         "volumeMounts": mounts,
     }
     role = "trtspec.dev/role"

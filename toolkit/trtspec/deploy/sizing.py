@@ -242,11 +242,5 @@ def instance_rps(summary: dict[str, Any], route: str, level: int, where: str) ->
     return tps / (sum(lengths) / len(lengths))
 
 
-def canary_bytes_per_gpu(mp: MemoryPlan, with_canary: list[str], without: list[str]) -> int:
-    """GPU memory per GPU that the canary's own engines add to every instance."""
-    extra = [name for name in with_canary if name not in set(without)]
-    return sum(mp.engine(name).fixed + mp.engine(name).kv_full for name in extra)
-
-
 def gib_text(n: int | None) -> str:
     return "?" if n is None else f"{n / GIB:.1f} GiB"

@@ -388,6 +388,17 @@ def test_unknown_routed_variant_and_bad_autoscaler_are_refused(tmp_path: Path, m
     assert "Error: --hpa-max 2 is below --replicas 3" in res.stderr
 
 
+def test_a_name_kubernetes_would_refuse_is_refused(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = str(ROOT / "build_specs" / "small-ngram.yaml")
+    res = refused(tmp_path, spec, "--image", IMAGE, "--name", "Small_Ngram")
+    assert res.stderr.splitlines()[-2:] == [
+        "Error: resource name 'Small_Ngram' is not a DNS-1123 label of at most 46 characters",
+        "Hint: pass --name with lower-case letters, digits and '-', starting and ending with a "
+        "letter or digit",
+    ]
+
+
 def test_an_existing_output_is_kept_unless_forced(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     spec = str(ROOT / "build_specs" / "small-ngram.yaml")

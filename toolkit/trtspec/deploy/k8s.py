@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -470,8 +471,18 @@ def _dockerfile(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> 
 
 
 # ------------------------------------------------------------------- assemble
+# A DNS-1123 label, short enough for the "-admin"/"-launch"/"-models" names made from it.
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,44}[a-z0-9])?$")
+
+
 def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manifests:
     """Every resource of the deployment, by output file."""
+    if not _NAME.match(opts.name):
+        raise DeployError(
+            f"resource name {opts.name!r} is not a DNS-1123 label of at most 46 characters",
+            "pass --name with lower-case letters, digits and '-', starting and ending "
+            "with a letter or digit",
+        )
     if not opts.image:
         raise DeployError(
             "no serving image: the pods need trtspec installed on the pinned Triton image",

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from trtspec.bench import stats
+from trtspec.bench import goodput, stats
 from trtspec.bench.records import pairs_with
 from trtspec.catalogue import BASELINE
 
@@ -77,6 +77,8 @@ def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], boo
             f"{where}: output equals baseline in {eq:.0%} of prompts at T=0 "
             f"(need {d['min_equal_rate']:.0%})"
         )
+    if d.get("decide_by") == "goodput":
+        return _judge_by_goodput(cell, d, where, broken, [*unsure, *noted])
     sp = cell.get("speedup")
     if sp is None:
         return (
@@ -106,6 +108,44 @@ def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], boo
     if reasons:
         return INCONCLUSIVE, [*reasons, *noted], False
     return PROMOTE, [f"{where}: speedup {ci}", *noted], False
+
+
+def _judge_by_goodput(
+    cell: dict[str, Any], d: dict[str, Any], where: str, broken: list[str], unsure: list[str]
+) -> tuple[str, list[str], bool]:
+    """``_judge`` with the paired goodput-share difference as the speed
+    criterion (bench/goodput.py): above 0 promotes, below 0 excludes."""
+    gd = cell.get("goodput_difference")
+    if gd is None:
+        return (
+            (EXCLUDE if broken else INCONCLUSIVE),
+            [*broken, *unsure, f"{where}: no paired baseline to compare goodput with"],
+            bool(broken),
+        )
+    min_pairs = int(d.get("min_pairs", 2))
+    if int(gd["pairs"]) < min_pairs:
+        few = f"{where}: only {gd['pairs']} paired prompts (< min_pairs {min_pairs})"
+        return INCONCLUSIVE, [*broken, *unsure, few], False
+    share = f"share meeting the objectives {goodput.describe(gd)} vs baseline"
+    if gd["ci_high"] < 0.0:
+        return (
+            EXCLUDE,
+            [*broken, f"{where}: fewer requests meet the objectives, {share}"],
+            bool(broken),
+        )
+    if broken:
+        return EXCLUDE, broken, True
+    reasons = list(unsure)
+    reg = cell.get("p95_latency_regression")
+    if reg is not None and reg > d["max_p95_regression"]:
+        reasons.append(f"{where}: p95 latency +{reg:.0%} > +{d['max_p95_regression']:.0%}")
+    if cell["temperature"] == 0.0 and cell.get("equal_rate") is None:
+        reasons.append(f"{where}: no successful pairs to compare outputs")
+    if gd["ci_low"] <= 0.0:
+        reasons.append(f"{where}: {share}, not above 0")
+    if reasons:
+        return INCONCLUSIVE, reasons, False
+    return PROMOTE, [f"{where}: {share}"], False
 
 
 def _incident_reasons(
@@ -192,6 +232,9 @@ def decide(
                     "pairs": head.get("pairs", 0),
                     "quality_pass_rate": head.get("quality_pass_rate"),
                     "equal_rate": head.get("equal_rate"),
+                    "goodput": head.get("goodput"),
+                    "baseline_goodput": (base or {}).get("goodput"),
+                    "goodput_difference": head.get("goodput_difference"),
                 },
             }
         )
@@ -233,6 +276,11 @@ def judge_arm(
                 # the level's worst temperature
                 "speedup": min(with_sp, key=lambda s: s["point"]) if with_sp else None,
                 "pairs": min(int(c.get("pairs") or 0) for c, _ in items),
+                "goodput_difference": min(
+                    (c["goodput_difference"] for c, _ in items if c.get("goodput_difference")),
+                    key=lambda g: g["point"],
+                    default=None,
+                ),
             }
         )
     overall = _combine([v for _, v, _, _ in judged])

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trtspec.bench import goodput
 from trtspec.bench.decide import routing_yaml
 from trtspec.bench.records import (
     REQUESTS_FILE,
@@ -86,7 +87,7 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
             f"{_fmt(h['baseline_tokens_per_second'])} tok/s  "
             f"{arm_name(dec['variant'], dec['num_speculative_tokens'])}  "
             f"{headline_text(h)}  {h.get('pairs', 0)} pairs  "
-            f"{quality_label(dec, decision)}  → {dec['decision']}"
+            f"{quality_label(dec, decision)}{goodput.headline_suffix(h)}  → {dec['decision']}"
         )
         if dec.get("max_concurrency") is not None:
             line += f" up to concurrency {dec['max_concurrency']}"
@@ -127,6 +128,9 @@ def level_lines(dec: dict[str, Any]) -> list[str]:
             if not sp
             else f"speedup {sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]"
         )
+        gd = lvl.get("goodput_difference")
+        if gd:
+            est += f"  goodput {goodput.describe(gd)}"
         out.append(
             f"    at concurrency={lvl['concurrency']}: {est}  {lvl['pairs']} pairs  "
             f"→ {lvl['decision']} at this load"
@@ -410,6 +414,13 @@ def _level(summary: dict[str, Any]) -> str:
     return "95%"
 
 
+_GOODPUT_NOTE = (
+    "A request meets the objectives when it succeeded and each bound holds for it "
+    "(ITL is its TPOT). share = met / requests; good req/s and tok/s count only those "
+    "requests over the cell's span. vs baseline = paired difference in share on the "
+    "same prompts (Agresti–Min interval)."
+)
+
 _SWEEP_NOTE = (
     "Each level is a closed loop of that many in-flight requests, the baseline's and "
     "the variants' interleaved (ABBA) on one server. A variant is promoted up to the "
@@ -445,6 +456,14 @@ def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | Non
                 f"![{title}]({src})" for title, src in images or [] if src == _sweep_png(route)
             ]
             parts += [""]
+    good = goodput.table_rows(summary)
+    if good:
+        goal = goodput.objectives_text(summary["settings"]["decision"].get("objectives"))
+        parts += [f"## Goodput under objectives ({goal})", "", _GOODPUT_NOTE, ""]
+        parts += [_md_table(goodput.TABLE_HEADERS, good), ""]
+    pareto = [(t, src) for t, src in images or [] if src.startswith(f"{PLOTS_DIR}/pareto_")]
+    if pareto:
+        parts += ["## Throughput vs latency", "", *[f"![{t}]({src})" for t, src in pareto], ""]
     parts += [
         "## Per route × variant × load × temperature",
         "",
@@ -507,6 +526,16 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         )
     if sweep:
         sweep = f"<h2>Speedup vs concurrency</h2><p>{e(_SWEEP_NOTE)}</p>{sweep}"
+    good = goodput.table_rows(summary)
+    if good:
+        goal = goodput.objectives_text(summary["settings"]["decision"].get("objectives"))
+        sweep += (
+            f"<h2>Goodput under objectives ({e(goal)})</h2><p>{e(_GOODPUT_NOTE)}</p><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in goodput.TABLE_HEADERS)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in good)
+            + "</table>"
+        )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>trtspec benchmark report</title>
 <style>
@@ -627,6 +656,15 @@ def write_plots(
         images.append(("Speedup per route with 95% CI", _save(fig, run_dir, "speedup.png")))
         plt.close(fig)
     images += [_sweep_plot(plt, run_dir, summary, route) for route in sweep_routes(summary)]
+    for route in goodput.pareto_routes(summary):
+        fig = goodput.pareto_plot(plt, summary, route)
+        images.append(
+            (
+                f"{route}: throughput vs latency",
+                _save(fig, run_dir, f"pareto_{_safe(route)}.png"),
+            )
+        )
+        plt.close(fig)
     measured = [r for r in rows if not r.get("warmup") and not r.get("error")]
     for route in dict.fromkeys(r["route"] for r in measured):
         arms: dict[str, list[dict[str, Any]]] = {}

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
-from trtspec.bench import stats
+from trtspec.bench import goodput, stats
 from trtspec.bench.decide import decide
 from trtspec.bench.openai_metrics import attach_cell_acceptance
 from trtspec.bench.quality import FAIL, PASS, SKIPPED, quality_passed
@@ -84,6 +84,7 @@ def summarize_cell(
     baseline_rows: list[dict[str, Any]] | None,
     *,
     confidence: float = 0.95,
+    objectives: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     first = rows[0]
     ok = [r for r in rows if _ok(r)]
@@ -160,6 +161,8 @@ def summarize_cell(
         "server_memory_bytes": None,
         "prefix_reused_tokens_mean": _mean_reused(ok),
         "cache_state_differs": None,
+        "goodput": goodput.cell_goodput(rows, objectives),
+        "goodput_difference": None,
     }
     if baseline_rows is not None:
         by_sample = {r.get("sample_index"): r for r in baseline_rows}
@@ -173,6 +176,7 @@ def summarize_cell(
         est = paired_ratio_interval([b for b, _ in usable], [v for _, v in usable], confidence)
         cell["speedup"] = est.as_dict() if est else None
         cell["pairs"] = len(usable)
+        cell["goodput_difference"] = goodput.paired_share_difference(pairs, objectives, confidence)
         # Prompts whose two rows started from different cache states: the
         # speedup of those pairs mixes speculation with cache luck.
         differs = [
@@ -211,7 +215,12 @@ def _mean_reused(rows: list[dict[str, Any]]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def summarize_rows(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> list[dict[str, Any]]:
+def summarize_rows(
+    rows: list[dict[str, Any]],
+    *,
+    confidence: float = 0.95,
+    objectives: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """All cells, in the order their first row appears (measured rows only)."""
     groups: dict[CellKey, list[dict[str, Any]]] = {}
     for row in rows:
@@ -223,7 +232,7 @@ def summarize_rows(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> l
         route, _variant, _k, load, temp = key
         pair = pairs_with(group[0])
         base = None if pair is None else groups.get((route, pair, None, load, temp))
-        cells.append(summarize_cell(group, base, confidence=confidence))
+        cells.append(summarize_cell(group, base, confidence=confidence, objectives=objectives))
     # route, load and variant in order of first appearance; Triton arms before
     # external ones, baselines first in each block
     order = {
@@ -382,7 +391,11 @@ def build_summary(
     settings = run_info.get("settings") or {}
     decision = {**DEFAULT_DECISION, **(settings.get("decision") or {})}
     plan = SequentialPlan.from_dict(settings.get("sequential"))
-    cells = summarize_rows(rows, confidence=plan.confidence if plan else 0.95)
+    cells = summarize_rows(
+        rows,
+        confidence=plan.confidence if plan else 0.95,
+        objectives=decision.get("objectives"),
+    )
     samples = memory_samples or []
     attach_memory(cells, [s for s in samples if "spec_decode" not in s])
     attach_cell_acceptance(cells, [s for s in samples if "spec_decode" in s])

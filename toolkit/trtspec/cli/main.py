@@ -23,9 +23,19 @@ def _register() -> None:
     from trtspec.cli import deploy as deploy_cmd
     from trtspec.cli import doctor as doctor_cmd
     from trtspec.cli import repo as repo_cmd
+    from trtspec.cli import routes as routes_cmd
     from trtspec.cli import serve as serve_cmd
 
-    for module in (build_cmd, repo_cmd, serve_cmd, bench_cmd, compare_cmd, doctor_cmd, deploy_cmd):
+    for module in (
+        build_cmd,
+        repo_cmd,
+        serve_cmd,
+        bench_cmd,
+        compare_cmd,
+        doctor_cmd,
+        deploy_cmd,
+        routes_cmd,
+    ):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -27,6 +27,7 @@ from trtspec.spec.schema import (
     ExternalArm,
     KvCache,
     ModelLocation,
+    Objectives,
     Quantization,
     Rollout,
     Route,
@@ -46,6 +47,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("routes", "*"): Route,
     ("bench",): Bench,
     ("bench", "decision"): Decision,
+    ("bench", "decision", "objectives"): Objectives,
     ("bench", "external", "*"): ExternalArm,
     ("rollout",): Rollout,
 }
@@ -175,6 +177,16 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
                 ("routes", name, "prompts"), f"file not found: {p}; create it or fix the path"
             )
     check_external(spec, names, issues)
+    decision = spec.bench.decision
+    if decision.decide_by == "goodput" and not (
+        decision.objectives
+        and any(v is not None for v in decision.objectives.model_dump().values())
+    ):
+        issues.add(
+            ("bench", "decision", "decide_by"),
+            "goodput needs latency objectives; set bench.decision.objectives "
+            "(ttft_ms, itl_ms and/or latency_ms) or decide by speedup",
+        )
     fb = spec.rollout.fallback_variant
     if fb != BASELINE and fb not in names:
         close = difflib.get_close_matches(fb, [BASELINE, *names], n=1)

@@ -197,6 +197,22 @@ class Route(_Strict):
     )
 
 
+class Objectives(_Strict):
+    """Latency objectives a request must meet to count towards goodput."""
+
+    ttft_ms: float | None = Field(
+        default=None, gt=0.0, description="Time to first token at most this (ms)."
+    )
+    itl_ms: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Inter-token latency (the request's TPOT) at most this (ms).",
+    )
+    latency_ms: float | None = Field(
+        default=None, gt=0.0, description="End-to-end latency at most this (ms)."
+    )
+
+
 class Decision(_Strict):
     min_speedup: float = Field(
         default=1.05,
@@ -228,10 +244,20 @@ class Decision(_Strict):
         le=100000,
         description="Fewest paired prompts a decision needs; fewer ends inconclusive.",
     )
+    objectives: Objectives | None = Field(
+        default=None,
+        description="Per-request latency objectives; the bench reports goodput (the share "
+        "of requests meeting them and their tokens/s) per arm and load.",
+    )
+    decide_by: Literal["speedup", "goodput"] = Field(
+        default="speedup",
+        description="The speed criterion of a decision: the paired speedup, or the paired "
+        "difference in the share of requests meeting `objectives` (needs objectives).",
+    )
 
 
 #: The decision thresholds' defaults, for summaries of runs whose settings lack some.
-DEFAULT_DECISION: dict[str, float] = Decision().model_dump()
+DEFAULT_DECISION: dict[str, Any] = Decision().model_dump()
 
 ExternalName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]
 

@@ -151,6 +151,8 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
         4,
     )
     assert (r0["draft_tokens"], r0["accepted_tokens"]) == (12, 12)
+    # 4 rounds, each drafting 3 tokens, all accepted
+    assert r0["drafted_per_position"] == r0["accepted_per_position"] == {"1": 4, "2": 4, "3": 4}
     assert r0["speculative"] is True and r0["mode"] == "ngram"
     assert r0["served_variant"] == "fast" and r0["fallback"] is False
     assert r0["ttft_ms"] < r0["latency_ms"]
@@ -235,7 +237,12 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     )
     assert "bench: route=copy concurrency=2 T=0 24 requests over 4 arm(s)" in res.stderr
     html = (run / "report.html").read_text()
-    for png in ("speedup.png", "latency_copy.png", "latency_json.png", "acceptance_vs_k.png"):
+    for png in (
+        "speedup.png",
+        "latency_copy.png",
+        "latency_json.png",
+        "acceptance_by_position_copy.png",
+    ):
         assert (run / "plots" / png).read_bytes()[:4] == b"\x89PNG"
         assert f"src='plots/{png}'" in html
 

@@ -121,6 +121,7 @@ def infer(
                     reply.final[name] = int(result.as_numpy(name)[0])
                 reply.final["variant"] = result.as_numpy("variant")[0].decode()
                 reply.final["fallback"] = bool(result.as_numpy("fallback")[0])
+                reply.final["position_acceptance"] = result.as_numpy("position_acceptance")
                 break
     finally:
         client.stop_stream()
@@ -182,6 +183,17 @@ def test_variant_equals_baseline_at_temperature_zero(served, baseline, variant: 
         assert 0 <= stats["accepted_tokens"] <= stats["draft_tokens"]
         # every round yields its accepted draft tokens plus one of the target's own
         assert stats["completion_tokens"] <= stats["accepted_tokens"] + stats["rounds"]
+        # per-position counts add up to the totals where the orchestrator drafts;
+        # modes that draft inside the engine report none (shape 2 x 0)
+        drafted, accepted = stats["position_acceptance"].tolist()
+        if variant in ("draft", "draft_logits", "ngram"):
+            assert (sum(drafted), sum(accepted)) == (
+                stats["draft_tokens"],
+                stats["accepted_tokens"],
+            )
+            assert drafted and all(a <= d for d, a in zip(drafted, accepted, strict=True))
+        else:
+            assert drafted == accepted == []
 
 
 def _prompt_ids(repo: Path, prompt: str) -> list[int]:

@@ -39,6 +39,7 @@ def row(
     drafted: int | None = None,
     accepted: int | None = None,
     rounds: int | None = None,
+    positions: tuple[list[int], list[int]] | None = None,
 ) -> dict[str, Any]:
     spec = variant != "baseline"
     return {
@@ -70,6 +71,12 @@ def row(
         "draft_tokens": drafted,
         "accepted_tokens": accepted,
         "rounds": rounds,
+        "drafted_per_position": (
+            None if positions is None else {str(j + 1): n for j, n in enumerate(positions[0])}
+        ),
+        "accepted_per_position": (
+            None if positions is None else {str(j + 1): n for j, n in enumerate(positions[1])}
+        ),
         "client_overhead_ms": 0.2,
         "send_lag_ms": None,
     }
@@ -93,6 +100,7 @@ def run_rows() -> list[dict[str, Any]]:
                 accepted=30,
                 rounds=10,
                 quality={"ruff": {"status": "pass"}},
+                positions=([10, 10, 10, 10], [10, 9, 7, 4]),
             )
         )
         rows.append(
@@ -355,12 +363,16 @@ def test_render_run_writes_every_artefact(tmp_path: Path) -> None:
         "plots/speedup.png",
         "plots/latency_code.png",
         "plots/latency_chat.png",
-        "plots/acceptance_vs_k.png",
+        "plots/acceptance_by_position_code.png",
     ):
         assert (run / name).is_file(), name
     assert (run / "plots/speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (run / "report.html").read_text()
-    for src in ("plots/speedup.png", "plots/latency_code.png", "plots/acceptance_vs_k.png"):
+    for src in (
+        "plots/speedup.png",
+        "plots/latency_code.png",
+        "plots/acceptance_by_position_code.png",
+    ):
         assert f"src='{src}'" in html
     on_disk = json.loads((run / "summary.json").read_text())
     assert on_disk["schema_version"] == 1

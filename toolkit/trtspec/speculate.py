@@ -138,6 +138,16 @@ class RoundStats:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
 
+def position_counts(per_round: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Per draft position j = 1, 2, …: how many rounds drafted a token at j
+    and how many of those had it accepted (a round's accepted tokens are a
+    prefix of its draft, so position j is accepted when ``accepted ≥ j``)."""
+    width = max((d for d, _ in per_round), default=0)
+    drafted = [sum(1 for d, _ in per_round if d > j) for j in range(width)]
+    accepted = [sum(1 for _, a in per_round if a > j) for j in range(width)]
+    return drafted, accepted
+
+
 Proposer = Callable[[Sequence[int], int], list[int]]
 
 

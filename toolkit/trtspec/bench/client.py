@@ -139,6 +139,18 @@ def _scalar(result: Any, name: str) -> Any:
     return arr.reshape(-1)[0]
 
 
+def _positions(arr: Any) -> dict[str, Any]:
+    """Per-position draft counts of a final response as row fields
+    ({"1": n, …}); nothing where the variant reported none."""
+    if arr is None or arr.ndim != 2 or arr.shape[0] != 2 or arr.shape[1] == 0:
+        return {}
+    drafted, accepted = arr.tolist()
+    return {
+        "drafted_per_position": {str(j + 1): int(n) for j, n in enumerate(drafted)},
+        "accepted_per_position": {str(j + 1): int(n) for j, n in enumerate(accepted)},
+    }
+
+
 def grpc_client(url: str) -> Any:
     """A tritonclient gRPC client whose channel comes back within a second of
     its server's restart: its own subchannel pool (gRPC shares subchannels,
@@ -274,6 +286,7 @@ class StreamWorker:
                 out.final["variant"] = served.decode() if isinstance(served, bytes) else served
                 fb = _scalar(result, "fallback")
                 out.final["fallback"] = None if fb is None else bool(fb)
+                out.final.update(_positions(result.as_numpy("position_acceptance")))
                 out.end_ns = arrived
                 out.overhead_wall_ns += time.perf_counter_ns() - p0
                 out.overhead_ns += time.thread_time_ns() - c0

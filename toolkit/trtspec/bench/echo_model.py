@@ -69,13 +69,14 @@ class TritonPythonModel:
             out = [text[i % len(text)] for i in range(max_tokens)]
             if self.corrupt:
                 out = [c.swapcase() if c.isalpha() else "#" for c in out]
-            sent, rounds, first_ns = 0, 0, 0
+            sent, rounds, first_ns, sizes = 0, 0, 0, []
             while sent < max_tokens:
                 if self.round_ms:
                     time.sleep(self.round_ms / 1000.0)
                 chunk = out[sent : sent + per_round]
                 sent += len(chunk)
                 rounds += 1
+                sizes.append(len(chunk))
                 first_ns = first_ns or time.monotonic_ns() - start
                 final = sent >= max_tokens
                 tensors = [
@@ -93,6 +94,14 @@ class TritonPythonModel:
                             "rounds": rounds, "prefix_reused_tokens": -1}  # no KV cache
                     tensors += [pb_utils.Tensor(n, np.array([v], dtype=np.int32))
                                 for n, v in ints.items()]
+                    # each round drafted per_round - 1 tokens, all of its chunk
+                    # but the bonus token accepted
+                    width = per_round - 1
+                    positions = [[rounds] * width,
+                                 [sum(1 for n in sizes if n - 1 > j) for j in range(width)]]
+                    tensors.append(pb_utils.Tensor(
+                        "position_acceptance",
+                        np.asarray(positions, dtype=np.int32).reshape(2, width)))
                     tensors += [
                         pb_utils.Tensor("server_ttft_ns", np.array([first_ns], dtype=np.int64)),
                         pb_utils.Tensor("server_total_ns",

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trtspec.bench import goodput
+from trtspec.bench import goodput, positions
 from trtspec.bench.decide import routing_yaml
 from trtspec.bench.records import (
     REQUESTS_FILE,
@@ -621,7 +621,8 @@ def write_plots(
 ) -> list[tuple[str, str]]:
     """Speedup per route with CI bars, speedup vs concurrency per route
     measured at several levels, TTFT/latency distributions per variant and
-    route, and acceptance rate against k. Returns (title, relative src)."""
+    route, and acceptance by draft position per route. Returns (title,
+    relative src)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -689,28 +690,14 @@ def write_plots(
             )
         )
         plt.close(fig)
-    acc = [
-        c
-        for c in cells
-        if c.get("acceptance_rate") is not None and c.get("num_speculative_tokens") is not None
-    ]
-    if acc:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        series: dict[str, list[tuple[int, float]]] = {}
-        for c in acc:
-            label = f"{c['route']}/{c['variant']} {c['load']} T={c['temperature']:g}"
-            series.setdefault(label, []).append(
-                (int(c["num_speculative_tokens"]), float(c["acceptance_rate"]))
+    for route in positions.plot_routes(summary):
+        fig = positions.position_plot(plt, summary, route)
+        images.append(
+            (
+                f"{route}: acceptance by draft position",
+                _save(fig, run_dir, f"acceptance_by_position_{_safe(route)}.png"),
             )
-        for label, pts_k in series.items():
-            pts_k.sort()
-            ax.plot([k for k, _ in pts_k], [a for _, a in pts_k], marker="o", label=label)
-        ax.set_xlabel("num_draft_tokens (k)")
-        ax.set_ylabel("acceptance rate")
-        ax.set_ylim(0, 1.05)
-        ax.legend(fontsize=6)
-        ax.set_title("Acceptance rate vs k")
-        images.append(("Acceptance rate vs k", _save(fig, run_dir, "acceptance_vs_k.png")))
+        )
         plt.close(fig)
     return images
 

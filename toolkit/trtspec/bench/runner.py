@@ -468,6 +468,7 @@ class _Recorder:
             ),
             "acceptance_note": f.get("acceptance_note"),
             "accepted_per_position": f.get("accepted_per_position"),
+            "drafted_per_position": f.get("drafted_per_position"),
             "finish_reason": f.get("finish_reason"),
         }
 

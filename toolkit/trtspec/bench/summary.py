@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
-from trtspec.bench import goodput, stats
+from trtspec.bench import goodput, positions, stats
 from trtspec.bench.decide import decide
 from trtspec.bench.openai_metrics import attach_cell_acceptance
 from trtspec.bench.quality import FAIL, PASS, SKIPPED, quality_passed
@@ -161,6 +161,7 @@ def summarize_cell(
         "server_memory_bytes": None,
         "prefix_reused_tokens_mean": _mean_reused(ok),
         "cache_state_differs": None,
+        "position_acceptance": positions.cell_positions(rows) if speculative else None,
         "goodput": goodput.cell_goodput(rows, objectives),
         "goodput_difference": None,
     }

@@ -192,6 +192,10 @@ ORCHESTRATOR_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("output_ids", "TYPE_INT32", (-1,)),
     TensorSpec("is_final", "TYPE_BOOL", (1,)),
     *(TensorSpec(name, "TYPE_INT32", (1,)) for name in STAT_OUTPUTS),
+    # rows [drafted, accepted] per draft position 1..k over the request's
+    # rounds (speculate.position_counts); shape (2, 0) where the runtime
+    # reports no rounds (modes that draft inside the engine)
+    TensorSpec("position_acceptance", "TYPE_INT32", (2, -1)),
     TensorSpec("server_ttft_ns", "TYPE_INT64", (1,)),
     TensorSpec("server_total_ns", "TYPE_INT64", (1,)),
     TensorSpec("variant", "TYPE_STRING", (1,)),

@@ -51,6 +51,7 @@ from trtspec.speculate import (
     RoundStats,
     accepted_count,
     draft_budget,
+    position_counts,
     propose_ngram,
     round_finished,
     round_seed,
@@ -396,6 +397,16 @@ class _Generation:
             }
             tensors.extend(
                 pb_utils.Tensor(k, np.array([v], dtype=np.int32)) for k, v in stats.items()
+            )
+            positions = (
+                position_counts(self.stats.per_round)
+                if self.model.mode in DRAFT_LOOP_MODES
+                else ([], [])
+            )
+            tensors.append(
+                pb_utils.Tensor(
+                    "position_acceptance", np.asarray(positions, dtype=np.int32).reshape(2, -1)
+                )
             )
             ttft, total = first - self.start_ns, now - self.start_ns
             tensors += [

@@ -329,6 +329,13 @@ PROBE_TESTS = {
     with pytest.raises(ProcessLookupError):
         os.kill(T["host_pid"], 0)
 """,
+    "nested_userns": """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.unshare(0x10000000) != 0  # CLONE_NEWUSER
+    assert ctypes.get_errno() == errno.ENOSPC
+    assert open("/proc/sys/user/max_user_namespaces").read().strip() == "0"
+""",
     "fork_bomb": """
     started = fork_bomb(300)
     assert 0 < started < T["process_limit"]

@@ -21,7 +21,8 @@ why, and exits):
    or host ``/tmp``; the writable ``WORK_DIR`` a tmpfs capped at
    ``WORK_DIR_LIMIT_BYTES`` (``/tmp`` links into it) holding copies of the
    code and tests;
-4. every capability dropped (bounding set emptied, then none effective,
+4. no further user namespace may be made inside (its limit set to 0); every
+   capability dropped (bounding set emptied, then none effective,
    permitted or inheritable), ``no_new_privs``; then rlimits: CPU seconds,
    address space, file size, open files, no core dumps, and processes
    (RLIMIT_NPROC counts per user namespace, so it is this check's tree). With
@@ -32,8 +33,8 @@ why, and exits):
 The network namespace has no interface up (not even loopback), so there is
 no IP network and no abstract unix socket of the host; path sockets of the
 host are out of reach because its file tree is. No syscall filter (seccomp):
-the kernel's whole syscall surface for an unprivileged user in a user
-namespace stays reachable."""
+the kernel's whole syscall surface for an unprivileged user stays
+reachable."""
 
 from __future__ import annotations
 
@@ -286,6 +287,14 @@ def build_root(new_root: str, files: dict[str, bytes], sources: dict[str, int]) 
             os.symlink(os.readlink("/" + name), f"{new_root}/{name}")
     _build_etc(new_root, sources)
     _build_dev(new_root, sources)
+    # no user namespace inside this one (bubblewrap's --disable-userns): each
+    # would give the code a root of its own to reach more of the kernel with.
+    # The limit belongs to our user namespace, written through the host's /proc
+    # while it is still in view.
+    try:
+        _write("/proc/sys/user/max_user_namespaces", "0")
+    except OSError as exc:
+        raise Refused(f"forbid nested user namespaces: {exc.strerror}") from exc
     os.mkdir(f"{new_root}/proc", 0o555)
     try:  # a /proc of the new PID namespace (while the host's is still in view: the
         # kernel allows a new one only where one is fully visible), or none at all

@@ -415,6 +415,26 @@ def test_probes_left_the_host_untouched(probe_run: dict[str, Any]) -> None:
     assert subprocess.run(["true"], check=False).returncode == 0
 
 
+def test_without_cgroups_rlimits_bound_the_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no cgroup can be made (not root, v2 not delegated) the tree is
+    bounded by RLIMIT_NPROC, counted per user namespace (so per check, not
+    per host uid), and a smaller address space per process."""
+    monkeypatch.setattr(sandbox.TreeLimits, "create", classmethod(lambda cls, name: cls([], None)))
+    tests = (
+        "import resource\nfrom solution import fork_bomb, memory_bomb\n\n"
+        "def test_fallback():\n"
+        "    assert resource.getrlimit(resource.RLIMIT_NPROC) == "
+        f"({jail.FALLBACK_PROCESS_LIMIT}, {jail.FALLBACK_PROCESS_LIMIT})\n"
+        "    assert resource.getrlimit(resource.RLIMIT_AS)[0] == "
+        f"{jail.FALLBACK_ADDRESS_SPACE_LIMIT_BYTES}\n"
+        f"    assert 0 < fork_bomb(100) < {jail.FALLBACK_PROCESS_LIMIT}\n"
+        "    results = memory_bomb(count=2)\n"
+        "    assert all(code != 0 and b'held' not in out for code, out in results), results\n"
+    )
+    out = sandbox.run_pytest(PROBES, tests)
+    assert (out.status, out.tree_limits) == ("pass", sandbox.RLIMITS), out.summary
+
+
 def _probes() -> dict[str, Any]:
     scope: dict[str, Any] = {}
     exec(compile(PROBES, "probes", "exec"), scope)  # the very code the sandbox ran

@@ -105,6 +105,17 @@ def test_a_busy_loop_is_stopped_by_the_cpu_limit_not_the_clock() -> None:
     assert out.summary == "CPU time limit hit"
 
 
+def test_pytest_itself_past_the_memory_limit_fails_saying_so() -> None:
+    code = "def add(a, b):\n    hold = b'x' * (900 * 2**20)\n    return a + b\n"
+    out = sandbox.run_pytest(code, TESTS)
+    if out.tree_limits == sandbox.RLIMITS:  # no cgroup: MemoryError at the address-space rlimit
+        both = ["test_solution.py::test_small", "test_solution.py::test_negative"]
+        assert (out.status, out.failed_tests) == ("fail", both), out.summary
+    else:
+        mib = jail.TREE_MEMORY_LIMIT_BYTES // 2**20
+        assert (out.status, out.summary) == ("fail", f"memory limit hit ({mib} MiB)")
+
+
 def test_the_environment_has_no_proxies_or_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")

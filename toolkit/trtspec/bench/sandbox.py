@@ -130,8 +130,11 @@ def _outcome(code: int | None, out: str, limits: TreeLimits) -> PytestOutcome:
     tree = limits.kind or RLIMITS
     if not first.startswith(jail.MARK_CONTAINED):
         # the first line is the launcher's; code under test only writes after it
-        why = first.removeprefix(jail.MARK_REFUSED).strip() if first else ""
-        why = why or f"the launcher exited with {code} before building it"
+        if first.startswith(jail.MARK_REFUSED):
+            why = first.removeprefix(jail.MARK_REFUSED).strip()
+        else:  # the launcher itself failed (a traceback): its last line says why
+            last = (out.strip().splitlines() or [""])[-1].strip()
+            why = f"the launcher exited with {code}" + (f": {last}" if last else "")
         return PytestOutcome(UNAVAILABLE, [], f"sandbox unavailable: {why}"[:300], REFUSED, tree)
     failed = list(dict.fromkeys(_FAILED.findall(rest)))
     lines = _SUMMARY.findall(rest)

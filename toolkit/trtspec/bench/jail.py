@@ -310,7 +310,7 @@ def build_root(new_root: str, files: dict[str, bytes], sources: dict[str, int]) 
     for name, data in files.items():
         Path(work, name).write_bytes(data)
     os.symlink(WORK_DIR.lstrip("/") + "/tmp", f"{new_root}/tmp")
-    # pivot_root(".", "."): the old root is stacked under the new one, then detached
+    # pivot_root(".", "."): the old root ends up stacked over the new one; detach it
     os.chdir(new_root)
     number = _SYS_PIVOT_ROOT.get(platform.machine())
     if number is None:

@@ -5,9 +5,10 @@ on the extracted code), ``ruff`` (``ruff check`` on it; *skipped*, never
 passed, when ruff is not installed), ``json_schema`` (parse + validate against
 the prompt's ``schema``), ``golden`` (difflib similarity to the prompt's
 ``golden`` answer), ``pytest`` (the prompt's ``tests`` run against the
-extracted code in a contained child process: ``trtspec.bench.sandbox``;
-*skipped* for prompts without tests). Token-exact equality with the baseline is not a check
-here: it needs the paired baseline row and lives in the summary."""
+extracted code in a sandbox: ``trtspec.bench.sandbox``; *skipped* for
+prompts without tests and where the sandbox cannot be built). Token-exact
+equality with the baseline is not a check here: it needs the paired baseline
+row and lives in the summary."""
 
 from __future__ import annotations
 
@@ -192,7 +193,8 @@ def check_golden(text: str, item: dict[str, Any]) -> CheckResult:
 
 def check_pytest(text: str, item: dict[str, Any]) -> CheckResult:
     """The prompt's ``tests`` against the extracted code; a timeout (wall clock
-    or CPU time, trtspec.bench.sandbox's defaults) fails."""
+    or CPU time, trtspec.bench.sandbox's defaults) fails. Where the sandbox
+    cannot be built the check did not run: *skipped*, saying why."""
     from trtspec.bench.sandbox import run_pytest
 
     tests = item.get("tests")
@@ -203,7 +205,10 @@ def check_pytest(text: str, item: dict[str, Any]) -> CheckResult:
         "outcome": out.status,
         "failed_tests": out.failed_tests,
         "containment": out.containment,
+        "tree_limits": out.tree_limits,
     }
+    if out.status == "unavailable":  # untrusted code is never run outside the sandbox
+        return CheckResult(SKIPPED, f"not run: {out.summary}"[:300], extra)
     if out.status == "pass":
         return CheckResult(PASS, out.summary, extra)
     names = f": {', '.join(out.failed_tests)}" if out.failed_tests else ""

@@ -204,6 +204,7 @@ def test_orchestrators_carry_their_callees(built) -> None:
         "draft_model": plan.variants["draft"].draft,
         "seed_input": "seed",
         "perf_metrics": "true",
+        "reuse_stats_input": "return_perf_metrics",
         "max_draft_len": "4",
         "num_draft_tokens": "3",
         "draft_schedule": "constant",

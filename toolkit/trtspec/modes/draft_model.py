@@ -100,7 +100,7 @@ def check(spec: Any, v: DraftModelVariant, base: tuple[Any, ...], tools: CheckTo
             f"the draft's tp×pp = {d.world} is more than the target's {t.tp * t.pp} GPUs; "
             f"give the draft at most {t.tp * t.pp} (a draft is the smaller model)",
         )
-    tools.tp_split(v.draft.model, d.tp, (*base, "draft", "tp"), "the draft")
+    tools.tp_split(v.draft.model, d.tp, (*base, "draft", "tp"), "the draft", t.tp * t.pp)
     if spec.backend is Backend.tensorrt_llm and q is Quantization.int8:
         issues.add(
             (*base, "draft", "quantization"),

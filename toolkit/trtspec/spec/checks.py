@@ -376,15 +376,16 @@ class _Tools:
     def compare_vocab(self, target: Any, draft: Any, path: Path_, variant: str) -> None:
         _compare_vocab(Path(target), Path(draft), path, self.issues, self.warnings, variant=variant)
 
-    def tp_split(self, model: str, tp: int, path: Path_, what: str) -> None:
-        _check_tp_split(self.spec, model, tp, path, self.issues, what)
+    def tp_split(self, model: str, tp: int, path: Path_, what: str, most: int = 64) -> None:
+        _check_tp_split(self.spec, model, tp, path, self.issues, what, most)
 
 
 def _check_tp_split(  # noqa: PLR0917 - internal helper, as _compare_vocab
-    spec: Spec, model: str, tp: int, path: Path_, issues: _Issues, what: str
+    spec: Spec, model: str, tp: int, path: Path_, issues: _Issues, what: str, most: int = 64
 ) -> None:
     """A local model's heads against the TP it is converted with
-    (``trtllm_argv.tp_split_problem``); hub models are checked by the build."""
+    (``trtllm_argv.tp_split_problem``); hub models are checked by the build.
+    The fix lists the TP sizes up to ``most`` that split."""
     loc = spec.model_location(model)
     if tp == 1 or loc.kind != "local" or spec.backend is not Backend.tensorrt_llm:
         return
@@ -396,7 +397,7 @@ def _check_tp_split(  # noqa: PLR0917 - internal helper, as _compare_vocab
         return  # unreadable configs are reported where the model is located
     problem = tp_split_problem(heads, kv_heads, tp)
     if problem is not None:
-        fits = [str(n) for n in range(1, 65) if tp_split_problem(heads, kv_heads, n) is None]
+        fits = [str(n) for n in range(1, most + 1) if not tp_split_problem(heads, kv_heads, n)]
         issues.add(
             path,
             f"{what} ({heads} heads, {kv_heads} KV heads) cannot be converted with tp {tp}: "

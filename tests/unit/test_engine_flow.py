@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (exact user-facing messages read best on one line)
 """Engine-flow fidelity (issue 21): what `trtspec build --dry-run` plans for
 the cases that only misbehave on a real GPU, checked against the upstream
 source each rule follows (cited beside each test), and the memory plan of an

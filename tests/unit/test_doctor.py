@@ -142,7 +142,9 @@ def test_healthy_gpu_container(tmp_path: Path, gpu_machine) -> None:
     assert checks["GPU memory"] == {
         "name": "GPU memory",
         "status": "ok",
-        "detail": "79.6 GiB per GPU; the repository needs at least 32.3 GiB, 60.3 GiB for a "
+        # the lookahead engine is built with max_seq_len 4096 + 15 (trtllm-build adds
+        # max_draft_len): 65 blocks of 64 tokens, 0.25 GiB more KV than the baseline's
+        "detail": "79.6 GiB per GPU; the repository needs at least 32.3 GiB, 60.5 GiB for a "
         "full KV cache",
         "fix": "",
     }
@@ -188,9 +190,9 @@ def test_each_blocker_says_what_to_do(tmp_path: Path, gpu_machine) -> None:
     assert checks["GPU memory"] == {
         "name": "GPU memory",
         "status": "blocker",
-        "detail": "8.0 GiB per GPU; the repository needs at least 17.1 GiB, 31.1 GiB for a "
+        "detail": "8.0 GiB per GPU; the repository needs at least 17.2 GiB, 31.3 GiB for a "
         "full KV cache",
-        "fix": "the repository's 2 engines need at least 17.1 GiB but the GPU has 8.0 GiB; "
+        "fix": "the repository's 2 engines need at least 17.2 GiB but the GPU has 8.0 GiB; "
         "the baseline alone needs 9.1 GiB: quantize the target or raise target.tp; "
         "variant lookahead alone needs 9.1 GiB: drop it, quantize, or raise target.tp",
     }

@@ -197,6 +197,12 @@ def _build_tools(spec: Any, plan: Any) -> Iterable[Check]:
 def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     gpus = probe_gpus()
     need = int(spec.target.tp) * int(spec.target.pp) if spec is not None else 1
+    what = "TP×PP"
+    if spec is not None and plan is not None:
+        # each instance on GPUs of its own (trtspec.plan.placement)
+        placed = max((d + 1 for e in plan.engines for inst in e.devices for d in inst), default=0)
+        if placed > need:
+            need, what = placed, "TP×PP × instances"
     if gpus is None:
         yield Check(
             "GPUs",
@@ -217,7 +223,7 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
         yield Check(
             "GPUs",
             BLOCKER,
-            f"{len(gpus)} ({names}), the spec needs TP×PP = {need}",
+            f"{len(gpus)} ({names}), the spec needs {what} = {need}",
             "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp",
         )
     else:
@@ -225,7 +231,7 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
             "GPUs",
             OK,
             f"{len(gpus)} ({names})"
-            + (f", the spec needs TP×PP = {need}" if spec is not None else ""),
+            + (f", the spec needs {what} = {need}" if spec is not None else ""),
         )
     if not gpu_spec or not gpus:
         return

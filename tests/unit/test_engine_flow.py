@@ -398,3 +398,26 @@ def test_eagle_memory_plan_matches_a_hand_computation(models: Path) -> None:
     assert server["fixed_bytes"] == fixed
     assert server["need_min_bytes"] == fixed + 1_124_597_760
     assert server["need_full_bytes"] == fixed + 449_839_104_000
+
+
+def test_orchestrator_mode_engine_models_name_their_gpus(models: Path, tmp_path: Path) -> None:
+    """TP×PP > 1 with a draft: the repository is served in orchestrator mode
+    (examples/draft_target_model/README.md: "--multi-model is necessary if TP
+    mode is used"), where each engine model's gpu_device_ids places its
+    spawned workers; the draft at tp 2 takes the first two of the target's 4."""
+    from trtspec.plan import make_plan
+    from trtspec.repo.assemble import assemble
+    from trtspec.repo.configs import parameters_of, read_config
+    from trtspec.spec import load_spec
+
+    spec = load_spec(
+        write(models, DRAFT_SPEC.replace("family: llama, tp: 4}", "family: llama, tp: 2}"))
+    )
+    repo = assemble(
+        spec, make_plan(spec, models / "e"), models / "e", tmp_path / "repo", require_engines=False
+    )
+    ids = {
+        name: parameters_of(read_config(repo / name / "config.pbtxt"))["gpu_device_ids"]
+        for name in ("target", "target_dte", "draft_small_tp2pp1")
+    }
+    assert ids == {"target": "0,1,2,3", "target_dte": "0,1,2,3", "draft_small_tp2pp1": "0,1"}

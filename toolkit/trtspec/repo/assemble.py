@@ -235,9 +235,12 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
     if layout.backend == "tensorrt_llm":
         params["executor_worker_path"] = EXECUTOR_WORKER
         if engine.gpu_device_ids and (target.instances > 1 or target.tp * target.pp > 1):
-            # Each instance's own GPUs (plan.placement); one GPU, one instance
-            # needs none. Commas between GPUs, ';' between instances
-            # (tensorrtllm_backend v0.19.0 docs/llama_multi_instance.md).
+            # Each instance's own GPUs (plan.placement), and at TP×PP > 1 each
+            # engine model's: in orchestrator mode a draft's spawned workers
+            # take exactly these; in leader mode rank r takes entry r, the GPU
+            # it would take anyway. One GPU, one instance needs none. Commas
+            # between GPUs, ';' between instances (tensorrtllm_backend v0.19.0
+            # docs/llama_multi_instance.md, model_instance_state.cc).
             params["gpu_device_ids"] = engine.gpu_device_ids
         if contract.guided_decoding_params:
             params.update(GUIDED_DECODING_OFF)

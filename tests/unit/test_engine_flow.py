@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.fixtures import cpp_params
 
 from trtspec.cli.main import cli
 from trtspec.memory import ENGINE_RESERVE_BYTES, PROCESS_RESERVE_BYTES
@@ -215,6 +216,9 @@ def test_instances_get_gpus_of_their_own(models: Path, tmp_path: Path) -> None:
         config = read_config(repo / name / "config.pbtxt")
         assert config.instance_group[0].count == 2
         assert parameters_of(config)["gpu_device_ids"] == "0;1"
+        # as model_state.cc parses it: one device list per instance
+        assert cpp_params.id_groups(parameters_of(config)["gpu_device_ids"]) == [[0], [1]]
+        assert cpp_params.problems(parameters_of(config), "1.1.0") == []
 
 
 def test_instances_of_a_multi_gpu_engine_are_refused(models: Path) -> None:
@@ -421,3 +425,6 @@ def test_orchestrator_mode_engine_models_name_their_gpus(models: Path, tmp_path:
         for name in ("target", "target_dte", "draft_small_tp2pp1")
     }
     assert ids == {"target": "0,1,2,3", "target_dte": "0,1,2,3", "draft_small_tp2pp1": "0,1"}
+    for name in ids:
+        params = parameters_of(read_config(repo / name / "config.pbtxt"))
+        assert cpp_params.problems(params, "1.1.0") == []

@@ -147,6 +147,7 @@ def test_draft_logits_gather_on_both_engines_and_the_draft_keeps_its_own_tp(
         "target_dte": [[0, 1, 2, 3]],
         "draft_small_tp4pp1": [[0, 1, 2, 3]],
     }
+    assert data["memory"]["gpus"] == 4
 
 
 def test_draft_tp_must_split_its_heads(models: Path) -> None:
@@ -204,6 +205,8 @@ def test_instances_get_gpus_of_their_own(models: Path, tmp_path: Path) -> None:
     }
     assert engine(data, "target")["instances"] == 2
     assert engine(data, "target")["gpu_device_ids"] == "0;1"
+    # one copy of each engine on each of 2 GPUs: the per-GPU plan holds for both
+    assert data["memory"]["gpus"] == 2
     spec = load_spec(spec_path)
     repo = assemble(
         spec,

@@ -198,11 +198,9 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     gpus = probe_gpus()
     need = int(spec.target.tp) * int(spec.target.pp) if spec is not None else 1
     what = "TP×PP"
-    if spec is not None and plan is not None:
-        # each instance on GPUs of its own (trtspec.plan.placement)
-        placed = max((d + 1 for e in plan.engines for inst in e.devices for d in inst), default=0)
-        if placed > need:
-            need, what = placed, "TP×PP × instances"
+    # each instance on GPUs of its own (trtspec.plan.placement)
+    if spec is not None and plan is not None and plan.gpus > need:
+        need, what = plan.gpus, "TP×PP × instances"
     if gpus is None:
         yield Check(
             "GPUs",

@@ -413,6 +413,7 @@ class MemoryPlan:
     gpu: int | None
     kv_fraction: float  # the spec's kv_cache.free_gpu_mem_fraction
     fractions: dict[str, float] = field(default_factory=dict)
+    gpus: int = 0  # GPUs the engines are placed on (Plan.gpus); each holds what a server needs
 
     @property
     def known(self) -> bool:
@@ -463,6 +464,7 @@ class MemoryPlan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpu_memory_bytes": self.gpu,
+            "gpus": self.gpus,
             "known": self.known,
             "engines": [
                 {**e.to_dict(), "kv_cache_free_gpu_mem_fraction": self.fractions.get(e.name)}
@@ -539,6 +541,7 @@ def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPla
         fits=fits,
         gpu=gpu_bytes,
         kv_fraction=float(spec.target.kv_cache.free_gpu_mem_fraction),
+        gpus=plan.gpus,
     )
     mp.fractions = kv_fractions(mp)
     return mp

@@ -139,6 +139,11 @@ class Plan:
                 return e
         raise KeyError(name)
 
+    @property
+    def gpus(self) -> int:
+        """GPUs the engines are placed on (every instance's, ``placement``); 0 on reference."""
+        return max((d + 1 for e in self.engines for inst in e.devices for d in inst), default=0)
+
     def units(self) -> list[str]:
         """Output folders in build order."""
         seen: dict[str, None] = {}

@@ -233,3 +233,21 @@ def test_nvidia_smi_is_read_through_the_subprocess_chokepoint(
     assert doctor.probe_gpus() == [doctor.Gpu("NVIDIA H200", 143771 << 20)] * 2
     fake.write_text("#!/bin/sh\nexit 3\n")
     assert doctor.probe_gpus() is None
+
+
+def test_instances_need_gpus_of_their_own(tmp_path: Path, gpu_machine) -> None:
+    """Two instances of a one-GPU engine sit on GPUs 0 and 1 (trtspec.plan.placement)."""
+    path = make_spec(tmp_path)
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("tp: 1,", "tp: 1, instances: 2,"),
+        encoding="utf-8",
+    )
+    res = run(str(path), "--format", "json")
+    assert res.exit_code == 1, res.output
+    assert checks_of(res)["GPUs"] == {
+        "name": "GPUs",
+        "status": "blocker",
+        "detail": "1 (NVIDIA H100 80GB HBM3), the spec needs TP×PP × instances = 2",
+        "fix": "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp / "
+        "target.instances",
+    }

@@ -222,7 +222,8 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
             "GPUs",
             BLOCKER,
             f"{len(gpus)} ({names}), the spec needs {what} = {need}",
-            "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp",
+            "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp"
+            + (" / target.instances" if what != "TP×PP" else ""),
         )
     else:
         yield Check(

@@ -34,6 +34,7 @@ from trtspec.procutil import dist_version
 from trtspec.spec import (
     Backend,
     DraftModelVariant,
+    EagleVariant,
     Quantization,
     Spec,
 )
@@ -560,7 +561,7 @@ def _variant_engines(b: _Builder, spec: Spec) -> dict[str, VariantEngines]:
                 max_draft_len=v.max_draft_len or 0,
                 source=spec.target.model,
                 variant=v.name,
-                num_eagle_layers=int(getattr(v, "num_eagle_layers", 0) or 0),
+                num_eagle_layers=v.num_eagle_layers if isinstance(v, EagleVariant) else 0,
             )
             out[v.name] = VariantEngines(name, None, v.mode)
             continue

@@ -142,7 +142,9 @@ def test_healthy_gpu_container(tmp_path: Path, gpu_machine) -> None:
     assert checks["GPU memory"] == {
         "name": "GPU memory",
         "status": "ok",
-        "detail": "79.6 GiB per GPU; the repository needs at least 32.3 GiB, 60.3 GiB for a "
+        # the lookahead engine is built with max_seq_len 4096 + 15 (trtllm-build adds
+        # max_draft_len): 65 blocks of 64 tokens, 0.25 GiB more KV than the baseline's
+        "detail": "79.6 GiB per GPU; the repository needs at least 32.3 GiB, 60.5 GiB for a "
         "full KV cache",
         "fix": "",
     }
@@ -188,9 +190,9 @@ def test_each_blocker_says_what_to_do(tmp_path: Path, gpu_machine) -> None:
     assert checks["GPU memory"] == {
         "name": "GPU memory",
         "status": "blocker",
-        "detail": "8.0 GiB per GPU; the repository needs at least 17.1 GiB, 31.1 GiB for a "
+        "detail": "8.0 GiB per GPU; the repository needs at least 17.2 GiB, 31.3 GiB for a "
         "full KV cache",
-        "fix": "the repository's 2 engines need at least 17.1 GiB but the GPU has 8.0 GiB; "
+        "fix": "the repository's 2 engines need at least 17.2 GiB but the GPU has 8.0 GiB; "
         "the baseline alone needs 9.1 GiB: quantize the target or raise target.tp; "
         "variant lookahead alone needs 9.1 GiB: drop it, quantize, or raise target.tp",
     }
@@ -231,3 +233,21 @@ def test_nvidia_smi_is_read_through_the_subprocess_chokepoint(
     assert doctor.probe_gpus() == [doctor.Gpu("NVIDIA H200", 143771 << 20)] * 2
     fake.write_text("#!/bin/sh\nexit 3\n")
     assert doctor.probe_gpus() is None
+
+
+def test_instances_need_gpus_of_their_own(tmp_path: Path, gpu_machine) -> None:
+    """Two instances of a one-GPU engine sit on GPUs 0 and 1 (trtspec.plan.placement)."""
+    path = make_spec(tmp_path)
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("tp: 1,", "tp: 1, instances: 2,"),
+        encoding="utf-8",
+    )
+    res = run(str(path), "--format", "json")
+    assert res.exit_code == 1, res.output
+    assert checks_of(res)["GPUs"] == {
+        "name": "GPUs",
+        "status": "blocker",
+        "detail": "1 (NVIDIA H100 80GB HBM3), the spec needs TP×PP × instances = 2",
+        "fix": "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp / "
+        "target.instances",
+    }

@@ -209,7 +209,7 @@ def test_validate_prints_the_plan_and_warns(spec_path: Path) -> None:
         "4",
         "50.9",
         "GiB",
-        "93.5",
+        "94.0",
         "GiB",
         "does",
         "not",
@@ -244,10 +244,14 @@ def test_dry_run_shows_the_plan_without_a_gpu_size(spec_path: Path) -> None:
     assert "GPU memory plan (estimate per GPU; no --gpu-memory given)" in res.stdout
     # no GPU size: the spec's 0.9 is split by KV need (the draft's is small)
     rows = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line}
-    # 0.9 x 16 GiB / (3 x 16 GiB + 0.6875 GiB), the draft's 0.9 x 0.6875 / 48.6875,
-    # both rounded down
-    assert rows["target"][-1] == rows["target_dte"][-1] == "0.2957"
-    assert rows["draft_tiny"][-1] == "0.0127"
+    # KV need: target 16 GiB (4096 tokens); target_dte and lookahead are built
+    # with max_seq_len 4096 + 4 and 4096 + 15 (trtllm-build adds max_draft_len),
+    # 65 blocks of 64 = 4160 tokens x 512 KiB x 8 = 16.25 GiB each; the draft
+    # 0.6875 GiB. Total 49.1875 GiB; 0.9 x 16 / 49.1875, 0.9 x 16.25 / 49.1875,
+    # 0.9 x 0.6875 / 49.1875, rounded down:
+    assert rows["target"][-1] == "0.2927"
+    assert rows["target_dte"][-1] == rows["target_lookahead_lookahead"][-1] == "0.2973"
+    assert rows["draft_tiny"][-1] == "0.0125"
     assert rows["repository"][-1] == "-"
 
 
@@ -287,7 +291,7 @@ def test_repo_writes_the_planned_fractions(spec_path: Path, tmp_path: Path) -> N
     for name, fraction in mp.fractions.items():
         params = parameters_of(read_config(repo / name / "config.pbtxt"))
         assert params["kv_cache_free_gpu_mem_fraction"] == str(fraction)
-    assert mp.fractions["target"] == 0.1593
+    assert mp.fractions["target"] == 0.1577
 
 
 def test_repo_command_takes_gpu_memory(spec_path: Path, tmp_path: Path) -> None:
@@ -328,5 +332,5 @@ def test_repo_command_takes_gpu_memory(spec_path: Path, tmp_path: Path) -> None:
     assert (
         parameters_of(config)["kv_cache_free_gpu_mem_fraction"]
         == str(mp.fractions["target_dte"])
-        == "0.7892"
+        == "0.7897"
     )

@@ -288,8 +288,9 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "bfloat16",
         "--qformat",
         "int4_wo",
+        # the draft's own draft.tp (default 1), not the target's tp 2
         "--tp_size",
-        "2",
+        "1",
         "--pp_size",
         "1",
     ]
@@ -335,6 +336,9 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "draft_tokens_external",
         "--max_draft_len",
         "5",
+        # use_draft_logits: the verifying target gathers logits too
+        # (examples/draft_target_model/README.md @11925f62)
+        "--gather_generation_logits",
     ]
     assert argv(plan, "build:draft_qwen2.5-0.5b-instruct_int4_wo") == [
         "trtllm-build",
@@ -355,9 +359,10 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("version", "script"),
     [
-        ("0.17.0", "/app/examples/qwen/convert_checkpoint.py"),
-        ("0.19.0", "/app/examples/qwen/convert_checkpoint.py"),
-        ("0.20.0", "/app/examples/models/core/qwen/convert_checkpoint.py"),
+        # before 1.0 the containers keep examples/ under /app/tensorrt_llm
+        ("0.17.0", "/app/tensorrt_llm/examples/qwen/convert_checkpoint.py"),
+        ("0.19.0", "/app/tensorrt_llm/examples/qwen/convert_checkpoint.py"),
+        ("0.20.0", "/app/tensorrt_llm/examples/models/core/qwen/convert_checkpoint.py"),
         ("1.2.1", "/app/examples/models/core/qwen/convert_checkpoint.py"),
     ],
 )

@@ -204,6 +204,7 @@ def test_orchestrators_carry_their_callees(built) -> None:
         "draft_model": plan.variants["draft"].draft,
         "seed_input": "seed",
         "perf_metrics": "true",
+        "reuse_stats_input": "return_perf_metrics",
         "max_draft_len": "4",
         "num_draft_tokens": "3",
         "draft_schedule": "constant",
@@ -329,6 +330,33 @@ def test_old_versions_use_old_tensor_names(tmp_path: Path) -> None:
     assert "seed" not in names and "min_tokens" not in names
     assert config.backend == "tensorrtllm"
     assert params(parse(repo / "baseline" / "config.pbtxt"))["seed_input"] == "random_seed"
+    assert check_repository(repo) == []
+
+
+def test_kv_reuse_outputs_before_0_19(tmp_path: Path) -> None:
+    """tensorrtllm_backend v0.17.0 / v0.18.x templates: the kv_cache_* outputs
+    exist, asked for with return_kv_cache_reuse_stats (return_perf_metrics,
+    with timing and acceptance, arrives in v0.19.0)."""
+    path = write_spec(tmp_path, backend="tensorrt_llm", version="0.18.2")
+    text = path.read_text(encoding="utf-8")  # lookahead needs 0.19
+    path.write_text("\n".join(x for x in text.splitlines() if "lookahead" not in x) + "\n")
+    spec = load_spec(path)
+    engines = tmp_path / "engines"
+    plan = make_plan(spec, engines)
+    write_engines(plan)
+    repo = assemble(spec, plan, engines, tmp_path / "out")
+    config = parse(repo / "target_dte" / "config.pbtxt")
+    names = {t.name for t in config.input}
+    assert "return_kv_cache_reuse_stats" in names and "return_perf_metrics" not in names
+    assert {t.name for t in config.output} >= {"kv_cache_reused_blocks"}
+    assert "acceptance_rate" not in {t.name for t in config.output}
+    # instances: 2 at tp 1: one GPU each (plan.placement)
+    assert params(config)["gpu_device_ids"] == "0;1"
+    orchestrator = params(parse(repo / "draft" / "config.pbtxt"))
+    assert (orchestrator["perf_metrics"], orchestrator["reuse_stats_input"]) == (
+        "false",
+        "return_kv_cache_reuse_stats",
+    )
     assert check_repository(repo) == []
 
 

@@ -19,7 +19,12 @@ from tritonclient.grpc import model_config_pb2
 
 from trtspec.plan import make_plan
 from trtspec.repo.assemble import assemble
-from trtspec.repo.contract import LOOKAHEAD_INPUTS, PERF_OUTPUTS, engine_contract
+from trtspec.repo.contract import (
+    KV_REUSE_OUTPUTS,
+    LOOKAHEAD_INPUTS,
+    PERF_OUTPUTS,
+    engine_contract,
+)
 from trtspec.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,8 +112,8 @@ def test_golden_engine_models_use_only_template_names(spec_name: str, tmp_path: 
 @pytest.mark.parametrize(
     ("version", "template"),
     [
-        ("0.17.0", "0.19"),
-        ("0.18.2", "0.19"),
+        ("0.17.0", "0.17"),
+        ("0.18.2", "0.17"),
         ("0.19.0", "0.19"),
         ("0.20.0", "0.20"),
         ("0.21.0", "0.20"),
@@ -128,17 +133,24 @@ def test_contract_names_exist_in_the_official_template(version: str, template: s
     )
     assert {seed, min_tokens} <= set(contract.input_names())
     since_019 = {*LOOKAHEAD_INPUTS, "return_perf_metrics"}
+    # optional in every template from v0.17.0 (tensorrtllm_template_names_0.17.txt)
+    assert next(t for t in contract.inputs if t.name == "input_ids").optional
     if version.startswith(("0.17", "0.18")):
         # first shipped in v0.19 (reference §2, drift item 4)
         assert not since_019 & set(contract.input_names())
-        assert not set(PERF_OUTPUTS) & set(contract.output_names())
+        # the KV-reuse outputs are there from v0.17.0, asked for by their own input
+        assert contract.reuse_stats_input == "return_kv_cache_reuse_stats"
+        assert contract.reuse_stats_input in contract.input_names()
+        assert set(PERF_OUTPUTS) & set(contract.output_names()) == set(KV_REUSE_OUTPUTS)
     else:
+        assert contract.reuse_stats_input == "return_perf_metrics"
         assert since_019 <= set(contract.input_names())
         assert set(PERF_OUTPUTS) <= set(contract.output_names())
 
 
 def test_template_name_files_have_the_documented_counts() -> None:
     # [B-0.19]: 60 inputs / 19 outputs; [T] adds two of each (reference §2, §10)
+    assert tuple(map(len, template_names("tensorrtllm_template_names_0.17.txt"))) == (53, 12)
     assert tuple(map(len, template_names("tensorrtllm_template_names_0.19.txt"))) == (60, 19)
     assert tuple(map(len, template_names("tensorrtllm_template_names_0.20.txt"))) == (62, 21)
 

@@ -72,7 +72,11 @@ def test_orchestrator_argv_exact() -> None:
         orchestrator_mode_argv(["tritonserver"], gpus=0)
 
 
-def test_whole_repository_at_tp2_is_served_in_orchestrator_mode() -> None:
+def test_whole_repository_at_tp2_is_served_in_orchestrator_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one zero CUDA pool per visible GPU (launch.visible_gpus): two, whatever this machine has
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     engines = engine_models(GOLDEN)
     assert len(engines) == 6
     server = Server(
@@ -165,7 +169,10 @@ def _stand_in_mpirun(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def test_orchestrator_launch_reaches_mpirun_with_its_environment(tmp_path: Path) -> None:
+def test_orchestrator_launch_reaches_mpirun_with_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     bin_dir = _stand_in_mpirun(tmp_path)
     repo = tmp_path / "repo"
     shutil.copytree(GOLDEN, repo)
@@ -186,7 +193,10 @@ def test_orchestrator_launch_reaches_mpirun_with_its_environment(tmp_path: Path)
     assert not server.running
 
 
-def test_serve_cli_picks_orchestrator_mode_for_a_multi_engine_repository(tmp_path: Path) -> None:
+def test_serve_cli_picks_orchestrator_mode_for_a_multi_engine_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     bin_dir = _stand_in_mpirun(tmp_path)
     binary = bin_dir / "tritonserver"
     binary.write_text("#!/bin/sh\nexit 1\n")

@@ -197,6 +197,10 @@ def _build_tools(spec: Any, plan: Any) -> Iterable[Check]:
 def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     gpus = probe_gpus()
     need = int(spec.target.tp) * int(spec.target.pp) if spec is not None else 1
+    what = "TP×PP"
+    # each instance on GPUs of its own (trtspec.plan.placement)
+    if spec is not None and plan is not None and plan.gpus > need:
+        need, what = plan.gpus, "TP×PP × instances"
     if gpus is None:
         yield Check(
             "GPUs",
@@ -217,15 +221,16 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
         yield Check(
             "GPUs",
             BLOCKER,
-            f"{len(gpus)} ({names}), the spec needs TP×PP = {need}",
-            "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp",
+            f"{len(gpus)} ({names}), the spec needs {what} = {need}",
+            "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp"
+            + (" / target.instances" if what != "TP×PP" else ""),
         )
     else:
         yield Check(
             "GPUs",
             OK,
             f"{len(gpus)} ({names})"
-            + (f", the spec needs TP×PP = {need}" if spec is not None else ""),
+            + (f", the spec needs {what} = {need}" if spec is not None else ""),
         )
     if not gpu_spec or not gpus:
         return

@@ -47,6 +47,16 @@ QUANT_BYTES = {
     "int4_wo": 0.5,
     "int4_awq": 0.5 + 2.0 / 128,
 }
+# The generation-logits cache of an engine built with --gather_generation_logits
+# (draft-model engines and the target_dte that verifies by logits): two
+# float32 buffers of [max_batch_size × beam, GENERATION_LOGITS_BUFFER_LENGTH,
+# vocab] (NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/runtimeBuffers.cpp:
+# cacheTransposedGenerationLogits and cacheGenerationLogits;
+# cpp/include/tensorrt_llm/batch_manager/runtimeBuffers.h @95ca1eae:
+# GENERATION_LOGITS_BUFFER_LENGTH = 8). The engines' logits are float32
+# (repo/contract.py LOGITS_DATATYPE).
+GENERATION_LOGITS_BUFFER_LENGTH = 8
+LOGITS_BYTES = 4
 # Per engine model: TensorRT-LLM's runtime buffers and workspace outside the
 # activations (a rough, fixed allowance); per tritonserver process: the CUDA
 # context. Both are estimates, stated as such in the output.
@@ -154,8 +164,20 @@ class ModelShape:
         qbytes = QUANT_BYTES.get(quantization, dbytes)
         return int(self.layers * self.layer_linear_params() * qbytes + self.other_params() * dbytes)
 
-    def kv_bytes_per_token(self, dtype: str) -> int:
-        return int(2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES[dtype])
+    def kv_bytes_per_token(
+        self, dtype: str, tp: int = 1, pp: int = 1, extra_layers: int = 0
+    ) -> int:
+        """K and V bytes of one token on one rank: ``2 × layers × kv_heads ×
+        head_dim × bytes`` with the layers split over ``pp`` and the KV heads
+        over ``tp``, each rank holding ``ceil(kv_heads / tp)`` of them (KV heads
+        are replicated when TP exceeds them: NVIDIA/TensorRT-LLM
+        ``tensorrt_llm/runtime/model_runner.py`` @2340c776,
+        ``num_kv_heads = (num_kv_heads + tp_size - 1) // tp_size``).
+        ``extra_layers``: attention layers beyond the model's own in the same
+        KV pool (EAGLE's draft layer)."""
+        layers = -(-(self.layers + extra_layers) // pp)
+        kv_heads = -(-self.kv_heads // tp)
+        return int(2 * layers * kv_heads * self.head_dim * DTYPE_BYTES[dtype])
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -210,6 +232,11 @@ class EngineMemory:
     kv_per_token: int = 0
     kv_full: int = 0  # max_batch_size sequences of max_seq_len tokens
     kv_min: int = 0  # one sequence of max_seq_len tokens
+    logits_cache: int = 0  # gather engines only (GENERATION_LOGITS_BUFFER_LENGTH)
+    max_seq_len: int = 0  # the engine's, as trtllm-build raised it
+    max_num_tokens: int = 0
+    instances: int = 1
+    devices: str = ""  # gpu_device_ids: each instance on GPUs of its own
     note: str = ""
 
     @property
@@ -218,8 +245,10 @@ class EngineMemory:
 
     @property
     def fixed(self) -> int:
-        """Memory the engine takes before its KV cache: weights + overhead."""
-        return self.weights + self.activations + ENGINE_RESERVE_BYTES
+        """Memory one instance takes on each of its GPUs before its KV cache:
+        weights + overhead. Instances sit on GPUs of their own (plan.placement),
+        so a GPU holds one instance of each engine."""
+        return self.weights + self.activations + self.logits_cache + ENGINE_RESERVE_BYTES
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -235,6 +264,11 @@ class EngineMemory:
             "kv_bytes_per_token": self.kv_per_token,
             "kv_full_bytes": self.kv_full,
             "kv_min_bytes": self.kv_min,
+            "logits_cache_bytes": self.logits_cache,
+            "max_seq_len": self.max_seq_len,
+            "max_num_tokens": self.max_num_tokens,
+            "instances": self.instances,
+            "gpu_device_ids": self.devices,
             "note": self.note,
         }
 
@@ -254,13 +288,26 @@ def _heads_params(spec: Any, variant: Any, shape: ModelShape) -> tuple[int, str]
     return 0, ""
 
 
+def _eagle_layers(spec: Any, variant: Any, root: Path | None) -> int:
+    """Attention layers of the EAGLE draft network (``eagle_net_config``): its
+    checkpoint's ``num_hidden_layers`` when the config is here, else EAGLE-1's 1."""
+    path = find_config(spec, variant.checkpoint, root)
+    if path is not None:
+        try:
+            return max(1, int(read_config(path).get("num_hidden_layers") or 1))
+        except (MemoryPlanError, TypeError, ValueError):
+            pass
+    return 1
+
+
 def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
-    """Estimate every engine of ``plan`` (models whose config.json is not on
-    this machine are listed as unknown, with where it would be)."""
+    """Estimate every engine of ``plan`` from the values it is built with
+    (``EnginePlan.max_seq_len`` / ``max_num_tokens`` after trtllm-build's
+    increases, its own TP×PP); models whose config.json is not on this machine
+    are listed as unknown, with where it would be."""
     from trtspec.modes.draft_model import draft_dtype
 
     t = spec.target
-    gpus = int(t.tp) * int(t.pp)
     out: list[EngineMemory] = []
     for e in plan.engines:
         variants = [spec.variant(v) for v in e.variants if v != BASELINE]
@@ -271,9 +318,14 @@ def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
         else:
             dtype, quant = spec.dtype, t.quantization.value
             max_draft = int(e.max_draft_len or 0)
+        gpus = int(e.tp) * int(e.pp)
         mem = EngineMemory(
             name=e.name, role=e.role, model=e.source, dtype=dtype, quantization=quant, gpus=gpus
         )
+        mem.max_seq_len = int(e.max_seq_len or t.max_seq_len)
+        mem.max_num_tokens = int(e.max_num_tokens or t.max_num_tokens)
+        mem.instances = int(t.instances) if spec.backend.value == "tensorrt_llm" else 1
+        mem.devices = e.gpu_device_ids
         path = find_config(spec, e.source, plan.root)
         if path is None:
             mem.note = "config.json not on this machine (build downloads it)"
@@ -286,20 +338,34 @@ def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
             out.append(mem)
             continue
         mem.config = str(path)
-        extra, mem.note = 0, ""
+        extra, mem.note, eagle_layers = 0, "", 0
         if e.role == "target" and variants and e.mode in ("medusa", "eagle"):
             extra, mem.note = _heads_params(spec, variants[0], shape)
+            if e.mode == "eagle":
+                # EAGLE's draft layer keeps its KV in the engine's pool
+                # (tensorrt_llm/models/eagle/model.py @89fd9b74: prepare_inputs
+                # passes num_hidden_layers + eagle_net_config.num_hidden_layers).
+                eagle_layers = _eagle_layers(spec, variants[0], plan.root)
         weights = shape.weight_bytes(dtype, quant) + int(extra * DTYPE_BYTES[dtype])
         dbytes = DTYPE_BYTES[dtype]
         # Live activations of one layer for max_num_tokens tokens (TensorRT
         # reuses them across layers) plus the logits of every generation slot.
-        act = int(t.max_num_tokens) * (2 * shape.intermediate + 4 * shape.hidden) * dbytes
-        act += int(t.max_batch_size) * (max_draft + 1) * shape.vocab * 4
+        act = mem.max_num_tokens * (2 * shape.intermediate + 4 * shape.hidden) * dbytes
+        act += int(t.max_batch_size) * (max_draft + 1) * shape.vocab * LOGITS_BYTES
         mem.weights = weights // gpus
         mem.activations = int(act) // gpus
-        mem.kv_per_token = shape.kv_bytes_per_token(dtype) // gpus
+        if e.gather_logits:
+            mem.logits_cache = (
+                2
+                * int(t.max_batch_size)
+                * int(t.max_beam_width)
+                * GENERATION_LOGITS_BUFFER_LENGTH
+                * shape.vocab
+                * LOGITS_BYTES
+            )
+        mem.kv_per_token = shape.kv_bytes_per_token(dtype, int(e.tp), int(e.pp), eagle_layers)
         block = int(t.kv_cache.tokens_per_block)
-        seq_blocks = -(-int(t.max_seq_len) // block)
+        seq_blocks = -(-mem.max_seq_len // block)
         mem.kv_min = seq_blocks * block * mem.kv_per_token
         mem.kv_full = int(t.max_batch_size) * mem.kv_min
         out.append(mem)
@@ -347,6 +413,7 @@ class MemoryPlan:
     gpu: int | None
     kv_fraction: float  # the spec's kv_cache.free_gpu_mem_fraction
     fractions: dict[str, float] = field(default_factory=dict)
+    gpus: int = 0  # GPUs the engines are placed on (Plan.gpus); each holds what a server needs
 
     @property
     def known(self) -> bool:
@@ -397,6 +464,7 @@ class MemoryPlan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpu_memory_bytes": self.gpu,
+            "gpus": self.gpus,
             "known": self.known,
             "engines": [
                 {**e.to_dict(), "kv_cache_free_gpu_mem_fraction": self.fractions.get(e.name)}
@@ -473,6 +541,7 @@ def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPla
         fits=fits,
         gpu=gpu_bytes,
         kv_fraction=float(spec.target.kv_cache.free_gpu_mem_fraction),
+        gpus=plan.gpus,
     )
     mp.fractions = kv_fractions(mp)
     return mp

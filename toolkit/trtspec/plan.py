@@ -22,21 +22,23 @@ import json
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from trtspec import __version__, trtllm_argv
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE, ENGINE_MODES, MODES, engine_mode
 from trtspec.modes import module_for
-from trtspec.modes.draft_model import draft_dtype
+from trtspec.modes.draft_model import draft_identity
 from trtspec.procutil import dist_version
 from trtspec.spec import (
     Backend,
     DraftModelVariant,
+    EagleVariant,
     Quantization,
     Spec,
 )
+from trtspec.versions import default_examples_dir
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,28 @@ class EnginePlan:
     source: str
     dir: Path
     variants: tuple[str, ...]
+    # what trtllm-build makes of the spec's limits (trtllm_argv.effective_limits)
+    max_seq_len: int = 0
+    max_num_tokens: int = 0
+    tp: int = 1
+    pp: int = 1
+    gather_logits: bool = False  # built with --gather_generation_logits
+    num_eagle_layers: int = 0
+    # GPU device ids per Triton instance (tensorrtllm ``gpu_device_ids``); () on reference
+    devices: tuple[tuple[int, ...], ...] = ()
 
     @property
     def speculative_decoding_mode(self) -> int:
         return engine_mode(self.mode).trtllm_int
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def gpu_device_ids(self) -> str:
+        """The backend's format: commas between GPUs, ``;`` between instances."""
+        return ";".join(",".join(str(d) for d in inst) for inst in self.devices)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +107,12 @@ class EnginePlan:
             "source": self.source,
             "dir": str(self.dir),
             "variants": list(self.variants),
+            "max_seq_len": self.max_seq_len,
+            "max_num_tokens": self.max_num_tokens,
+            "tp": self.tp,
+            "pp": self.pp,
+            "gather_generation_logits": self.gather_logits,
+            "devices": [list(d) for d in self.devices],
         }
 
 
@@ -113,6 +139,11 @@ class Plan:
             if e.name == name:
                 return e
         raise KeyError(name)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the engines are placed on (every instance's, ``placement``); 0 on reference."""
+        return max((d + 1 for e in self.engines for inst in e.devices for d in inst), default=0)
 
     def units(self) -> list[str]:
         """Output folders in build order."""
@@ -184,14 +215,18 @@ class _Builder:
     def __init__(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> None:
         self.spec = spec
         self.root = Path(engines_root) / spec.name
-        self.examples = examples_dir or spec.stack.examples_dir
+        self.examples = (
+            examples_dir
+            or spec.stack.examples_dir
+            or default_examples_dir(spec.stack.trtllm_version)
+        )
         self.version = spec.stack.trtllm_version
         self.gpu = spec.backend is Backend.tensorrt_llm
         self.steps: list[Step] = []
         self.unit_keys: dict[str, str] = {}
         self.engines: dict[str, EnginePlan] = {}
         self.external: dict[str, str] = {}  # input path -> identity (hub ids, local folders)
-        self.drafts: dict[tuple[str, str, str], str] = {}  # (model, quant, dtype) -> draft engine
+        self.drafts: dict[tuple[str, str, str, str], str] = {}  # draft_identity -> engine
         self.drafted: set[str] = set()  # draft engines whose steps are planned
 
     # -- keys -------------------------------------------------------------
@@ -283,12 +318,27 @@ class _Builder:
         max_draft_len: int,
         source: str,
         variant: str | None,
+        tp: int | None = None,
+        pp: int | None = None,
+        gather_logits: bool = False,
+        num_eagle_layers: int = 0,
     ) -> EnginePlan:
+        """Add (or extend, for a shared engine) the plan of engine ``name``:
+        a shared engine keeps gathering logits once any of its variants needs it."""
+        t = self.spec.target
         prev = self.engines.get(name)
         variants = (
             (*prev.variants, variant)
             if prev and variant
             else (prev.variants if prev else ((variant,) if variant else ()))
+        )
+        limits = trtllm_argv.effective_limits(
+            max_seq_len=t.max_seq_len,
+            max_num_tokens=t.max_num_tokens,
+            max_batch_size=t.max_batch_size,
+            mode=mode,
+            max_draft_len=max_draft_len,
+            num_eagle_layers=num_eagle_layers,
         )
         e = EnginePlan(
             name=name,
@@ -298,6 +348,12 @@ class _Builder:
             source=source,
             dir=self.root / name,
             variants=variants,
+            max_seq_len=limits.max_seq_len,
+            max_num_tokens=limits.max_num_tokens,
+            tp=t.tp if tp is None else tp,
+            pp=t.pp if pp is None else pp,
+            gather_logits=gather_logits or bool(prev and prev.gather_logits),
+            num_eagle_layers=num_eagle_layers,
         )
         self.engines[name] = e
         return e
@@ -320,9 +376,21 @@ class _Builder:
     def ckpt_dir(self, name: str) -> str:
         return str(self.root / ".checkpoints" / name)
 
-    def plain_checkpoint(self, name: str, src: str, family: Any, dtype: str, quant: Any) -> str:
-        """Unquantized models go through convert_checkpoint.py, quantized through quantize.py."""
+    def plain_checkpoint(
+        self,
+        name: str,
+        src: str,
+        family: Any,
+        dtype: str,
+        quant: Any,
+        *,
+        tp: int | None = None,
+        pp: int | None = None,
+    ) -> str:
+        """Unquantized models go through convert_checkpoint.py, quantized through
+        quantize.py; with the target's TP/PP unless told otherwise (a draft's own)."""
         t, out = self.spec.target, self.ckpt_dir(name)
+        tp, pp = (t.tp if tp is None else tp), (t.pp if pp is None else pp)
         if quant is Quantization.none:
             argv = trtllm_argv.convert_argv(
                 examples_dir=self.examples,
@@ -331,8 +399,8 @@ class _Builder:
                 source=src,
                 output=out,
                 dtype=dtype,
-                tp=t.tp,
-                pp=t.pp,
+                tp=tp,
+                pp=pp,
             )
             return self.checkpoint(name, "convert", argv, [src])
         argv = trtllm_argv.quantize_argv(
@@ -341,8 +409,8 @@ class _Builder:
             output=out,
             dtype=dtype,
             quantization=quant,
-            tp=t.tp,
-            pp=t.pp,
+            tp=tp,
+            pp=pp,
         )
         return self.checkpoint(name, "quantize", argv, [src])
 
@@ -368,7 +436,7 @@ class _Builder:
             quantization=quantization,
             mode=e.mode,
             max_draft_len=e.max_draft_len,
-            gather_generation_logits=gather_logits,
+            gather_generation_logits=gather_logits or e.gather_logits,
         )
         self.add(
             kind="build",
@@ -442,6 +510,14 @@ def make_plan(
             max_draft_len=max(v.max_draft_len or 0 for v in dte_users),
             source=t.model,
             variant=None,
+            # Logits-based acceptance compares the draft's and the target's
+            # logits, so the verifying target gathers them too:
+            # examples/draft_target_model/README.md (TensorRT-LLM @11925f62,
+            # 0.18.0): "--gather_generation_logits is necessary if using
+            # generation logits for selecting tokens in target model".
+            gather_logits=any(
+                isinstance(v, DraftModelVariant) and v.use_draft_logits for v in dte_users
+            ),
         )
     if b.gpu:
         ckpt = b.target_checkpoint(target_src)
@@ -450,6 +526,9 @@ def make_plan(
         b.reference_engine(base, target_src, q, dtype, {}, [])
 
     variants.update(_variant_engines(b, spec))
+    if b.gpu:
+        for name, e in b.engines.items():
+            b.engines[name] = replace(e, devices=placement(e, spec))
     _add_engine_steps(b, spec, target_src)
     ordered = list(b.engines.values())
     return Plan(
@@ -482,6 +561,7 @@ def _variant_engines(b: _Builder, spec: Spec) -> dict[str, VariantEngines]:
                 max_draft_len=v.max_draft_len or 0,
                 source=spec.target.model,
                 variant=v.name,
+                num_eagle_layers=v.num_eagle_layers if isinstance(v, EagleVariant) else 0,
             )
             out[v.name] = VariantEngines(name, None, v.mode)
             continue
@@ -504,20 +584,44 @@ def _variant_engines(b: _Builder, spec: Spec) -> dict[str, VariantEngines]:
                 max_draft_len=0,
                 source=v.draft.model,
                 variant=v.name,
+                tp=v.draft.tp,
+                pp=v.draft.pp,
+                gather_logits=v.use_draft_logits,
             )
         out[v.name] = VariantEngines(DRAFT_LOOP_ENGINE, draft_name, v.mode)
     return out
+
+
+def placement(e: EnginePlan, spec: Spec) -> tuple[tuple[int, ...], ...]:
+    """The GPUs of each Triton instance of engine ``e`` (tensorrtllm ``gpu_device_ids``).
+
+    Each instance of a ``tensorrtllm`` model builds its own executor with its
+    own weights and KV pool (tensorrtllm_backend v0.19.0
+    ``inflight_batcher_llm/src/model_instance_state.cc``: instance i takes
+    ``gpu_device_ids`` entry ``i % n``), and the backend does not place
+    instances by ``instance_group`` (``docs/llama_multi_instance.md`` at
+    v0.19.0: "0,1;2,3" for two TP=2 instances). So instance i of every target
+    engine gets its own TP×PP GPUs, ``i·W … i·W+W−1``: one copy of each
+    engine per GPU, which is what the memory plan counts. A draft engine
+    shares its instance's first draft-TP×PP GPUs (examples/draft_target_model/
+    README.md @11925f62: draft and target on the same GPU performs better
+    when it fits; the memory plan adds the draft there)."""
+    t = spec.target
+    width = t.tp * t.pp
+    return tuple(tuple(range(i * width, i * width + e.world)) for i in range(int(t.instances)))
 
 
 def _draft_engine_name(b: _Builder, spec: Spec, v: DraftModelVariant, taken: set[str]) -> str:
     """One draft engine per distinct (model, quantization, dtype), named after the
     model; a hash suffix where the name would clash with a variant's."""
     d = v.draft
-    ident = (spec.model_location(d.model).ref, d.quantization.value, draft_dtype(spec, v))
+    ident = draft_identity(spec, v)
     if ident not in b.drafts:
         name = "draft_" + slug(d.model)
         if d.quantization is not Quantization.none:
             name += "_" + d.quantization.value
+        if d.world != 1:
+            name += f"_tp{d.tp}pp{d.pp}"
         if name in taken:
             name += "_" + hashlib.sha256(repr(ident).encode()).hexdigest()[:6]
         taken.add(name)

@@ -5,6 +5,11 @@ every flag that matters passed explicitly (defaults such as
 ``tokens_per_block`` and ``use_paged_context_fmha`` drifted between 0.17 and
 1.x, so relying on them would build different engines per container).
 
+Also what TensorRT-LLM's tools do to the values they are given, written once
+for the plan, the memory plan and the spec checks: the engine limits
+``trtllm-build`` actually builds (``effective_limits``) and the head split a
+tensor-parallel conversion needs (``tp_split_problem``).
+
 Pure functions returning argv lists; ``argv[0] == "python"`` means "the Python
 that runs the step", mapped by the executor. Nothing here imports
 ``tensorrt_llm``, nor the executor's ``build`` package: the plan (pure data)
@@ -14,6 +19,7 @@ calls these, the executor runs what they return.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trtspec.catalogue import ENGINE_MODE_BY_FLAG, engine_mode
@@ -203,6 +209,53 @@ def build_argv(
     if gather_generation_logits:
         argv.append("--gather_generation_logits")
     return argv
+
+
+@dataclass(frozen=True)
+class BuildLimits:
+    """The limits an engine is built with, after ``trtllm-build`` adjusted the CLI's."""
+
+    max_seq_len: int
+    max_num_tokens: int
+
+
+def effective_limits(
+    *,
+    max_seq_len: int,
+    max_num_tokens: int,
+    max_batch_size: int,
+    mode: str,
+    max_draft_len: int,
+    num_eagle_layers: int = 0,
+) -> BuildLimits:
+    """What ``trtllm-build`` turns the CLI limits into for a ``mode`` engine
+    (NVIDIA/TensorRT-LLM ``tensorrt_llm/builder.py`` ``build()`` @14e801da):
+    any speculative mode adds ``max_draft_len`` to ``max_seq_len`` and EAGLE
+    adds ``num_eagle_layers`` on top; ``max_num_tokens`` is raised to at least
+    ``max_batch_size * (max_draft_len + 1)``. A plain engine keeps the CLI's."""
+    if mode == "none":
+        return BuildLimits(max_seq_len, max_num_tokens)
+    seq = max_seq_len + max_draft_len
+    if engine_mode(mode).name == "eagle":
+        seq += num_eagle_layers
+    return BuildLimits(seq, max(max_num_tokens, max_batch_size * (max_draft_len + 1)))
+
+
+def tp_split_problem(heads: int, kv_heads: int, tp: int) -> str | None:
+    """Why a tensor-parallel conversion of a model with ``heads`` attention and
+    ``kv_heads`` KV heads over ``tp`` ranks fails, or None. The converters split
+    the query heads evenly (``split`` asserts ``shape % tp_size == 0``) and
+    either split the KV heads evenly or, when ``tp`` exceeds them, replicate
+    each one ``tp // kv_heads`` times (``dup_kv_weight`` asserts ``tp_size %
+    num_head == 0``): NVIDIA/TensorRT-LLM ``tensorrt_llm/models/convert_utils.py``
+    @9b3c7124."""
+    if heads % tp:
+        return f"its {heads} attention heads do not split evenly over tp {tp}"
+    if kv_heads >= tp and kv_heads % tp:
+        return f"its {kv_heads} KV heads do not split evenly over tp {tp}"
+    if kv_heads < tp and tp % kv_heads:
+        return f"its {kv_heads} KV heads cannot be replicated evenly over tp {tp}"
+    return None
 
 
 def tokenizer_argv(source: str, output: str) -> list[str]:

@@ -86,3 +86,22 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     if not m:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+#: Where the Triton TRT-LLM containers keep TensorRT-LLM's examples/ folder:
+#: containers of TensorRT-LLM before 1.0 ship the TensorRT-LLM source tree at
+#: ``/app/tensorrt_llm`` (triton-inference-server/tensorrtllm_backend
+#: ``README.md`` at tag v0.19.0, c1e19638: ``cd /app/tensorrt_llm/examples/gpt``);
+#: from 1.0 the examples sit at ``/app/examples`` (tutorials
+#: ``Feature_Guide/Speculative_Decoding/TRT-LLM/README.md`` @00e95b90, see
+#: shared/reference/trtllm-build.md §0).
+EXAMPLES_DIR_BEFORE_1_0 = "/app/tensorrt_llm/examples"
+EXAMPLES_DIR_FROM_1_0 = "/app/examples"
+
+
+def default_examples_dir(trtllm_version: str) -> str:
+    """The container's examples folder for ``trtllm_version`` (1.x layout when unparsable)."""
+    ver = parse_version(trtllm_version)
+    if ver is not None and ver[:2] < (1, 0):
+        return EXAMPLES_DIR_BEFORE_1_0
+    return EXAMPLES_DIR_FROM_1_0

@@ -112,6 +112,7 @@ class TritonPythonModel:
 
         config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.output_names = {o["name"] for o in config.get("output") or []}
         path = _param(config, "gpt_model_path")
         if path is None:
             raise pb_utils.TritonModelException(
@@ -231,7 +232,10 @@ class TritonPythonModel:
         options = {
             "streaming": bool(_first(request, ("streaming",), False)),
             "exclude": bool(_first(request, ("exclude_input_in_output",), self.exclude_default)),
-            "perf": bool(_first(request, ("return_perf_metrics",), False)),
+            # return_kv_cache_reuse_stats: the same request before TRT-LLM 0.19
+            "perf": bool(
+                _first(request, ("return_perf_metrics", "return_kv_cache_reuse_stats"), False)
+            ),
         }
         if options["streaming"] and not self.decoupled:
             raise InputError(
@@ -257,9 +261,14 @@ class TritonPythonModel:
                 rows = np.stack([r.numpy() for r in logit_rows]).astype(np.float32)
             tensors.append(pb_utils.Tensor("generation_logits", rows.reshape(1, 1, -1, vocab)))
         if options["perf"]:
-            tensors += _perf_tensors(
-                gen, len(gen.request.input_ids), self.engine.config.tokens_per_block
-            )
+            # only the perf outputs this version's config declares (0.17, 0.18: KV reuse)
+            tensors += [
+                t
+                for t in _perf_tensors(
+                    gen, len(gen.request.input_ids), self.engine.config.tokens_per_block
+                )
+                if t.name() in self.output_names
+            ]
         # Only what the caller asked for: the 2.51 stub prunes the rest in
         # ResponseSender::Send with the GIL released, freeing their NumPy
         # arrays without it (heap corruption; see repo/models/threads.BlsStreams).

@@ -68,6 +68,8 @@ class CheckTools(Protocol):
 
     def compare_vocab(self, target: Any, draft: Any, path: Path_, variant: str) -> None: ...
 
+    def tp_split(self, model: str, tp: int, path: Path_, what: str, most: int = 64) -> None: ...
+
 
 class StepBuilder(Protocol):
     """The planner's builder (``trtspec.plan._Builder``) as a mode's recipe sees it."""
@@ -75,7 +77,7 @@ class StepBuilder(Protocol):
     gpu: bool
     examples: str
     engines: dict[str, Any]
-    drafts: dict[tuple[str, str, str], str]  # (draft model, quantization, dtype) -> engine
+    drafts: dict[tuple[str, str, str, str], str]  # draft_model.draft_identity -> engine
     drafted: set[str]  # draft engines whose steps are planned
 
     def source(self, ref: str) -> str: ...
@@ -86,7 +88,17 @@ class StepBuilder(Protocol):
 
     def target_checkpoint(self, src: str) -> str: ...
 
-    def plain_checkpoint(self, name: str, src: str, family: Any, dtype: str, quant: Any) -> str: ...
+    def plain_checkpoint(
+        self,
+        name: str,
+        src: str,
+        family: Any,
+        dtype: str,
+        quant: Any,
+        *,
+        tp: int | None = None,
+        pp: int | None = None,
+    ) -> str: ...
 
     def gpu_engine(  # noqa: PLR0917 - mirrors plan._Builder.gpu_engine
         self,

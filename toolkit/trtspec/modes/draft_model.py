@@ -32,6 +32,18 @@ class DraftModel(Strict):
     family: Family = Field(description="Draft model family.")
     dtype: DType | None = Field(default=None, description="Draft dtype; null = the target's.")
     quantization: Quantization = Field(default=Quantization.none, description="Draft quantization.")
+    tp: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Draft tensor parallel size (its own, not the target's; at most the "
+        "target's TP×PP GPUs, which the draft shares).",
+    )
+    pp: int = Field(default=1, ge=1, le=64, description="Draft pipeline parallel size.")
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp
 
 
 class DraftModelVariant(VariantBase):
@@ -52,7 +64,7 @@ class DraftModelVariant(VariantBase):
     use_draft_logits: bool = Field(
         default=False,
         description="Accept by the draft's logits: speculative sampling, min(1, p/q) "
-        "(GPU: draft engine built with --gather_generation_logits).",
+        "(GPU: draft and target_dte engines built with --gather_generation_logits).",
     )
     draft_schedule: DraftScheduleName = "constant"
 
@@ -76,6 +88,19 @@ def check(spec: Any, v: DraftModelVariant, base: tuple[Any, ...], tools: CheckTo
             f"{q.value!r} needs the tensorrt_llm backend; "
             "the reference backend supports none or int8",
         )
+    d, t = v.draft, spec.target
+    if spec.backend is Backend.reference and d.world != 1:
+        issues.add(
+            (*base, "draft", "tp"), "the reference backend runs one process; set tp: 1 and pp: 1"
+        )
+    elif d.world > t.tp * t.pp:
+        # The draft's ranks are placed on its instance's target GPUs (plan.placement).
+        issues.add(
+            (*base, "draft", "tp"),
+            f"the draft's tp×pp = {d.world} is more than the target's {t.tp * t.pp} GPUs; "
+            f"give the draft at most {t.tp * t.pp} (a draft is the smaller model)",
+        )
+    tools.tp_split(v.draft.model, d.tp, (*base, "draft", "tp"), "the draft", t.tp * t.pp)
     if spec.backend is Backend.tensorrt_llm and q is Quantization.int8:
         issues.add(
             (*base, "draft", "quantization"),
@@ -104,10 +129,20 @@ def draft_dtype(spec: Any, v: DraftModelVariant) -> str:
     return v.draft.dtype.value if v.draft.dtype else spec.dtype
 
 
+def draft_identity(spec: Any, v: DraftModelVariant) -> tuple[str, str, str, str]:
+    """What makes two variants' draft engines the same engine."""
+    d = v.draft
+    return (
+        spec.model_location(d.model).ref,
+        d.quantization.value,
+        draft_dtype(spec, v),
+        f"tp{d.tp}pp{d.pp}",
+    )
+
+
 def _draft_engine(b: StepBuilder, spec: Any, v: DraftModelVariant) -> Any:
     """The variant's draft engine, or None when another variant already built it."""
-    d = v.draft
-    name = b.drafts[(spec.model_location(d.model).ref, d.quantization.value, draft_dtype(spec, v))]
+    name = b.drafts[draft_identity(spec, v)]
     if name in b.drafted:
         return None
     b.drafted.add(name)
@@ -120,8 +155,14 @@ def gpu_steps(b: StepBuilder, spec: Any, v: DraftModelVariant, target_src: str) 
     if e is None:
         return
     d, ddtype = v.draft, draft_dtype(spec, v)
-    ckpt = b.plain_checkpoint(e.name, b.source(d.model), d.family, ddtype, d.quantization)
-    b.gpu_engine(e, ckpt, None, d.quantization, ddtype, gather_logits=v.use_draft_logits)
+    # The draft is converted with its own TP/PP: small drafts often have head
+    # counts the target's TP does not divide (the checks refuse those), and
+    # examples/draft_target_model/README.md (TensorRT-LLM @11925f62, 0.18.0)
+    # sizes the draft's device list by "the TP size of the draft model engine".
+    ckpt = b.plain_checkpoint(
+        e.name, b.source(d.model), d.family, ddtype, d.quantization, tp=d.tp, pp=d.pp
+    )
+    b.gpu_engine(e, ckpt, None, d.quantization, ddtype, gather_logits=e.gather_logits)
 
 
 def reference_steps(b: StepBuilder, spec: Any, v: DraftModelVariant, target_src: str) -> None:

@@ -11,7 +11,15 @@ from pydantic import Field, model_validator
 
 from trtspec import trtllm_argv
 from trtspec.catalogue import MODES
-from trtspec.modes.base import CheckTools, Quantization, StepBuilder, VariantBase, choices_text
+from trtspec.modes.base import (
+    Backend,
+    CheckTools,
+    Family,
+    Quantization,
+    StepBuilder,
+    VariantBase,
+    choices_text,
+)
 
 MODE = "medusa"
 
@@ -47,6 +55,24 @@ SPEC_CLASS = MedusaVariant
 def check(spec: Any, v: MedusaVariant, base: tuple[Any, ...], tools: CheckTools) -> None:
     issues = tools.issues
     tools.location(v.checkpoint, (*base, "checkpoint"), "Medusa")
+    t = spec.target
+    if (
+        spec.backend is Backend.tensorrt_llm
+        and t.family is Family.qwen2
+        and t.quantization is Quantization.none
+        and t.tp > 1
+    ):
+        # examples/medusa/convert_checkpoint.py (NVIDIA/TensorRT-LLM @b93e14ca)
+        # loads Qwen2 with QWenForCausalLM.from_hugging_face(model_dir, dtype),
+        # no Mapping, and saves those full weights as every rank{N}.safetensors:
+        # wrong shards at TP > 1, silently. quantize.py builds a mapping per rank.
+        issues.add(
+            ("target", "tp"),
+            f"Medusa variant {v.name!r} on a qwen2 target cannot be converted at tp "
+            f"{t.tp}: TensorRT-LLM's Medusa converter writes the unsplit Qwen2 weights "
+            "for every rank; set tp: 1, or a target.quantization (quantize.py shards "
+            "by --tp_size), or drop the variant",
+        )
     problem = tools.tree_problem(v.medusa_choices)
     if problem:
         issues.add((*base, "medusa_choices"), problem)

@@ -74,6 +74,7 @@ class EngineModel:
     path: Path
     decoupled: bool = True
     variant: Any = None  # the spec variant for medusa/eagle/lookahead engines
+    gpu_device_ids: str = ""  # trtspec.plan.placement, in the backend's format
 
 
 @dataclass
@@ -123,6 +124,7 @@ def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
             mode=mode,
             max_draft_len=int(engine.max_draft_len or 0),
             path=root / engine.name,
+            gpu_device_ids=engine.gpu_device_ids,
         )
     variants: dict[str, VariantModel] = {}
     for name, wiring in plan.variants.items():
@@ -232,6 +234,14 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
         params.update(module_for(engine.variant).engine_parameters(engine.variant))
     if layout.backend == "tensorrt_llm":
         params["executor_worker_path"] = EXECUTOR_WORKER
+        if engine.gpu_device_ids and (target.instances > 1 or target.tp * target.pp > 1):
+            # Each instance's own GPUs (plan.placement), and at TP×PP > 1 each
+            # engine model's: in orchestrator mode a draft's spawned workers
+            # take exactly these; in leader mode rank r takes entry r, the GPU
+            # it would take anyway. One GPU, one instance needs none. Commas
+            # between GPUs, ';' between instances (tensorrtllm_backend v0.19.0
+            # docs/llama_multi_instance.md, model_instance_state.cc).
+            params["gpu_device_ids"] = engine.gpu_device_ids
         if contract.guided_decoding_params:
             params.update(GUIDED_DECODING_OFF)
     return configs.base_config(
@@ -258,6 +268,8 @@ def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block:
         "draft_model": variant.draft,
         "seed_input": contract.seed_input,
         "perf_metrics": contract.perf_metrics,
+        # the engine input that asks for kv_cache_reused_blocks (0.17 on)
+        "reuse_stats_input": contract.reuse_stats_input,
         # turns the target's kv_cache_reused_blocks into prefix_reused_tokens
         "tokens_per_block": int(tokens_per_block),
     }

@@ -262,8 +262,11 @@ class _Checker:
         perf = _flag(params.get("perf_metrics", "false"))
         sends = [*ENGINE_SENDS, params.get("seed_input") or "seed"]
         reads = list(ENGINE_READS)
+        reuse_input = params.get("reuse_stats_input") or ("return_perf_metrics" if perf else "")
+        if reuse_input:
+            sends.append(reuse_input)
+            reads.append("kv_cache_reused_blocks")
         if perf:
-            sends.append("return_perf_metrics")
             reads += [n for n in PERF_OUTPUTS if n.startswith("total_")]
         target = self.callee(model, "target_model")
         loop = mode in DRAFT_LOOP_MODES

@@ -4,7 +4,9 @@ that trtspec sends and reads, with their dtype, dims, reshape and optionality.
 The ``tensorrtllm`` C++ backend and the reference Python engine get the same
 lists, which is what lets the orchestrator treat both alike. Names drift by
 version (``random_seed``/``min_length`` before 0.20, ``seed``/``min_tokens``
-from 0.20; lookahead inputs and the perf-metric outputs exist from 0.19);
+from 0.20; the KV-reuse outputs exist from 0.17, asked for with
+``return_kv_cache_reuse_stats`` before 0.19; lookahead inputs,
+``return_perf_metrics`` and the timing/acceptance outputs exist from 0.19);
 ``tests/data/tensorrtllm_template_names_*.txt`` holds the official names these
 lists are checked against. The logits tensors (``draft_logits`` in,
 ``generation_logits`` out, ``return_generation_logits``) carry the draft
@@ -47,6 +49,9 @@ class EngineContract:
     seed_input: str
     min_tokens_input: str
     perf_metrics: bool  # return_perf_metrics + timing/acceptance outputs exist
+    # the input that asks for the kv_cache_* outputs: return_kv_cache_reuse_stats
+    # (0.17, 0.18), then return_perf_metrics (0.19 on)
+    reuse_stats_input: str
     lookahead_inputs: bool
     # tokenizer_dir / xgrammar_tokenizer_info_path / guided_decoding_backend:
     # read outside any try from 0.19 (a missing key fails the model load),
@@ -78,10 +83,20 @@ def _output(name: str, dtype: str, dims: tuple[int, ...] = (1,)) -> TensorSpec:
     return TensorSpec(name, dtype, dims)
 
 
-PERF_OUTPUTS = (
+#: The KV-reuse outputs: in the template from 0.17 (triton-inference-server/
+#: tensorrtllm_backend tags v0.17.0 and v0.18.0 all_models/inflight_batcher_llm/
+#: tensorrt_llm/config.pbtxt, with input ``return_kv_cache_reuse_stats``).
+KV_REUSE_OUTPUTS = (
     "kv_cache_alloc_new_blocks",
     "kv_cache_reused_blocks",
     "kv_cache_alloc_total_blocks",
+)
+KV_REUSE_INPUT_BEFORE_019 = "return_kv_cache_reuse_stats"
+
+#: Every perf output from 0.19 (tag v0.19.0: ``return_perf_metrics`` asks for
+#: the KV-reuse, timing and acceptance outputs together).
+PERF_OUTPUTS = (
+    *KV_REUSE_OUTPUTS,
     "arrival_time_ns",
     "first_scheduled_time_ns",
     "first_token_time_ns",
@@ -114,7 +129,9 @@ def engine_contract(trtllm_version: str) -> EngineContract:
     min_tokens = "min_tokens" if renamed else "min_length"
 
     inputs: list[TensorSpec] = [
-        TensorSpec("input_ids", "TYPE_INT32", (-1,), optional=renamed, ragged=True),
+        # optional in every supported template (tags v0.17.0 … v0.19.0 declare
+        # it ``optional: true``: requests may carry input embeddings instead)
+        TensorSpec("input_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
         _scalar("input_lengths", "TYPE_INT32", optional=False),
         _scalar("request_output_len", "TYPE_INT32", optional=False),
         TensorSpec("draft_input_ids", "TYPE_INT32", (-1,), optional=True, ragged=True),
@@ -133,8 +150,9 @@ def engine_contract(trtllm_version: str) -> EngineContract:
         _scalar("streaming", "TYPE_BOOL"),
         _scalar("stop", "TYPE_BOOL"),
     ]
+    reuse_input = "return_perf_metrics" if since_019 else KV_REUSE_INPUT_BEFORE_019
+    inputs.insert(-3, _scalar(reuse_input, "TYPE_BOOL"))
     if since_019:
-        inputs.insert(-3, _scalar("return_perf_metrics", "TYPE_BOOL"))
         # The template declares these three without reshape and ragged.
         inputs.extend(
             TensorSpec(name, "TYPE_INT32", (1,), optional=True, ragged=True)
@@ -147,13 +165,14 @@ def engine_contract(trtllm_version: str) -> EngineContract:
         _output("output_log_probs", "TYPE_FP32", (-1, -1)),
         _output("generation_logits", LOGITS_DATATYPE, (-1, -1, -1)),
     ]
-    if since_019:
-        outputs.extend(_output(n, _PERF_DTYPES.get(n, "TYPE_INT32")) for n in PERF_OUTPUTS)
+    perf_outputs = PERF_OUTPUTS if since_019 else KV_REUSE_OUTPUTS
+    outputs.extend(_output(n, _PERF_DTYPES.get(n, "TYPE_INT32")) for n in perf_outputs)
     return EngineContract(
         version=trtllm_version,
         seed_input=seed,
         min_tokens_input=min_tokens,
         perf_metrics=since_019,
+        reuse_stats_input=reuse_input,
         lookahead_inputs=since_019,
         guided_decoding_params=since_019,
         inputs=tuple(inputs),

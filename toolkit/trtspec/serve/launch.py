@@ -13,12 +13,17 @@ spawns its own TP×PP worker processes (``MPI_Comm_spawn`` of the
 The argv and environment follow ``scripts/launch_triton_server.py`` of
 tensorrtllm_backend v0.19.0 (``--multi-model`` without
 ``--disable-spawn-processes``; the CUDA memory pool flags apply to Triton >
-24.06, which every supported container is).
+24.06, which every supported container is, and cover every GPU the server
+sees: ``add_multi_model_config`` loops over ``number_of_gpus()``, the lines of
+``nvidia-smi --list-gpus``, since a draft or a second instance may sit on GPUs
+beyond the target's TP×PP).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
 
 LEADER = "leader"
 ORCHESTRATOR = "orchestrator"
@@ -33,6 +38,27 @@ def launch_mode(world_size: int, engine_models: Sequence[str]) -> str:
     if world_size <= 1:
         return SINGLE
     return ORCHESTRATOR if len(set(engine_models)) > 1 else LEADER
+
+
+def visible_gpus(env: Mapping[str, str], fallback: int) -> int:
+    """How many GPUs a server started with ``env`` sees: the entries of
+    ``CUDA_VISIBLE_DEVICES`` when set, else the lines of ``nvidia-smi
+    --list-gpus`` (what launch_triton_server.py counts); never fewer than
+    ``fallback`` (the ranks the repository needs), which is also the answer
+    when neither can be read."""
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    count = 0
+    if cvd is not None and cvd.strip():
+        count = len([d for d in cvd.split(",") if d.strip()])
+    elif (smi := shutil.which("nvidia-smi", path=env.get("PATH"))) is not None:
+        try:
+            out = subprocess.run(
+                [smi, "--list-gpus"], capture_output=True, text=True, timeout=20, check=False
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        count = len([line for line in out.splitlines() if line.strip()])
+    return max(count, fallback)
 
 
 def orchestrator_mode_argv(

@@ -56,6 +56,7 @@ from trtspec.serve.launch import (
     ORCHESTRATOR_ENV,
     launch_mode,
     orchestrator_mode_argv,
+    visible_gpus,
 )
 
 # Log lines Triton prints on every CPU-only start; they are not the reason a start failed.
@@ -314,7 +315,8 @@ class Server:
                             f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix or 'prefix'}0_",
                             *self.extra_args],
             )  # fmt: skip
-            return orchestrator_mode_argv(one, gpus=self.world_size)
+            seen = {**os.environ, **self.install.env, **self.env}
+            return orchestrator_mode_argv(one, gpus=visible_gpus(seen, self.world_size))
         if self.launch_mode == LEADER:
             return leader_mode_argv(
                 self.world_size, self.repo, engine_model=self.engine_models, host=self.host,

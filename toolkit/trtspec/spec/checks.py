@@ -36,6 +36,7 @@ from trtspec.spec.schema import (
     Target,
 )
 from trtspec.spec.yamlmarks import Path_, format_path
+from trtspec.trtllm_argv import tp_split_problem
 from trtspec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM, parse_version, shipped_by
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
@@ -241,6 +242,21 @@ def _check_target(spec: Spec, issues: _Issues) -> None:
             f"must be greater than max_input_len ({t.max_input_len}); "
             f"raise max_seq_len or lower max_input_len",
         )
+    if t.max_num_tokens < t.max_input_len:
+        # Every engine model runs with enable_chunked_context false
+        # (repo/assemble.py), and without chunking a context phase must fit in
+        # max_num_tokens whole: MicroBatchScheduler stops scheduling at a
+        # context whose tokens exceed what is left of it ("skip chunking" ...
+        # ``batchNumTokens + reqNumTokens > maxNumTokensRuntime`` → break;
+        # NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/
+        # microBatchScheduler.cpp @0a949d31), so such a prompt never runs.
+        issues.add(
+            ("target", "max_num_tokens"),
+            f"{t.max_num_tokens} is smaller than max_input_len ({t.max_input_len}); "
+            "with chunked context off a prompt of max_input_len tokens could never be "
+            f"scheduled: raise max_num_tokens to at least {t.max_input_len} or lower "
+            "max_input_len",
+        )
     if t.kv_cache.tokens_per_block & (t.kv_cache.tokens_per_block - 1):
         issues.add(
             ("target", "kv_cache", "tokens_per_block"),
@@ -257,13 +273,26 @@ def _check_target(spec: Spec, issues: _Issues) -> None:
                 f"{t.quantization.value!r} needs the tensorrt_llm backend; "
                 "the reference backend supports none or int8",
             )
-    elif t.quantization is Quantization.int8:
-        issues.add(
-            ("target", "quantization"),
-            "'int8' is the reference backend's dynamic int8; on "
-            "tensorrt_llm use int8_wo (weight-only) or int8_sq (SmoothQuant)",
-        )
+    else:
+        if t.quantization is Quantization.int8:
+            issues.add(
+                ("target", "quantization"),
+                "'int8' is the reference backend's dynamic int8; on "
+                "tensorrt_llm use int8_wo (weight-only) or int8_sq (SmoothQuant)",
+            )
+        if t.instances > 1 and t.tp * t.pp > 1:
+            # Instances are placed on GPUs of their own (plan.placement); a
+            # single-engine repository of TP×PP > 1 runs in leader mode, where
+            # the backend cannot place instances at all
+            # (tensorrtllm_backend v0.19.0 docs/llama_multi_instance.md).
+            issues.add(
+                ("target", "instances"),
+                f"{t.instances} instances of a tp×pp = {t.tp * t.pp} engine need one "
+                "tritonserver per copy (TensorRT-LLM's leader mode cannot place instances); "
+                "set instances: 1, or tp: 1 and pp: 1 for one GPU per instance",
+            )
     _check_location(spec, t.model, ("target", "model"), issues)
+    _check_tp_split(spec, t.model, t.tp, ("target", "tp"), issues, "the target")
 
 
 def _check_variants(
@@ -358,6 +387,34 @@ class _Tools:
 
     def compare_vocab(self, target: Any, draft: Any, path: Path_, variant: str) -> None:
         _compare_vocab(Path(target), Path(draft), path, self.issues, self.warnings, variant=variant)
+
+    def tp_split(self, model: str, tp: int, path: Path_, what: str, most: int = 64) -> None:
+        _check_tp_split(self.spec, model, tp, path, self.issues, what, most)
+
+
+def _check_tp_split(  # noqa: PLR0917 - internal helper, as _compare_vocab
+    spec: Spec, model: str, tp: int, path: Path_, issues: _Issues, what: str, most: int = 64
+) -> None:
+    """A local model's heads against the TP it is converted with
+    (``trtllm_argv.tp_split_problem``); hub models are checked by the build.
+    The fix lists the TP sizes up to ``most`` that split."""
+    loc = spec.model_location(model)
+    if tp == 1 or loc.kind != "local" or spec.backend is not Backend.tensorrt_llm:
+        return
+    try:
+        cfg = json.loads((Path(loc.ref) / "config.json").read_text(encoding="utf-8"))
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # unreadable configs are reported where the model is located
+    problem = tp_split_problem(heads, kv_heads, tp)
+    if problem is not None:
+        fits = [str(n) for n in range(1, most + 1) if not tp_split_problem(heads, kv_heads, n)]
+        issues.add(
+            path,
+            f"{what} ({heads} heads, {kv_heads} KV heads) cannot be converted with tp {tp}: "
+            f"{problem}; set tp to one of {', '.join(fits)}",
+        )
 
 
 # --------------------------------------------------------- draft vocabulary

@@ -25,11 +25,11 @@ from trtspec.modes.eagle import EagleVariant
 from trtspec.modes.lookahead import LookaheadVariant
 from trtspec.modes.medusa import MedusaVariant
 from trtspec.modes.ngram import NgramVariant
-from trtspec.versions import image_for
+from trtspec.versions import EXAMPLES_DIR_FROM_1_0, default_examples_dir, image_for
 
 DEFAULT_TRTLLM_VERSION = "1.1.0"
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"  # = image_for(1.1.0)
-DEFAULT_EXAMPLES_DIR = "/app/examples"
+DEFAULT_EXAMPLES_DIR = EXAMPLES_DIR_FROM_1_0  # the default version's; older ones differ
 
 RESERVED_NAMES = {
     BASELINE,
@@ -76,10 +76,12 @@ class Stack(_Strict):
         "null = the first container of the version table that ships trtllm_version "
         "(1.1.0: 25.12, 1.2.1: 26.04).",
     )
-    examples_dir: str = Field(
-        default=DEFAULT_EXAMPLES_DIR,
+    examples_dir: str | None = Field(
+        default=None,
+        min_length=1,
         description="Where TensorRT-LLM's examples/ live in the container "
-        "(convert_checkpoint.py, quantize.py).",
+        "(convert_checkpoint.py, quantize.py); null = /app/tensorrt_llm/examples "
+        "before 1.0, /app/examples from 1.0.",
     )
 
     @model_validator(mode="after")
@@ -87,6 +89,8 @@ class Stack(_Strict):
         # Left None when no container ships the version; the checks say so.
         if self.triton_image is None:
             self.triton_image = image_for(self.trtllm_version)
+        if self.examples_dir is None:
+            self.examples_dir = default_examples_dir(self.trtllm_version)
         return self
 
 

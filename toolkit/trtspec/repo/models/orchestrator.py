@@ -292,8 +292,9 @@ class _Generation:
             tensors.append(one("runtime_top_p", p.top_p, np.float32))
         if seed is not None:
             tensors.append(one(m.seed_input, seed, np.uint64))
-        if m.perf_metrics:
-            tensors.append(one("return_perf_metrics", True, np.bool_))
+        if m.perf_metrics or m.reuse_stats_input:
+            # return_perf_metrics (0.19 on) or return_kv_cache_reuse_stats (0.17, 0.18)
+            tensors.append(one(m.reuse_stats_input or "return_perf_metrics", True, np.bool_))
         if draft:
             tensors.append(pb_utils.Tensor("draft_input_ids", np.asarray([draft], dtype=np.int32)))
             if draft_logits is not None:
@@ -307,7 +308,9 @@ class _Generation:
         names = ["output_ids", "sequence_length"]
         if logits:
             names.append("generation_logits")
-        return [*names, *PERF_TOTALS, REUSED_BLOCKS] if self.model.perf_metrics else names
+        if self.model.perf_metrics:
+            return [*names, *PERF_TOTALS, REUSED_BLOCKS]
+        return [*names, REUSED_BLOCKS] if self.model.reuse_stats_input else names
 
     def note_reuse(self, response: Any) -> None:
         """Keep the target's reused-block count from its first answer only:
@@ -545,6 +548,10 @@ class TritonPythonModel:
         self.use_draft_logits = params.get("use_draft_logits", "false").lower() == "true"
         self.seed_input = params.get("seed_input") or "seed"
         self.perf_metrics = params.get("perf_metrics", "true").lower() == "true"
+        # the input that asks for kv_cache_reused_blocks ("" = none: older repositories)
+        self.reuse_stats_input = params.get("reuse_stats_input") or (
+            "return_perf_metrics" if self.perf_metrics else ""
+        )
         self.tokens_per_block = int(params.get("tokens_per_block") or 0)
         if self.mode == "draft_model" and not self.draft_model:
             raise pb_utils.TritonModelException(

@@ -55,7 +55,7 @@ def test_default_canary_percent_comes_from_the_rollout(tmp_path: Path) -> None:
             "routes:\n  code: {variant: ngram, canry_percent: 5}\n",
             "routes.code.canry_percent: unknown key",
             "Allowed keys: variant, num_draft_tokens, canary_percent, decision, fallback_variant, "
-            "max_concurrency, evidence.",
+            "max_concurrency, draft_len_schedule, evidence.",
         ),
         (
             "routes:\n  code: {variant: ngram, canary_percent: 150}\n",

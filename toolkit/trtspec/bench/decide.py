@@ -246,7 +246,7 @@ def decide(
             best[key] = dec
     for dec in best.values():
         dec["best_k"] = True
-    return decisions, _routing(decisions, cells, rollout)
+    return decisions, _routing(decisions, cells, rollout, str(d.get("decide_by") or "speedup"))
 
 
 def _combine(kinds: list[str]) -> str:
@@ -343,8 +343,53 @@ def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return _merit(a) > _merit(b)
 
 
+def draft_len_schedule(
+    decisions: list[dict[str, Any]], top: dict[str, Any], by: str = "speedup"
+) -> dict[int, int] | None:
+    """``{in-flight level: draft length}`` for a routed variant measured at
+    several k and several levels: at each measured level up to the route's
+    cap, the k promoted there with the best paired figure (the speedup, or
+    the goodput difference when deciding by goodput). The same form as the
+    LLM API's ``draft_len_schedule`` (the largest level ≤ the current count
+    applies); ``None`` unless the best k differs between levels and the
+    schedule starts at level 1."""
+    cap = top.get("max_concurrency")
+    best: dict[int, tuple[float, int]] = {}
+    promoted: set[tuple[int, int]] = set()  # (level, k)
+    for dec in decisions:
+        k = dec["num_speculative_tokens"]
+        if (dec["route"], dec["variant"]) != (top["route"], top["variant"]) or k is None:
+            continue
+        for lvl in dec.get("levels") or []:
+            level = int(lvl["concurrency"])
+            figure = lvl.get("goodput_difference") if by == "goodput" else lvl.get("speedup")
+            if lvl["decision"] != PROMOTE or not figure or (cap is not None and level > cap):
+                continue
+            promoted.add((level, int(k)))
+            if level not in best or figure["point"] > best[level][0]:
+                best[level] = (float(figure["point"]), int(k))
+    if 1 not in best or len({k for _, k in best.values()}) < 2:
+        return None
+    # Between two measured levels neither k is known to win. Switch to the
+    # heavier level's k right after the lighter level when that k was also
+    # promoted there (it won at both ends), else only at its own level.
+    schedule: dict[int, int] = {}
+    previous: int | None = None
+    for level, (_, k) in sorted(best.items()):
+        if previous is None or schedule[max(schedule)] != k:
+            start = level
+            if previous is not None and (previous, k) in promoted:
+                start = previous + 1
+            schedule[start] = k
+        previous = level
+    return schedule
+
+
 def _routing(
-    decisions: list[dict[str, Any]], cells: list[dict[str, Any]], rollout: dict[str, Any]
+    decisions: list[dict[str, Any]],
+    cells: list[dict[str, Any]],
+    rollout: dict[str, Any],
+    by: str = "speedup",
 ) -> dict[str, Any]:
     fallback = rollout.get("fallback_variant") or BASELINE
     canary = int(rollout.get("canary_percent", 100))
@@ -373,6 +418,9 @@ def _routing(
                 # over this many in-flight requests the router sends the route
                 # to the fallback (repo/routing.py InFlight)
                 entry["max_concurrency"] = int(top["max_concurrency"])
+            schedule = draft_len_schedule(decisions, top, by)
+            if schedule is not None:
+                entry["draft_len_schedule"] = schedule
             entry["evidence"] = _evidence(top)
         else:
             verdict = INCONCLUSIVE if any(d["decision"] == INCONCLUSIVE for d in cands) else EXCLUDE

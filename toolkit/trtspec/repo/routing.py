@@ -26,6 +26,7 @@ ROUTE_KEYS = (
     "decision",
     "fallback_variant",
     "max_concurrency",
+    "draft_len_schedule",
     "evidence",
 )
 DECISIONS = ("promote", "exclude", "inconclusive")
@@ -41,6 +42,19 @@ class RouteRule:
     # Most in-flight requests of this route the variant serves at once; the
     # rest go to the fallback (a variant that wins only under light load).
     max_concurrency: int | None = None
+    # ((in-flight level, draft length), …) ascending: the draft length the
+    # bench found best at each load, applied by the route's own in-flight
+    # count (the largest level ≤ the count; the lowest below it)
+    draft_len_schedule: tuple[tuple[int, int], ...] | None = None
+
+    def draft_len_at(self, in_flight: int) -> int | None:
+        if not self.draft_len_schedule:
+            return self.num_draft_tokens
+        k = self.draft_len_schedule[0][1]
+        for level, length in self.draft_len_schedule:
+            if level <= in_flight:
+                k = length
+        return k
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,8 @@ class RoutingTable:
             entry["fallback_variant"] = rule.fallback_variant
             if rule.max_concurrency is not None:
                 entry["max_concurrency"] = rule.max_concurrency
+            if rule.draft_len_schedule:
+                entry["draft_len_schedule"] = dict(rule.draft_len_schedule)
             routes[name] = entry
         return {
             "schema_version": SCHEMA_VERSION,
@@ -194,8 +210,35 @@ def parse_routing(
                 f"must be a positive integer, got {limit!r}",
                 "Remove it to send the route to its variant at any load.",
             )
-        routes[str(name)] = RouteRule(variant, ndt, float(pct), decision, fallback, limit)
+        schedule = _schedule(source, f"{where}.draft_len_schedule", entry.get("draft_len_schedule"))
+        routes[str(name)] = RouteRule(variant, ndt, float(pct), decision, fallback, limit, schedule)
     return RoutingTable(default, routes, fingerprint)
+
+
+def _schedule(source: str, where: str, raw: Any) -> tuple[tuple[int, int], ...] | None:
+    """``{in-flight level: draft length}`` (JSON keys arrive as strings)."""
+    if raw is None:
+        return None
+    hint = "e.g. draft_len_schedule: {1: 4, 8: 2} (draft length 4 up to 7 in flight, then 2)"
+    if not isinstance(raw, dict) or not raw:
+        raise _bad(source, where, "expected a mapping of in-flight level to draft length", hint)
+    pairs = []
+    for level, length in raw.items():
+        try:
+            lvl = int(level)
+        except (TypeError, ValueError):
+            lvl = 0
+        if isinstance(level, bool) or lvl < 1 or str(lvl) != str(level).strip():
+            raise _bad(source, f"{where}.{level}", "level must be a positive integer", hint)
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise _bad(
+                source,
+                f"{where}.{level}",
+                f"draft length must be a positive integer, got {length!r}",
+                hint,
+            )
+        pairs.append((lvl, length))
+    return tuple(sorted(pairs))
 
 
 def load_routing(path: Path, *, default_canary_percent: float = 100.0) -> RoutingTable:
@@ -259,22 +302,32 @@ class InFlight:
     @staticmethod
     def _limited(table: RoutingTable, route: str | None, choice: Choice) -> str | None:
         rule = table.routes.get(route) if route is not None else None
-        if rule is None or not choice.canary or rule.max_concurrency is None:
+        if (
+            rule is None
+            or not choice.canary
+            or (rule.max_concurrency is None and not rule.draft_len_schedule)
+        ):
             return None
         return route
 
     def admit(self, table: RoutingTable, route: str | None, choice: Choice) -> Choice:
         """``choice``, or its fallback while the route's variant already serves
-        ``max_concurrency`` requests; pass what it returns to ``release`` when
-        the request ends."""
+        ``max_concurrency`` requests, with the draft length its schedule gives
+        at the route's in-flight count (this request included); pass what it
+        returns to ``release`` when the request ends."""
         key = self._limited(table, route, choice)
         if key is None:
             return choice
+        rule = table.routes[key]
         with self._lock:
             current = self._counts.get(key, 0)
-            if current >= table.routes[key].max_concurrency:  # type: ignore[operator]
+            if rule.max_concurrency is not None and current >= rule.max_concurrency:
                 return Choice(choice.fallback_variant, choice.fallback_variant, None, canary=False)
             self._counts[key] = current + 1
+        if rule.draft_len_schedule:
+            return Choice(
+                choice.variant, choice.fallback_variant, rule.draft_len_at(current + 1), True
+            )
         return choice
 
     def release(self, table: RoutingTable, route: str | None, choice: Choice) -> None:

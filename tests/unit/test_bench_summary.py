@@ -200,6 +200,7 @@ def test_decisions_on_constructed_run() -> None:
                     "pairs": 8,
                     "load": "concurrency=1",
                     "temperature": 0.0,
+                    "temperatures": [0.0],
                 },
             },
             "chat": {"variant": "baseline", "decision": "exclude"},

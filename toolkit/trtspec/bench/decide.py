@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from trtspec.bench import goodput, stats
+from trtspec.bench import distribution, goodput, stats
 from trtspec.bench.records import pairs_with
 from trtspec.catalogue import BASELINE
 
@@ -76,6 +76,12 @@ def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], boo
         broken.append(
             f"{where}: output equals baseline in {eq:.0%} of prompts at T=0 "
             f"(need {d['min_equal_rate']:.0%})"
+        )
+    dt = cell.get("distribution_test")
+    if cell["temperature"] > 0.0 and dt and dt["p_value"] < distribution.ALPHA:
+        broken.append(
+            f"{where}: first-token distribution differs from the baseline's "
+            f"(chi-square {dt['statistic']:.1f}, dof {dt['dof']}, p = {dt['p_value']:.1g})"
         )
     if d.get("decide_by") == "goodput":
         return _judge_by_goodput(cell, d, where, broken, [*unsure, *noted])
@@ -221,6 +227,8 @@ def decide(
                 "min_speedup_point": min(speedups) if speedups else None,
                 "max_concurrency": cap,
                 "levels": levels,
+                # the sampling temperatures this decision holds for (each judged)
+                "temperatures": sorted({c["temperature"] for c in arm_cells}),
                 "best_k": False,
                 "headline": {
                     "load": head["load"],
@@ -447,6 +455,7 @@ def _evidence(dec: dict[str, Any]) -> dict[str, Any]:
         "pairs": int(h.get("pairs") or 0),
         "load": h["load"],
         "temperature": h["temperature"],
+        "temperatures": dec.get("temperatures", [h["temperature"]]),
     }
 
 

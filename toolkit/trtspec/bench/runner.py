@@ -455,6 +455,9 @@ class _Recorder:
             "text_hash": text_hash(out.text),
             # OpenAI streams carry text, not token ids
             "output_ids_hash": None if arm.openai else ids_hash(out.ids),
+            # at T > 0 the first token is a draw from the target's distribution
+            # for this prompt (bench/distribution.py compares the arms')
+            "first_token": out.ids[0] if out.ids and not arm.openai else None,
             "output_text": out.text,
             "quality": quality,
             "client_overhead_ms": out.overhead_ns / 1e6,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
-from trtspec.bench import goodput, positions, stats
+from trtspec.bench import distribution, goodput, positions, stats
 from trtspec.bench.decide import decide
 from trtspec.bench.openai_metrics import attach_cell_acceptance
 from trtspec.bench.quality import FAIL, PASS, SKIPPED, quality_passed
@@ -164,6 +164,7 @@ def summarize_cell(
         "position_acceptance": positions.cell_positions(rows) if speculative else None,
         "goodput": goodput.cell_goodput(rows, objectives),
         "goodput_difference": None,
+        "distribution_test": None,
     }
     if baseline_rows is not None:
         by_sample = {r.get("sample_index"): r for r in baseline_rows}
@@ -191,6 +192,8 @@ def summarize_cell(
         ]
         cell["cache_state_differs"] = len(differs)
         cell["cache_state_differs_samples"] = differs[:20]
+        if cell["temperature"] > 0.0:
+            cell["distribution_test"] = distribution.first_token_test(pairs)
         if cell["temperature"] == 0.0:
             both_ok = [(b, v) for b, v in pairs if _ok(b) and _ok(v)]
             equal = sum(1 for b, v in both_ok if _same_output(b, v))

@@ -155,7 +155,7 @@ def _job(item: dict, top_k: int = 0) -> Job:
 
 
 def test_request_body_routes_prompts_and_messages() -> None:
-    ep = OpenAIEndpoint("http://h:1", "served")
+    ep = OpenAIEndpoint("http://127.0.0.1:1", "served")
     path, api, body = request_body(_job({"prompt": "def f():"}), ep)
     assert (path, api) == ("/v1/completions", "completions")
     assert body == {
@@ -175,8 +175,13 @@ def test_request_body_routes_prompts_and_messages() -> None:
 
 
 def test_base_url_forms() -> None:
-    for url in ("http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/"):
-        assert base_url(url) == "http://h:8000"
+    for url in (
+        "http://127.0.0.1:8000",
+        "http://127.0.0.1:8000/",
+        "http://127.0.0.1:8000/v1",
+        "http://127.0.0.1:8000/v1/",
+    ):
+        assert base_url(url) == "http://127.0.0.1:8000"
 
 
 # -- Prometheus counters ----------------------------------------------------------------

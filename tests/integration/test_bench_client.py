@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from trtspec.bench import stats
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.records import read_requests
-from trtspec.bench.report import console_lines
+from trtspec.bench.report import console_lines, incident_note
 from trtspec.bench.runner import BenchOptions, run_benchmark
 from trtspec.cli.main import cli
 from trtspec.spec import load_spec
@@ -469,10 +469,13 @@ def _check_recovered_run(result: Any, what: str) -> list[dict[str, Any]]:
     assert "decision: exclude" not in (run_dir / "routing.yaml").read_text()
     log = (run_dir / "tritonserver.log").read_text(errors="replace")
     assert log.count("Started GRPCInferenceService") == 2  # one log, two starts
-    assert (
-        "server incident: baseline" in (run_dir / "report.md").read_text()
-        or "server incident: None" in (run_dir / "report.md").read_text()
-    )
+    # the incident is named after the model and route of a request it failed
+    assert incidents[0]["model"] in {r["model"] for r in failed}, (incidents, failed)
+    assert incidents[0]["route"] in {r["route"] for r in failed}, (incidents, failed)
+    note = incident_note(incidents[0])
+    assert note.startswith(f"server incident: {incidents[0]['model']} ({incidents[0]['route']}): ")
+    assert "None" not in note, note
+    assert note in (run_dir / "report.md").read_text()
     return failed
 
 
@@ -495,6 +498,7 @@ def test_bench_restarts_its_server_when_a_stub_dies(echo_repo: Path, tmp_path: P
 
     result, killed = _run_with_a_kill(echo_repo, tmp_path, baseline_stub)
     _check_recovered_run(result, f"model 'baseline' (pid {killed[0]}) was killed by SIGKILL")
+    assert result.summary["incidents"][0]["model"] == "baseline"
 
 
 def test_bench_restarts_a_dead_server_it_owns(echo_repo: Path, tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ import pytest
 from tests.fixtures.shared import SHARED, Shared, shared
 from tests.fixtures.tiny_model import make_tiny_draft, make_tiny_llama
 
+pytest_plugins = ["tests.fixtures.ci_skips"]  # under CI=1 an unexpected skip fails
+
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:

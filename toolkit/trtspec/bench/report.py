@@ -50,6 +50,9 @@ def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
     if q >= decision["min_quality_pass_rate"]:
         return "quality pass"
     # below the bar but no worse than the baseline: the target's own quality
+    base = h.get("baseline_quality_pass_rate")
+    if base is not None and q > base:
+        return f"quality {q:.0%}, above baseline {base:.0%}"
     return f"quality {q:.0%} as baseline"
 
 

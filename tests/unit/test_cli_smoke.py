@@ -1,0 +1,52 @@
+"""Options and scripts no other test reaches: ``trtspec --version`` (the
+installed distribution's version) and ``--help`` of every script under
+benchmarks/ (each parses its arguments before importing anything heavy, and
+exits 0 with its usage line)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from trtspec import __version__
+from trtspec.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+
+
+def test_version_option() -> None:
+    res = CliRunner().invoke(cli, ["--version"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == f"trtspec, version {__version__}\n"
+    assert __version__ == version("trtspec")
+
+
+def test_every_benchmark_script_is_covered() -> None:
+    assert SCRIPTS == [
+        "aiperf_crosscheck.py",
+        "batching_concurrency.py",
+        "bench_overhead.py",
+        "draft_logits_acceptance.py",
+        "reference_engine.py",
+        "soak_stubs.py",
+    ]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_script_help(script: str) -> None:
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"usage: {script} [-h]"), res.stdout
+    assert res.stderr == ""

@@ -27,19 +27,9 @@ def test_version_option() -> None:
     assert __version__ == version("trtspec")
 
 
-def test_every_benchmark_script_is_covered() -> None:
-    assert SCRIPTS == [
-        "aiperf_crosscheck.py",
-        "batching_concurrency.py",
-        "bench_overhead.py",
-        "draft_logits_acceptance.py",
-        "reference_engine.py",
-        "soak_stubs.py",
-    ]
-
-
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_benchmark_script_help(script: str) -> None:
+    # every script found (a new one is covered without a new line here)
     res = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--help"],
         capture_output=True,

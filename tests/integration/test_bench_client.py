@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -241,20 +242,43 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
 
 
 def test_bench_open_loop_and_gate_exit(server: Any, tmp_path: Path) -> None:
-    spec = load_spec(_write_spec(tmp_path, requests=4, concurrency="[1]"))
-    result = run_benchmark(
-        spec,
-        BenchOptions(
-            output_dir=tmp_path / "run",
-            endpoint=server.grpc_url,
-            routes=["copy"],
-            variants=["fast"],
-            num_draft_tokens=[2],
-            request_rate=40.0,
-            temperatures=[0.0, 0.8],
-            plots=False,
-        ),
+    """Through the CLI: --request-rate adds open-loop cells, --temperatures,
+    --prefix-cache warm and --format json (the summary on stdout)."""
+    spec = _write_spec(tmp_path, requests=4, concurrency="[1]")
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            str(spec),
+            "--endpoint",
+            server.grpc_url,
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--routes",
+            "copy",
+            "--variants",
+            "fast",
+            "--num-draft-tokens",
+            "2",
+            "--request-rate",
+            "40",
+            "--temperatures",
+            "0,0.8",
+            "--prefix-cache",
+            "warm",
+            "--fixed-count",
+            "--no-plots",
+            "--format",
+            "json",
+        ],
     )
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    assert printed == json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert printed["prefix_cache"]["policy"] == "warm"
+    assert printed["prefix_cache"]["enforced"] is True
+    assert printed["settings"]["prefix_cache"] == "warm"
+    result = SimpleNamespace(summary=printed)
     loads = {(c["load"], c["temperature"]) for c in result.summary["cells"]}
     assert loads == {
         ("concurrency=1", 0.0),
@@ -275,20 +299,36 @@ def test_bench_open_loop_and_gate_exit(server: Any, tmp_path: Path) -> None:
 
 
 def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: Path) -> None:
-    spec = load_spec(_write_spec(tmp_path, requests=2, concurrency="[1]"))
-    result = run_benchmark(
-        spec,
-        BenchOptions(
-            output_dir=tmp_path / "run",
-            repo=echo_repo,
-            isolate=True,
-            routes=["copy"],
-            variants=["fast"],
-            num_draft_tokens=[3],
-            warmup_requests=0,
-            plots=False,
-        ),
+    """Through the CLI: --repo names the repository to serve, --isolate
+    serves each variant in its own tritonserver."""
+    spec = _write_spec(tmp_path, requests=2, concurrency="[1]")
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            str(spec),
+            "--repo",
+            str(echo_repo),
+            "--isolate",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--routes",
+            "copy",
+            "--variants",
+            "fast",
+            "--num-draft-tokens",
+            "3",
+            "--warmup",
+            "0",
+            "--fixed-count",
+            "--no-plots",
+            "--format",
+            "json",
+        ],
     )
+    assert res.exit_code == 0, res.output
+    result = SimpleNamespace(summary=json.loads(res.stdout))
+    assert result.summary["server"]["repo"] == str(echo_repo)
     logs = sorted(p.name for p in (tmp_path / "run").glob("tritonserver-*.log"))
     assert logs == ["tritonserver-baseline.log", "tritonserver-fast.log"]
     # each server loaded only its own variant

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.shared import SHARED, Shared, shared
 from tests.fixtures.tiny_model import make_tiny_draft, make_tiny_llama
+
+pytest_plugins = ["tests.fixtures.ci_skips"]  # under CI=1 an unexpected skip fails
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +39,48 @@ def every_mode_engines(
     from tests.fixtures.spec_checkpoints import build_every_mode
 
     return build_every_mode(tiny_llama, tmp_path_factory.mktemp("every-mode-engines"))
+
+
+@pytest.fixture(scope="session")
+def hf_tiny_llama(tiny_llama: Path):
+    """``tiny_llama`` as plain Hugging Face loads it (float32, eval): the
+    reference engine's independent reference, loaded once per session."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_llama), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(hf_tiny_llama) -> Callable[[Sequence[int], int], list[int]]:
+    """``hf_greedy(prompt_ids, n)`` → the first ``n`` tokens Hugging Face
+    ``generate()`` picks greedily after ``prompt_ids`` on ``tiny_llama``: the
+    truth every lossless test compares with, independent of the reference
+    engine. Each prompt is generated once per session, at the longest length
+    asked so far (a greedy continuation of n tokens is the prefix of a longer
+    one)."""
+    import torch
+
+    model = hf_tiny_llama
+    done: dict[tuple[int, ...], list[int]] = {}
+
+    def greedy(prompt: Sequence[int], n: int) -> list[int]:
+        key = tuple(prompt)
+        if len(done.get(key, ())) < n:
+            with torch.inference_mode():
+                out = model.generate(
+                    torch.tensor([list(prompt)]),
+                    attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                    max_new_tokens=max(n, 40),
+                    do_sample=False,
+                    eos_token_id=None,
+                    pad_token_id=0,
+                )
+            done[key] = out[0, len(prompt) :].tolist()
+            assert len(done[key]) >= n, f"HF generate stopped early: {done[key]}"
+        return done[key][:n]
+
+    return greedy
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from click.testing import CliRunner
 from trtspec.bench import stats
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.records import read_requests
-from trtspec.bench.report import console_lines
+from trtspec.bench.report import console_lines, incident_note
 from trtspec.bench.runner import BenchOptions, run_benchmark
 from trtspec.cli.main import cli
 from trtspec.spec import load_spec
@@ -248,20 +249,43 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
 
 
 def test_bench_open_loop_and_gate_exit(server: Any, tmp_path: Path) -> None:
-    spec = load_spec(_write_spec(tmp_path, requests=4, concurrency="[1]"))
-    result = run_benchmark(
-        spec,
-        BenchOptions(
-            output_dir=tmp_path / "run",
-            endpoint=server.grpc_url,
-            routes=["copy"],
-            variants=["fast"],
-            num_draft_tokens=[2],
-            request_rate=40.0,
-            temperatures=[0.0, 0.8],
-            plots=False,
-        ),
+    """Through the CLI: --request-rate adds open-loop cells, --temperatures,
+    --prefix-cache warm and --format json (the summary on stdout)."""
+    spec = _write_spec(tmp_path, requests=4, concurrency="[1]")
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            str(spec),
+            "--endpoint",
+            server.grpc_url,
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--routes",
+            "copy",
+            "--variants",
+            "fast",
+            "--num-draft-tokens",
+            "2",
+            "--request-rate",
+            "40",
+            "--temperatures",
+            "0,0.8",
+            "--prefix-cache",
+            "warm",
+            "--fixed-count",
+            "--no-plots",
+            "--format",
+            "json",
+        ],
     )
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    assert printed == json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert printed["prefix_cache"]["policy"] == "warm"
+    assert printed["prefix_cache"]["enforced"] is True
+    assert printed["settings"]["prefix_cache"] == "warm"
+    result = SimpleNamespace(summary=printed)
     loads = {(c["load"], c["temperature"]) for c in result.summary["cells"]}
     assert loads == {
         ("concurrency=1", 0.0),
@@ -282,20 +306,36 @@ def test_bench_open_loop_and_gate_exit(server: Any, tmp_path: Path) -> None:
 
 
 def test_bench_isolate_serves_one_variant_at_a_time(echo_repo: Path, tmp_path: Path) -> None:
-    spec = load_spec(_write_spec(tmp_path, requests=2, concurrency="[1]"))
-    result = run_benchmark(
-        spec,
-        BenchOptions(
-            output_dir=tmp_path / "run",
-            repo=echo_repo,
-            isolate=True,
-            routes=["copy"],
-            variants=["fast"],
-            num_draft_tokens=[3],
-            warmup_requests=0,
-            plots=False,
-        ),
+    """Through the CLI: --repo names the repository to serve, --isolate
+    serves each variant in its own tritonserver."""
+    spec = _write_spec(tmp_path, requests=2, concurrency="[1]")
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            str(spec),
+            "--repo",
+            str(echo_repo),
+            "--isolate",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--routes",
+            "copy",
+            "--variants",
+            "fast",
+            "--num-draft-tokens",
+            "3",
+            "--warmup",
+            "0",
+            "--fixed-count",
+            "--no-plots",
+            "--format",
+            "json",
+        ],
     )
+    assert res.exit_code == 0, res.output
+    result = SimpleNamespace(summary=json.loads(res.stdout))
+    assert result.summary["server"]["repo"] == str(echo_repo)
     logs = sorted(p.name for p in (tmp_path / "run").glob("tritonserver-*.log"))
     assert logs == ["tritonserver-baseline.log", "tritonserver-fast.log"]
     # each server loaded only its own variant
@@ -476,10 +516,13 @@ def _check_recovered_run(result: Any, what: str) -> list[dict[str, Any]]:
     assert "decision: exclude" not in (run_dir / "routing.yaml").read_text()
     log = (run_dir / "tritonserver.log").read_text(errors="replace")
     assert log.count("Started GRPCInferenceService") == 2  # one log, two starts
-    assert (
-        "server incident: baseline" in (run_dir / "report.md").read_text()
-        or "server incident: None" in (run_dir / "report.md").read_text()
-    )
+    # the incident is named after the model and route of a request it failed
+    assert incidents[0]["model"] in {r["model"] for r in failed}, (incidents, failed)
+    assert incidents[0]["route"] in {r["route"] for r in failed}, (incidents, failed)
+    note = incident_note(incidents[0])
+    assert note.startswith(f"server incident: {incidents[0]['model']} ({incidents[0]['route']}): ")
+    assert "None" not in note, note
+    assert note in (run_dir / "report.md").read_text()
     return failed
 
 
@@ -502,6 +545,7 @@ def test_bench_restarts_its_server_when_a_stub_dies(echo_repo: Path, tmp_path: P
 
     result, killed = _run_with_a_kill(echo_repo, tmp_path, baseline_stub)
     _check_recovered_run(result, f"model 'baseline' (pid {killed[0]}) was killed by SIGKILL")
+    assert result.summary["incidents"][0]["model"] == "baseline"
 
 
 def test_bench_restarts_a_dead_server_it_owns(echo_repo: Path, tmp_path: Path) -> None:

@@ -184,13 +184,11 @@ def test_a_cancelled_stream_stops_every_model_at_the_next_step(
     after = infer(server, model, SHORT_PROMPT, SHORT, **extra)
     assert after.error is None, after.error
     assert after.texts == alone.texts
-    # As if alone: a short request behind the cancelled one does not wait for
-    # the rest of it (before: it waited for nearly all of ``whole``).
-    assert after.seconds < alone.seconds + 0.25 * whole.seconds, (
-        after.seconds,
-        alone.seconds,
-        whole.seconds,
-    )
+    # That the short request did not wait for the rest of the cancelled one is
+    # shown by events below, not by a wall-clock ratio (which a loaded two-core
+    # machine can break): the orchestrator logs the cancel after N < LONG
+    # tokens, and the engine itself (or, for the draft loop, its verify calls)
+    # stopped before LONG.
     print(
         f"\n{model}: short alone {alone.seconds:.2f}s, {LONG} tokens {whole.seconds:.2f}s, "
         f"short after a cancel {after.seconds:.2f}s"

@@ -28,6 +28,7 @@ from tests.integration.conftest import ADD_ONE, SLOW_INIT
 pytestmark = pytest.mark.slow
 
 SLOW_EXEC = """\
+import pathlib
 import time
 
 import numpy as np
@@ -36,6 +37,7 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
+        pathlib.Path({marker!r}).touch()  # the test waits for this: the request is inside
         time.sleep(120)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.zeros(1, np.int32))])
                 for _ in requests]
@@ -63,7 +65,8 @@ def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_se
 
     repo = model_repo("crash")
     repo.add_python_model("addone", ADD_ONE)
-    repo.add_python_model("slow", SLOW_EXEC)
+    inside = repo.path.parent / "slow-is-executing"
+    repo.add_python_model("slow", SLOW_EXEC.format(marker=str(inside)))
     server = start_server(repo.path, models=["addone", "slow"], timeout=180)
     ports = (server.http_port, server.grpc_port, server.metrics_port)
     seen = []
@@ -76,7 +79,11 @@ def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_se
 
         caller = threading.Thread(target=call)
         caller.start()
-        time.sleep(2.0)  # the request is now inside the slow model's stub
+        # synchronise on the model's own signal, not on a guess of how long it takes
+        deadline = time.monotonic() + 120
+        while not inside.exists() and caller.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert inside.exists(), f"the request never reached the slow model: {result}"
         stub = next(s for s in stubs_of(server.pid).values() if s.model == "slow")
         killed_at, killed_wall = time.monotonic(), time.time()
         os.kill(stub.pid, signal.SIGSEGV)

@@ -87,11 +87,11 @@ def test_valid_external_section(tmp_path: Path) -> None:
 def test_default_metrics_url(tmp_path: Path) -> None:
     arms = external_arms(
         {
-            "b": {"openai": "http://h:1/v1/", "model": "m"},
-            "s": {"openai": "http://h:2/", "model": "m", "baseline": "b"},
+            "b": {"openai": "http://127.0.0.1:1/v1/", "model": "m"},
+            "s": {"openai": "http://127.0.0.1:2/", "model": "m", "baseline": "b"},
         }
     )
-    assert arms[1].openai is not None and arms[1].openai.metrics_url == "http://h:2/metrics"
+    assert arms[1].openai is not None and arms[1].openai.metrics_url == "http://127.0.0.1:2/metrics"
 
 
 def test_pairing_rules(tmp_path: Path) -> None:
@@ -232,16 +232,16 @@ def test_report_notes() -> None:
     summary = {
         "external": {
             "arms": {
-                "vbase": {"openai": "http://h:1", "model": "m", "baseline": None},
+                "vbase": {"openai": "http://127.0.0.1:1", "model": "m", "baseline": None},
                 "vspec": {
-                    "openai": "http://h:2",
+                    "openai": "http://127.0.0.1:2",
                     "model": "m",
                     "baseline": "vbase",
-                    "metrics": "http://h:2/metrics",
+                    "metrics": "http://127.0.0.1:2/metrics",
                     "acceptance_counters": "vllm",
                 },
                 "sg": {
-                    "openai": "http://h:3",
+                    "openai": "http://127.0.0.1:3",
                     "model": "m",
                     "baseline": "vbase",
                     "acceptance_counters": None,
@@ -253,14 +253,14 @@ def test_report_notes() -> None:
         "cells": [],
     }
     notes = external_notes(summary)
-    assert notes[0] == "external arm vbase: http://h:1 model m (a baseline)"
+    assert notes[0] == "external arm vbase: http://127.0.0.1:1 model m (a baseline)"
     assert notes[1] == (
-        "external arm vspec: http://h:2 model m, compared with vbase; acceptance from vllm "
-        "Prometheus counter deltas (http://h:2/metrics; server-wide counters: exact only while "
+        "external arm vspec: http://127.0.0.1:2 model m, compared with vbase; acceptance from vllm "
+        "Prometheus counter deltas (http://127.0.0.1:2/metrics; server-wide counters: exact only while "
         "nothing else sends it traffic)"
     )
     assert notes[2] == (
-        "external arm sg: http://h:3 model m, compared with vbase; acceptance "
+        "external arm sg: http://127.0.0.1:3 model m, compared with vbase; acceptance "
         "unknown: SGLang exposes only gauges"
     )
     assert notes[3].startswith(

@@ -150,3 +150,36 @@ def test_incomplete_run_is_reported_and_exits_1(tmp_path: Path) -> None:
     assert summary["complete"] is False and summary["incomplete_reason"] == reason
     assert "decision: exclude" not in (run / "routing.yaml").read_text()
     assert f"no — incomplete: {reason}" in (run / "report.md").read_text()
+
+
+def test_the_report_names_the_incident_without_printing_none() -> None:
+    from trtspec.bench.report import incident_note
+
+    stub = {
+        "kind": "stub_crash",
+        "model": "baseline",
+        "route": "code",
+        "error": "the Python-backend stub of model 'baseline' (pid 7) was killed by SIGKILL",
+        "action": "tritonserver restarted on the same ports",
+        "requests_failed": 2,
+    }
+    assert incident_note(stub) == (
+        "server incident: baseline (code): the Python-backend stub of model 'baseline' (pid 7) "
+        "was killed by SIGKILL — tritonserver restarted on the same ports; 2 request(s) "
+        "failed, counted as errors"
+    )
+    server = {
+        **stub,
+        "kind": "server_exit",
+        "model": None,
+        "route": None,
+        "error": "tritonserver (pid 9) was killed by SIGKILL",
+        "requests_failed": 0,
+    }
+    assert incident_note(server) == (
+        "server incident: tritonserver: tritonserver (pid 9) was killed by SIGKILL — "
+        "tritonserver restarted on the same ports; no request failed"
+    )
+    unknown = {**server, "kind": "stub_crash", "error": "a stub died"}
+    assert incident_note(unknown).startswith("server incident: a model not identified: a stub")
+    assert "None" not in incident_note(server) + incident_note(unknown)

@@ -1,7 +1,8 @@
 """The OpenAI-compatible client's parsing: SSE framing (WHATWG rules: LF, CRLF,
 comments as keep-alives, partial lines across reads), the chunk streams of
-vLLM and trtllm-serve recorded in tests/data/sse/ (written from their
-sources, named in each file's comment header), the per-request verdicts, and
+vLLM and trtllm-serve hand-written in tests/data/sse_handwritten/ (typed
+from their sources, named in each file's comment header; not recordings of
+a running server), the per-request verdicts, and
 the Prometheus counters behind metrics-based acceptance (vLLM, trtllm-serve,
 SGLang pages)."""
 
@@ -31,7 +32,7 @@ from trtspec.bench.openai_metrics import (
     parse_prometheus,
 )
 
-SSE = Path(__file__).resolve().parents[1] / "data" / "sse"
+SSE = Path(__file__).resolve().parents[1] / "data" / "sse_handwritten"
 
 
 def _events(raw: bytes, step: int | None = None) -> tuple[list[SseEvent], SseParser]:
@@ -81,7 +82,7 @@ def test_vllm_error_event_is_the_request_error() -> None:
 @pytest.mark.parametrize("step", [None, 1, 5])
 def test_trtllm_serve_chat_crlf_keepalive_and_trailing_space(step: int | None) -> None:
     events, parser = _events((SSE / "trtllm_serve_chat.sse").read_bytes(), step)
-    assert parser.comments == 7  # six header lines and one mid-stream keep-alive
+    assert parser.comments == 9  # eight header lines and one mid-stream keep-alive
     state = StreamState("chat")
     for event in events:
         state.apply(event, 0)
@@ -155,7 +156,7 @@ def _job(item: dict, top_k: int = 0) -> Job:
 
 
 def test_request_body_routes_prompts_and_messages() -> None:
-    ep = OpenAIEndpoint("http://h:1", "served")
+    ep = OpenAIEndpoint("http://127.0.0.1:1", "served")
     path, api, body = request_body(_job({"prompt": "def f():"}), ep)
     assert (path, api) == ("/v1/completions", "completions")
     assert body == {
@@ -175,8 +176,13 @@ def test_request_body_routes_prompts_and_messages() -> None:
 
 
 def test_base_url_forms() -> None:
-    for url in ("http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/"):
-        assert base_url(url) == "http://h:8000"
+    for url in (
+        "http://127.0.0.1:8000",
+        "http://127.0.0.1:8000/",
+        "http://127.0.0.1:8000/v1",
+        "http://127.0.0.1:8000/v1/",
+    ):
+        assert base_url(url) == "http://127.0.0.1:8000"
 
 
 # -- Prometheus counters ----------------------------------------------------------------

@@ -4,7 +4,6 @@ reference-backend build of the tiny model that a second run skips."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -199,15 +198,7 @@ def test_gpu_build_outside_container_exit_1(
     assert not (tmp_path / "engines" / "small-ngram" / "target").exists()
 
 
-def _reference_ready() -> bool:
-    try:
-        return hasattr(importlib.import_module("trtspec.build.reference"), "main")
-    except ImportError:
-        return False
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _reference_ready(), reason="trtspec.build.reference has no main yet")
 def test_reference_build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Path) -> None:
     spec = tmp_path / "tiny.yaml"
     spec.write_text(

@@ -251,3 +251,19 @@ def test_instances_need_gpus_of_their_own(tmp_path: Path, gpu_machine) -> None:
         "fix": "give the container more GPUs (`--gpus all`) or lower target.tp / target.pp / "
         "target.instances",
     }
+
+
+def test_examples_dir_option_overrides_the_spec(tmp_path: Path, gpu_machine) -> None:
+    spec = str(make_spec(tmp_path))
+    # the spec's /app/examples is not there; --examples-dir names where they are
+    gpu_machine["missing"] = {"/app/examples/models/core/llama/convert_checkpoint.py"}
+    checks = checks_of(run(spec, "--format", "json"))
+    assert checks["examples scripts"]["status"] == "blocker"
+    res = run(spec, "--examples-dir", "/opt/trtllm/examples", "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert checks_of(res)["examples scripts"] == {
+        "name": "examples scripts",
+        "status": "ok",
+        "detail": "1 found under /opt/trtllm/examples/models/core/llama",
+        "fix": "",
+    }

@@ -14,12 +14,11 @@ import copy
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from trtspec.engine import fastpath  # noqa: E402
-from trtspec.engine.kv_reuse import cache_kwarg, make_cache  # noqa: E402
-from trtspec.engine.loader import onednn_enabled, pack_linear, pack_linears  # noqa: E402
+from trtspec.engine import fastpath
+from trtspec.engine.kv_reuse import cache_kwarg, make_cache
+from trtspec.engine.loader import onednn_enabled, pack_linear, pack_linears
 
 needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="oneDNN not available")
 

@@ -81,7 +81,8 @@ def test_messages(kwargs: dict, message: str) -> None:
 
 
 def test_numpy_scalars_read_from_tensors_are_shown_plainly() -> None:
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     with pytest.raises(ParamError) as err:
         check_sampling(temperature=np.float32("nan"))
     assert str(err.value).endswith(", got nan")

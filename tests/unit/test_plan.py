@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.fixtures.golden import check_golden_file
 from tests.fixtures.specs import LIMITS, copy_example
 
 from trtspec.plan import make_plan
@@ -526,8 +527,4 @@ def test_plan_golden(tmp_path: Path, name: str) -> None:
     plan.pop("spec_hash")  # covers absolute route paths, which differ per checkout
     golden = GOLDEN / name.replace(".yaml", ".json")
     text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
-    if os.environ.get("TRTSPEC_UPDATE_GOLDEN") == "1":
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert golden.is_file(), f"missing {golden}; run with TRTSPEC_UPDATE_GOLDEN=1"
-    assert json.loads(golden.read_text()) == json.loads(text)
+    assert json.loads(check_golden_file(golden, text)) == json.loads(text)

@@ -3,18 +3,18 @@ mode between them) and the structural check that every tensor name we give
 the ``tensorrtllm`` backend exists in that version's official template.
 
 Refresh the golden files with ``TRTSPEC_UPDATE_GOLDEN=1 pytest
-tests/unit/test_repo_golden.py`` and review the diff."""
+tests/unit/test_repo_golden.py``: the run writes them and fails; review
+the diff, then run again without the flag."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 from google.protobuf import text_format
+from tests.fixtures.golden import check_golden_tree
 from tritonclient.grpc import model_config_pb2
 
 from trtspec.plan import make_plan
@@ -30,7 +30,6 @@ from trtspec.spec import parse_spec
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "repo"
 DATA = ROOT / "tests" / "data"
-UPDATE = os.environ.get("TRTSPEC_UPDATE_GOLDEN", "") not in ("", "0")
 GPU_SPECS = ["qwen2.5-7b", "vicuna-7b"]
 # Inside the Triton TRT-LLM container the engines are mounted here.
 ENGINES = Path("/engines")
@@ -75,16 +74,7 @@ def test_generated_tree_matches_golden(spec_name: str, tmp_path: Path) -> None:
     repo = generate(spec_name, tmp_path)
     got = tree(repo)
     golden = GOLDEN / spec_name
-    if UPDATE:
-        shutil.rmtree(golden, ignore_errors=True)
-        for rel, text in got.items():
-            (golden / rel).parent.mkdir(parents=True, exist_ok=True)
-            (golden / rel).write_text(text, encoding="utf-8")
-    want = {
-        str(p.relative_to(golden)): p.read_text(encoding="utf-8")
-        for p in sorted(golden.rglob("*"))
-        if p.is_file()
-    }
+    want = check_golden_tree(golden, got)
     assert sorted(got) == sorted(want), "run with TRTSPEC_UPDATE_GOLDEN=1 and review the diff"
     for rel, text in want.items():
         assert got[rel] == text, f"{rel} differs from tests/golden/repo/{spec_name}/{rel}"

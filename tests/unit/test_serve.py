@@ -594,7 +594,6 @@ def test_manifest_without_models(tmp_path) -> None:
 GOLDEN = Path(__file__).parent.parent / "golden" / "repo" / "qwen2.5-7b"
 
 
-@pytest.mark.skipif(not (GOLDEN / "trtspec-repo.json").is_file(), reason="no golden repository")
 def test_closure_of_a_repository_trtspec_repo_wrote() -> None:
     assert variant_models(GOLDEN, "draft") == [
         "draft",

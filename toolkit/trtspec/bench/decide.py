@@ -239,6 +239,7 @@ def decide(
                     **paired_changes(head.get("speedup")),
                     "pairs": head.get("pairs", 0),
                     "quality_pass_rate": head.get("quality_pass_rate"),
+                    "baseline_quality_pass_rate": head.get("baseline_quality_pass_rate"),
                     "equal_rate": head.get("equal_rate"),
                     "goodput": head.get("goodput"),
                     "baseline_goodput": (base or {}).get("goodput"),

@@ -51,6 +51,9 @@ def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
     if q >= decision["min_quality_pass_rate"]:
         return "quality pass"
     # below the bar but no worse than the baseline: the target's own quality
+    base = h.get("baseline_quality_pass_rate")
+    if base is not None and q > base:
+        return f"quality {q:.0%}, above baseline {base:.0%}"
     return f"quality {q:.0%} as baseline"
 
 
@@ -337,16 +340,26 @@ _MEMORY_KINDS = {
 }
 
 
+def incident_note(incident: dict[str, Any]) -> str:
+    """One report line per server incident. The model and route are those of
+    the first request it failed; an incident that failed no request (or a
+    whole-server exit the watchdog saw first) has neither, and the line says
+    so instead of printing ``None``."""
+    model = incident.get("model") or (
+        "tritonserver" if incident.get("kind") == "server_exit" else "a model not identified"
+    )
+    where = f" ({incident['route']})" if incident.get("route") else ""
+    failed = incident.get("requests_failed", 0)
+    effect = f"{failed} request(s) failed, counted as errors" if failed else "no request failed"
+    return f"server incident: {model}{where}: {incident['error']} — {incident['action']}; {effect}"
+
+
 def _client_notes(summary: dict[str, Any]) -> list[str]:
     from trtspec.bench.external_notes import external_notes
 
     client = summary.get("client") or {}
     notes = list(client.get("warnings") or []) + external_notes(summary)
-    notes += [
-        f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}; "
-        f"{i.get('requests_failed', 0)} request(s) failed, counted as errors"
-        for i in summary.get("incidents") or []
-    ]
+    notes += [incident_note(i) for i in summary.get("incidents") or []]
     notes += cache_notes(summary)
     if client.get("overhead_ms_p50") is not None:
         notes.insert(

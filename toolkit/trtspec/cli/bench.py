@@ -87,7 +87,7 @@ def _finish(
     summary: dict[str, Any], gates: list[Any], max_error_rate: float, fmt: str, run_dir: Path
 ) -> None:
     from trtspec.bench.gates import check_gates
-    from trtspec.bench.report import console_lines
+    from trtspec.bench.report import console_lines, incident_note
 
     if fmt == "json":
         emit_json(summary)
@@ -98,10 +98,7 @@ def _finish(
     for warning in (summary.get("client") or {}).get("warnings") or []:
         progress(f"Warning: {warning}")
     for incident in summary.get("incidents") or []:
-        progress(
-            f"Warning: {incident['model']} ({incident['route']}): {incident['error']} — "
-            f"{incident['action']}"
-        )
+        progress(f"Warning: {incident_note(incident)}")
     if summary.get("incomplete_reason"):
         raise BenchError(
             f"the benchmark is incomplete: {summary['incomplete_reason']}",

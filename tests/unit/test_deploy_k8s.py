@@ -596,7 +596,10 @@ def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path)
     from trtspec.memory import GIB, memory_plan, parse_size
 
     spec_path = big_spec(tmp_path, tp=8, draft=True)
-    spec_path.write_text(spec_path.read_text().replace("max_batch_size: 16", "max_batch_size: 64"))
+    # the draft at TP 8 too: at its default TP 1 the 8B draft sits whole on GPU 0
+    # (16 GB), and the canary no longer fits a full KV batch there
+    text = spec_path.read_text().replace("max_batch_size: 16", "max_batch_size: 64")
+    spec_path.write_text(text.replace("dtype: bfloat16}", "dtype: bfloat16, tp: 8}"))
     spec = load_spec(spec_path)
     plan = make_plan(spec, tmp_path / "engines")
     gpu = parse_size("141GB")
@@ -604,7 +607,7 @@ def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path)
     rows = []
     cases = {
         "baseline only": ["target"],
-        "baseline + draft canary": ["draft_llama8b", "target", "target_dte"],
+        "baseline + draft canary": ["draft_llama8b_tp8pp1", "target", "target_dte"],
     }
     sizes = {}
     for label, engines in cases.items():

@@ -87,6 +87,13 @@ def test_routes_yaml_is_a_valid_routes_block(tmp_path: Path) -> None:
     for entry in block.values():
         Route.model_validate(entry)
         assert (tmp_path / entry["prompts"]).is_file()
+    # a spec elsewhere: paths relative to its folder
+    spec_dir = tmp_path / "specs"
+    out = tmp_path / "specs" / "routes" / "sb"
+    import_corpus(SPEC_BENCH, out, only=["qa"], spec_dir=spec_dir)
+    block = yaml.safe_load((out / "routes.yaml").read_text())["routes"]
+    assert block["qa"]["prompts"] == "routes/sb/qa.jsonl"
+    assert (spec_dir / block["qa"]["prompts"]).is_file()
 
 
 def test_turns_first_keeps_only_the_first_user_turn(tmp_path: Path) -> None:
@@ -284,3 +291,25 @@ def test_cli_import_table_json_and_no_overwrite(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, [*args, "--map", "qa"])
     assert res.exit_code == 1
     assert "Error: --map 'qa': expected CATEGORY=ROUTE" in res.stderr
+
+
+def test_the_shipped_specbench_spec_and_its_imported_routes(tmp_path: Path) -> None:
+    """build_specs/specbench-cpu.yaml validates as shipped (a folder stands in
+    for the demo model `make demo` fetches) and its prompt sets are what the
+    import wrote: 8 Spec-Bench questions per category, valid for the bench."""
+    import shutil
+
+    from trtspec.spec import load_spec
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "build_specs", tmp_path / "build_specs")
+    model = tmp_path / ".cache" / "models" / "smollm2-135m-instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    spec = load_spec(tmp_path / "build_specs" / "specbench-cpu.yaml")
+    assert list(spec.routes) == ["summarization", "rag", "translation"]
+    assert spec.bench.decision.objectives is not None
+    for route in spec.routes.values():
+        items = load_prompt_set(spec.resolve_path(route.prompts))
+        assert len(items) == 8
+        assert all(i["id"].startswith(route.prompts.split("/")[-1][:-6]) for i in items)

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.fixtures.specs import copy_example
+from tests.fixtures.specs import DEMO_MODEL_SPECS, copy_example
 
 from trtspec.catalogue import lookahead_max_draft_len
 from trtspec.errors import SpecError
@@ -17,7 +17,7 @@ from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(
-    p.name for p in (ROOT / "build_specs").glob("*.yaml") if p.name != "demo-cpu.yaml"
+    p.name for p in (ROOT / "build_specs").glob("*.yaml") if p.name not in DEMO_MODEL_SPECS
 )
 
 BASE = """\

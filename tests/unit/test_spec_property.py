@@ -13,14 +13,16 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.fixtures.specs import stub_routes
+from tests.fixtures.specs import DEMO_MODEL_SPECS, stub_routes
 
 from trtspec.errors import SpecError
 from trtspec.plan import make_plan
 from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(p for p in (ROOT / "build_specs").glob("*.yaml") if p.name != "demo-cpu.yaml")
+EXAMPLES = sorted(
+    p for p in (ROOT / "build_specs").glob("*.yaml") if p.name not in DEMO_MODEL_SPECS
+)
 DOCS = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
 
 scalars = st.one_of(

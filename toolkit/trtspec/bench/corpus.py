@@ -347,13 +347,19 @@ def group_routes(
     return list(routes.values())
 
 
-def routes_block(routes: list[ImportedRoute], out_dir: Path) -> dict[str, Any]:
-    """The ``routes:`` mapping for a spec, paths relative to ``out_dir``'s parent
-    (where a spec beside the folder would resolve them)."""
+def routes_block(
+    routes: list[ImportedRoute], out_dir: Path, spec_dir: Path | None = None
+) -> dict[str, Any]:
+    """The ``routes:`` mapping for a spec in ``spec_dir`` (default: the folder
+    holding ``out_dir``), prompt paths relative to it as a spec resolves them."""
+    import os
+
+    base = Path(spec_dir) if spec_dir is not None else out_dir.parent
+    folder = Path(os.path.relpath(out_dir.resolve(), base.resolve()))
     block: dict[str, Any] = {}
     for route in routes:
         entry: dict[str, Any] = {
-            "prompts": f"{out_dir.name}/{route.name}.jsonl",
+            "prompts": (folder / f"{route.name}.jsonl").as_posix(),
             "max_tokens": route.max_tokens,
         }
         if route.checks:
@@ -362,7 +368,13 @@ def routes_block(routes: list[ImportedRoute], out_dir: Path) -> dict[str, Any]:
     return block
 
 
-def write_routes(result: ImportResult, out_dir: Path, *, overwrite: bool = False) -> None:
+def write_routes(
+    result: ImportResult,
+    out_dir: Path,
+    *,
+    overwrite: bool = False,
+    spec_dir: Path | None = None,
+) -> None:
     """Write each route's prompt set and ``routes.yaml`` atomically; refuses
     to replace existing files unless ``overwrite``."""
     import yaml
@@ -383,10 +395,10 @@ def write_routes(result: ImportResult, out_dir: Path, *, overwrite: bool = False
         route.path = target
     header = (
         f"# Imported by `trtspec routes import` from {result.source.name} ({result.format}).\n"
-        "# Paste under `routes:` in a spec that sits beside this folder; max_tokens and\n"
+        f"# Paste under `routes:` in a spec in {spec_dir or out_dir.parent}; max_tokens and\n"
         "# checks are suggestions per category.\n"
     )
-    block = routes_block(result.routes, out_dir)
+    block = routes_block(result.routes, out_dir, spec_dir)
     atomic_write_text(targets[-1], header + yaml.safe_dump({"routes": block}, sort_keys=False))
     result.routes_yaml = targets[-1]
 
@@ -403,10 +415,11 @@ def import_corpus(
     seed: int = 0,
     default_category: str = "imported",
     overwrite: bool = False,
+    spec_dir: Path | None = None,
 ) -> ImportResult:
     """Read ``path``, group and sample it, write the prompt sets to ``out_dir``."""
     fmt, records = read_corpus(path, fmt, turns, default_category)
     routes = group_routes(records, mapping=mapping, only=only, per_category=per_category, seed=seed)
     result = ImportResult(path, fmt, routes)
-    write_routes(result, out_dir, overwrite=overwrite)
+    write_routes(result, out_dir, overwrite=overwrite, spec_dir=spec_dir)
     return result

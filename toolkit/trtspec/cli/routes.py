@@ -67,6 +67,12 @@ def routes_group() -> None:
     show_default=True,
     help="Category of records that carry none (ShareGPT and OpenAI exports).",
 )
+@click.option(
+    "--spec-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder of the spec that will use the routes (prompt paths in routes.yaml are "
+    "relative to it); default: the folder holding --out.",
+)
 @click.option("--force", is_flag=True, help="Replace existing files in --out.")
 @format_option
 def import_cmd(  # noqa: PLR0917 - one parameter per Click option
@@ -79,6 +85,7 @@ def import_cmd(  # noqa: PLR0917 - one parameter per Click option
     only: str | None,
     turns: str,
     default_category: str,
+    spec_dir: Path | None,
     force: bool,
     fmt: str,
 ) -> None:
@@ -96,6 +103,7 @@ def import_cmd(  # noqa: PLR0917 - one parameter per Click option
         seed=seed,
         default_category=default_category,
         overwrite=force,
+        spec_dir=spec_dir,
     )
     rows = [
         {

@@ -339,6 +339,14 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
     client = summary.get("client") or {}
     notes = list(client.get("warnings") or []) + external_notes(summary)
     notes += [
+        f"{c['route']} {c['variant']} {c['load']}: acceptance {c['acceptance_note']}"
+        for c in summary.get("cells") or []
+        if c.get("arm_kind", "triton") == "triton"
+        and c.get("speculative")
+        and c.get("acceptance_source") is None
+        and c.get("acceptance_note")
+    ]
+    notes += [
         f"server incident: {i['model']} ({i['route']}): {i['error']} — {i['action']}; "
         f"{i.get('requests_failed', 0)} request(s) failed, counted as errors"
         for i in summary.get("incidents") or []

@@ -41,6 +41,7 @@ from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
     from trtspec.plan import Plan
+    from trtspec.repo.routing import RoutingTable
     from trtspec.spec import Spec
 
 CONFIG_DIR = "llmapi"  # engines/<spec>/llmapi/<variant>.yaml
@@ -176,13 +177,35 @@ def model_paths(spec: Spec, plan: Plan | None) -> dict[str, tuple[str, str | Non
     return out
 
 
-def documents(spec: Spec, plan: Plan | None) -> dict[str, dict[str, Any]]:
+def decided_limits(routing: RoutingTable | None) -> dict[str, int]:
+    """variant -> the load up to which the bench promoted it: the smallest
+    ``max_concurrency`` over the routes routed to it (``routing.yaml``)."""
+    limits: dict[str, int] = {}
+    for rule in routing.routes.values() if routing else []:
+        if rule.max_concurrency is not None:
+            limits[rule.variant] = min(
+                limits.get(rule.variant, rule.max_concurrency), rule.max_concurrency
+            )
+    return limits
+
+
+def documents(
+    spec: Spec, plan: Plan | None, routing: RoutingTable | None = None
+) -> dict[str, dict[str, Any]]:
     """variant (baseline included) -> its LLM-argument document, each checked
-    against the pinned version's field table."""
+    against the pinned version's field table. A decision that promoted a
+    variant only up to some load (``routing``) is written where the LLM API
+    reads it: ``speculative_config.max_concurrency`` (speculation off above it)."""
     by_name = {v.name: v for v in spec.variants}
+    limits = decided_limits(routing)
     docs: dict[str, dict[str, Any]] = {}
     for name, (model, draft) in model_paths(spec, plan).items():
         doc = llm_args(spec, by_name.get(name), model=model, draft=draft)
+        if name in limits and "speculative_config" in doc:
+            doc["speculative_config"] = {
+                **doc["speculative_config"],
+                "max_concurrency": limits[name],
+            }
         problems = validate_llm_args(doc, spec.flow.trtllm_version, f"{CONFIG_DIR}/{name}.yaml")
         if problems:
             raise LlmApiError(
@@ -192,6 +215,39 @@ def documents(spec: Spec, plan: Plan | None) -> dict[str, dict[str, Any]]:
             )
         docs[name] = doc
     return docs
+
+
+def trtllm_serve_argv(
+    spec: Spec, doc: dict[str, Any], config: Path, *, port: int, host: str = "127.0.0.1"
+) -> list[str]:
+    """The ``trtllm-serve`` command serving one variant's file (OpenAI API on
+    ``host:port``). ``--extra_llm_api_options`` is the option name every pinned
+    version takes (newer ones add ``--config`` as its alias); the file's keys
+    override the command line's."""
+    return [
+        "trtllm-serve",
+        str(doc["model"]),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--backend",
+        "pytorch",
+        "--extra_llm_api_options",
+        str(config),
+    ]
+
+
+def serve_commands(
+    spec: Spec, plan: Plan, engines_root: Path, *, base_port: int = 8000, host: str = "127.0.0.1"
+) -> dict[str, list[str]]:
+    """variant -> its ``trtllm-serve`` argv, one port each from ``base_port``
+    (baseline first, then the spec's order), reading ``engines/<spec>/llmapi/``."""
+    folder = Path(engines_root) / spec.name / CONFIG_DIR
+    return {
+        name: trtllm_serve_argv(spec, doc, folder / f"{name}.yaml", port=base_port + i, host=host)
+        for i, (name, doc) in enumerate(documents(spec, plan).items())
+    }
 
 
 def dump(doc: dict[str, Any]) -> str:

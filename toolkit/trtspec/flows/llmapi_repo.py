@@ -101,7 +101,7 @@ def _upstream_files() -> Path:
 
 
 def write_tree(spec: Spec, plan: Plan, repo: Path, routing: RoutingTable) -> None:
-    docs = llmapi.documents(spec, plan)
+    docs = llmapi.documents(spec, plan, routing)
     reference = spec.backend is Backend.reference
     upstream = None if reference else _upstream_files()
     available = acceptance_available(spec.flow.trtllm_version)

@@ -35,7 +35,7 @@ import yaml
 from trtspec.catalogue import BASELINE
 from trtspec.errors import TrtspecError
 from trtspec.fsutil import atomic_write_text
-from trtspec.spec.flows import LLM_SUFFIX
+from trtspec.spec.flows import LLM_SUFFIX, LlmApiFlowSpec
 from trtspec.spec.llm_args import validate_llm_args
 from trtspec.vocab import Backend
 
@@ -51,6 +51,13 @@ CANCELLATION_CHECK_PERIOD_MS = 100
 
 class LlmApiError(TrtspecError):
     """An LLM-argument file trtspec generated fails its version's field table."""
+
+
+def settings(spec: Spec) -> LlmApiFlowSpec:
+    """The spec's ``flow`` section (this module serves LLM-API specs only)."""
+    if not isinstance(spec.flow, LlmApiFlowSpec):
+        raise LlmApiError(f"spec {spec.name} does not use the LLM-API flow (flow: llmapi)")
+    return spec.flow
 
 
 def llm_model_name(variant: str) -> str:
@@ -75,11 +82,11 @@ def _merge(doc: dict[str, Any], extra: dict[str, Any], speculative: bool) -> dic
 
 # ---------------------------------------------------------- configuration
 def _speculative(spec: Spec, v: Any, draft_path: str | None) -> dict[str, Any] | None:
-    version = spec.flow.trtllm_version
+    version = settings(spec).trtllm_version
     if v is None:
         return None
     if v.mode == "ngram":
-        if spec.flow.suffix_automaton:
+        if settings(spec).suffix_automaton:
             return {"decoding_type": "SA", "max_draft_len": v.max_draft_len}
         return {
             "decoding_type": "NGram",
@@ -132,12 +139,12 @@ def llm_args(spec: Spec, variant: Any, *, model: str, draft: str | None = None) 
         },
         "return_perf_metrics": True,
     }
-    if not spec.flow.cuda_graphs:
+    if not settings(spec).cuda_graphs:
         doc["cuda_graph_config"] = None
     speculative = _speculative(spec, variant, draft)
     if speculative is not None:
         doc["speculative_config"] = speculative
-    return _merge(doc, spec.flow.llm_args, speculative is not None)
+    return _merge(doc, settings(spec).llm_args, speculative is not None)
 
 
 def model_yaml(spec: Spec, doc: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +154,7 @@ def model_yaml(spec: Spec, doc: dict[str, Any]) -> dict[str, Any]:
         **doc,
         "triton_config": {
             "max_batch_size": 0,
-            "decoupled": spec.flow.decoupled,
+            "decoupled": settings(spec).decoupled,
             "cancellation_check_period_ms": CANCELLATION_CHECK_PERIOD_MS,
         },
     }
@@ -206,7 +213,9 @@ def documents(
                 **doc["speculative_config"],
                 "max_concurrency": limits[name],
             }
-        problems = validate_llm_args(doc, spec.flow.trtllm_version, f"{CONFIG_DIR}/{name}.yaml")
+        problems = validate_llm_args(
+            doc, settings(spec).trtllm_version, f"{CONFIG_DIR}/{name}.yaml"
+        )
         if problems:
             raise LlmApiError(
                 "a generated LLM-API configuration fails its field table:\n  "

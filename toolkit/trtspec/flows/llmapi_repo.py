@@ -76,7 +76,7 @@ def llm_config(spec: Spec, name: str) -> Any:
     config.name = name
     config.backend = "python"
     config.max_batch_size = 0
-    config.model_transaction_policy.decoupled = spec.flow.decoupled
+    config.model_transaction_policy.decoupled = llmapi.settings(spec).decoupled
     configs.add_tensors(
         config,
         [TensorSpec(n, t, tuple(d), optional=o) for n, t, d, o in data["inputs"]],
@@ -104,7 +104,7 @@ def write_tree(spec: Spec, plan: Plan, repo: Path, routing: RoutingTable) -> Non
     docs = llmapi.documents(spec, plan, routing)
     reference = spec.backend is Backend.reference
     upstream = None if reference else _upstream_files()
-    available = acceptance_available(spec.flow.trtllm_version)
+    available = acceptance_available(llmapi.settings(spec).trtllm_version)
     models: dict[str, Any] = {}
     by_name = {v.name: v for v in spec.variants}
     for name, doc in docs.items():
@@ -163,7 +163,7 @@ def write_tree(spec: Spec, plan: Plan, repo: Path, routing: RoutingTable) -> Non
         "spec_hash": spec.spec_hash,
         "flow": "llmapi",
         "backend": spec.backend.value,
-        "trtllm_version": spec.flow.trtllm_version,
+        "trtllm_version": llmapi.settings(spec).trtllm_version,
         "models": models,
         "variants": [*sorted(n for n in docs if n != BASELINE), BASELINE],
     }

@@ -32,7 +32,7 @@ from trtspec.vocab import Backend, Quantization
 
 #: The LLM-API versions trtspec writes configs for (a field table each).
 LlmApiVersion = Literal["1.2.1", "1.3.0rc20"]
-DEFAULT_LLMAPI_VERSION = "1.2.1"
+DEFAULT_LLMAPI_VERSION: LlmApiVersion = "1.2.1"
 #: Spec modes the LLM-API flow refuses; they live in the engine flow only.
 ENGINE_ONLY = {"medusa": "Medusa", "lookahead": "lookahead decoding"}
 #: The last NGC Triton container that serves the engine flow, and its TensorRT-LLM.

@@ -206,7 +206,7 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
             continue
         assert cell["equal_rate"] == 1.0, cell
         # 1.2.1's llmapi model zeroes its acceptance outputs: not available, never 0
-        assert cell["acceptance_rate"] is None and cell["draft_tokens"] == 0
+        assert cell["acceptance_rate"] is None and cell["draft_tokens"] is None
         assert cell["acceptance_source"] is None
         assert cell["acceptance_note"] == ACCEPTANCE_NOT_REPORTED
     assert {(d["route"], d["variant"]) for d in summary["decisions"]} == {

@@ -41,6 +41,8 @@ def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
     spec = _load(spec_path)
     plan = make_plan(spec)
     memory = memory_for(spec, plan, gpu_bytes)
+    # the LLM-API flow pins its own TensorRT-LLM version (flow.trtllm_version)
+    version = getattr(spec.flow, "trtllm_version", spec.stack.trtllm_version)
     rows = []
     built = {e.name for e in plan.engines}
     for name, ve in plan.variants.items():
@@ -62,7 +64,8 @@ def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
                 "spec": spec.name,
                 "spec_hash": spec.spec_hash,
                 "backend": spec.backend.value,
-                "trtllm_version": spec.stack.trtllm_version,
+                "flow": spec.flow.kind,
+                "trtllm_version": version,
                 "warnings": spec.warnings,
                 "variants": [
                     dict(zip(("name", "mode", "max_draft_len", "target", "draft"), r, strict=True))
@@ -73,7 +76,6 @@ def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
             }
         )
         return
-    version = getattr(spec.flow, "trtllm_version", spec.stack.trtllm_version)
     flow = "" if spec.flow.kind == "engine" else f"flow {spec.flow.kind}, "
     click.echo(
         f"{spec_path}: valid ({spec.name}, backend {spec.backend.value}, "

@@ -125,7 +125,8 @@ def llm_args(spec: Spec, variant: Any, *, model: str, draft: str | None = None) 
         "backend": "pytorch",
         "tensor_parallel_size": t.tp,
         "pipeline_parallel_size": t.pp,
-        "dtype": spec.dtype,
+        # null in the spec = the checkpoint's own dtype, as the LLM API reads it
+        "dtype": t.dtype.value if t.dtype is not None else "auto",
         "max_batch_size": t.max_batch_size,
         "max_input_len": t.max_input_len,
         "max_seq_len": t.max_seq_len,

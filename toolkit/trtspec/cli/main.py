@@ -23,8 +23,17 @@ def _register() -> None:
     from trtspec.cli import doctor as doctor_cmd
     from trtspec.cli import repo as repo_cmd
     from trtspec.cli import serve as serve_cmd
+    from trtspec.cli import serve_llmapi as serve_llmapi_cmd
 
-    for module in (build_cmd, repo_cmd, serve_cmd, bench_cmd, compare_cmd, doctor_cmd):
+    for module in (
+        build_cmd,
+        repo_cmd,
+        serve_cmd,
+        serve_llmapi_cmd,
+        bench_cmd,
+        compare_cmd,
+        doctor_cmd,
+    ):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -387,6 +387,8 @@ class Spec(_Strict):
     def canonical(self) -> dict[str, Any]:
         """The resolved spec as plain data: paths absolute, derived values filled."""
         data = self.model_dump(mode="json")
+        if data["flow"] == {"kind": "engine"}:
+            del data["flow"]  # the default flow: engine specs hash as before the field
         data["target"]["model"] = self.model_location(self.target.model).ref
         for v in data["variants"]:
             if v["mode"] == "draft_model":

@@ -452,3 +452,23 @@ def test_the_llmapi_image_pins_the_llmapi_container_and_checks_the_model() -> No
     assert f"ARG LLMAPI_MODEL_DIR={llmapi_repo.UPSTREAM_DEFAULT}" in lines
     assert 'ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh", "trtspec"]' in lines
     assert "import tensorrt_llm" not in text
+
+
+def test_the_demo_spec_is_valid_and_its_files_pass_their_table(tmp_path: Path) -> None:
+    import shutil
+
+    from trtspec.spec import load_spec
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "build_specs", tmp_path / "build_specs")
+    model = tmp_path / ".cache" / "models" / "smollm2-135m-instruct"  # what `make demo` fetches
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    spec = load_spec(tmp_path / "build_specs" / "demo-cpu-llmapi.yaml")
+    assert spec.warnings == []
+    assert spec.flow.kind == "llmapi" and spec.backend.value == "reference"
+    files = flow_for(spec).files(spec, make_plan(spec, tmp_path / "engines"), tmp_path / "engines")
+    docs = {p.stem: yaml.safe_load(text) for p, text in files.items()}
+    assert {n: (d.get("speculative_config") or {}).get("decoding_type") for n, d in docs.items()} \
+        == {"baseline": None, "ngram": "NGram", "draft_int8": "Draft_Target"}  # fmt: skip
+    assert docs["draft_int8"]["model"].endswith("engines/demo-cpu-llmapi/target_dte")

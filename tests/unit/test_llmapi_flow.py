@@ -472,3 +472,10 @@ def test_the_demo_spec_is_valid_and_its_files_pass_their_table(tmp_path: Path) -
     assert {n: (d.get("speculative_config") or {}).get("decoding_type") for n, d in docs.items()} \
         == {"baseline": None, "ngram": "NGram", "draft_int8": "Draft_Target"}  # fmt: skip
     assert docs["draft_int8"]["model"].endswith("engines/demo-cpu-llmapi/target_dte")
+
+
+def test_the_bench_finds_the_tokenizer_where_the_flow_keeps_it(tmp_path: Path) -> None:
+    gpu = _spec(ALL_MODES[:1])
+    assert flow_for(gpu).tokenizer_dir(gpu, tmp_path) == Path("org/target")
+    engine = parse_spec({"name": "e", "target": {"model": "org/m", "family": "llama"}}, "s")
+    assert flow_for(engine).tokenizer_dir(engine, tmp_path) == tmp_path / "e/target/tokenizer"

@@ -50,6 +50,7 @@ from trtspec.bench.summary import environment_info, git_commit
 from trtspec.bench.until import Block, run_block
 from trtspec.catalogue import BASELINE, MODES
 from trtspec.errors import BenchError, TrtspecError, os_error
+from trtspec.flows import flow_for
 from trtspec.limits import request_seed
 from trtspec.modes.draft_model import DraftModelVariant
 from trtspec.serve.watchdog import Incident, StubWatchdog
@@ -232,7 +233,7 @@ def plan_from_spec(
             RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels)
         )
     spec_name = spec.name
-    tok = tokenizer or engines_root / spec_name / "target" / "tokenizer"
+    tok = tokenizer or flow_for(spec).tokenizer_dir(spec, engines_root)
     arms = (
         []
         if external_only

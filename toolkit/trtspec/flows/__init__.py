@@ -52,6 +52,10 @@ class Flow(Protocol):
 
     def plan(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> Plan: ...
 
+    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
+        """The target's tokenizer folder (chat templates, token counts)."""
+        ...
+
     def files(self, spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
         """Files written beside the engines (path -> text), generated and
         checked before any build step runs."""

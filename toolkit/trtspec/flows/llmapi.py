@@ -50,6 +50,12 @@ class LlmApiFlow:
             },
         )
 
+    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
+        if spec.backend is Backend.reference:  # the reference target engine carries it
+            return Path(engines_root) / spec.name / "target" / "tokenizer"
+        # on a GPU nothing is built: the checkpoint folder holds the tokenizer
+        return Path(spec.model_location(spec.target.model).ref)
+
     def files(self, spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
         return config.config_files(spec, plan, engines_root)
 

@@ -214,7 +214,7 @@ def measure(
     """The fingerprint of a bench run: ``routes`` maps a route to its prompt
     file and ``max_tokens``; ``sampling`` holds the run's temperatures,
     top_p, top_k and seed."""
-    from trtspec.plan import make_plan
+    from trtspec.flows import make_plan
 
     plan = make_plan(spec, Path(engines_root))
     route_ids = {

@@ -87,6 +87,14 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+#: A speculative variant's note when its final response carries no draft or
+#: accepted counts (the LLM-API flow where the llmapi model zeroes them).
+ACCEPTANCE_NOT_REPORTED = (
+    "not available: the served model reports no draft/accepted counts at this "
+    "TensorRT-LLM version (never read as 0)"
+)
+
+
 def ids_hash(ids: Iterable[int]) -> str:
     return hashlib.sha256(",".join(str(int(i)) for i in ids).encode()).hexdigest()[:16]
 

@@ -359,6 +359,14 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
 
     client = summary.get("client") or {}
     notes = list(client.get("warnings") or []) + external_notes(summary)
+    notes += [
+        f"{c['route']} {c['variant']} {c['load']}: acceptance {c['acceptance_note']}"
+        for c in summary.get("cells") or []
+        if c.get("arm_kind", "triton") == "triton"
+        and c.get("speculative")
+        and c.get("acceptance_source") is None
+        and c.get("acceptance_note")
+    ]
     notes += [incident_note(i) for i in summary.get("incidents") or []]
     notes += cache_notes(summary)
     if client.get("overhead_ms_p50") is not None:

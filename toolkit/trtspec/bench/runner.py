@@ -34,6 +34,7 @@ from trtspec.bench.parity import COLD, POLICIES, WARM, parity_repo, shared_engin
 from trtspec.bench.progress import RouteBars
 from trtspec.bench.quality import QualityRunner, default_checks, validate_check_names
 from trtspec.bench.records import (
+    ACCEPTANCE_NOT_REPORTED,
     REQUEST_SCHEMA_VERSION,
     REQUESTS_FILE,
     RUN_FILE,
@@ -49,6 +50,7 @@ from trtspec.bench.summary import environment_info, git_commit
 from trtspec.bench.until import Block, run_block
 from trtspec.catalogue import BASELINE, MODES
 from trtspec.errors import BenchError, TrtspecError, os_error
+from trtspec.flows import flow_for
 from trtspec.limits import request_seed
 from trtspec.modes.draft_model import DraftModelVariant
 from trtspec.serve.watchdog import Incident, StubWatchdog
@@ -139,14 +141,22 @@ def _pick(names: list[str] | None, known: list[str], what: str) -> list[str]:
     return [n for n in known if n in names]
 
 
-def arms_for(variants: Sequence[Variant], ks: list[int] | None = None) -> list[Arm]:
+def arms_for(
+    variants: Sequence[Variant], ks: list[int] | None = None, *, per_request_k: bool = True
+) -> list[Arm]:
     """The baseline and every variant × k (k only for modes that take a
-    per-request ``num_draft_tokens``)."""
+    per-request ``num_draft_tokens``, and only in a flow that has one:
+    ``per_request_k``)."""
+    if ks and not per_request_k:
+        raise BenchError(
+            "--num-draft-tokens: this spec's serving flow fixes the draft length per model",
+            hint="set the variant's max_draft_len and rebuild (`trtspec build`, `trtspec repo`)",
+        )
     arms = [Arm(BASELINE, BASELINE)]
     for v in variants:
         mode, name = v.mode, v.name
         draft = v.draft.model if isinstance(v, DraftModelVariant) else None
-        if MODES[mode].k_sweepable:
+        if per_request_k and MODES[mode].k_sweepable:
             sweep = ks or getattr(v, "num_draft_tokens", None) or [v.max_draft_len]
             limit = v.max_draft_len
             for k in sweep:
@@ -223,11 +233,15 @@ def plan_from_spec(
             RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels)
         )
     spec_name = spec.name
-    tok = tokenizer or engines_root / spec_name / "target" / "tokenizer"
+    tok = tokenizer or flow_for(spec).tokenizer_dir(spec, engines_root)
     arms = (
         []
         if external_only
-        else arms_for([v for v in all_variants if v.name in chosen_v], num_draft_tokens)
+        else arms_for(
+            [v for v in all_variants if v.name in chosen_v],
+            num_draft_tokens,
+            per_request_k=spec.flow.per_request_draft_len,
+        )
     )
     arms += external_arms(bench.external, external) if external != [] else []
     if not arms:
@@ -412,6 +426,11 @@ class _Recorder:
 
         arm = job.arm
         pairs_with = arm.baseline if arm.openai else (None if arm.variant == BASELINE else BASELINE)
+        # a served variant that leaves its draft/accepted counts out (the LLM-API
+        # flow at versions whose llmapi model zeroes them): not available, never 0
+        unreported = (
+            arm.speculative and not arm.openai and not out.error and f.get("draft_tokens") is None
+        )
         return {
             "schema_version": REQUEST_SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -467,9 +486,12 @@ class _Recorder:
             "arm_kind": "openai" if arm.openai else "triton",
             "pairs_with": pairs_with,
             "acceptance_source": f.get(
-                "acceptance_source", "response" if arm.speculative and not arm.openai else None
+                "acceptance_source",
+                "response" if arm.speculative and not arm.openai and not unreported else None,
             ),
-            "acceptance_note": f.get("acceptance_note"),
+            "acceptance_note": f.get(
+                "acceptance_note", ACCEPTANCE_NOT_REPORTED if unreported else None
+            ),
             "accepted_per_position": f.get("accepted_per_position"),
             "drafted_per_position": f.get("drafted_per_position"),
             "finish_reason": f.get("finish_reason"),

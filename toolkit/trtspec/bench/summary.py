@@ -89,11 +89,16 @@ def summarize_cell(
     first = rows[0]
     ok = [r for r in rows if _ok(r)]
     errors = len(rows) - len(ok)
-    drafted, accepted, rounds = (
-        _sum(ok, "draft_tokens"),
-        _sum(ok, "accepted_tokens"),
-        _sum(ok, "rounds"),
-    )
+    rounds = _sum(ok, "rounds")
+    drafted: int | None = _sum(ok, "draft_tokens")
+    accepted: int | None = _sum(ok, "accepted_tokens")
+    if (
+        ok
+        and first.get("arm_kind", "triton") == "triton"
+        and all(r.get("draft_tokens") is None for r in ok)
+    ):
+        # a served variant that reports no counts (LLM-API flow): unknown, never 0
+        drafted = accepted = None
     completions = [r["completion_tokens"] for r in ok if r.get("completion_tokens") is not None]
     median_completion = stats.percentile(completions, 50)
     qualities = [quality_passed(r.get("quality")) for r in ok]
@@ -147,8 +152,12 @@ def summarize_cell(
         "draft_tokens": drafted,
         "accepted_tokens": accepted,
         "rounds": rounds,
-        "acceptance_rate": stats.rate(accepted, drafted) if speculative else None,
-        "mean_accepted_length": ((accepted + rounds) / rounds) if speculative and rounds else None,
+        "acceptance_rate": stats.rate(accepted or 0, drafted or 0) if speculative else None,
+        "mean_accepted_length": (
+            ((accepted + rounds) / rounds)
+            if speculative and rounds and accepted is not None
+            else None
+        ),
         "fallbacks": sum(1 for r in ok if r.get("fallback")),
         "quality_pass_rate": stats.rate(sum(1 for q in judged if q), len(judged)),
         "quality_judged": len(judged),

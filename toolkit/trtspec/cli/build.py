@@ -36,19 +36,23 @@ def _load(spec_path: str) -> Any:
 def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
     """Check a build spec without building anything; print its variants, engines
     and (GPU specs) the memory plan."""
-    from trtspec.plan import make_plan
+    from trtspec.flows import make_plan
 
     spec = _load(spec_path)
     plan = make_plan(spec)
     memory = memory_for(spec, plan, gpu_bytes)
+    # the LLM-API flow pins its own TensorRT-LLM version (flow.trtllm_version)
+    version = getattr(spec.flow, "trtllm_version", spec.stack.trtllm_version)
     rows = []
+    built = {e.name for e in plan.engines}
     for name, ve in plan.variants.items():
-        target = plan.engine(ve.target)
+        # an LLM-API variant on a GPU has no engine: its LLM model is named instead
+        draft_len = plan.engine(ve.target).max_draft_len if ve.target in built else "-"
         rows.append(
             [
                 name,
                 ve.mode,
-                target.max_draft_len if ve.mode != "none" else "-",
+                draft_len if ve.mode != "none" else "-",
                 ve.target,
                 ve.draft or "-",
             ]
@@ -60,7 +64,8 @@ def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
                 "spec": spec.name,
                 "spec_hash": spec.spec_hash,
                 "backend": spec.backend.value,
-                "trtllm_version": spec.stack.trtllm_version,
+                "flow": spec.flow.kind,
+                "trtllm_version": version,
                 "warnings": spec.warnings,
                 "variants": [
                     dict(zip(("name", "mode", "max_draft_len", "target", "draft"), r, strict=True))
@@ -71,9 +76,10 @@ def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
             }
         )
         return
+    flow = "" if spec.flow.kind == "engine" else f"flow {spec.flow.kind}, "
     click.echo(
         f"{spec_path}: valid ({spec.name}, backend {spec.backend.value}, "
-        f"TensorRT-LLM {spec.stack.trtllm_version})"
+        f"{flow}TensorRT-LLM {version})"
     )
     emit_table(["variant", "mode", "max_draft_len", "target engine", "draft engine"], rows)
     if memory is not None:
@@ -126,18 +132,22 @@ def build_cmd(
 ) -> None:
     """Build the engines of a spec (steps whose inputs are unchanged are skipped)."""
     from trtspec.build.executor import backend_for, execute, plan_status, run_subprocess
-    from trtspec.plan import make_plan
+    from trtspec.flows import flow_for, make_plan
 
     spec = _load(spec_path)
+    flow = flow_for(spec)
     plan = make_plan(spec, engines_dir, examples_dir=examples_dir)
     _check_only(plan, only)
     memory = memory_for(spec, plan, gpu_bytes)
+    # files the flow writes beside the engines, checked before any step runs
+    files = flow.files(spec, plan, engines_dir)
     if dry_run:
         status = plan_status(plan, force=force, only=only)
         if fmt == "json":
             data = plan.to_dict()
             data["steps"] = [{**s.to_dict(), "cached": cached} for s, cached in status]
             data["memory"] = None if memory is None else memory.to_dict()
+            data["files"] = {str(p): text for p, text in files.items()}
             emit_json(data)
             return
         rows = [
@@ -149,6 +159,10 @@ def build_cmd(
                 shlex.join(s.argv),
             ]
             for i, (s, c) in enumerate(status)
+        ]
+        rows += [
+            [len(rows) + i + 1, os.path.relpath(p, plan.root), "file", "write", str(p)]
+            for i, p in enumerate(files)
         ]
         emit_table(["#", "unit", "kind", "state", "command"], rows)
         if memory is not None:
@@ -168,6 +182,7 @@ def build_cmd(
         runner=runner,
         progress=progress,
     )
+    written = flow.write_files(files)
     selected = {o.step.unit for o in result.outcomes}
     ran = {o.step.unit for o in result.outcomes if o.status == "ran"}
     engines = [e for e in plan.engines if str(e.dir) in selected]
@@ -184,6 +199,7 @@ def build_cmd(
                     {"id": o.step.id, "status": o.status, "seconds": round(o.seconds, 3)}
                     for o in result.outcomes
                 ],
+                "files": [str(p) for p in written],
             }
         )
         return
@@ -198,7 +214,8 @@ def build_cmd(
                 str(e.dir),
             ]
             for e in engines
-        ],
+        ]
+        + [[p.stem, "llm-args", "-", "written", str(p)] for p in written],
     )
 
 

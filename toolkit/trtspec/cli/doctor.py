@@ -37,7 +37,7 @@ def doctor_cmd(
 
     spec = plan = None
     if spec_path is not None:
-        from trtspec.plan import make_plan
+        from trtspec.flows import make_plan
         from trtspec.spec import load_spec
 
         spec = load_spec(spec_path)

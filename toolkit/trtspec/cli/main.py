@@ -25,11 +25,13 @@ def _register() -> None:
     from trtspec.cli import repo as repo_cmd
     from trtspec.cli import routes as routes_cmd
     from trtspec.cli import serve as serve_cmd
+    from trtspec.cli import serve_llmapi as serve_llmapi_cmd
 
     for module in (
         build_cmd,
         repo_cmd,
         serve_cmd,
+        serve_llmapi_cmd,
         bench_cmd,
         compare_cmd,
         doctor_cmd,

@@ -112,8 +112,7 @@ def repo(
         raise click.UsageError(
             f"{path} is a folder; pass a spec file, or add --check to validate a repository"
         )
-    from trtspec.plan import make_plan
-    from trtspec.repo.assemble import assemble
+    from trtspec.flows import flow_for, make_plan
     from trtspec.repo.check import check_repository
     from trtspec.repo.routing import load_routing
     from trtspec.spec import load_spec
@@ -130,7 +129,9 @@ def repo(
         )
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
     memory_for(spec, plan, gpu_bytes)  # its warnings, before the engines' fractions use it
-    result = assemble(spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes)
+    result = flow_for(spec).assemble(
+        spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes
+    )
     problems = check_repository(result)
     if problems:
         raise RepoError(

@@ -195,6 +195,10 @@ ORCHESTRATOR_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("request_id", "TYPE_STRING", (1,), optional=True),
 )
 
+#: The LLM-API flow's per-variant model: its ``acceptance`` parameter when the
+#: pinned TensorRT-LLM fills the llmapi model's acceptance outputs.
+LLMAPI_ACCEPTANCE_AVAILABLE = "available"
+
 # prefix_reused_tokens: prompt tokens the target engine served from its KV
 # cache at the request's first call (kv_cache_reused_blocks × tokens per block).
 STAT_OUTPUTS = (

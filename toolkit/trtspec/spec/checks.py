@@ -14,8 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trtspec.catalogue import BASELINE
-from trtspec.catalogue import MODES as MODE_ROWS
-from trtspec.modes import module_for
 from trtspec.modes.draft_model import DraftModel
 from trtspec.spec.external import check_external
 from trtspec.spec.schema import (
@@ -171,6 +169,7 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
     ver = _check_stack(spec, issues, warnings)
     _check_target(spec, issues)
     names = _check_variants(spec, issues, warnings, ver)
+    spec.flow.check_spec(spec, issues)
     for name, route in spec.routes.items():
         p = spec.resolve_path(route.prompts)
         if not p.is_file():
@@ -324,13 +323,8 @@ def _check_variants(
                 f"must be 1 with speculative variant {v.name!r} "
                 f"(mode {v.mode}); TensorRT-LLM speculative decoding has no beam search",
             )
-        module_for(v).check(spec, v, base, tools)
-        if MODE_ROWS[v.mode].greedy_only and any(temp > 0 for temp in spec.bench.temperatures):
-            issues.add(
-                ("bench", "temperatures"),
-                f"variant {v.name!r} ({v.mode}) decodes greedily only in "
-                "TensorRT-LLM; use temperatures: [0.0] or drop the variant",
-            )
+        # each mode's own rules, as the spec's serving flow sees them (trtspec.flows)
+        spec.flow.check_variant(spec, v, base, tools)
     return names
 
 

@@ -25,6 +25,7 @@ from trtspec.modes.eagle import EagleVariant
 from trtspec.modes.lookahead import LookaheadVariant
 from trtspec.modes.medusa import MedusaVariant
 from trtspec.modes.ngram import NgramVariant
+from trtspec.spec.flows import FLOW_VARIANTS, EngineFlowSpec, FlowSpec, MtpVariant
 from trtspec.versions import EXAMPLES_DIR_FROM_1_0, default_examples_dir, image_for
 
 DEFAULT_TRTLLM_VERSION = "1.1.0"
@@ -167,10 +168,18 @@ class Target(_Strict):
     kv_cache: KvCache = Field(default_factory=KvCache, description="KV-cache settings.")
 
 
-_VARIANT_CLASSES = tuple(m.SPEC_CLASS for m in MODE_MODULES.values())
+_VARIANT_CLASSES = (
+    *(m.SPEC_CLASS for m in MODE_MODULES.values()),
+    *FLOW_VARIANTS.values(),  # modes only a flow other than the engine flow serves (mtp)
+)
 if TYPE_CHECKING:  # the type checker's view; pydantic's union comes from the registry
     Variant = Annotated[
-        DraftModelVariant | NgramVariant | MedusaVariant | EagleVariant | LookaheadVariant,
+        DraftModelVariant
+        | NgramVariant
+        | MedusaVariant
+        | EagleVariant
+        | LookaheadVariant
+        | MtpVariant,
         Field(discriminator="mode"),
     ]
 else:
@@ -351,6 +360,12 @@ class Spec(_Strict):
         default=Backend.tensorrt_llm,
         description="tensorrt_llm (GPU engines) or reference (CPU torch engines).",
     )
+    flow: FlowSpec = Field(
+        default_factory=EngineFlowSpec,
+        description="Serving flow: engine (default; trtllm-build engines, Triton tensorrtllm "
+        "backend) or llmapi (TensorRT-LLM's PyTorch flow: one LLM-argument YAML per variant); "
+        "`flow: llmapi` is short for {kind: llmapi}. See trtspec.flows.",
+    )
     target: Target = Field(description="The target model and its engine limits.")
     variants: list[Variant] = Field(
         default_factory=list,
@@ -402,6 +417,8 @@ class Spec(_Strict):
     def canonical(self) -> dict[str, Any]:
         """The resolved spec as plain data: paths absolute, derived values filled."""
         data = self.model_dump(mode="json")
+        if data["flow"] == {"kind": "engine"}:
+            del data["flow"]  # the default flow: engine specs hash as before the field
         data["target"]["model"] = self.model_location(self.target.model).ref
         for v in data["variants"]:
             if v["mode"] == "draft_model":

@@ -1,0 +1,218 @@
+"""The LLM-API flow end to end on the tiny model, as a user runs it:
+``build`` (reference engines + one LLM-argument YAML per variant, then a
+cached rebuild) → ``repo`` (+ ``--check``) → ``trtspec serve`` (one real
+tritonserver) → a direct streaming call to each ``<variant>__llmapi`` model
+with the llmapi model's tensors → ``bench --endpoint`` through the router →
+the decisions, equality with the baseline at T=0, and acceptance reported as
+not available (never 0) at the pinned 1.2.1. The direct calls show that the
+CPU stand-in really speculates (NGram and Draft_Target draft and accept
+tokens) even though the adapter hides the counts for this version."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from trtspec.bench.records import ACCEPTANCE_NOT_REPORTED, read_requests
+from trtspec.cli.main import cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PROMPTS = [
+    "Passage: The bridge opened in 1932 and is 503 metres long. The bridge opened in 1932.\n"
+    "Question: When did the bridge open? Quote the passage.",
+    "Passage: Flight KL1234 departs at 09:15 from gate D7. Flight KL1234 departs at 09:15.\n"
+    "Question: When does flight KL1234 depart? Quote the passage.",
+]
+VARIANTS = ("baseline", "ngram", "draft")
+
+
+def _run(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, (
+        f"trtspec {' '.join(args)} exited {result.exit_code}\n"
+        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result.stdout
+
+
+@pytest.fixture
+def workdir(tiny_llama: Path, tiny_draft: Path, tmp_path: Path):
+    routes = tmp_path / "specs" / "routes"
+    routes.mkdir(parents=True)
+    with open(routes / "rag.jsonl", "w") as fh:
+        for p in PROMPTS:
+            fh.write(json.dumps({"prompt": p, "golden": p.split("\n")[0][9:40]}) + "\n")
+    (tmp_path / "specs" / "tiny.yaml").write_text(f"""\
+name: tiny-llmapi
+backend: reference
+flow: {{kind: llmapi, trtllm_version: "1.2.1"}}
+target: {{model: {tiny_llama}, family: llama, max_batch_size: 2, max_input_len: 256,
+         max_seq_len: 512, max_num_tokens: 1024}}
+variants:
+  - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 3}}
+  - {{name: draft, mode: draft_model, draft: {{model: {tiny_draft}, family: llama}},
+     max_draft_len: 3}}
+routes:
+  rag: {{prompts: routes/rag.jsonl, max_tokens: 16, checks: [golden]}}
+bench: {{concurrency: [1], temperatures: [0.0], warmup_requests: 0, requests_per_route: 2,
+        decision: {{min_pairs: 2}}}}
+""")
+    old = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        os.chdir(old)
+
+
+def _wait_ready(proc: subprocess.Popen, deadline_s: float) -> dict:
+    deadline = time.monotonic() + deadline_s
+    buf = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"trtspec serve exited {proc.returncode}: {proc.stderr.read()}")
+        line = proc.stdout.readline()
+        if not line:
+            time.sleep(0.1)
+            continue
+        buf += line
+        try:
+            return json.loads(buf)
+        except json.JSONDecodeError:
+            continue
+    raise AssertionError(f"trtspec serve not ready in {deadline_s}s; stdout so far: {buf}")
+
+
+def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
+    """One streaming request with the llmapi model's own tensors."""
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value: Any, dtype: str, np_dtype: Any) -> Any:
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(np.array([value], dtype=np_dtype))
+        return t
+
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer(
+            model,
+            [
+                tensor("text_input", prompt.encode(), "BYTES", np.object_),
+                tensor("streaming", True, "BOOL", bool),
+                tensor("sampling_param_max_tokens", 16, "INT32", np.int32),
+                tensor("sampling_param_return_perf_metrics", True, "BOOL", bool),
+            ],
+            enable_empty_final_response=True,
+        )
+        text, final = "", {}
+        while True:
+            result, error = responses.get(timeout=120)
+            assert error is None, error
+            out = result.get_response()
+            names = {o.name for o in out.outputs}
+            if "text_output" in names:
+                text += result.as_numpy("text_output").reshape(-1)[0].decode()
+            for name in ("total_draft_tokens", "total_accepted_draft_tokens"):
+                if name in names:
+                    final[name] = int(result.as_numpy(name).reshape(-1)[0])
+            if out.parameters["triton_final_response"].bool_param:
+                return {"text": text, **final}
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
+    spec = "specs/tiny.yaml"
+    built = json.loads(_run("build", spec, "--format", "json"))
+    assert sorted(Path(p).name for p in built["files"]) == [
+        "baseline.yaml",
+        "draft.yaml",
+        "ngram.yaml",
+    ]
+    ngram_args = yaml.safe_load(Path("engines/tiny-llmapi/llmapi/ngram.yaml").read_text())
+    assert ngram_args["speculative_config"]["decoding_type"] == "NGram"
+    again = json.loads(_run("build", spec, "--format", "json"))
+    assert [s for s in again["steps"] if s["status"] == "ran"] == []
+
+    _run("repo", spec)
+    repo = Path("triton_repo/tiny-llmapi")
+    _run("repo", "--check", str(repo))
+    draft_yaml = yaml.safe_load((repo / "draft__llmapi" / "1" / "model.yaml").read_text())
+    assert draft_yaml["speculative_config"]["decoding_type"] == "Draft_Target"
+    assert draft_yaml["triton_config"]["decoupled"] is True
+
+    log = workdir / "serve.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trtspec.cli.main", "serve", str(repo), "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--format", "json", "--log-file", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        endpoints = _wait_ready(proc, 300)
+        grpc = endpoints.get("grpc") or endpoints.get("grpc_url")
+        direct = {v: _llmapi_call(grpc, f"{v}__llmapi", PROMPTS[0]) for v in VARIANTS}
+        out = _run(
+            "bench", spec, "--endpoint", grpc, "--run-dir", "results/run1", "--no-plots",
+            "--fixed-count",
+        )  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        finally:
+            proc.stdout.close()
+            proc.stderr.close()
+    assert proc.returncode in (0, 130), f"trtspec serve exited {proc.returncode} on SIGINT"
+    assert "Traceback" not in log.read_text(errors="replace"), log.read_text()[-3000:]
+
+    # the llmapi models themselves: lossless at T=0, and really speculating
+    assert direct["ngram"]["text"] == direct["draft"]["text"] == direct["baseline"]["text"]
+    assert direct["baseline"]["text"]
+    assert "total_draft_tokens" not in direct["baseline"]
+    for v in ("ngram", "draft"):
+        assert direct[v]["total_draft_tokens"] > 0, direct
+        assert 0 <= direct[v]["total_accepted_draft_tokens"] <= direct[v]["total_draft_tokens"]
+
+    # the bench through the router: every variant decided, equal to the baseline
+    rows = [r for r in read_requests(Path("results/run1/requests.jsonl")) if not r["warmup"]]
+    assert {r["variant"] for r in rows} == set(VARIANTS)
+    assert all(r["error"] is None for r in rows), [r["error"] for r in rows]
+    assert all(r["served_variant"] == r["variant"] for r in rows)
+    summary = json.loads(Path("results/run1/summary.json").read_text())
+    for cell in summary["cells"]:
+        if cell["variant"] == "baseline":
+            continue
+        assert cell["equal_rate"] == 1.0, cell
+        # 1.2.1's llmapi model zeroes its acceptance outputs: not available, never 0
+        assert cell["acceptance_rate"] is None and cell["draft_tokens"] is None
+        assert cell["acceptance_source"] is None
+        assert cell["acceptance_note"] == ACCEPTANCE_NOT_REPORTED
+    assert {(d["route"], d["variant"]) for d in summary["decisions"]} == {
+        ("rag", "ngram"),
+        ("rag", "draft"),
+    }
+    assert "route=rag" in out
+    report = Path("results/run1/report.md").read_text()
+    assert f"rag ngram concurrency=1: acceptance {ACCEPTANCE_NOT_REPORTED}" in report

@@ -1,0 +1,93 @@
+"""Serving flows behind one seam: which one a spec uses is decided here, once,
+and handed on as an object that knows its own behaviour.
+
+A flow answers for every stage: which variant modes it serves
+(``modes``) and which per-request metrics it reports (``metrics``), what is
+prepared per variant (``plan``: the build steps; ``files``: files
+written next to the engines, such as LLM-argument YAMLs), the Triton models it
+contributes (``assemble``).
+
+- ``engine`` (``trtspec.flows.engine``): TensorRT-LLM's engine flow, today's
+  behaviour, unchanged: ``trtllm-build`` engines served by Triton's
+  ``tensorrtllm`` backend; the reference backend stands in on CPU.
+- ``llmapi`` (``trtspec.flows.llmapi``): TensorRT-LLM's PyTorch flow: one
+  LLM-argument YAML per variant, served by Triton's ``llmapi`` Python model
+  (``model.yaml``) or ``trtllm-serve --config``; the reference backend serves
+  the same contract on CPU.
+
+The spec face of each flow (its ``flow:`` section, the variant rules under
+it, whether a request may set its own draft length) is its class in
+``trtspec.spec.flows``, so the spec never imports the stages. The registry
+maps the spec's ``flow.kind`` to the module holding its stage object; modules
+load on first use. A third flow is one module here, one line in
+``FLOW_MODULES`` and one class in ``trtspec.spec.flows``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from trtspec.plan import Plan
+    from trtspec.repo.routing import RoutingTable
+    from trtspec.spec import Spec
+
+#: flow kind (the spec's ``flow.kind``) -> the module whose ``FLOW`` serves it.
+FLOW_MODULES: dict[str, str] = {
+    "engine": "trtspec.flows.engine",
+    "llmapi": "trtspec.flows.llmapi",
+}
+
+
+class Flow(Protocol):
+    """What every stage asks of a serving flow."""
+
+    name: str
+    #: spec variant modes this flow serves (others are refused at spec load)
+    modes: tuple[str, ...]
+    #: per-request measures its served variants report (bench column names)
+    metrics: tuple[str, ...]
+
+    def plan(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> Plan: ...
+
+    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
+        """The target's tokenizer folder (chat templates, token counts)."""
+        ...
+
+    def files(self, spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
+        """Files written beside the engines (path -> text), generated and
+        checked before any build step runs."""
+        ...
+
+    def write_files(self, files: dict[Path, str]) -> list[Path]: ...
+
+    def assemble(
+        self,
+        spec: Spec,
+        plan: Plan,
+        engines_root: Path,
+        output: Path,
+        *,
+        routing: RoutingTable | None,
+        gpu_bytes: int | None,
+    ) -> Path: ...
+
+
+def flow_named(kind: str) -> Flow:
+    flow: Flow = importlib.import_module(FLOW_MODULES[kind]).FLOW
+    return flow
+
+
+def flow_for(spec: Spec) -> Flow:
+    """The flow object of a spec (``spec.flow.kind``)."""
+    return flow_named(spec.flow.kind)
+
+
+def make_plan(
+    spec: Spec, engines_root: Path = Path("engines"), *, examples_dir: str | None = None
+) -> Plan:
+    """The build plan of a spec under its flow (``trtspec.plan.make_plan`` for
+    the engine flow)."""
+    return flow_for(spec).plan(spec, Path(engines_root), examples_dir)

@@ -1,0 +1,278 @@
+"""The LLM-API flow: TensorRT-LLM's PyTorch flow, one LLM-argument YAML per
+variant (plus the baseline), served by Triton's ``llmapi`` Python model
+(the YAML as ``model.yaml``) or by ``trtllm-serve MODEL --config FILE``.
+
+Per variant mode (``speculative_config.decoding_type`` at each pinned version):
+
+| spec mode | 1.2.1 | 1.3.0rc20 |
+|---|---|---|
+| ``draft_model`` | ``Draft_Target`` + ``speculative_model`` | same |
+| ``ngram`` | ``NGram`` (per-request pool) | ``NGram``, or ``SA`` with ``flow.suffix_automaton`` |
+| ``eagle`` | ``Eagle3``, one model, linear chain of ``num_eagle_layers`` | same |
+| ``mtp`` | ``MTP`` with ``num_nextn_predict_layers`` | ``MTP`` with ``max_draft_len`` |
+| ``medusa``, ``lookahead`` | refused: engine flow only | refused |
+
+The target's limits, KV-cache fraction (split evenly between the variants,
+each of which is its own ``LLM`` in one server), block reuse, block size,
+parallelism and dtype carry over from the spec. Every generated document is
+checked against the pinned version's field table (``trtspec.spec.llm_args``) before it
+is written; a problem there is a trtspec bug and raised as one.
+
+On the reference backend (CPU) the same documents name the reference engine
+folders the plan builds (``target``, ``target_dte``, ``draft_*``) instead of
+the Hugging Face checkpoints, and ``trtspec.engine.llmapi_model`` serves them
+with the ``llmapi`` model's tensors; EAGLE-3 and MTP need a GPU there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from trtspec.catalogue import BASELINE
+from trtspec.errors import TrtspecError
+from trtspec.fsutil import atomic_write_text
+from trtspec.spec.flows import LLM_SUFFIX, LlmApiFlowSpec
+from trtspec.spec.llm_args import validate_llm_args
+from trtspec.vocab import Backend
+
+if TYPE_CHECKING:
+    from trtspec.plan import Plan
+    from trtspec.repo.routing import RoutingTable
+    from trtspec.spec import Spec
+
+CONFIG_DIR = "llmapi"  # engines/<spec>/llmapi/<variant>.yaml
+#: triton_config keys of the llmapi model.yaml (model.py pops the whole section)
+CANCELLATION_CHECK_PERIOD_MS = 100
+
+
+class LlmApiError(TrtspecError):
+    """An LLM-argument file trtspec generated fails its version's field table."""
+
+
+def settings(spec: Spec) -> LlmApiFlowSpec:
+    """The spec's ``flow`` section (this module serves LLM-API specs only)."""
+    if not isinstance(spec.flow, LlmApiFlowSpec):
+        raise LlmApiError(f"spec {spec.name} does not use the LLM-API flow (flow: llmapi)")
+    return spec.flow
+
+
+def llm_model_name(variant: str) -> str:
+    return f"{variant}{LLM_SUFFIX}"
+
+
+def variant_names(spec: Spec) -> list[str]:
+    return [BASELINE, *(v.name for v in spec.variants)]
+
+
+def _merge(doc: dict[str, Any], extra: dict[str, Any], speculative: bool) -> dict[str, Any]:
+    out = dict(doc)
+    for key, value in extra.items():
+        if key == "speculative_config" and not speculative:
+            continue
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+# ---------------------------------------------------------- configuration
+def _speculative(spec: Spec, v: Any, draft_path: str | None) -> dict[str, Any] | None:
+    version = settings(spec).trtllm_version
+    if v is None:
+        return None
+    if v.mode == "ngram":
+        if settings(spec).suffix_automaton:
+            return {"decoding_type": "SA", "max_draft_len": v.max_draft_len}
+        return {
+            "decoding_type": "NGram",
+            "max_draft_len": v.max_draft_len,
+            "max_matching_ngram_size": v.max_matching_ngram_size,
+            # trtspec's n-gram variants look up each request's own prompt and output
+            "is_public_pool": False,
+        }
+    if v.mode == "draft_model":
+        return {
+            "decoding_type": "Draft_Target",
+            "max_draft_len": v.max_draft_len,
+            "speculative_model": draft_path,
+        }
+    if v.mode == "eagle":
+        return {
+            "decoding_type": "Eagle3",
+            "max_draft_len": v.num_eagle_layers,
+            "speculative_model": draft_path,
+            "eagle3_one_model": True,
+        }
+    if v.mode == "mtp":
+        if version == "1.2.1":
+            return {"decoding_type": "MTP", "num_nextn_predict_layers": v.max_draft_len}
+        return {"decoding_type": "MTP", "max_draft_len": v.max_draft_len}
+    raise LlmApiError(f"mode {v.mode!r} has no LLM-API configuration")  # refused by the checks
+
+
+def llm_args(spec: Spec, variant: Any, *, model: str, draft: str | None = None) -> dict[str, Any]:
+    """The LLM-argument document of one variant (``variant`` None = the baseline):
+    what ``trtllm-serve --config`` takes; ``model_yaml`` adds ``triton_config``."""
+    t = spec.target
+    share = t.kv_cache.free_gpu_mem_fraction / len(variant_names(spec))
+    doc: dict[str, Any] = {
+        "model": model,
+        "backend": "pytorch",
+        "tensor_parallel_size": t.tp,
+        "pipeline_parallel_size": t.pp,
+        # null in the spec = the checkpoint's own dtype, as the LLM API reads it
+        "dtype": t.dtype.value if t.dtype is not None else "auto",
+        "max_batch_size": t.max_batch_size,
+        "max_input_len": t.max_input_len,
+        "max_seq_len": t.max_seq_len,
+        "max_num_tokens": t.max_num_tokens,
+        "max_beam_width": t.max_beam_width,
+        "kv_cache_config": {
+            # every variant is its own LLM in one server: an even share each
+            "free_gpu_memory_fraction": round(share, 4),
+            "enable_block_reuse": t.kv_cache.enable_reuse,
+            "tokens_per_block": t.kv_cache.tokens_per_block,
+        },
+        "return_perf_metrics": True,
+    }
+    if not settings(spec).cuda_graphs:
+        doc["cuda_graph_config"] = None
+    speculative = _speculative(spec, variant, draft)
+    if speculative is not None:
+        doc["speculative_config"] = speculative
+    return _merge(doc, settings(spec).llm_args, speculative is not None)
+
+
+def model_yaml(spec: Spec, doc: dict[str, Any]) -> dict[str, Any]:
+    """The Triton ``llmapi`` model's ``model.yaml``: the LLM arguments plus
+    ``triton_config`` (which model.py removes before ``LLM(**args)``)."""
+    return {
+        **doc,
+        "triton_config": {
+            "max_batch_size": 0,
+            "decoupled": settings(spec).decoupled,
+            "cancellation_check_period_ms": CANCELLATION_CHECK_PERIOD_MS,
+        },
+    }
+
+
+def model_paths(spec: Spec, plan: Plan | None) -> dict[str, tuple[str, str | None]]:
+    """variant -> (model, speculative model) as the config names them: the
+    Hugging Face checkpoints on a GPU, the reference engine folders on CPU."""
+    out: dict[str, tuple[str, str | None]] = {}
+    by_name = {v.name: v for v in spec.variants}
+    for name in variant_names(spec):
+        v = by_name.get(name)
+        if spec.backend is Backend.reference:
+            assert plan is not None
+            ve = plan.variants[name]
+            target = str(Path(os.path.abspath(plan.engine(ve.target).dir)))
+            draft = str(Path(os.path.abspath(plan.engine(ve.draft).dir))) if ve.draft else None
+            out[name] = (target, draft)
+            continue
+        target = spec.model_location(spec.target.model).ref
+        draft = None
+        if v is not None and v.mode == "draft_model":
+            draft = spec.model_location(v.draft.model).ref
+        elif v is not None and v.mode == "eagle":
+            draft = spec.model_location(v.checkpoint).ref
+        out[name] = (target, draft)
+    return out
+
+
+def decided_limits(routing: RoutingTable | None) -> dict[str, int]:
+    """variant -> the load up to which the bench promoted it: the smallest
+    ``max_concurrency`` over the routes routed to it (``routing.yaml``)."""
+    limits: dict[str, int] = {}
+    for rule in routing.routes.values() if routing else []:
+        if rule.max_concurrency is not None:
+            limits[rule.variant] = min(
+                limits.get(rule.variant, rule.max_concurrency), rule.max_concurrency
+            )
+    return limits
+
+
+def documents(
+    spec: Spec, plan: Plan | None, routing: RoutingTable | None = None
+) -> dict[str, dict[str, Any]]:
+    """variant (baseline included) -> its LLM-argument document, each checked
+    against the pinned version's field table. A decision that promoted a
+    variant only up to some load (``routing``) is written where the LLM API
+    reads it: ``speculative_config.max_concurrency`` (speculation off above it)."""
+    by_name = {v.name: v for v in spec.variants}
+    limits = decided_limits(routing)
+    docs: dict[str, dict[str, Any]] = {}
+    for name, (model, draft) in model_paths(spec, plan).items():
+        doc = llm_args(spec, by_name.get(name), model=model, draft=draft)
+        if name in limits and "speculative_config" in doc:
+            doc["speculative_config"] = {
+                **doc["speculative_config"],
+                "max_concurrency": limits[name],
+            }
+        problems = validate_llm_args(
+            doc, settings(spec).trtllm_version, f"{CONFIG_DIR}/{name}.yaml"
+        )
+        if problems:
+            raise LlmApiError(
+                "a generated LLM-API configuration fails its field table:\n  "
+                + "\n  ".join(problems),
+                "This is a trtspec bug; please report it with the spec.",
+            )
+        docs[name] = doc
+    return docs
+
+
+def trtllm_serve_argv(
+    spec: Spec, doc: dict[str, Any], config: Path, *, port: int, host: str = "127.0.0.1"
+) -> list[str]:
+    """The ``trtllm-serve`` command serving one variant's file (OpenAI API on
+    ``host:port``). ``--extra_llm_api_options`` is the option name every pinned
+    version takes (newer ones add ``--config`` as its alias); the file's keys
+    override the command line's."""
+    return [
+        "trtllm-serve",
+        str(doc["model"]),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--backend",
+        "pytorch",
+        "--extra_llm_api_options",
+        str(config),
+    ]
+
+
+def serve_commands(
+    spec: Spec, plan: Plan, engines_root: Path, *, base_port: int = 8000, host: str = "127.0.0.1"
+) -> dict[str, list[str]]:
+    """variant -> its ``trtllm-serve`` argv, one port each from ``base_port``
+    (baseline first, then the spec's order), reading ``engines/<spec>/llmapi/``."""
+    folder = Path(engines_root) / spec.name / CONFIG_DIR
+    return {
+        name: trtllm_serve_argv(spec, doc, folder / f"{name}.yaml", port=base_port + i, host=host)
+        for i, (name, doc) in enumerate(documents(spec, plan).items())
+    }
+
+
+def dump(doc: dict[str, Any]) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def config_files(spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
+    """``engines/<spec>/llmapi/<variant>.yaml`` for every variant (what
+    ``trtllm-serve --config`` reads) -> its text."""
+    folder = Path(engines_root) / spec.name / CONFIG_DIR
+    return {folder / f"{name}.yaml": dump(doc) for name, doc in documents(spec, plan).items()}
+
+
+def write_files(files: dict[Path, str]) -> list[Path]:
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    return list(files)

@@ -22,9 +22,18 @@ def _register() -> None:
     from trtspec.cli import compare as compare_cmd
     from trtspec.cli import doctor as doctor_cmd
     from trtspec.cli import repo as repo_cmd
+    from trtspec.cli import rollout as rollout_cmd
     from trtspec.cli import serve as serve_cmd
 
-    for module in (build_cmd, repo_cmd, serve_cmd, bench_cmd, compare_cmd, doctor_cmd):
+    for module in (
+        build_cmd,
+        repo_cmd,
+        serve_cmd,
+        bench_cmd,
+        compare_cmd,
+        doctor_cmd,
+        rollout_cmd,
+    ):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -130,7 +130,14 @@ def repo(
         )
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
     memory_for(spec, plan, gpu_bytes)  # its warnings, before the engines' fractions use it
-    result = assemble(spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes)
+    from trtspec.repo.assemble import layout_of
+    from trtspec.rollout.golden import golden_set
+
+    # the router's golden diff mirrors these (rendered as the bench renders them)
+    golden = golden_set(spec, layout_of(spec, plan, engines_root).tokenizer_dir)
+    result = assemble(
+        spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes, golden=golden
+    )
     problems = check_repository(result)
     if problems:
         raise RepoError(

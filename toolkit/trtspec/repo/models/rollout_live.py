@@ -56,19 +56,29 @@ class Tracked:
         self.begun = False
 
     def track(self, tensors: dict[str, np.ndarray], is_final: bool) -> None:
-        if self.first_ns is None:
-            ids = tensors.get("output_ids")
-            text = tensors.get("text_output")
-            has_ids = ids is not None and ids.size > 0
-            has_text = text is not None and text.size and bool(text.reshape(-1)[0])
-            if has_ids or has_text:
-                self.first_ns = time.monotonic_ns()
-        if is_final:
-            self.final = {
-                k: v.reshape(-1)[0].item() if v.size else None
-                for k, v in tensors.items()
-                if k not in ("output_ids", "text_output")
-            }
+        try:
+            if self.first_ns is None:
+                ids = tensors.get("output_ids")
+                text = tensors.get("text_output")
+                has_ids = ids is not None and ids.size > 0
+                has_text = text is not None and text.size > 0 and bool(text.reshape(-1)[0])
+                if has_ids or has_text:
+                    self.first_ns = time.monotonic_ns()
+            if is_final:
+                self.final = {
+                    k: _scalar(v)
+                    for k, v in tensors.items()
+                    if k not in ("output_ids", "text_output")
+                }
+        except Exception:  # bookkeeping never fails a request
+            self.final = self.final or {}
+
+
+def _scalar(array: np.ndarray) -> Any:
+    if not array.size:
+        return None
+    value = array.reshape(-1)[0]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _int(value: Any) -> int | None:
@@ -158,10 +168,11 @@ class Live:
             self._warn(f"rollout: begin: {exc!r}")
 
     def end(self, tracked: Tracked, error: str | None) -> None:
-        if not tracked.begun:
-            return
         try:
-            self._end(tracked, error)
+            if tracked.begun:
+                self._end(tracked, error)
+            elif self.writer is not None:  # refused before routing (bad input)
+                self.writer.write(self.record(tracked, error))
         except Exception as exc:
             self._warn(f"rollout: end: {exc!r}")
 
@@ -181,12 +192,15 @@ class Live:
     def record(self, tracked: Tracked, error: str | None) -> dict[str, Any]:
         """The log line of a finished request (``FIELDS``, in order)."""
         choice = tracked.choice
-        assert choice is not None
         final = tracked.final
-        variant = _text(final["variant"]) if final.get("variant") is not None else choice.variant
-        facts = self.config.variants.get(variant, {})
+        variant = (
+            _text(final["variant"])
+            if final.get("variant") is not None
+            else (choice.variant if choice is not None else None)
+        )
+        facts = self.config.variants.get(variant or "", {})
         k = None
-        if facts.get("speculative"):
+        if facts.get("speculative") and choice is not None:
             k = (
                 choice.num_draft_tokens
                 if choice.num_draft_tokens is not None and variant == choice.variant
@@ -218,9 +232,9 @@ class Live:
             ),
             "accepted_tokens": _int(final.get("accepted_tokens")),
             "draft_tokens": _int(final.get("draft_tokens")),
-            "request_id": tracked.request_id,
+            "request_id": tracked.request_id or None,
             "variant": variant,
-            "arm": CANARY if choice.canary else CONTROL,
+            "arm": None if choice is None else (CANARY if choice.canary else CONTROL),
             "fallback": bool(final.get("fallback", False)),
             "error": error,
         }

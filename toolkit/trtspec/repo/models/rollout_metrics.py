@@ -17,6 +17,8 @@ serves without metrics and says so once in the server log.
 
 from __future__ import annotations
 
+import os
+import queue
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -69,15 +71,24 @@ SERIES = {
 
 class RouterMetrics:
     """One ``MetricFamily`` per series and one ``Metric`` per label set,
-    made on first use. ``pb_utils`` is passed in (the stub's module) so this
-    imports nothing from Triton; ``enabled`` is False without the API."""
+    made on first use. Every call to the metrics API happens on this
+    object's own thread, fed by a bounded queue (a full queue drops the
+    update): with calls from many request threads at once, tritonserver
+    2.51's Python backend crashed (SIGSEGV in libtriton_python.so, seen in
+    tests/integration/test_rollout_served.py), and one thread also keeps the
+    stub's round trips off the request path. ``pb_utils`` is passed in (the
+    stub's module) so this imports nothing from Triton; ``enabled`` is False
+    without the API (or with TRTSPEC_ROUTER_METRICS=0)."""
 
-    def __init__(self, pb_utils: Any, warn: Any = None) -> None:
+    def __init__(self, pb_utils: Any, warn: Any = None, queue_size: int = 100000) -> None:
         self._pb = pb_utils
-        self._lock = threading.Lock()
         self._metrics: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         self.families: dict[str, Any] = {}
+        self.dropped = 0
+        self._warn = warn
         family_cls: Any = getattr(pb_utils, "MetricFamily", None)
+        if os.environ.get("TRTSPEC_ROUTER_METRICS", "1") == "0":
+            family_cls = None
         self.enabled = family_cls is not None
         if family_cls is None:
             if warn is not None:
@@ -87,35 +98,65 @@ class RouterMetrics:
             self.families[s.name] = family_cls(
                 name=s.name, description=s.help, kind=getattr(family_cls, s.kind)
             )
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._thread = threading.Thread(target=self._run, name="trtspec-metrics", daemon=True)
+        self._thread.start()
 
     def _metric(self, name: str, labels: dict[str, str]) -> Any:
         key = (name, tuple(sorted(labels.items())))
         metric = self._metrics.get(key)
         if metric is None:
-            with self._lock:
-                metric = self._metrics.get(key)
-                if metric is None:
-                    family = self.families[name]
-                    if SERIES[name].kind == "HISTOGRAM":
-                        metric = family.Metric(labels=labels, buckets=list(SECONDS_BUCKETS))
-                    else:
-                        metric = family.Metric(labels=labels)
-                    self._metrics[key] = metric
+            family = self.families[name]
+            if SERIES[name].kind == "HISTOGRAM":
+                metric = family.Metric(labels=labels, buckets=list(SECONDS_BUCKETS))
+            else:
+                metric = family.Metric(labels=labels)
+            self._metrics[key] = metric
         return metric
 
+    def _put(self, op: str, name: str, labels: dict[str, str], value: float) -> None:
+        if not self.enabled:
+            return
+        try:
+            self._queue.put_nowait((op, name, labels, float(value)))
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            op, name, labels, value = item
+            try:
+                getattr(self._metric(name, labels), op)(value)
+            except Exception as exc:  # a metric never fails the router
+                if self._warn is not None:
+                    self._warn(f"router: metric {name}: {exc!r}")
+
     def inc(self, name: str, labels: dict[str, str], value: float = 1.0) -> None:
-        if self.enabled and value:
-            self._metric(name, labels).increment(float(value))
+        if value:
+            self._put("increment", name, labels, value)
 
     def set(self, name: str, labels: dict[str, str], value: float) -> None:
-        if self.enabled:
-            self._metric(name, labels).set(float(value))
+        self._put("set", name, labels, value)
 
     def observe(self, name: str, labels: dict[str, str], value: float) -> None:
+        self._put("observe", name, labels, value)
+
+    def flush(self, timeout: float = 5.0) -> None:
         if self.enabled:
-            self._metric(name, labels).observe(float(value))
+            done = threading.Event()
+            self._queue.put(done, timeout=timeout)
+            done.wait(timeout)
 
     def close(self) -> None:
+        if self.enabled:
+            self._queue.put(None)
+            self._thread.join(timeout=5)
         # Metrics before their families (the stub refuses the other order).
         self._metrics.clear()
         self.families.clear()

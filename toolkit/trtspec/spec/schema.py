@@ -13,7 +13,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, Field, PrivateAttr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from trtspec import limits
@@ -343,7 +350,7 @@ class Rollout(_Strict):
     min_requests: int = Field(
         default=20,
         ge=2,
-        description="Fewest canary requests in the window before it is judged.",
+        description="Fewest requests on each arm (canary, control) before a window is judged.",
     )
     golden_every: int = Field(
         default=50,
@@ -366,16 +373,15 @@ class Rollout(_Strict):
     )
     log: RolloutLog = Field(default_factory=RolloutLog, description="Per-request log.")
 
-    @model_validator(mode="after")
-    def _ramp(self) -> Rollout:
-        steps = self.steps
+    @field_validator("steps")
+    @classmethod
+    def _ramp(cls, steps: list[int]) -> list[int]:
         if any(b <= a for a, b in itertools.pairwise(steps)) or steps[-1] != 100:
             raise PydanticCustomError(
                 "rollout_steps",
-                "must rise strictly and end at 100, got {steps}; e.g. [5, 25, 50, 100]",
-                {"steps": steps},
+                "must rise strictly and end at 100, e.g. [5, 25, 50, 100]",
             )
-        return self
+        return steps
 
 
 class Spec(_Strict):

@@ -358,3 +358,30 @@ def test_the_dashboard_uses_the_router_series_and_triton_gpu_and_queue() -> None
     for triton in ("nv_gpu_memory_used_bytes", "nv_inference_queue_duration_us"):
         assert triton in exprs
     assert "arm" in exprs and "histogram_quantile(0.95" in exprs
+
+
+def test_the_demo_ends_with_the_first_rollout_step(tmp_path: Path) -> None:
+    import shutil
+
+    from trtspec.demo import rollout_plan
+
+    # as a clean clone has it before the demo fetches the model
+    shutil.copytree(ROOT / "build_specs", tmp_path / "build_specs")
+    model = tmp_path / ".cache" / "models" / "smollm2-135m-instruct"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    routing = tmp_path / "demo-cpu-1" / "routing.yaml"
+    routing.parent.mkdir()
+    routing.write_text(
+        "schema_version: 1\ndefault_variant: baseline\nroutes:\n"
+        "  json_fill: {variant: ngram, num_draft_tokens: 4, canary_percent: 5,"
+        " decision: promote, fallback_variant: baseline}\n"
+        "  rag_copy_heavy: {variant: baseline, decision: exclude}\n"
+    )
+    lines = rollout_plan(tmp_path / "build_specs" / "demo-cpu.yaml", routing, tmp_path)
+    assert lines[1:4] == [
+        "First rollout step:",
+        "  json_fill: 5% of its requests on ngram, the rest on baseline; then 25% → 50% → 100%",
+        "  rag_copy_heavy: stays on baseline (exclude)",
+    ]
+    assert lines[-1].startswith("  trtspec rollout status triton_repo/demo-cpu")

@@ -385,3 +385,16 @@ def test_the_demo_ends_with_the_first_rollout_step(tmp_path: Path) -> None:
         "  rag_copy_heavy: stays on baseline (exclude)",
     ]
     assert lines[-1].startswith("  trtspec rollout status triton_repo/demo-cpu")
+
+
+def test_serving_does_not_make_the_repository_fingerprint_stale(tmp_path: Path) -> None:
+    from trtspec.fingerprint import repository_hash
+
+    router, _ = _router(tmp_path)
+    before = repository_hash(tmp_path)
+    (router / "rollout").mkdir()
+    (router / "rollout" / st.LOG_FILE).write_text('{"route": "code"}\n')
+    (router / "rollout" / st.STATE_FILE).write_text("{}")
+    assert repository_hash(tmp_path) == before
+    (router / st.CONFIG_FILE).write_text("{}")  # the rollout's settings are part of it
+    assert repository_hash(tmp_path) != before

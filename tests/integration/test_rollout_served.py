@@ -85,9 +85,10 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         min_requests=5,
         golden_every=10,
         golden_max_tokens=8,
-        # a wide p95 band: the window's breach rule is unit-tested; here only
-        # the golden diff may roll a route back
-        thresholds={"min_speedup": 1.05, "max_p95_regression": 2.0, "max_error_rate": 0.2},
+        # the window's breach rule is unit-tested (tests/unit/test_rollout.py);
+        # here only the golden diff may roll a route back: on a loaded two-core
+        # machine one stalled request moves a 20-request p95 by several times
+        thresholds={"min_speedup": 1.05, "max_p95_regression": 10.0, "max_error_rate": 0.2},
         variants={
             "baseline": {"speculative": False, "draft_model": None, "num_speculative_tokens": None},
             "ngram": facts,
@@ -300,7 +301,7 @@ def test_advance_and_rollback_move_the_split_without_a_restart(served) -> None:
 
 def test_a_variant_no_faster_than_its_fallback_is_held(served) -> None:
     server, repo = served
-    finals = _send_many(server.grpc_url, "flat", [f"flat-{i}" for i in range(40)])
+    finals = _send_many(server.grpc_url, "flat", [f"flat-{i}" for i in range(60)])
     assert all(isinstance(v, dict) for v in finals.values())
     held = _cli("advance", "flat", str(repo))
     assert held.exit_code == 3, held.output

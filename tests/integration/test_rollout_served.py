@@ -5,8 +5,8 @@ its rollout hooks) in front of four echo orchestrators
 - ``baseline`` — the fallback, 10 ms a token;
 - ``ngram`` — the same text four tokens a round (about 4x faster): route
   ``code``, at the default canary share (5%);
-- ``flat`` — as fast as the baseline: route ``flat`` at 50%, never shown
-  faster, so ``advance`` holds it;
+- ``flat`` — slower than the baseline (13 ms a token): route ``flat`` at
+  50%, never shown faster, so ``advance`` holds it at its step;
 - ``lossy`` — corrupted text at the baseline's pace: route ``lossy`` at 50%,
   whose golden diff sends it back automatically.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 import urllib.request
@@ -57,7 +58,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         {
             "baseline": {"round_ms": 10.0},
             "ngram": {"round_ms": 10.0, "max_accept": 3},
-            "flat": {"round_ms": 10.0},
+            "flat": {"round_ms": 13.0},
             "lossy": {"round_ms": 10.0, "corrupt": True},
         },
     )
@@ -299,14 +300,18 @@ def test_advance_and_rollback_move_the_split_without_a_restart(served) -> None:
     assert ("code", "rollback", 0.0, "test") in actions
 
 
-def test_a_variant_no_faster_than_its_fallback_is_held(served) -> None:
+def test_a_slow_variant_is_held_at_its_step(served) -> None:
     server, repo = served
     finals = _send_many(server.grpc_url, "flat", [f"flat-{i}" for i in range(60)])
     assert all(isinstance(v, dict) for v in finals.values())
     held = _cli("advance", "flat", str(repo))
     assert held.exit_code == 3, held.output
     assert "route 'flat' held at 50%" in held.output
-    assert "not above 1.05" in held.output
+    # shown slower, or (on a noisy machine) merely not shown faster: held either way
+    assert re.search(
+        r"speedup [0-9.]+x \[[0-9.]+, [0-9.]+\] (not above 1\.05|\(consider rollback\))",
+        held.output,
+    ), held.output
     state = st.read_state(repo / "router" / st.STATE_DIR / st.STATE_FILE)
     assert state is None or "flat" not in state.routes
 

@@ -133,7 +133,6 @@ class Live:
         self._golden_busy: set[str] = set()
         self._golden_threads: list[threading.Thread] = []
         self._dropped_seen = 0
-        self._in_flight: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self._streams = BlsStreams()
 
     # -- the router's calls ------------------------------------------------
@@ -160,10 +159,9 @@ class Live:
                 tracked.prompt = _text(inputs["text_input"].reshape(-1)[0])
             tracked.begun = True
             key = (route or "", choice.variant, CANARY if choice.canary else CONTROL)
-            with self._lock:
-                self._in_flight[key] += 1
-                count = self._in_flight[key]
-            self.metrics.set("trtspec_in_flight", self._labels(*key), count)
+            # +1 / -1 rather than a set(count): the metrics thread applies
+            # updates in queue order, which need not be the order of counting
+            self.metrics.inc("trtspec_in_flight", self._labels(*key), 1)
         except Exception as exc:  # bookkeeping never fails a request
             self._warn(f"rollout: begin: {exc!r}")
 
@@ -250,10 +248,7 @@ class Live:
         assert choice is not None
         route = tracked.route or ""
         key = (route, choice.variant, rec["arm"])
-        with self._lock:
-            self._in_flight[key] = max(0, self._in_flight[key] - 1)
-            count = self._in_flight[key]
-        self.metrics.set("trtspec_in_flight", self._labels(*key), count)
+        self.metrics.inc("trtspec_in_flight", self._labels(*key), -1)
         if self.writer is not None:
             self.writer.write(rec)
             dropped = self.writer.dropped

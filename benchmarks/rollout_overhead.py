@@ -10,6 +10,11 @@ tokens at ``--concurrency`` in closed loop (one gRPC stream per worker).
 router code otherwise). The two are alternated ``--rounds`` times, each on a
 fresh server, so a drift of the shared machine falls on both.
 
+Measured (2026-12-01, shared two-core machine, 8 streams): on 191.2,
+170.9, 144.9, 153.4, 196.2 req/s; off 171.0, 150.9 req/s. Not understood
+yet: twice an "off" round's closed loop stopped making progress (the
+router's stub idle, the client's workers waiting) and was interrupted.
+
 Run: ``.venv/bin/python benchmarks/rollout_overhead.py [--requests 600]``.
 Loopback only; every server it starts is stopped before it exits.
 """

@@ -96,7 +96,8 @@ def test_plan_from_spec_settings_and_narrowing(tmp_path: Path) -> None:
         1.2,
         0.01,
     )
-    assert s.rollout == {"canary_percent": 50, "fallback_variant": "baseline"}
+    assert (s.rollout["canary_percent"], s.rollout["fallback_variant"]) == (50, "baseline")
+    assert s.rollout["steps"] == [5, 25, 50, 100]  # the default ramp
     assert s.loads() == [("concurrency=1", 1, None), ("concurrency=4", 4, None)]
     assert plan.tokenizer_dir == Path("engines/s/target/tokenizer")
     full = plan_from_spec(_spec(tmp_path), request_rate=2.5)

@@ -188,7 +188,7 @@ def test_decisions_on_constructed_run() -> None:
             "code": {
                 "variant": "fast",
                 "num_draft_tokens": 4,
-                "canary_percent": 100,
+                "canary_percent": 5,  # the default canary
                 "decision": "promote",
                 "fallback_variant": "baseline",
                 "evidence": {

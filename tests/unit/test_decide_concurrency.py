@@ -17,7 +17,7 @@ from tests.unit.test_bench_summary import row
 from trtspec.bench.decide import judge_arm
 from trtspec.bench.report import console_lines, render_run
 from trtspec.bench.summary import DEFAULT_DECISION, build_summary
-from trtspec.repo.routing import InFlight, choose, load_routing
+from trtspec.repo.routing import InFlight, canary_bucket, choose, load_routing
 
 BASE = [100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 100.0]
 
@@ -169,8 +169,11 @@ def test_routing_yaml_with_max_concurrency_goes_through_the_router_loader(tmp_pa
     assert table.routes["chat"].max_concurrency is None
     # the router serves one rag request on ngram; the second in flight goes to the fallback
     inflight = InFlight()
-    first = inflight.admit(table, "rag", choose(table, "rag", "a"))
-    second = inflight.admit(table, "rag", choose(table, "rag", "b"))
+    # two request ids inside the route's canary share (5% by default)
+    a, b = [i for i in (f"r{n}" for n in range(1000)) if canary_bucket(i) < 500][:2]
+    assert table.routes["rag"].canary_percent == 5.0
+    first = inflight.admit(table, "rag", choose(table, "rag", a))
+    second = inflight.admit(table, "rag", choose(table, "rag", b))
     assert (first.variant, second.variant) == ("ngram", "baseline")
     # the report: a table and a plot per route that was measured at several levels
     md = (run / "report.md").read_text()

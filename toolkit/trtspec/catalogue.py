@@ -32,6 +32,10 @@ from typing import Literal
 
 #: The target-only variant every spec has; also its Triton orchestrator name.
 BASELINE = "baseline"
+#: A promoted route starts on its variant with this share of its traffic (the
+#: canary) and ramps through these steps (spec ``rollout``; trtspec.rollout).
+DEFAULT_CANARY_PERCENT = 5
+DEFAULT_STEPS = (5, 25, 50, 100)
 
 
 @dataclass(frozen=True)

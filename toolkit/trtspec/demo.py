@@ -8,7 +8,9 @@ the report's path. One route of that spec is measured at concurrency 1 and 8
 (``routes.rag_copy_heavy.concurrency``), so the run shows speculation's gain
 eroding as the engine's batch fills, and the decision promoting a variant only
 up to the load where it won. Each stage is a separate ``trtspec`` process, so the demo
-exercises the CLI contract rather than library shortcuts.
+exercises the CLI contract rather than library shortcuts. It ends with the
+first rollout step the decision leads to (each promoted route's canary share)
+and the commands that serve it and watch it (``trtspec rollout status``).
 """
 
 from __future__ import annotations
@@ -77,7 +79,38 @@ def run(root: Path, spec: Path, results: Path) -> int:
         ],
         root,
     )
+    runs = sorted(results.glob(f"{spec.stem}*/routing.yaml"), key=lambda p: p.stat().st_mtime)
+    if runs:
+        print("\n".join(rollout_plan(spec, runs[-1], root)), flush=True)
     return 0
+
+
+def rollout_plan(spec_path: Path, routing_path: Path, root: Path) -> list[str]:
+    """What serving the decision starts with, and how to watch it."""
+    from trtspec.repo.routing import load_routing
+    from trtspec.spec import load_spec
+
+    spec = load_spec(spec_path)
+    table = load_routing(routing_path, default_canary_percent=float(spec.rollout.canary_percent))
+    lines = ["", "First rollout step:"]
+    for route, rule in table.routes.items():
+        if rule.variant == rule.fallback_variant:
+            lines.append(f"  {route}: stays on {rule.fallback_variant} ({rule.decision})")
+            continue
+        ramp = [f"{s}%" for s in spec.rollout.steps if s > rule.canary_percent]
+        lines.append(
+            f"  {route}: {rule.canary_percent:g}% of its requests on {rule.variant}, the rest "
+            f"on {rule.fallback_variant}" + (f"; then {' → '.join(ramp)}" if ramp else "")
+        )
+    rel = os.path.relpath(spec_path, root)
+    repo = f"triton_repo/{spec.name}"
+    lines += [
+        "Serve it and watch canary against control:",
+        f"  trtspec repo {rel} --routing {os.path.relpath(routing_path, root)}",
+        f"  trtspec serve {repo} &",
+        f"  trtspec rollout status {repo}        # then: trtspec rollout advance ROUTE {repo}",
+    ]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

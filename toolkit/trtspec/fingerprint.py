@@ -51,7 +51,8 @@ def file_hash(path: Path) -> str | None:
 
 def tree_hash(folder: Path, *, skip: Iterable[str] = ()) -> str | None:
     """Content hash of every file under ``folder`` (relative names included),
-    leaving out the relative paths in ``skip``; ``None`` when it is no folder.
+    leaving out the relative paths in ``skip`` (a file, or a folder and all
+    under it); ``None`` when it is no folder.
     Files over ``LARGE_FILE_BYTES`` count by size and first MiB."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -61,6 +62,8 @@ def tree_hash(folder: Path, *, skip: Iterable[str] = ()) -> str | None:
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
         if rel in skipped or "__pycache__" in path.parts:
+            continue
+        if any(rel.startswith(f"{name}/") for name in skipped):  # a skipped folder
             continue
         h.update(rel.encode() + b"\0")
         try:
@@ -157,10 +160,11 @@ def route_identity(path: Path, sampling: dict[str, Any]) -> dict[str, Any]:
 
 def repository_hash(repo: Path | None) -> str | None:
     """The serving repository without its routing table (installing a new
-    table must not make the measurement it came from stale)."""
+    table must not make the measurement it came from stale) and without the
+    rollout folder the router writes its state and logs to while serving."""
     if repo is None:
         return None
-    return tree_hash(Path(repo), skip=("router/routing.json",))
+    return tree_hash(Path(repo), skip=("router/routing.json", "router/rollout"))
 
 
 def _variant_settings(spec: Any) -> dict[str, str]:

@@ -30,7 +30,7 @@ import yaml
 
 from trtspec.bench import distribution, goodput, stats
 from trtspec.bench.records import pairs_with
-from trtspec.catalogue import BASELINE
+from trtspec.catalogue import BASELINE, DEFAULT_CANARY_PERCENT
 
 PROMOTE, EXCLUDE, INCONCLUSIVE = "promote", "exclude", "inconclusive"
 ROUTING_SCHEMA_VERSION = 1
@@ -401,7 +401,7 @@ def _routing(
     by: str = "speedup",
 ) -> dict[str, Any]:
     fallback = rollout.get("fallback_variant") or BASELINE
-    canary = int(rollout.get("canary_percent", 100))
+    canary = int(rollout.get("canary_percent", DEFAULT_CANARY_PERCENT))
     routes: dict[str, Any] = {}
     for route in dict.fromkeys(c["route"] for c in cells):
         # only Triton arms can be routed to; external arms are for comparison

@@ -23,6 +23,7 @@ def _register() -> None:
     from trtspec.cli import deploy as deploy_cmd
     from trtspec.cli import doctor as doctor_cmd
     from trtspec.cli import repo as repo_cmd
+    from trtspec.cli import rollout as rollout_cmd
     from trtspec.cli import routes as routes_cmd
     from trtspec.cli import serve as serve_cmd
     from trtspec.cli import serve_llmapi as serve_llmapi_cmd
@@ -37,6 +38,7 @@ def _register() -> None:
         doctor_cmd,
         deploy_cmd,
         routes_cmd,
+        rollout_cmd,
     ):
         for command in module.COMMANDS:
             cli.add_command(command)

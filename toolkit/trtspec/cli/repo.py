@@ -129,8 +129,12 @@ def repo(
         )
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
     memory_for(spec, plan, gpu_bytes)  # its warnings, before the engines' fractions use it
+    from trtspec.rollout.golden import golden_set
+
+    # the router's golden diff mirrors these (rendered as the bench renders them)
+    golden = golden_set(spec, flow_for(spec).tokenizer_dir(spec, engines_root))
     result = flow_for(spec).assemble(
-        spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes
+        spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes, golden=golden
     )
     problems = check_repository(result)
     if problems:

@@ -72,6 +72,7 @@ class Flow(Protocol):
         *,
         routing: RoutingTable | None,
         gpu_bytes: int | None,
+        golden: dict[str, list[str]] | None = None,
     ) -> Path: ...
 
 

@@ -55,10 +55,13 @@ class EngineFlow:
         *,
         routing: RoutingTable | None,
         gpu_bytes: int | None,
+        golden: dict[str, list[str]] | None = None,
     ) -> Path:
         from trtspec.repo.assemble import assemble
 
-        return assemble(spec, plan, engines_root, output, routing=routing, gpu_bytes=gpu_bytes)
+        return assemble(
+            spec, plan, engines_root, output, routing=routing, gpu_bytes=gpu_bytes, golden=golden
+        )
 
 
 FLOW = EngineFlow()

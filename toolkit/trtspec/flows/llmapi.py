@@ -71,8 +71,11 @@ class LlmApiFlow:
         *,
         routing: RoutingTable | None,
         gpu_bytes: int | None,
+        golden: dict[str, list[str]] | None = None,
     ) -> Path:
-        return llmapi_repo.assemble(spec, plan, engines_root, output, routing=routing)
+        return llmapi_repo.assemble(
+            spec, plan, engines_root, output, routing=routing, golden=golden
+        )
 
 
 FLOW = LlmApiFlow()

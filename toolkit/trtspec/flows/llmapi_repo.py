@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -41,6 +42,8 @@ from trtspec.repo.contract import (
     ORCHESTRATOR_OUTPUTS,
     TensorSpec,
 )
+from trtspec.repo.rollout_config import rollout_config
+from trtspec.repo.rollout_state import CONFIG_FILE as ROLLOUT_CONFIG_FILE
 from trtspec.repo.routing import RoutingTable, routing_from_rollout
 from trtspec.vocab import Backend
 
@@ -100,7 +103,23 @@ def _upstream_files() -> Path:
     return folder
 
 
-def write_tree(spec: Spec, plan: Plan, repo: Path, routing: RoutingTable) -> None:
+def _draft_len(variant: Any) -> int:
+    """A variant's draft length for the request log (0 = not speculative)."""
+    if variant is None:
+        return 0
+    ks = getattr(variant, "num_draft_tokens", None)
+    if isinstance(ks, list) and ks:
+        return int(ks[0])
+    return int(getattr(variant, "max_draft_len", 0) or 0)
+
+
+def write_tree(
+    spec: Spec,
+    plan: Plan,
+    repo: Path,
+    routing: RoutingTable,
+    golden: dict[str, list[str]] | None = None,
+) -> None:
     docs = llmapi.documents(spec, plan, routing)
     reference = spec.backend is Backend.reference
     upstream = None if reference else _upstream_files()
@@ -156,6 +175,20 @@ def write_tree(spec: Spec, plan: Plan, repo: Path, routing: RoutingTable) -> Non
     (repo / ROUTER / ROUTING_FILE).write_text(
         json.dumps(routing.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
+    # the rollout's settings and golden set, as the engine flow's router gets them
+    facts = {
+        name: SimpleNamespace(
+            mode=by_name[name].mode if name in by_name else "none",
+            spec=by_name.get(name),
+            num_draft_tokens=_draft_len(by_name.get(name)),
+            max_draft_len=_draft_len(by_name.get(name)),
+        )
+        for name in docs
+    }
+    (repo / ROUTER / ROLLOUT_CONFIG_FILE).write_text(
+        json.dumps(rollout_config(spec, facts, golden).to_dict(), indent=2, sort_keys=True) + "\n",
+        encoding="utf-8",
+    )
     models[ROUTER] = {"role": "router", "calls": sorted(docs), "variant": None, "mode": None}
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION,
@@ -187,8 +220,11 @@ def assemble(
     engines_root: Path,
     output: Path,
     routing: RoutingTable | None = None,
+    *,
+    golden: dict[str, list[str]] | None = None,
 ) -> Path:
-    """Write ``output/<spec.name>/`` for the LLM-API flow and return it."""
+    """Write ``output/<spec.name>/`` for the LLM-API flow and return it;
+    ``golden`` is each route's golden set for the router's golden diff."""
     check_built(spec, plan)
     table = routing or routing_from_rollout(str(spec.rollout.fallback_variant))
     names = set(llmapi.variant_names(spec))
@@ -204,7 +240,7 @@ def assemble(
     final = output / spec.name
     staging = make_staging_dir(f".{spec.name}.tmp-", output)
     try:
-        write_tree(spec, plan, staging, table)
+        write_tree(spec, plan, staging, table, golden)
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{spec.name}.old-", dir=output))
             os.replace(final, old / "repo")

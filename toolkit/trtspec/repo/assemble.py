@@ -33,6 +33,8 @@ from trtspec.repo.contract import (
     PREPROCESSING_OUTPUTS,
     engine_contract,
 )
+from trtspec.repo.rollout_config import rollout_config
+from trtspec.repo.rollout_state import CONFIG_FILE
 from trtspec.repo.routing import RoutingTable, routing_from_rollout
 
 if TYPE_CHECKING:
@@ -321,7 +323,13 @@ def _manifest(layout: Layout, spec: Spec) -> dict[str, Any]:
     }
 
 
-def write_tree(layout: Layout, spec: Spec, repo: Path, routing: RoutingTable) -> None:
+def write_tree(
+    layout: Layout,
+    spec: Spec,
+    repo: Path,
+    routing: RoutingTable,
+    golden: dict[str, list[str]] | None = None,
+) -> None:
     """Write every model folder and the manifest into ``repo`` (a fresh folder)."""
     pre = configs.base_config(
         PREPROCESSING,
@@ -366,6 +374,11 @@ def write_tree(layout: Layout, spec: Spec, repo: Path, routing: RoutingTable) ->
     (repo / ROUTER / ROUTING_FILE).write_text(
         json.dumps(routing.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
+    # the rollout's settings, golden set and variant facts (trtspec.rollout)
+    rollout = rollout_config(spec, layout.variants, golden)
+    (repo / ROUTER / CONFIG_FILE).write_text(
+        json.dumps(rollout.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
     (repo / MANIFEST_NAME).write_text(
         json.dumps(_manifest(layout, spec), indent=2) + "\n", encoding="utf-8"
     )
@@ -396,11 +409,13 @@ def assemble(
     *,
     require_engines: bool = True,
     gpu_bytes: int | None = None,
+    golden: dict[str, list[str]] | None = None,
 ) -> Path:
     """Write ``output/<spec.name>/`` and return it. ``routing`` defaults to the
     spec's rollout; ``gpu_bytes`` (per GPU) sizes each engine's KV cache
-    fraction from the memory plan. An existing repository is replaced only
-    once the new one is complete."""
+    fraction from the memory plan; ``golden`` is each route's golden set
+    (``trtspec.rollout.golden``) for the router's golden diff. An existing
+    repository is replaced only once the new one is complete."""
     layout = layout_of(spec, plan, Path(engines_root))
     if layout.backend == "tensorrt_llm":
         from trtspec.memory import memory_plan
@@ -422,7 +437,7 @@ def assemble(
     # Not mkdtemp's 0700, which would hide the repo from other users.
     staging = make_staging_dir(f".{spec.name}.tmp-", output)
     try:
-        write_tree(layout, spec, staging, table)
+        write_tree(layout, spec, staging, table, golden)
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{spec.name}.old-", dir=output))
             os.replace(final, old / "repo")

@@ -7,16 +7,24 @@ descriptions feed the README's spec reference (``trtspec.docgen``)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, Field, PrivateAttr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from trtspec import limits
-from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE
+from trtspec.catalogue import BASELINE, DEFAULT_CANARY_PERCENT, DEFAULT_STEPS, DRAFT_LOOP_ENGINE
 from trtspec.modes import MODE_MODULES
 from trtspec.modes.base import Backend, DType, Family, Quantization
 from trtspec.modes.base import Strict as _Strict
@@ -335,16 +343,84 @@ class Bench(_Strict):
     )
 
 
+class RolloutLog(_Strict):
+    destination: Literal["file", "stdout", "off"] = Field(
+        default="file",
+        description="Per-request log: `file` (rotating requests.jsonl in the router's "
+        "rollout folder), `stdout` (a container's log collector) or `off`.",
+    )
+    max_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=4096,
+        description="Size at which the log file is rotated (requests.jsonl.1, .2, ...).",
+    )
+    backups: int = Field(default=3, ge=0, le=100, description="Rotated files kept.")
+    queue: int = Field(
+        default=10000,
+        ge=1,
+        description="Lines waiting for the writer thread; beyond it lines are dropped "
+        "and counted, never waited for.",
+    )
+    prompts: bool = Field(
+        default=False, description="Also log each request's prompt text (off: never logged)."
+    )
+
+
 class Rollout(_Strict):
     canary_percent: int = Field(
-        default=100,
+        default=DEFAULT_CANARY_PERCENT,
         ge=0,
         le=100,
-        description="Share of a route's traffic sent to its chosen variant.",
+        description="Share of a promoted route's traffic its variant starts with (the canary).",
+    )
+    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        default_factory=lambda: list(DEFAULT_STEPS),
+        min_length=1,
+        description="The ramp `trtspec rollout advance` walks, in percent, ending at 100.",
     )
     fallback_variant: str = Field(
         default=BASELINE, description="Variant used when the speculative path fails."
     )
+    window_requests: int = Field(
+        default=200,
+        ge=2,
+        description="Most recent requests per route and arm a live comparison looks at.",
+    )
+    min_requests: int = Field(
+        default=20,
+        ge=2,
+        description="Fewest requests on each arm (canary, control) before a window is judged.",
+    )
+    golden_every: int = Field(
+        default=50,
+        ge=0,
+        description="Mirror one golden prompt through variant and fallback at temperature 0 "
+        "every this many requests of a route on a canary; 0 = never.",
+    )
+    golden_prompts: int = Field(
+        default=4,
+        ge=1,
+        description="Golden set size per route: its prompts with a `golden` answer first.",
+    )
+    golden_max_tokens: int = Field(
+        default=32, ge=1, le=4096, description="Tokens generated per golden comparison."
+    )
+    auto_rollback: bool = Field(
+        default=True,
+        description="Send a route back to its fallback on a golden mismatch, or an error "
+        "rate or p95 latency breach over the window.",
+    )
+    log: RolloutLog = Field(default_factory=RolloutLog, description="Per-request log.")
+
+    @field_validator("steps")
+    @classmethod
+    def _ramp(cls, steps: list[int]) -> list[int]:
+        if any(b <= a for a, b in itertools.pairwise(steps)) or steps[-1] != 100:
+            raise PydanticCustomError(
+                "rollout_steps",
+                "must rise strictly and end at 100, e.g. [5, 25, 50, 100]",
+            )
+        return steps
 
 
 class Spec(_Strict):

@@ -11,7 +11,9 @@ retried: the fallback would fail the same way or, worse, hide it. A failure
 after text was already streamed is returned as an error rather than retried,
 because the client has already received part of the answer. A cancelled
 client stream stops the chosen orchestrator (and its engine) at their next
-step through ``trtspec.cancel``.
+step through ``trtspec.cancel``. The rollout (``trtspec.repo.models.rollout_live``)
+supplies the routing table of the moment, and logs, measures and watches
+each request.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from trtspec.repo.models.orchestrator import (
     error_reply,
     is_client_error,
 )
+from trtspec.repo.models.rollout_live import Live, Tracked
 from trtspec.repo.models.threads import (
     BlsStreams,
     RequestThreads,
@@ -43,11 +46,6 @@ from trtspec.repo.routing import InFlight, choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
 OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
-
-
-class _Progress:
-    def __init__(self) -> None:
-        self.sent = 0
 
 
 def _text(value: Any) -> str:
@@ -84,6 +82,12 @@ class TritonPythonModel:
         params = string_params(config)
         routing_file = params.get("routing_file") or "routing.json"
         self.table = load_routing(Path(args["model_repository"]) / routing_file)
+        self.live = Live(
+            Path(args["model_repository"]),
+            Path(args["model_repository"]) / routing_file,
+            self.table,
+            pb_utils,
+        )
         self.variants = {v for v in params.get("variants", "").split(",") if v}
         self._requests = RequestThreads()
         self._streams = BlsStreams()
@@ -96,7 +100,8 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
         cancel = Cancellation.of(request, sender)
-        progress = _Progress()
+        progress = Tracked()
+        error: str | None = None
         try:
             inputs: dict[str, np.ndarray] = {}
             for name in INPUT_NAMES:
@@ -110,7 +115,16 @@ class TritonPythonModel:
             else:
                 request_id = request.request_id() or uuid.uuid4().hex
             # over the route's max_concurrency the request goes to the fallback
-            choice = self._in_flight.admit(self.table, route, choose(self.table, route, request_id))
+            table = self.live.table()  # this request keeps it to its end
+            choice = self._in_flight.admit(table, route, choose(table, route, request_id))
+            self.live.begin(
+                progress,
+                table=table,
+                route=route,
+                request_id=request_id,
+                choice=choice,
+                inputs=inputs,
+            )
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
             try:
@@ -131,24 +145,27 @@ class TritonPythonModel:
                     choice.fallback_variant, inputs, sender, progress, cancel, fallback=True
                 )
             finally:
-                self._in_flight.release(self.table, route, choice)
+                self._in_flight.release(table, route, choice)
         except Cancelled:
+            error = "cancelled"
             pb_utils.Logger.log_info("router: request cancelled")
             end_cancelled(sender)
         except Exception as exc:
+            error = str(exc) or type(exc).__name__
             sender.send(
                 pb_utils.InferenceResponse(error=error_reply("router", exc)),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
         finally:
             cancel.close()
+            self.live.end(progress, error)
 
     def _forward(
         self,
         variant: str,
         inputs: dict[str, np.ndarray],
         sender: Any,
-        progress: _Progress,
+        progress: Tracked,
         cancel: Cancellation,
         *,
         fallback: bool,
@@ -174,7 +191,7 @@ class TritonPythonModel:
         variant: str,
         responses: Any,
         sender: Any,
-        progress: _Progress,
+        progress: Tracked,
         cancel: Cancellation,
         *,
         fallback: bool,
@@ -197,6 +214,7 @@ class TritonPythonModel:
             if is_final:
                 tensors["variant"] = np.array([variant.encode("utf-8")], dtype=np.object_)
                 tensors["fallback"] = np.array([fallback], dtype=np.bool_)
+            progress.track(tensors, is_final)
             out = [pb_utils.Tensor(name, array) for name, array in tensors.items()]
             flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if is_final else 0
             sender.send(pb_utils.InferenceResponse(output_tensors=out), flags=flags)
@@ -208,3 +226,4 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self._requests.join()
         self._streams.close()
+        self.live.close()

@@ -1,0 +1,344 @@
+"""The rollout through the real tritonserver: the real ``router`` model (with
+its rollout hooks) in front of four echo orchestrators
+(``trtspec.bench.echo_model``; no engine, so requests cost milliseconds):
+
+- ``baseline`` — the fallback, 10 ms a token;
+- ``ngram`` — the same text four tokens a round (about 4x faster): route
+  ``code``, at the default canary share (5%);
+- ``flat`` — slower than the baseline (13 ms a token): route ``flat`` at
+  50%, never shown faster, so ``advance`` holds it at its step;
+- ``lossy`` — corrupted text at the baseline's pace: route ``lossy`` at 50%,
+  whose golden diff sends it back automatically.
+
+Checked: the default share over 400 requests (the exact ids the hash picks,
+and 5% within binomial bounds), one log line per request with every field,
+the per-route metric series (histograms included), ``advance`` and
+``rollback`` moving the split with no restart and no failed request while
+others are in flight, the history, the held variant and the automatic
+rollback within a bounded number of golden checks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from trtspec.bench.client import Arm, Job, StreamWorker
+from trtspec.bench.echo_model import write_echo_repository
+from trtspec.cli.main import cli
+from trtspec.repo import rollout_state as st
+from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, read_lines
+from trtspec.repo.routing import canary_bucket
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "abcdefghijklmnopqrstuvwxyz0123456789"
+MAX_TOKENS = 4
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory):
+    from trtspec.repo import assemble, configs
+    from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.serve import Server
+
+    root = tmp_path_factory.mktemp("rollout")
+    spec_repo = root / "triton_repo" / "echo"
+    repo = write_echo_repository(
+        spec_repo,
+        {
+            "baseline": {"round_ms": 10.0},
+            "ngram": {"round_ms": 10.0, "max_accept": 3},
+            "flat": {"round_ms": 13.0},
+            "lossy": {"round_ms": 10.0, "corrupt": True},
+        },
+    )
+    router = configs.base_config(
+        assemble.ROUTER,
+        backend="python",
+        max_batch_size=0,
+        decoupled=True,
+        inputs=ORCHESTRATOR_INPUTS,
+        outputs=ORCHESTRATOR_OUTPUTS,
+        parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,flat,lossy,ngram"},
+    )
+    assemble._write_model(repo, assemble.ROUTER, router, assemble.MODEL_SOURCES[assemble.ROUTER])
+    routes = {
+        "code": {"variant": "ngram", "num_draft_tokens": 3, "canary_percent": 5},
+        "flat": {"variant": "flat", "canary_percent": 50},
+        "lossy": {"variant": "lossy", "canary_percent": 50},
+    }
+    (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(
+        json.dumps({"schema_version": 1, "default_variant": "baseline", "routes": routes})
+    )
+    facts = {"speculative": True, "draft_model": None, "num_speculative_tokens": 3}
+    config = st.RolloutConfig(
+        model="echo-target",
+        min_requests=5,
+        golden_every=10,
+        golden_max_tokens=8,
+        # the window's breach rule is unit-tested (tests/unit/test_rollout.py);
+        # here only the golden diff may roll a route back: on a loaded two-core
+        # machine one stalled request moves a 20-request p95 by several times
+        thresholds={"min_speedup": 1.05, "max_p95_regression": 10.0, "max_error_rate": 0.2},
+        variants={
+            "baseline": {"speculative": False, "draft_model": None, "num_speculative_tokens": None},
+            "ngram": facts,
+            "flat": facts,
+            "lossy": {**facts, "draft_model": "echo-draft"},
+        },
+        golden={route: [PROMPT] for route in routes},
+    )
+    (repo / assemble.ROUTER / st.CONFIG_FILE).write_text(json.dumps(config.to_dict()))
+    (repo / "trtspec-repo.json").write_text(json.dumps({"schema_version": 1, "spec": "echo"}))
+    server = Server(repo, log_path=root / "server.log")
+    server.start(timeout=120)
+    try:
+        yield server, repo
+    finally:
+        server.stop()
+        log = server.log_text()
+        assert "Traceback" not in log, log[-4000:]
+
+
+def _job(route: str, request_id: str) -> Job:
+    return Job(
+        route=route,
+        prompt_index=0,
+        sample_index=0,
+        item={},
+        text_input=PROMPT,
+        max_tokens=MAX_TOKENS,
+        arm=Arm(variant="router", model="router"),
+        temperature=0.0,
+        top_p=1.0,
+        top_k=0,
+        seed=1,
+        load="c8",
+        concurrency=8,
+        request_rate=None,
+        warmup=False,
+        request_id=request_id,
+    )
+
+
+def _send_many(url: str, route: str, ids: list[str], workers: int = 8) -> dict[str, Any]:
+    """request id -> the final response (an error string on failure)."""
+    out: dict[str, Any] = {}
+    lock = threading.Lock()
+    todo = list(ids)
+
+    def work() -> None:
+        worker = StreamWorker(url, 60)
+        try:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    rid = todo.pop()
+                outcome = worker.run(_job(route, rid))
+                with lock:
+                    out[rid] = outcome.error if outcome.error else outcome.final
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return out
+
+
+def _log(repo: Path, count: int) -> list[dict[str, Any]]:
+    """The request log once it holds ``count`` lines (the writer is async)."""
+    path = repo / "router" / st.STATE_DIR / st.LOG_FILE
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        lines = read_lines(path)
+        if len(lines) >= count:
+            return lines
+        time.sleep(0.1)
+    return read_lines(path)
+
+
+def _binomial_bounds(n: int, p: float, z: float = 3.29) -> tuple[float, float]:
+    """A 99.9% normal-approximation band for a binomial count."""
+    sd = math.sqrt(n * p * (1 - p))
+    return n * p - z * sd, n * p + z * sd
+
+
+def test_default_canary_share_log_and_metrics(served) -> None:
+    server, repo = served
+    ids = [f"share-{i}" for i in range(400)]
+    finals = _send_many(server.grpc_url, "code", ids)
+    failed = {k: v for k, v in finals.items() if not isinstance(v, dict)}
+    assert not failed, list(failed.items())[:3]
+    on_variant = sorted(k for k, v in finals.items() if v.get("variant") == "ngram")
+    # exactly the ids the hash puts under 5%, and 5% within binomial bounds
+    assert on_variant == sorted(i for i in ids if canary_bucket(i) < 500)
+    lo, hi = _binomial_bounds(400, 0.05)
+    assert lo <= len(on_variant) <= hi, len(on_variant)
+
+    lines = [r for r in _log(repo, 400) if str(r.get("request_id", "")).startswith("share-")]
+    assert sorted(r["request_id"] for r in lines) == sorted(ids)  # one line per request
+    for r in lines:
+        assert list(r) == [*FIELDS, TIME_FIELD], r  # every field, nothing else (no prompt)
+        assert r["route"] == "code" and r["model"] == "echo-target" and r["error"] is None
+        assert r["completion_tokens"] == MAX_TOKENS and r["prompt_tokens"] == len(PROMPT)
+        assert r["ttft_ms"] <= r["latency_ms"] and r["tokens_per_second"] > 0
+        assert r["temperature"] == 0.0 and r["fallback"] is False
+    canary = [r for r in lines if r["arm"] == "canary"]
+    control = [r for r in lines if r["arm"] == "control"]
+    assert {r["variant"] for r in canary} == {"ngram"}
+    assert {r["variant"] for r in control} == {"baseline"}
+    # what each variant reports: ngram drafts 3 a round and accepts all
+    assert all(r["draft_tokens"] == 3 and r["accepted_tokens"] == 3 for r in canary)
+    assert all(r["speculative"] and r["num_speculative_tokens"] == 3 for r in canary)
+    assert all(
+        not r["speculative"] and r["num_speculative_tokens"] is None and r["draft_tokens"] == 0
+        for r in control
+    )
+
+    n_canary = len(canary)
+    want = f'trtspec_requests_total{{arm="canary",route="code",variant="ngram"}} {n_canary}\n'
+    metrics = _metrics_with(server, want)
+    assert want in metrics, metrics[-3000:]
+    canary_labels = 'arm="canary",route="code",variant="ngram"'
+    control_labels = 'arm="control",route="code",variant="baseline"'
+    for line in (
+        f"trtspec_requests_total{{{control_labels}}} {400 - n_canary}",
+        f'trtspec_latency_seconds_bucket{{{canary_labels},le="+Inf"}} {n_canary}',
+        f"trtspec_latency_seconds_count{{{canary_labels}}} {n_canary}",
+        f"trtspec_ttft_seconds_count{{{control_labels}}} {400 - n_canary}",
+        f"trtspec_generated_tokens_total{{{canary_labels}}} {n_canary * MAX_TOKENS}",
+        f"trtspec_draft_tokens_total{{{canary_labels}}} {n_canary * 3}",
+        f"trtspec_accepted_tokens_total{{{canary_labels}}} {n_canary * 3}",
+        f"trtspec_in_flight{{{canary_labels}}} 0",
+        'trtspec_canary_percent{route="code",variant="ngram"} 5',
+    ):
+        assert line + "\n" in metrics, (line, metrics[-3000:])
+    assert "trtspec_errors_total{" not in metrics  # no request failed
+
+
+def _metrics_with(server: Any, line: str) -> str:
+    """The /metrics page once it shows ``line`` (metrics are updated off the
+    request path), or as it is after a deadline."""
+    deadline = time.monotonic() + 10
+    while True:
+        page = urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10)
+        text = page.read().decode()
+        if line in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
+def _cli(*args: str) -> Any:
+    return CliRunner().invoke(cli, ["rollout", *args], catch_exceptions=False)
+
+
+def test_advance_and_rollback_move_the_split_without_a_restart(served) -> None:
+    server, repo = served
+    pid = server.pid
+    # enough canary traffic on `code` for a window (from the test above, or now)
+    _send_many(server.grpc_url, "code", [f"warm-{i}" for i in range(200)])
+    status = _cli("status", str(repo), "--route", "code", "--format", "json")
+    assert status.exit_code == 0, status.output
+    report = json.loads(status.stdout)["routes"][0]
+    assert report["verdict"] == "advance", report
+
+    # requests in flight while the state changes under them
+    stop = threading.Event()
+    background: list[Any] = []
+
+    def load() -> None:
+        i = 0
+        while not stop.is_set():
+            got = _send_many(server.grpc_url, "code", [f"bg-{i}-{j}" for j in range(8)])
+            background.extend(got.values())
+            i += 1
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        time.sleep(0.3)
+        moved = _cli("advance", "code", str(repo), "--why", "window supports it", "--by", "test")
+        assert moved.exit_code == 0, moved.output
+        assert "5% → 25%" in moved.stdout
+        time.sleep(2 * st.POLL_S)
+        ids = [f"step25-{i}" for i in range(200)]
+        finals = _send_many(server.grpc_url, "code", ids)
+        assert sorted(k for k, v in finals.items() if v["variant"] == "ngram") == sorted(
+            i for i in ids if canary_bucket(i) < 2500
+        )
+        back = _cli("rollback", "code", str(repo), "--why", "test", "--by", "test")
+        assert back.exit_code == 0, back.output
+        time.sleep(2 * st.POLL_S)
+        finals = _send_many(server.grpc_url, "code", [f"after-{i}" for i in range(40)])
+        assert {v["variant"] for v in finals.values()} == {"baseline"}
+    finally:
+        stop.set()
+        loader.join(timeout=120)
+    assert background and all(isinstance(v, dict) for v in background), [
+        v for v in background if not isinstance(v, dict)
+    ][:3]
+    assert server.pid == pid and server.running  # no restart
+    actions = [
+        (e["route"], e["action"], e["to_percent"], e["who"])
+        for e in st.read_history(repo / "router" / st.STATE_DIR)
+    ]
+    assert ("code", "advance", 25.0, "test") in actions
+    assert ("code", "rollback", 0.0, "test") in actions
+
+
+def test_a_slow_variant_is_held_at_its_step(served) -> None:
+    server, repo = served
+    finals = _send_many(server.grpc_url, "flat", [f"flat-{i}" for i in range(60)])
+    assert all(isinstance(v, dict) for v in finals.values())
+    held = _cli("advance", "flat", str(repo))
+    assert held.exit_code == 3, held.output
+    assert "route 'flat' held at 50%" in held.output
+    # shown slower, or (on a noisy machine) merely not shown faster: held either way
+    assert re.search(
+        r"speedup [0-9.]+x \[[0-9.]+, [0-9.]+\] (not above 1\.05|\(consider rollback\))",
+        held.output,
+    ), held.output
+    state = st.read_state(repo / "router" / st.STATE_DIR / st.STATE_FILE)
+    assert state is None or "flat" not in state.routes
+
+
+def test_a_lossy_variant_is_rolled_back_by_the_golden_diff(served) -> None:
+    server, repo = served
+    folder = repo / "router" / st.STATE_DIR
+    sent = 0
+    # golden_every=10: one golden check per 10 requests of the route; the
+    # first mismatch rolls it back, so 5 checks' worth of requests is a bound
+    while sent < 50:
+        _send_many(server.grpc_url, "lossy", [f"lossy-{sent + j}" for j in range(10)])
+        sent += 10
+        state = st.read_state(folder / st.STATE_FILE)
+        if state is not None and state.routes.get("lossy", st.RouteState(50)).status == (
+            st.ROLLED_BACK
+        ):
+            break
+        time.sleep(0.5)  # let the golden check of these ten finish
+    state = st.read_state(folder / st.STATE_FILE)
+    assert state is not None and state.routes["lossy"] == st.RouteState(0.0, st.ROLLED_BACK)
+    entry = next(e for e in st.read_history(folder) if e["route"] == "lossy")
+    assert entry["who"] == "router (automatic)" and entry["trigger"] == "golden"
+    assert entry["variant_output"] != entry["fallback_output"]
+    assert entry["fallback_output"] == PROMPT[:8]
+    golden = [g for g in read_lines(folder / st.GOLDEN_FILE) if g["route"] == "lossy"]
+    assert [g["result"] for g in golden][:1] == ["mismatch"] and len(golden) <= 5
+    time.sleep(2 * st.POLL_S)
+    finals = _send_many(server.grpc_url, "lossy", [f"after-lossy-{i}" for i in range(20)])
+    assert {v["variant"] for v in finals.values()} == {"baseline"}

@@ -1,0 +1,162 @@
+"""The router's Prometheus series, through Triton's custom-metrics API
+(``pb_utils.MetricFamily`` in the Python backend; served on tritonserver's
+``/metrics`` beside its own ``nv_*`` series). ``SERIES`` declares each one
+once — name, kind, help, labels — and the Grafana dashboard
+(``docs/grafana/trtspec-rollout.json``) is checked against it by a test.
+
+The Python backend stub of tritonserver 2.51 (python_backend r24.10, the one
+the ``nvidia-pytriton`` 0.7.0 wheel ships) has ``MetricFamily.HISTOGRAM`` with
+``Metric(labels=..., buckets=[...])`` and ``observe``: the strings
+"HISTOGRAM", "buckets", "observe" and "Missing required buckets" are in
+``pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub``
+(python_backend src/pb_metric_reporter / metric_family.cc, r24.10), and
+tests/integration/test_rollout_served.py reads the ``_bucket`` lines back
+from the served ``/metrics``. Where a stub lacks ``MetricFamily`` the router
+serves without metrics and says so once in the server log.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+LABELS = ("route", "variant", "arm")
+SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    kind: str  # COUNTER | GAUGE | HISTOGRAM (pb_utils.MetricFamily kinds)
+    help: str
+    labels: tuple[str, ...] = LABELS
+
+
+SERIES = {
+    s.name: s
+    for s in (
+        Series("trtspec_requests_total", "COUNTER", "Requests the router finished."),
+        Series("trtspec_errors_total", "COUNTER", "Requests that ended in an error."),
+        Series("trtspec_fallbacks_total", "COUNTER", "Requests retried on the route's fallback."),
+        Series("trtspec_in_flight", "GAUGE", "Requests in flight."),
+        Series("trtspec_ttft_seconds", "HISTOGRAM", "Time to first token at the router."),
+        Series("trtspec_latency_seconds", "HISTOGRAM", "End-to-end latency at the router."),
+        Series("trtspec_generated_tokens_total", "COUNTER", "Completion tokens generated."),
+        Series("trtspec_accepted_tokens_total", "COUNTER", "Draft tokens the target accepted."),
+        Series("trtspec_draft_tokens_total", "COUNTER", "Draft tokens proposed."),
+        Series(
+            "trtspec_golden_checks_total",
+            "COUNTER",
+            "Golden prompts mirrored through variant and fallback at T=0, by result.",
+            ("route", "variant", "result"),
+        ),
+        Series(
+            "trtspec_canary_percent",
+            "GAUGE",
+            "Share of the route's traffic on its variant now.",
+            ("route", "variant"),
+        ),
+        Series(
+            "trtspec_log_dropped_lines_total",
+            "COUNTER",
+            "Request-log lines dropped because the writer fell behind.",
+            (),
+        ),
+    )
+}
+
+
+class RouterMetrics:
+    """One ``MetricFamily`` per series and one ``Metric`` per label set,
+    made on first use. Every call to the metrics API happens on this
+    object's own thread, fed by a bounded queue (a full queue drops the
+    update): with calls from many request threads at once, tritonserver
+    2.51's Python backend crashed (SIGSEGV in libtriton_python.so, seen in
+    tests/integration/test_rollout_served.py), and one thread also keeps the
+    stub's round trips off the request path. ``pb_utils`` is passed in (the
+    stub's module) so this imports nothing from Triton; ``enabled`` is False
+    without the API (or with TRTSPEC_ROUTER_METRICS=0)."""
+
+    def __init__(self, pb_utils: Any, warn: Any = None, queue_size: int = 100000) -> None:
+        self._pb = pb_utils
+        self._metrics: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        self.families: dict[str, Any] = {}
+        self.dropped = 0
+        self._warn = warn
+        family_cls: Any = getattr(pb_utils, "MetricFamily", None)
+        if os.environ.get("TRTSPEC_ROUTER_METRICS", "1") == "0":
+            family_cls = None
+        self.enabled = family_cls is not None
+        if family_cls is None:
+            if warn is not None:
+                warn("router: this Python backend has no custom-metrics API; no trtspec_* metrics")
+            return
+        for s in SERIES.values():
+            self.families[s.name] = family_cls(
+                name=s.name, description=s.help, kind=getattr(family_cls, s.kind)
+            )
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._thread = threading.Thread(target=self._run, name="trtspec-metrics", daemon=True)
+        self._thread.start()
+
+    def _metric(self, name: str, labels: dict[str, str]) -> Any:
+        key = (name, tuple(sorted(labels.items())))
+        metric = self._metrics.get(key)
+        if metric is None:
+            family = self.families[name]
+            if SERIES[name].kind == "HISTOGRAM":
+                metric = family.Metric(labels=labels, buckets=list(SECONDS_BUCKETS))
+            else:
+                metric = family.Metric(labels=labels)
+            self._metrics[key] = metric
+        return metric
+
+    def _put(self, op: str, name: str, labels: dict[str, str], value: float) -> None:
+        if not self.enabled:
+            return
+        try:
+            self._queue.put_nowait((op, name, labels, float(value)))
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            op, name, labels, value = item
+            try:
+                getattr(self._metric(name, labels), op)(value)
+            except Exception as exc:  # a metric never fails the router
+                if self._warn is not None:
+                    self._warn(f"router: metric {name}: {exc!r}")
+
+    def inc(self, name: str, labels: dict[str, str], value: float = 1.0) -> None:
+        if value:
+            self._put("increment", name, labels, value)
+
+    def set(self, name: str, labels: dict[str, str], value: float) -> None:
+        self._put("set", name, labels, value)
+
+    def observe(self, name: str, labels: dict[str, str], value: float) -> None:
+        self._put("observe", name, labels, value)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        if self.enabled:
+            done = threading.Event()
+            self._queue.put(done, timeout=timeout)
+            done.wait(timeout)
+
+    def close(self) -> None:
+        if self.enabled:
+            self._queue.put(None)
+            self._thread.join(timeout=5)
+        # Metrics before their families (the stub refuses the other order).
+        self._metrics.clear()
+        self.families.clear()

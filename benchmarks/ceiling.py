@@ -13,6 +13,8 @@ step), and drives every layer in closed loop at each concurrency level
   detokenizing);
 - ``full``: the router in front of it (router → orchestrator → engine, the
   path a client of ``trtspec serve`` takes);
+- ``direct``: the router with ``in_process_variants`` (it runs the
+  orchestrator's generation itself: router → engine, one hop fewer);
 - ``draft``, ``ngram``: the draft-loop orchestrators (per round: a draft call
   for ``draft``, a target verify call, detokenizing), with the cost per round.
 
@@ -53,6 +55,7 @@ LAYERS = {
     "full": "router",
     "draft": "draft",
     "ngram": "ngram",
+    "direct": "router_direct",
 }
 BUDGET_STEP_MS = 8.0
 BUDGET_THROUGHPUT = 0.90  # full path tokens/s over the engine's at 64 in flight
@@ -95,7 +98,7 @@ def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 # ---------------------------------------------------------------- CPU counters
@@ -157,12 +160,21 @@ def inputs_for(layer: str, prompt_ids: list[int], end_pad: tuple[int, int], max_
     return inputs, [grpcclient.InferRequestedOutput(n) for n in outputs]
 
 
-async def worker(
-    url: str, layer: str, io: Any, max_tokens: int, budget: dict, records: list[Record]
-) -> None:
+@dataclass
+class Load:
+    """What a cell sends: to which server and layer, with which tensors."""
+
+    url: str
+    layer: str
+    io: Any
+    max_tokens: int
+
+
+async def worker(load: Load, budget: dict, records: list[Record]) -> None:
     import tritonclient.grpc.aio as grpcclient
 
-    inputs, outputs = io
+    url, layer, max_tokens = load.url, load.layer, load.max_tokens
+    inputs, outputs = load.io
     model = LAYERS[layer]
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -214,30 +226,26 @@ async def worker(
         await client.close()
 
 
-async def drive(url: str, layer: str, io: Any, level: int, max_tokens: int, n: int, secs: float):
+async def drive(load: Load, level: int, n: int, secs: float) -> list[Record]:
     records: list[Record] = []
     budget = {"left": n, "deadline": time.perf_counter() + secs}
-    await asyncio.gather(
-        *(worker(url, layer, io, max_tokens, budget, records) for _ in range(level))
-    )
+    await asyncio.gather(*(worker(load, budget, records) for _ in range(level)))
     return records
 
 
-def run_cell(server: Any, step_ms: float, layer: str, level: int, args: Any, io: Any) -> Cell:
+def run_cell(server: Any, step_ms: float, load: Load, level: int, args: Any) -> Cell:
     pgid = server.pid
     before = cpu_by_model(pgid)
     client_before = time.process_time()
     started = time.perf_counter()
     requests = max(args.requests, 2 * level)
-    records = asyncio.run(
-        drive(server.grpc_url, layer, io, level, args.max_tokens, requests, args.cell_seconds)
-    )
+    records = asyncio.run(drive(load, level, requests, args.cell_seconds))
     wall = time.perf_counter() - started
     after = cpu_by_model(pgid)
     models = {k: after[k] - before.get(k, 0.0) for k in after}
     return Cell(
         step_ms,
-        layer,
+        load.layer,
         level,
         records,
         wall,
@@ -307,19 +315,19 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     )
 
 
-def budget_lines(rows: list[dict[str, Any]]) -> list[tuple[str, bool | None]]:
-    def row(layer: str, level: int) -> dict[str, Any] | None:
+def budget_lines(rows: list[dict[str, Any]], layer: str = "full") -> list[tuple[str, bool | None]]:
+    def row(name: str, level: int) -> dict[str, Any] | None:
         for r in rows:
-            if r["step_ms"] == BUDGET_STEP_MS and r["layer"] == layer and r["level"] == level:
+            if r["step_ms"] == BUDGET_STEP_MS and r["layer"] == name and r["level"] == level:
                 return r
         return None
 
     lines: list[tuple[str, bool | None]] = []
-    full64, full1 = row("full", 64), row("full", 1)
+    full64, full1 = row(layer, 64), row(layer, 1)
     if full64 is None:
         lines.append(
             (
-                f"full path tokens/s at 64 in flight >= {BUDGET_THROUGHPUT:.0%} of the "
+                f"{layer} path tokens/s at 64 in flight >= {BUDGET_THROUGHPUT:.0%} of the "
                 f"engine's ({BUDGET_STEP_MS:g} ms step): not measured",
                 None,
             )
@@ -328,25 +336,26 @@ def budget_lines(rows: list[dict[str, Any]]) -> list[tuple[str, bool | None]]:
         share = full64["tok_s_vs_engine"]
         lines.append(
             (
-                f"full path tokens/s at 64 in flight = {share:.1%} of the engine's "
+                f"{layer} path tokens/s at 64 in flight = {share:.1%} of the engine's "
                 f"(budget >= {BUDGET_THROUGHPUT:.0%})",
                 share >= BUDGET_THROUGHPUT,
             )
         )
     if full1 is None:
-        lines.append(("TTFT / per-token added at 1 in flight: not measured", None))
+        lines.append((f"{layer} path TTFT / per-token added at 1 in flight: not measured", None))
     else:
         ttft, tok = full1["ttft_added_ms"], full1["tok_added_ms"]
         lines.append(
             (
-                f"TTFT added at p50, 1 in flight = {ttft:.2f} ms (budget <= {BUDGET_TTFT_MS:g} ms)",
+                f"{layer} path TTFT added at p50, 1 in flight = {ttft:.2f} ms "
+                f"(budget <= {BUDGET_TTFT_MS:g} ms)",
                 ttft <= BUDGET_TTFT_MS,
             )
         )
         lines.append(
             (
-                f"per-token latency added at p50, 1 in flight = {tok:.3f} ms (budget <= "
-                f"{BUDGET_TOKEN_MS:g} ms)",
+                f"{layer} path per-token latency added at p50, 1 in flight = {tok:.3f} ms "
+                f"(budget <= {BUDGET_TOKEN_MS:g} ms)",
                 tok <= BUDGET_TOKEN_MS,
             )
         )
@@ -409,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average before: {os.getloadavg()}", flush=True)
         for step in steps:
             repo = instant_repository(
-                root / f"step{step:g}", model, step, max_batch_size=max(128, max(levels))
+                root / f"step{step:g}", model, step, max_batch_size=max(128, *levels)
             )
             server = Server(repo, log_path=root / f"step{step:g}.log")
             t0 = time.monotonic()
@@ -420,17 +429,10 @@ def main(argv: list[str] | None = None) -> int:
                 for level in levels:
                     for layer in layers:
                         io = inputs_for(layer, prompt_ids, end_pad, args.max_tokens)
-                        run_cell(
-                            server,
-                            step,
-                            layer,
-                            1,
-                            argparse.Namespace(
-                                requests=1, max_tokens=args.max_tokens, cell_seconds=30
-                            ),
-                            io,
-                        )
-                        cells[(layer, level)] = run_cell(server, step, layer, level, args, io)
+                        load = Load(server.grpc_url, layer, io, args.max_tokens)
+                        warm = argparse.Namespace(requests=1, cell_seconds=30)
+                        run_cell(server, step, load, 1, warm)
+                        cells[(layer, level)] = run_cell(server, step, load, level, args)
                         rows.append(summarise(cells[(layer, level)], cells.get(("engine", level))))
                         print(f"  {layer} x{level}: {rows[-1]['tok_s']:.0f} tok/s", flush=True)
             finally:
@@ -444,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("\nbudget (docs/internals.md §6):")
     failed = False
-    for text, met in budget_lines(rows):
+    lines = [line for name in ("full", "direct") for line in budget_lines(rows, name)]
+    for text, met in lines:
         mark = "n/a " if met is None else ("MEETS" if met else "MISSES")
         failed = failed or met is False
         print(f"  [{mark}] {text}")

@@ -114,4 +114,26 @@ def instant_repository(
         write_engine_stub(root / "engines" / spec.name / engine.name, Path(model))
     repo = assemble(spec, plan, root / "engines", root / "triton_repo")
     use_instant_engines(repo, step_ms)
+    add_direct_router(repo)
     return repo
+
+
+DIRECT_ROUTER = "router_direct"
+
+
+def add_direct_router(repo: Path) -> str:
+    """A copy of ``repo``'s router named ``router_direct`` with
+    ``in_process_variants: true`` (trtspec.repo.models.inprocess), so one
+    server measures both routers."""
+    from trtspec.repo.models.inprocess import PARAMETER
+
+    repo = Path(repo)
+    target = repo / DIRECT_ROUTER
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(repo / "router", target)
+    config = configs.read_config(target / "config.pbtxt")
+    config.name = DIRECT_ROUTER
+    configs.set_parameters(config, {PARAMETER: True})
+    configs.write_config(target / "config.pbtxt", config)
+    return DIRECT_ROUTER

@@ -260,6 +260,9 @@ def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block:
         "perf_metrics": contract.perf_metrics,
         # turns the target's kv_cache_reused_blocks into prefix_reused_tokens
         "tokens_per_block": int(tokens_per_block),
+        # tokenize and detokenize in process, as the text models would (no BLS
+        # hop per request and per streamed token: benchmarks/ceiling.py)
+        "tokenizer_dir": str(layout.tokenizer_dir),
     }
     if variant.mode in DRAFT_LOOP_MODES:
         params["max_draft_len"] = variant.max_draft_len

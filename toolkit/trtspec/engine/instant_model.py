@@ -261,8 +261,11 @@ class TritonPythonModel:
                         flags=reference.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
                     )
             self._active = still
+            # The next step starts a step after this one; an idle engine starts
+            # one as soon as a request arrives (a request arriving mid-step
+            # waits for the step boundary, as in-flight batching does).
             wait = self.step_s - (time.monotonic() - started)
-            if wait > 0:
+            if wait > 0 and still:
                 time.sleep(wait)
 
     def execute(self, requests: list[Any]) -> None:

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.cancel import Cancelled
-from trtspec.repo.models import orchestrator
 from trtspec.repo.models.text import LocalText
+
+# The orchestrator module imports triton_python_backend_utils: imported where
+# used, so PARAMETER can be read outside a stub (trtspec.bench.instant).
 
 PARAMETER = "in_process_variants"
 
@@ -73,6 +75,7 @@ class InProcessVariants:
                 from google.protobuf import json_format
 
                 from trtspec.repo import configs
+                from trtspec.repo.models import orchestrator
 
                 config = configs.read_config(self.repository / variant / "config.pbtxt")
                 as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
@@ -95,6 +98,8 @@ class InProcessVariants:
     ) -> None:
         """Generate ``variant``'s answer to the request made of ``tensors``
         through the router's ``sender``; raises as the router's BLS call would."""
+        from trtspec.repo.models import orchestrator
+
         start_ns = time.monotonic_ns()
         try:
             model = self.model(variant)

@@ -11,10 +11,11 @@ step), and drives every layer in closed loop at each concurrency level
 - ``engine``: the target engine model alone (client-side tokens, streaming);
 - ``orch``: the ``baseline`` orchestrator (preprocessing, streamed engine,
   detokenizing);
-- ``full``: the router in front of it (router → orchestrator → engine, the
-  path a client of ``trtspec serve`` takes);
-- ``direct``: the router with ``in_process_variants`` (it runs the
-  orchestrator's generation itself: router → engine, one hop fewer);
+- ``full``: the router as ``trtspec repo`` assembles it, the path a client of
+  ``trtspec serve`` takes (it runs the variant's generation in its own
+  process, ``in_process_variants``: router → engine);
+- ``bls``: the router with ``in_process_variants: false`` (router →
+  orchestrator model → engine, one hop more: the path before that cut);
 - ``draft``, ``ngram``: the draft-loop orchestrators (per round: a draft call
   for ``draft``, a target verify call, detokenizing), with the cost per round.
 
@@ -55,7 +56,7 @@ LAYERS = {
     "full": "router",
     "draft": "draft",
     "ngram": "ngram",
-    "direct": "router_direct",
+    "bls": "router_bls",
 }
 BUDGET_STEP_MS = 8.0
 BUDGET_THROUGHPUT = 0.90  # full path tokens/s over the engine's at 64 in flight
@@ -446,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("\nbudget (docs/internals.md §6):")
     failed = False
-    lines = [line for name in ("full", "direct") for line in budget_lines(rows, name)]
+    lines = [line for name in ("full", "bls") for line in budget_lines(rows, name)]
     for text, met in lines:
         mark = "n/a " if met is None else ("MEETS" if met else "MISSES")
         failed = failed or met is False

@@ -114,26 +114,27 @@ def instant_repository(
         write_engine_stub(root / "engines" / spec.name / engine.name, Path(model))
     repo = assemble(spec, plan, root / "engines", root / "triton_repo")
     use_instant_engines(repo, step_ms)
-    add_direct_router(repo)
+    add_bls_router(repo)
     return repo
 
 
-DIRECT_ROUTER = "router_direct"
+BLS_ROUTER = "router_bls"
 
 
-def add_direct_router(repo: Path) -> str:
-    """A copy of ``repo``'s router named ``router_direct`` with
-    ``in_process_variants: true`` (trtspec.repo.models.inprocess), so one
-    server measures both routers."""
+def add_bls_router(repo: Path) -> str:
+    """A copy of ``repo``'s router named ``router_bls`` with
+    ``in_process_variants: false``: the router that calls the variant's
+    orchestrator model over BLS (the path before trtspec.repo.models.inprocess),
+    so one server measures both."""
     from trtspec.repo.models.inprocess import PARAMETER
 
     repo = Path(repo)
-    target = repo / DIRECT_ROUTER
+    target = repo / BLS_ROUTER
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(repo / "router", target)
     config = configs.read_config(target / "config.pbtxt")
-    config.name = DIRECT_ROUTER
-    configs.set_parameters(config, {PARAMETER: True})
+    config.name = BLS_ROUTER
+    configs.set_parameters(config, {PARAMETER: False})
     configs.write_config(target / "config.pbtxt", config)
-    return DIRECT_ROUTER
+    return BLS_ROUTER

@@ -351,7 +351,13 @@ def write_tree(layout: Layout, spec: Spec, repo: Path, routing: RoutingTable) ->
         decoupled=True,
         inputs=ORCHESTRATOR_INPUTS,
         outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": ROUTING_FILE, "variants": ",".join(sorted(layout.variants))},
+        parameters={
+            "routing_file": ROUTING_FILE,
+            "variants": ",".join(sorted(layout.variants)),
+            # run the chosen variant's generation in the router's process, one
+            # hop fewer per token (repo/models/inprocess.py; fallback over BLS)
+            "in_process_variants": True,
+        },
     )
     _write_model(repo, ROUTER, router, MODEL_SOURCES[ROUTER])
     (repo / ROUTER / ROUTING_FILE).write_text(

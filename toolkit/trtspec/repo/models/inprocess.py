@@ -1,7 +1,8 @@
 """The router running a variant's generation in its own process: one Triton
 hop (and one Python stub's receive and send per streamed token) fewer.
 
-With the router config parameter ``in_process_variants: true`` the router
+With the router config parameter ``in_process_variants: true`` (what
+``trtspec repo`` writes) the router
 does not call the chosen variant's orchestrator model over BLS on the first
 try. It loads that orchestrator's config (``<repository>/<variant>/
 config.pbtxt``) into an orchestrator ``TritonPythonModel`` of its own and runs
@@ -9,8 +10,8 @@ the same ``_Generation`` (the same engine calls, text handling, stats and
 final response, ``variant`` named, ``fallback: false``) with the router's
 response sender and cancellation. Its errors come out as the orchestrator
 model's would, so the router's fallback and client-error rules see no
-difference. The fallback retry still goes over BLS. Off by default:
-``benchmarks/ceiling.py`` measures what it saves (layer ``direct``).
+difference. The fallback retry still goes over BLS. ``benchmarks/ceiling.py`` measures
+what it saves (layers ``full`` and ``bls``).
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class InProcessVariants:
         from trtspec.repo.models import orchestrator
 
         start_ns = time.monotonic_ns()
+        gen = None
         try:
             model = self.model(variant)
             params = orchestrator.RequestParams.from_request(_Request(tensors))
@@ -109,6 +111,11 @@ class InProcessVariants:
             )
             gen.run()
         except Cancelled:
+            if gen is not None:  # the line the orchestrator model logs (§5)
+                orchestrator.pb_utils.Logger.log_info(
+                    f"{variant}: request cancelled after {gen.completion} of "
+                    f"{gen.params.max_tokens} tokens ({gen.stats.rounds} rounds)"
+                )
             raise
         except Exception as exc:
             message = orchestrator.error_reply(variant, exc).message()

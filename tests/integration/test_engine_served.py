@@ -75,6 +75,18 @@ def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
     repo = root / "repo"
     write_engine_model(repo, "target", target, decoupled=True, instances=2)
     write_engine_model(repo, "target_dte", dte, decoupled=False, instances=1)
+    # the instant engine (benchmarks/ceiling.py) behind the same contract, 2 ms steps
+    for name, decoupled in (("instant", True), ("instant_dte", False)):
+        write_engine_model(repo, name, target, decoupled=decoupled, instances=1)
+        (repo / name / "1" / "model.py").write_text(
+            MODEL_PY.replace("triton_model", "instant_model")
+        )
+    from trtspec.bench.instant import use_instant_engines
+
+    (repo / "trtspec-repo.json").write_text(
+        '{"models": {"instant": {"role": "engine"}, "instant_dte": {"role": "engine"}}}'
+    )
+    use_instant_engines(repo, 2)
     server = Server(repo, log_path=root / "server.log", env={"TRTSPEC_ENGINE_THREADS": "1"})
     server.start(timeout=180)
     try:
@@ -277,3 +289,54 @@ def test_concurrent_streams(served) -> None:
         deltas, _, error = got[i]
         assert error is None
         assert [t for d in deltas for t in d] == expected[i]
+
+
+def test_instant_engine_honours_the_engine_contract(served) -> None:
+    """The instant engine answers the reference engine's tensors: one token
+    per step when streaming (deterministic, never end_id/pad_id), a draft
+    verified in one step, perf metrics, and the same refusal words."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from trtspec.engine.config import read_engine_config
+    from trtspec.engine.instant_model import next_token
+
+    server, target, _ = served
+    vocab = read_engine_config(target).vocab_size
+    end_pad = {"end_id": np.array([[2]], np.int32), "pad_id": np.array([[0]], np.int32)}
+
+    def truth(prompt: list[int], n: int) -> list[int]:
+        seq = list(prompt)
+        for _ in range(n):
+            seq.append(next_token(seq[-1], len(seq), vocab, (2, 0)))
+        return seq[len(prompt) :]
+
+    deltas, responses, error = _stream(
+        server.grpc_url, "instant", _inputs(PROMPT, 6, streaming=True, extra=end_pad)
+    )
+    assert error is None
+    assert deltas == [[t] for t in truth(PROMPT, 6)]
+    last = responses[-1]
+    assert last.as_numpy("first_token_time_ns").reshape(-1)[0] > 0
+    assert last.as_numpy("total_draft_tokens").reshape(-1).tolist() == [0]
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    want = truth(PROMPT, 4)
+    draft = [want[0], want[1], want[2] + 1]  # the third is wrong
+    got = client.infer("instant_dte", _inputs(PROMPT, 4, draft=draft, extra=end_pad))
+    # step 1: two drafts accepted + the engine's own third; step 2: the fourth
+    assert got.as_numpy("output_ids").reshape(-1).tolist() == want
+    assert got.as_numpy("total_accepted_draft_tokens").reshape(-1).tolist() == [2]
+    whole = client.infer("instant_dte", _inputs(PROMPT, 5, extra=end_pad))
+    assert whole.as_numpy("output_ids").reshape(-1).tolist() == truth(PROMPT, 5)
+    assert whole.as_numpy("sequence_length").reshape(-1).tolist() == [5]
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("instant_dte", _inputs(PROMPT, 4, streaming=True))
+    assert "Streaming is only supported if model is deployed using decoupled mode." in str(
+        err.value
+    )
+    bad = {"temperature": np.array([[-1.0]], np.float32)}
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("instant_dte", _inputs(PROMPT, 4, extra=bad))
+    assert "temperature must be a finite number >= 0" in str(err.value)
+    client.close()

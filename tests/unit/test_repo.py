@@ -210,6 +210,8 @@ def test_orchestrators_carry_their_callees(built) -> None:
         "draft_schedule": "constant",
         "use_draft_logits": "false",
         "tokens_per_block": str(spec.target.kv_cache.tokens_per_block),
+        # the orchestrator tokenizes and detokenizes in process (LocalText)
+        "tokenizer_dir": str(engines.resolve() / "tiny-all" / "target" / "tokenizer"),
     }
     ngram = params(parse(repo / "ngram" / "config.pbtxt"))
     assert (

@@ -63,3 +63,52 @@ def test_whole_text_without_streaming(tokenizer_dir: Path) -> None:
     stream.ids.extend(tok.encode(TEXT))
     assert stream.flush() == TEXT
     assert stream.flush() == ""
+
+
+SAMPLES = [TEXT, "", " leading space", "tabs\tand\nnewlines\n\n", "emoji 🙂 and ünïcödé", "x" * 300]
+SMOLLM2 = Path(__file__).resolve().parents[2] / ".cache" / "models" / "smollm2-135m-instruct"
+
+
+def _folders(tokenizer_dir: Path) -> list[Path]:
+    return [tokenizer_dir, *([SMOLLM2] if (SMOLLM2 / "tokenizer.json").is_file() else [])]
+
+
+def test_tokenizers_library_matches_transformers_both_ways(tokenizer_dir: Path) -> None:
+    """The text models load tokenizer.json with `tokenizers`, not transformers:
+    ids and text must be byte-identical to what transformers would give (the
+    demo's SmolLM2 when `make demo` has fetched it, and the tiny tokenizer)."""
+    from transformers import AutoTokenizer
+
+    for folder in _folders(tokenizer_dir):
+        light = Tokenizer(folder)
+        assert light._fast is not None and light._hf is None
+        hf = AutoTokenizer.from_pretrained(str(folder))
+        assert (light.end_id, light.pad_id) == (
+            hf.eos_token_id,
+            hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id,
+        ), folder
+        for text in SAMPLES:
+            ids = light.encode(text)
+            assert ids == hf.encode(text, add_special_tokens=True), (folder, text)
+            specials = [*ids, light.end_id]
+            assert light.decode(specials) == hf.decode(specials, skip_special_tokens=True)
+            assert light.decode(specials).encode() == text.encode(), (folder, text)
+
+
+def test_local_text_answers_what_the_text_models_answer(tokenizer_dir: Path) -> None:
+    """The orchestrator's in-process text (LocalText) against the settings of
+    the preprocessing (special tokens added) and postprocessing (skipped) models."""
+    from trtspec.repo.models.text import LocalText
+
+    assert LocalText.of_params({}) is None
+    assert LocalText.of_params({"tokenizer_dir": " "}) is None
+    for folder in _folders(tokenizer_dir):
+        local = LocalText.of_params({"tokenizer_dir": str(folder)})
+        assert local is not None
+        pre = Tokenizer(folder, add_special_tokens=True)
+        post = Tokenizer(folder, skip_special_tokens=True)
+        assert (local.end_id, local.pad_id) == (pre.end_id, pre.pad_id)
+        for text in SAMPLES:
+            ids = local.encode(text)
+            assert ids == pre.encode(text)
+            assert local.decode([*ids, pre.end_id]) == post.decode([*ids, pre.end_id])

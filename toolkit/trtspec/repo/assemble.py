@@ -274,6 +274,9 @@ def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block:
         "reuse_stats_input": contract.reuse_stats_input,
         # turns the target's kv_cache_reused_blocks into prefix_reused_tokens
         "tokens_per_block": int(tokens_per_block),
+        # tokenize and detokenize in process, as the text models would (no BLS
+        # hop per request and per streamed token: benchmarks/ceiling.py)
+        "tokenizer_dir": str(layout.tokenizer_dir),
     }
     if variant.mode in DRAFT_LOOP_MODES:
         params["max_draft_len"] = variant.max_draft_len
@@ -368,7 +371,16 @@ def write_tree(
         decoupled=True,
         inputs=ORCHESTRATOR_INPUTS,
         outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": ROUTING_FILE, "variants": ",".join(sorted(layout.variants))},
+        parameters={
+            "routing_file": ROUTING_FILE,
+            "variants": ",".join(sorted(layout.variants)),
+            # true: run the chosen variant's generation in the router's process,
+            # one hop fewer per token (repo/models/inprocess.py, measured by
+            # benchmarks/ceiling.py). Off by default: that path does not yet
+            # carry the router's per-request deadline nor the rollout's
+            # per-token tracking (log, metrics), which see only BLS responses.
+            "in_process_variants": False,
+        },
     )
     _write_model(repo, ROUTER, router, MODEL_SOURCES[ROUTER])
     (repo / ROUTER / ROUTING_FILE).write_text(

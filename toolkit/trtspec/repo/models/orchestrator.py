@@ -39,7 +39,7 @@ import triton_python_backend_utils as pb_utils
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.catalogue import DRAFT_LOOP_MODES
 from trtspec.limits import ParamError, check, check_sampling, draft_tokens_problem
-from trtspec.repo.models.text import IncrementalText
+from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
     RequestThreads,
@@ -222,6 +222,8 @@ class _Generation:
     def _decode(self, ids: list[int]) -> str:
         if not ids:
             return ""
+        if self.model.text is not None:  # in process: no BLS call per token
+            return self.model.text.decode(ids)
         tokens = np.asarray([ids], dtype=np.int32).reshape(1, len(ids))
         response = self._call(
             self.model.postprocessing_model,
@@ -235,6 +237,9 @@ class _Generation:
         return _text(out[0]) if out.size else ""
 
     def tokenize(self) -> tuple[list[int], int | None, int | None]:
+        if self.model.text is not None:  # in process, as preprocessing would answer
+            text = self.model.text
+            return text.encode(self.params.text), text.end_id, text.pad_id
         response = self._call(
             self.model.preprocessing_model,
             [
@@ -553,6 +558,8 @@ class TritonPythonModel:
             "return_perf_metrics" if self.perf_metrics else ""
         )
         self.tokens_per_block = int(params.get("tokens_per_block") or 0)
+        # tokenizer_dir set: tokenize and detokenize here (trtspec.repo.models.text.LocalText)
+        self.text = LocalText.of_params(params)
         if self.mode == "draft_model" and not self.draft_model:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: mode draft_model needs the draft_model parameter"

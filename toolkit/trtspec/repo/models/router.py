@@ -29,6 +29,7 @@ import triton_python_backend_utils as pb_utils
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.limits import check_sampling
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.repo.models.inprocess import InProcessVariants
 from trtspec.repo.models.orchestrator import (
     callee_error,
     end_cancelled,
@@ -92,6 +93,12 @@ class TritonPythonModel:
         self._requests = RequestThreads()
         self._streams = BlsStreams()
         self._in_flight = InFlight()
+        # in_process_variants: the first try runs in this process (inprocess.py)
+        self._inprocess = (
+            InProcessVariants(Path(args["model_repository"]).parent)
+            if InProcessVariants.enabled(params)
+            else None
+        )
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -170,6 +177,10 @@ class TritonPythonModel:
         *,
         fallback: bool,
     ) -> None:
+        if self._inprocess is not None and not fallback:
+            tensors = [pb_utils.Tensor(name, array) for name, array in inputs.items()]
+            self._inprocess.run(variant, tensors, sender, progress, cancel)
+            return
         max_tokens = inputs.get("max_tokens")
         request = pb_utils.InferenceRequest(
             model_name=variant,
@@ -227,3 +238,5 @@ class TritonPythonModel:
         self._requests.join()
         self._streams.close()
         self.live.close()
+        if self._inprocess is not None:
+            self._inprocess.close()

@@ -106,3 +106,28 @@ class IncrementalText:
             delta = text[len(self.sent) :] if len(text) > len(self.sent) else ""
         self.sent += delta
         return delta
+
+
+class LocalText:
+    """The preprocessing and postprocessing models' work done in the caller's
+    own process: ``encode`` (special tokens added, as ``preprocessing`` does),
+    ``decode`` (special tokens skipped, as ``postprocessing`` does) and the
+    end/pad ids, from the same tokenizer folder with the same settings, so the
+    ids and text are the ones the two models would answer. An orchestrator
+    whose config names ``tokenizer_dir`` uses it instead of a BLS call per
+    request and per streamed token (``of_params`` is None without it)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.tokenizer = Tokenizer(folder, add_special_tokens=True, skip_special_tokens=True)
+        self.end_id, self.pad_id = self.tokenizer.end_id, self.tokenizer.pad_id
+
+    @classmethod
+    def of_params(cls, params: dict[str, str]) -> LocalText | None:
+        folder = (params.get("tokenizer_dir") or "").strip()
+        return cls(folder) if folder else None
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)

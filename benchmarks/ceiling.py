@@ -1,0 +1,461 @@
+"""What trtspec's own serving path costs when the engine costs (almost) nothing.
+
+Assembles a repository (``baseline``, a ``draft_model`` variant at k=3, an
+``ngram`` variant, the router, the text models) whose engines are all the
+instant engine (``trtspec.engine.instant_model`` through
+``trtspec.bench.instant``), serves it with the real tritonserver for each
+simulated step time (``--step-ms``: 0 = the ceiling, 8 = a GPU-like batch
+step), and drives every layer in closed loop at each concurrency level
+(``--levels``), one layer after another in the same run:
+
+- ``engine``: the target engine model alone (client-side tokens, streaming);
+- ``orch``: the ``baseline`` orchestrator (preprocessing, streamed engine,
+  detokenizing);
+- ``full``: the router as ``trtspec repo`` assembles it, the path a client of
+  ``trtspec serve`` takes (it runs the variant's generation in its own
+  process, ``in_process_variants``: router → engine);
+- ``bls``: the router with ``in_process_variants: false`` (router →
+  orchestrator model → engine, one hop more: the path before that cut);
+- ``draft``, ``ngram``: the draft-loop orchestrators (per round: a draft call
+  for ``draft``, a target verify call, detokenizing), with the cost per round.
+
+Per cell it prints responses/s, tokens/s, TTFT p50 and per-token latency
+(gaps between responses over their tokens) p50/p99, each layer's TTFT and
+per-token latency *added* over the engine alone, and CPU seconds per token
+of the server's processes (all of them, and per model from the stubs'
+command lines) and of this client. The tokens of every layer are compared to
+the engine's (they must be identical: the instant engine is deterministic).
+The budget of docs/internals.md §6 is checked on the 8 ms step: at 64 in
+flight the full path keeps at least 90% of the engine's tokens/s; at 1 in
+flight it adds at most 1 ms to TTFT and 0.2 ms per token at p50.
+``--check`` exits 3 when a budget line fails.
+
+Loopback only; each cell is bounded by ``--requests`` and ``--cell-seconds``;
+every server it starts is stopped before it exits. Run:
+``.venv/bin/python benchmarks/ceiling.py [--step-ms 0,8] [--levels 1,8,32,64]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "The quick brown fox jumps over the lazy dog. Speculative decoding drafts tokens. "
+LAYERS = {
+    "engine": "target",
+    "orch": "baseline",
+    "full": "router",
+    "draft": "draft",
+    "ngram": "ngram",
+    "bls": "router_bls",
+}
+BUDGET_STEP_MS = 8.0
+BUDGET_THROUGHPUT = 0.90  # full path tokens/s over the engine's at 64 in flight
+BUDGET_TTFT_MS = 1.0  # added at p50, 1 in flight
+BUDGET_TOKEN_MS = 0.2  # added per token at p50, 1 in flight
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Record:
+    sent: float
+    first: float = 0.0
+    last: float = 0.0
+    tokens: list[int] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)  # seconds per token, per response
+    rounds: int = 0
+    error: str = ""
+
+
+@dataclass
+class Cell:
+    step_ms: float
+    layer: str
+    level: int
+    records: list[Record]
+    wall_s: float
+    server_cpu_s: float
+    model_cpu_s: dict[str, float]
+    client_cpu_s: float
+
+    def ok(self) -> list[Record]:
+        return [r for r in self.records if not r.error and r.tokens]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r.tokens) for r in self.ok())
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+# ---------------------------------------------------------------- CPU counters
+def cpu_by_model(pgid: int) -> dict[str, float]:
+    """CPU seconds so far of each process in the server's group, keyed by the
+    model a Python stub serves (``tritonserver`` for the server itself)."""
+    from trtspec.serve import group_members
+
+    out: dict[str, float] = {}
+    for pid in group_members(pgid):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        seconds = (int(stat[11]) + int(stat[12])) / TICK
+        name = "tritonserver"
+        for arg in cmd:
+            text = arg.decode(errors="replace")
+            if text.endswith("model.py"):
+                name = Path(text).parent.parent.name
+                break
+        out[name] = out.get(name, 0.0) + seconds
+    return out
+
+
+# ---------------------------------------------------------------- the client
+def inputs_for(layer: str, prompt_ids: list[int], end_pad: tuple[int, int], max_tokens: int) -> Any:
+    import numpy as np
+    import tritonclient.grpc.aio as grpcclient
+
+    def tensor(name: str, value: Any, dtype: str) -> Any:
+        array = np.asarray(value)
+        t = grpcclient.InferInput(name, list(array.shape), dtype)
+        t.set_data_from_numpy(array)
+        return t
+
+    if layer == "engine":
+        one = lambda v, dt, npdt: tensor(v[0], np.array([[v[1]]], dtype=npdt), dt)  # noqa: E731
+        inputs = [
+            tensor("input_ids", np.array([prompt_ids], dtype=np.int32), "INT32"),
+            one(("input_lengths", len(prompt_ids)), "INT32", np.int32),
+            one(("request_output_len", max_tokens), "INT32", np.int32),
+            one(("streaming", True), "BOOL", np.bool_),
+            one(("exclude_input_in_output", True), "BOOL", np.bool_),
+            one(("end_id", end_pad[0]), "INT32", np.int32),
+            one(("pad_id", end_pad[1]), "INT32", np.int32),
+            one(("return_perf_metrics", True), "BOOL", np.bool_),
+        ]
+        outputs = ["output_ids", "sequence_length"]
+    else:
+        inputs = [
+            tensor("text_input", np.array([PROMPT.encode()], dtype=np.object_), "BYTES"),
+            tensor("max_tokens", np.array([max_tokens], dtype=np.int32), "INT32"),
+            tensor("stream", np.array([True]), "BOOL"),
+            tensor("temperature", np.array([0.0], dtype=np.float32), "FP32"),
+        ]
+        outputs = ["output_ids", "is_final", "rounds"]
+    return inputs, [grpcclient.InferRequestedOutput(n) for n in outputs]
+
+
+@dataclass
+class Load:
+    """What a cell sends: to which server and layer, with which tensors."""
+
+    url: str
+    layer: str
+    io: Any
+    max_tokens: int
+
+
+async def worker(load: Load, budget: dict, records: list[Record]) -> None:
+    import tritonclient.grpc.aio as grpcclient
+
+    url, layer, max_tokens = load.url, load.layer, load.max_tokens
+    inputs, outputs = load.io
+    model = LAYERS[layer]
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def requests() -> Any:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            yield item
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        stream = client.stream_infer(requests())
+        while budget["left"] > 0 and time.perf_counter() < budget["deadline"]:
+            budget["left"] -= 1
+            rec = Record(sent=time.perf_counter())
+            records.append(rec)
+            await queue.put({"model_name": model, "inputs": inputs, "outputs": outputs})
+            while True:
+                result, error = await stream.__anext__()
+                now = time.perf_counter()
+                if error is not None:
+                    rec.error = str(error)
+                    break
+                ids = result.as_numpy("output_ids")
+                new = [] if ids is None else [int(t) for t in ids.reshape(-1)]
+                if new:
+                    gap = now - (rec.last or rec.sent)
+                    if rec.first:
+                        rec.gaps.append(gap / len(new))
+                    else:
+                        rec.first = now
+                    rec.last = now
+                    rec.tokens.extend(new)
+                if layer == "engine":
+                    done = len(rec.tokens) >= max_tokens
+                else:
+                    final = result.as_numpy("is_final")
+                    done = final is not None and bool(final.reshape(-1)[0])
+                    rounds = result.as_numpy("rounds")
+                    if done and rounds is not None:
+                        rec.rounds = int(rounds.reshape(-1)[0])
+                if done:
+                    break
+            if rec.error:
+                break
+        await queue.put(None)
+    finally:
+        await client.close()
+
+
+async def drive(load: Load, level: int, n: int, secs: float) -> list[Record]:
+    records: list[Record] = []
+    budget = {"left": n, "deadline": time.perf_counter() + secs}
+    await asyncio.gather(*(worker(load, budget, records) for _ in range(level)))
+    return records
+
+
+def run_cell(server: Any, step_ms: float, load: Load, level: int, args: Any) -> Cell:
+    pgid = server.pid
+    before = cpu_by_model(pgid)
+    client_before = time.process_time()
+    started = time.perf_counter()
+    requests = max(args.requests, 2 * level)
+    records = asyncio.run(drive(load, level, requests, args.cell_seconds))
+    wall = time.perf_counter() - started
+    after = cpu_by_model(pgid)
+    models = {k: after[k] - before.get(k, 0.0) for k in after}
+    return Cell(
+        step_ms,
+        load.layer,
+        level,
+        records,
+        wall,
+        sum(models.values()),
+        models,
+        time.process_time() - client_before,
+    )
+
+
+# ---------------------------------------------------------------- reporting
+def summarise(cell: Cell, engine: Cell | None) -> dict[str, Any]:
+    ok = cell.ok()
+    tokens = cell.tokens
+    ttft = [(r.first - r.sent) * 1e3 for r in ok]
+    gaps = [g * 1e3 for r in ok for g in r.gaps]
+    row: dict[str, Any] = {
+        "step_ms": cell.step_ms,
+        "layer": cell.layer,
+        "level": cell.level,
+        "requests": len(ok),
+        "errors": sum(1 for r in cell.records if r.error),
+        "resp_s": sum(len(r.gaps) + 1 for r in ok) / cell.wall_s,
+        "tok_s": tokens / cell.wall_s,
+        "ttft_p50_ms": pct(ttft, 50),
+        "tok_p50_ms": pct(gaps, 50),
+        "tok_p99_ms": pct(gaps, 99),
+        "server_cpu_ms_per_tok": 1e3 * cell.server_cpu_s / max(1, tokens),
+        "client_cpu_ms_per_tok": 1e3 * cell.client_cpu_s / max(1, tokens),
+        "cpu_ms_per_tok_by_model": {
+            k: round(1e3 * v / max(1, tokens), 4) for k, v in cell.model_cpu_s.items() if v > 0
+        },
+    }
+    rounds = sum(r.rounds for r in ok)
+    if cell.layer in ("draft", "ngram") and rounds:
+        # wall time of a request over its rounds, at this level
+        row["ms_per_round"] = 1e3 * sum(r.last - r.sent for r in ok) / rounds
+        row["tok_per_round"] = tokens / rounds
+    if engine is not None and cell.layer != "engine":
+        row["ttft_added_ms"] = row["ttft_p50_ms"] - summarise(engine, None)["ttft_p50_ms"]
+        row["tok_added_ms"] = row["tok_p50_ms"] - summarise(engine, None)["tok_p50_ms"]
+        row["tok_s_vs_engine"] = row["tok_s"] / max(1e-9, summarise(engine, None)["tok_s"])
+        ref = engine.ok()[0].tokens if engine.ok() else None
+        row["same_tokens"] = ref is not None and all(r.tokens == ref for r in ok)
+    return row
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = (
+        f"{'step':>5} {'layer':>6} {'conc':>4} {'reqs':>5} {'err':>3} {'resp/s':>8} "
+        f"{'tok/s':>8} {'x eng':>6} {'ttft50':>7} {'+ttft':>7} {'tok50':>7} {'+tok50':>7} "
+        f"{'tok99':>7} {'srvCPU':>7} {'cliCPU':>7} {'ms/rnd':>7} same"
+    )
+    print(head)
+    for r in rows:
+        print(
+            f"{r['step_ms']:>5g} {r['layer']:>6} {r['level']:>4} {r['requests']:>5} "
+            f"{r['errors']:>3} {r['resp_s']:>8.0f} {r['tok_s']:>8.0f} "
+            f"{r.get('tok_s_vs_engine', 1.0):>6.2f} {r['ttft_p50_ms']:>7.2f} "
+            f"{r.get('ttft_added_ms', 0.0):>7.2f} {r['tok_p50_ms']:>7.3f} "
+            f"{r.get('tok_added_ms', 0.0):>7.3f} {r['tok_p99_ms']:>7.2f} "
+            f"{r['server_cpu_ms_per_tok']:>7.3f} {r['client_cpu_ms_per_tok']:>7.3f} "
+            f"{r.get('ms_per_round', float('nan')):>7.2f} {r.get('same_tokens', '-')}"
+        )
+    print(
+        "  (ms; tok50/tok99: latency per token between responses; +: added over the engine "
+        "alone; srvCPU/cliCPU: CPU ms per token of the server's processes / this client)"
+    )
+
+
+def budget_lines(rows: list[dict[str, Any]], layer: str = "full") -> list[tuple[str, bool | None]]:
+    def row(name: str, level: int) -> dict[str, Any] | None:
+        for r in rows:
+            if r["step_ms"] == BUDGET_STEP_MS and r["layer"] == name and r["level"] == level:
+                return r
+        return None
+
+    lines: list[tuple[str, bool | None]] = []
+    full64, full1 = row(layer, 64), row(layer, 1)
+    if full64 is None:
+        lines.append(
+            (
+                f"{layer} path tokens/s at 64 in flight >= {BUDGET_THROUGHPUT:.0%} of the "
+                f"engine's ({BUDGET_STEP_MS:g} ms step): not measured",
+                None,
+            )
+        )
+    else:
+        share = full64["tok_s_vs_engine"]
+        lines.append(
+            (
+                f"{layer} path tokens/s at 64 in flight = {share:.1%} of the engine's "
+                f"(budget >= {BUDGET_THROUGHPUT:.0%})",
+                share >= BUDGET_THROUGHPUT,
+            )
+        )
+    if full1 is None:
+        lines.append((f"{layer} path TTFT / per-token added at 1 in flight: not measured", None))
+    else:
+        ttft, tok = full1["ttft_added_ms"], full1["tok_added_ms"]
+        lines.append(
+            (
+                f"{layer} path TTFT added at p50, 1 in flight = {ttft:.2f} ms "
+                f"(budget <= {BUDGET_TTFT_MS:g} ms)",
+                ttft <= BUDGET_TTFT_MS,
+            )
+        )
+        lines.append(
+            (
+                f"{layer} path per-token latency added at p50, 1 in flight = {tok:.3f} ms "
+                f"(budget <= {BUDGET_TOKEN_MS:g} ms)",
+                tok <= BUDGET_TOKEN_MS,
+            )
+        )
+    return lines
+
+
+# ---------------------------------------------------------------- main
+def tokenizer_folder(args: Any, root: Path) -> Path:
+    if args.model:
+        return Path(args.model)
+    sys.path.insert(0, str(ROOT))
+    from tests.fixtures.tiny_model import train_tokenizer
+
+    folder = root / "tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
+    train_tokenizer(folder)
+    return folder
+
+
+def parse_args(argv: list[str] | None) -> Any:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--step-ms", default="0,8", help="simulated engine step times (ms), comma list")
+    p.add_argument("--levels", default="1,8,32,64", help="requests in flight, comma list")
+    p.add_argument("--layers", default=",".join(LAYERS), help=f"subset of {','.join(LAYERS)}")
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens per request")
+    p.add_argument("--requests", type=int, default=24, help="requests per cell (at least 2x level)")
+    p.add_argument("--cell-seconds", type=float, default=8.0, help="stop sending after this")
+    p.add_argument("--model", help="a Hugging Face folder for the tokenizer (default: tiny one)")
+    p.add_argument("--json", type=Path, help="also write every row here")
+    p.add_argument("--check", action="store_true", help="exit 3 when a budget line fails")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    steps = [float(s) for s in args.step_ms.split(",") if s]
+    levels = [int(s) for s in args.levels.split(",") if s]
+    layers = [s for s in args.layers.split(",") if s]
+    unknown = [s for s in layers if s not in LAYERS]
+    if unknown:
+        print(
+            f"error: --layers: unknown layer {unknown[0]!r} (known: {', '.join(LAYERS)})",
+            file=sys.stderr,
+        )
+        return 2
+    layers = ["engine", *[s for s in layers if s != "engine"]]  # the reference for "added"
+    from trtspec.bench.instant import instant_repository
+    from trtspec.repo.models.text import Tokenizer
+    from trtspec.serve import Server
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="trtspec-ceiling-") as tmp:
+        root = Path(tmp)
+        model = tokenizer_folder(args, root)
+        if not (model / "config.json").is_file():
+            (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+        tok = Tokenizer(model)
+        prompt_ids = tok.encode(PROMPT)
+        end_pad = (tok.end_id if tok.end_id is not None else -1, tok.pad_id or 0)
+        print(f"load average before: {os.getloadavg()}", flush=True)
+        for step in steps:
+            repo = instant_repository(
+                root / f"step{step:g}", model, step, max_batch_size=max(128, *levels)
+            )
+            server = Server(repo, log_path=root / f"step{step:g}.log")
+            t0 = time.monotonic()
+            server.start(timeout=300)
+            print(f"step {step:g} ms: server ready in {time.monotonic() - t0:.1f} s", flush=True)
+            try:
+                cells: dict[tuple[str, int], Cell] = {}
+                for level in levels:
+                    for layer in layers:
+                        io = inputs_for(layer, prompt_ids, end_pad, args.max_tokens)
+                        load = Load(server.grpc_url, layer, io, args.max_tokens)
+                        warm = argparse.Namespace(requests=1, cell_seconds=30)
+                        run_cell(server, step, load, 1, warm)
+                        cells[(layer, level)] = run_cell(server, step, load, level, args)
+                        rows.append(summarise(cells[(layer, level)], cells.get(("engine", level))))
+                        print(f"  {layer} x{level}: {rows[-1]['tok_s']:.0f} tok/s", flush=True)
+            finally:
+                server.stop()
+    print(f"load average after: {os.getloadavg()}\n")
+    print_table(rows)
+    print("\nCPU ms per token by model (server processes):")
+    for r in rows:
+        print(
+            f"  {r['step_ms']:g} ms {r['layer']:>6} x{r['level']:<3} {r['cpu_ms_per_tok_by_model']}"
+        )
+    print("\nbudget (docs/internals.md §6):")
+    failed = False
+    lines = [line for name in ("full", "bls") for line in budget_lines(rows, name)]
+    for text, met in lines:
+        mark = "n/a " if met is None else ("MEETS" if met else "MISSES")
+        failed = failed or met is False
+        print(f"  [{mark}] {text}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 3 if (args.check and failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The instant engine (trtspec.engine.instant_model) without a server: its
+token rule, draft verification and step bookkeeping; the repository swap of
+trtspec.bench.instant; and benchmarks/ceiling.py's ``--help`` and budget lines.
+The served contract is checked in tests/integration/test_instant_served.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trtspec.engine.instant_model import FIRST_TOKEN, _Sequence, next_token
+
+ROOT = Path(__file__).resolve().parents[2]
+VOCAB = 387
+
+
+def options(avoid: tuple[int, ...] = ()) -> dict:
+    return {"avoid": avoid, "streaming": True}
+
+
+def expected(prompt: list[int], n: int, avoid: tuple[int, ...] = ()) -> list[int]:
+    seq, out = list(prompt), []
+    for _ in range(n):
+        token = next_token(seq[-1], len(seq), VOCAB, avoid)
+        seq.append(token)
+        out.append(token)
+    return out
+
+
+def test_tokens_are_deterministic_in_range_and_avoid_end_and_pad() -> None:
+    a = expected([5, 6, 7], 50)
+    assert a == expected([5, 6, 7], 50)
+    assert a != expected([5, 6, 8], 50)
+    assert all(FIRST_TOKEN <= t < VOCAB for t in a)
+    avoid = (a[0], a[3])
+    b = expected([5, 6, 7], 50, avoid)
+    assert not set(b) & set(avoid)
+
+
+def test_one_token_per_step_until_the_requested_length() -> None:
+    seq = _Sequence([5, 6, 7], 4, [], options())
+    deltas = []
+    while not seq.finished:
+        deltas.append(seq.step(VOCAB))
+    assert deltas == [[t] for t in expected([5, 6, 7], 4)]
+    assert seq.out == expected([5, 6, 7], 4)
+    assert seq.first_ns and seq.last_ns >= seq.first_ns
+
+
+@pytest.mark.parametrize(("wrong_at", "accepted"), [(None, 3), (0, 0), (1, 1), (2, 2)])
+def test_a_draft_is_verified_in_one_step_like_trtllm(wrong_at: int | None, accepted: int) -> None:
+    truth = expected([9, 10], 4)
+    draft = truth[:3]
+    if wrong_at is not None:
+        draft[wrong_at] = truth[wrong_at] + 1
+    seq = _Sequence([9, 10], 4, draft, options())
+    out = seq.step(VOCAB)
+    # the accepted prefix plus the engine's own next token, all in one step
+    assert out == truth[: accepted + 1]
+    assert seq.accepted == accepted
+
+
+def test_a_verified_draft_never_exceeds_the_output_length() -> None:
+    truth = expected([1, 2], 3)
+    seq = _Sequence([1, 2], 2, truth, options())
+    assert seq.step(VOCAB) == truth[:2]
+    assert seq.finished
+
+
+def test_use_instant_engines_rewrites_only_the_engines(tmp_path: Path) -> None:
+    from trtspec.bench.instant import STEP_PARAMETER, engine_models, use_instant_engines
+    from trtspec.repo import configs
+
+    repo = tmp_path / "repo"
+    models = {"target": "engine", "draft_tok": "engine", "baseline": "orchestrator"}
+    for name in models:
+        config = configs.base_config(
+            name, backend="python", max_batch_size=4, decoupled=name != "draft_tok"
+        )
+        configs.write_config(repo / name / "config.pbtxt", config)
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text("original\n")
+    (repo / "trtspec-repo.json").write_text(
+        json.dumps({"models": {k: {"role": v} for k, v in models.items()}})
+    )
+    assert engine_models(repo) == ["draft_tok", "target"]
+    assert use_instant_engines(repo, 8) == ["draft_tok", "target"]
+    for name in ("draft_tok", "target"):
+        config = configs.read_config(repo / name / "config.pbtxt")
+        assert configs.parameters_of(config)[STEP_PARAMETER] == "8"
+        assert config.model_transaction_policy.decoupled == (name == "target")
+        assert "trtspec.engine.instant_model" in (repo / name / "1" / "model.py").read_text()
+    assert (repo / "baseline" / "1" / "model.py").read_text() == "original\n"
+    with pytest.raises(Exception, match="negative"):
+        use_instant_engines(repo, -1)
+
+
+def test_ceiling_help_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ceiling.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--step-ms" in proc.stdout and "--levels" in proc.stdout
+
+
+def test_ceiling_budget_lines_judge_the_8ms_rows() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import ceiling
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = [
+        {"step_ms": 8.0, "layer": "full", "level": 64, "tok_s_vs_engine": 0.95},
+        {"step_ms": 8.0, "layer": "full", "level": 1, "ttft_added_ms": 1.5, "tok_added_ms": 0.1},
+        {"step_ms": 0.0, "layer": "full", "level": 64, "tok_s_vs_engine": 0.1},
+    ]
+    assert [met for _, met in ceiling.budget_lines(rows)] == [True, False, True]
+    assert [met for _, met in ceiling.budget_lines(rows[2:])] == [None, None]

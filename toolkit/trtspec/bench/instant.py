@@ -1,0 +1,153 @@
+"""Swap a repository's engines for the instant engine, for benchmarking only.
+
+``use_instant_engines(repo, step_ms)`` takes a repository ``trtspec repo``
+assembled and points every engine model (role ``engine`` in its
+``trtspec-repo.json``) at ``trtspec.engine.instant_model`` with the config
+parameter ``instant_step_ms``, keeping each config's tensors, batching and
+decoupled policy. The product's assembly never calls it; the ceiling
+benchmark (``benchmarks/ceiling.py``) does, to measure what the router,
+orchestrators and text models cost when the engine costs nothing (or a fixed
+GPU-like step). ``write_engine_stub(folder, tokenizer_dir)`` writes the
+engine folder such a repository needs (``config.json`` with the tokenizer's
+vocabulary size, and ``tokenizer/``) without building weights.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from trtspec.errors import RepoError
+from trtspec.fsutil import atomic_write_text
+from trtspec.repo import configs
+from trtspec.repo.assemble import MANIFEST_NAME, _model_py
+
+INSTANT_MODULE = "trtspec.engine.instant_model"
+STEP_PARAMETER = "instant_step_ms"  # read by trtspec.engine.instant_model
+
+
+def engine_models(repo: Path) -> list[str]:
+    """The engine models named in ``repo``'s manifest."""
+    path = Path(repo) / MANIFEST_NAME
+    if not path.is_file():
+        raise RepoError(f"{path}: not found", "Pass a folder `trtspec repo` wrote.")
+    models = json.loads(path.read_text(encoding="utf-8")).get("models", {})
+    return sorted(name for name, info in models.items() if info.get("role") == "engine")
+
+
+def use_instant_engines(repo: Path, step_ms: float) -> list[str]:
+    """Point every engine model of ``repo`` at the instant engine stepping every
+    ``step_ms`` milliseconds (0: as fast as it can); returns their names."""
+    if step_ms < 0:
+        raise RepoError(
+            f"instant engine step {step_ms} ms is negative", "Pass a step of 0 ms or more."
+        )
+    repo = Path(repo)
+    names = engine_models(repo)
+    for name in names:
+        config_path = repo / name / "config.pbtxt"
+        config = configs.read_config(config_path)
+        if config.backend != "python":
+            config.backend = "python"
+        configs.set_parameters(config, {STEP_PARAMETER: f"{step_ms:g}"})
+        configs.write_config(config_path, config)
+        (repo / name / "1").mkdir(parents=True, exist_ok=True)
+        atomic_write_text(repo / name / "1" / "model.py", _model_py(INSTANT_MODULE))
+    return names
+
+
+def write_engine_stub(folder: Path, tokenizer_dir: Path) -> Path:
+    """An engine folder the repository builder accepts, with no weights:
+    ``config.json`` (``vocab_size`` from the tokenizer) and ``tokenizer/``."""
+    from tokenizers import Tokenizer
+
+    folder = Path(folder)
+    tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "tokenizer"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(tokenizer_dir, target)
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    atomic_write_text(
+        folder / "config.json",
+        json.dumps({"instant_engine": True, "vocab_size": vocab}, indent=2) + "\n",
+    )
+    return folder
+
+
+INSTANT_SPEC = """\
+name: {name}
+backend: reference
+target: {{model: {model}, family: llama, dtype: float32, max_batch_size: {batch},
+         max_input_len: 1024, max_seq_len: 2048, max_num_tokens: 8192}}
+variants:
+  - {{name: draft, mode: draft_model, draft: {{model: {model}, family: llama}},
+     max_draft_len: 4, num_draft_tokens: [3]}}
+  - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
+rollout: {{canary_percent: 100, fallback_variant: baseline}}
+"""
+
+
+def instant_repository(
+    root: Path, model: Path, step_ms: float, *, max_batch_size: int = 128, name: str = "instant"
+) -> Path:
+    """Assemble, under ``root``, a repository of ``baseline``, a ``draft``
+    (draft_model, k=3) and an ``ngram`` variant whose engines are all the
+    instant engine; ``model`` is a Hugging Face folder whose tokenizer the
+    text models load (no weights are read). Returns the repository folder."""
+    from trtspec.plan import make_plan
+    from trtspec.repo.assemble import assemble
+    from trtspec.spec import load_spec
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    spec_path = root / f"{name}.yaml"
+    spec_path.write_text(
+        INSTANT_SPEC.format(name=name, model=Path(model).resolve(), batch=max_batch_size),
+        encoding="utf-8",
+    )
+    spec = load_spec(spec_path)
+    plan = make_plan(spec, root / "engines")
+    for engine in plan.engines:
+        write_engine_stub(root / "engines" / spec.name / engine.name, Path(model))
+    repo = assemble(spec, plan, root / "engines", root / "triton_repo")
+    use_instant_engines(repo, step_ms)
+    in_process_router(repo)
+    add_bls_router(repo)
+    return repo
+
+
+def in_process_router(repo: Path) -> None:
+    """Turn on ``in_process_variants`` for ``repo``'s router (off in what
+    ``trtspec repo`` writes), the path the ceiling benchmark's ``full`` layer
+    measures."""
+    from trtspec.repo.models.inprocess import PARAMETER
+
+    path = Path(repo) / "router" / "config.pbtxt"
+    config = configs.read_config(path)
+    configs.set_parameters(config, {PARAMETER: True})
+    configs.write_config(path, config)
+
+
+BLS_ROUTER = "router_bls"
+
+
+def add_bls_router(repo: Path) -> str:
+    """A copy of ``repo``'s router named ``router_bls`` with
+    ``in_process_variants: false``: the router that calls the variant's
+    orchestrator model over BLS (the path before trtspec.repo.models.inprocess),
+    so one server measures both."""
+    from trtspec.repo.models.inprocess import PARAMETER
+
+    repo = Path(repo)
+    target = repo / BLS_ROUTER
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(repo / "router", target)
+    config = configs.read_config(target / "config.pbtxt")
+    config.name = BLS_ROUTER
+    configs.set_parameters(config, {PARAMETER: False})
+    configs.write_config(target / "config.pbtxt", config)
+    return BLS_ROUTER

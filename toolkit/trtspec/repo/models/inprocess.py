@@ -1,0 +1,129 @@
+"""The router running a variant's generation in its own process: one Triton
+hop (and one Python stub's receive and send per streamed token) fewer.
+
+With the router config parameter ``in_process_variants: true`` (what
+``trtspec repo`` writes) the router
+does not call the chosen variant's orchestrator model over BLS on the first
+try. It loads that orchestrator's config (``<repository>/<variant>/
+config.pbtxt``) into an orchestrator ``TritonPythonModel`` of its own and runs
+the same ``_Generation`` (the same engine calls, text handling, stats and
+final response, ``variant`` named, ``fallback: false``) with the router's
+response sender and cancellation. Its errors come out as the orchestrator
+model's would, so the router's fallback and client-error rules see no
+difference. The fallback retry still goes over BLS. ``benchmarks/ceiling.py`` measures
+what it saves (layers ``full`` and ``bls``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from trtspec.cancel import Cancelled
+from trtspec.repo.models.text import LocalText
+
+# The orchestrator module imports triton_python_backend_utils: imported where
+# used, so PARAMETER can be read outside a stub (trtspec.bench.instant).
+
+PARAMETER = "in_process_variants"
+
+
+class _Request:
+    """What ``RequestParams.from_request`` reads: ``inputs()``."""
+
+    def __init__(self, tensors: list[Any]) -> None:
+        self._tensors = tensors
+
+    def inputs(self) -> list[Any]:
+        return self._tensors
+
+
+class _CountingSender:
+    """The router's sender, counting what went out (the router's ``progress``)."""
+
+    def __init__(self, sender: Any, progress: Any) -> None:
+        self._sender = sender
+        self._progress = progress
+
+    def send(self, response: Any = None, flags: int = 0) -> None:
+        if response is None:
+            self._sender.send(flags=flags)
+        else:
+            self._sender.send(response, flags=flags)
+        self._progress.sent += 1
+
+
+class InProcessVariants:
+    """Orchestrator models loaded in the router's process, one per variant,
+    on first use; one tokenizer per folder shared by all of them."""
+
+    def __init__(self, repository: Path) -> None:
+        self.repository = Path(repository)
+        self._models: dict[str, Any] = {}
+        self._texts: dict[str, LocalText | None] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def enabled(params: dict[str, str]) -> bool:
+        return (params.get(PARAMETER) or "").strip().lower() in ("1", "true", "yes")
+
+    def model(self, variant: str) -> Any:
+        with self._lock:
+            if variant not in self._models:
+                from google.protobuf import json_format
+
+                from trtspec.repo import configs
+                from trtspec.repo.models import orchestrator
+
+                config = configs.read_config(self.repository / variant / "config.pbtxt")
+                as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
+                params = {
+                    k: v.get("string_value", "")
+                    for k, v in (as_dict.get("parameters") or {}).items()
+                }
+                folder = params.pop("tokenizer_dir", "")
+                as_dict["parameters"] = {k: {"string_value": v} for k, v in params.items()}
+                model = orchestrator.TritonPythonModel()
+                model.initialize({"model_config": json.dumps(as_dict)})
+                if folder not in self._texts:
+                    self._texts[folder] = LocalText.of_params({"tokenizer_dir": folder})
+                model.text = self._texts[folder]
+                self._models[variant] = model
+            return self._models[variant]
+
+    def run(
+        self, variant: str, tensors: list[Any], sender: Any, progress: Any, cancel: Any
+    ) -> None:
+        """Generate ``variant``'s answer to the request made of ``tensors``
+        through the router's ``sender``; raises as the router's BLS call would."""
+        from trtspec.repo.models import orchestrator
+
+        start_ns = time.monotonic_ns()
+        gen = None
+        try:
+            model = self.model(variant)
+            params = orchestrator.RequestParams.from_request(_Request(tensors))
+            gen = orchestrator._Generation(
+                model, params, _CountingSender(sender, progress), start_ns, cancel
+            )
+            gen.run()
+        except Cancelled:
+            if gen is not None:  # the line the orchestrator model logs (§5)
+                orchestrator.pb_utils.Logger.log_info(
+                    f"{variant}: request cancelled after {gen.completion} of "
+                    f"{gen.params.max_tokens} tokens ({gen.stats.rounds} rounds)"
+                )
+            raise
+        except Exception as exc:
+            message = orchestrator.error_reply(variant, exc).message()
+            marked = message.startswith(f"{variant}: {orchestrator.CLIENT_ERROR}: ")
+            raise orchestrator.CalleeError(
+                message, client=orchestrator.is_client_error(exc), marked=marked
+            ) from exc
+
+    def close(self) -> None:
+        for model in self._models.values():
+            model.streams.close()

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.fixtures.specs import LIMITS, copy_example
+from tests.fixtures.specs import LIMITS, LOOP_LIMITS, copy_example
 
 from trtspec.plan import make_plan
 from trtspec.spec import load_spec
@@ -120,7 +120,7 @@ def test_vicuna_full_argv_every_mode(tmp_path: Path) -> None:
         f"{V}/.checkpoints/target",
         "--output_dir",
         f"{V}/target_dte",
-        *LIMITS,
+        *LOOP_LIMITS,
         "--output_timing_cache",
         f"{V}/target_dte/model.cache",
         "--speculative_decoding_mode",
@@ -148,7 +148,7 @@ def test_vicuna_full_argv_every_mode(tmp_path: Path) -> None:
         f"{V}/.checkpoints/draft_vicuna-68m",
         "--output_dir",
         f"{V}/draft_vicuna-68m",
-        *LIMITS,
+        *LOOP_LIMITS,
         "--output_timing_cache",
         f"{V}/draft_vicuna-68m/model.cache",
     ]
@@ -311,6 +311,8 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "--gpt_attention_plugin",
         "auto",
     ]
+    # the draft loop's engines take max_seq_len - 1 (modes/draft_model.loop_engine_target)
+    loop_limits = [*limits[:3], "199", *limits[4:]]
     fmha = [
         "--remove_input_padding",
         "enable",
@@ -325,7 +327,7 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "out/q/.checkpoints/target",
         "--output_dir",
         "out/q/target_dte",
-        *limits,
+        *loop_limits,
         "--gemm_plugin",
         "disable",
         *fmha,
@@ -342,7 +344,7 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "out/q/.checkpoints/draft_qwen2.5-0.5b-instruct_int4_wo",
         "--output_dir",
         "out/q/draft_qwen2.5-0.5b-instruct_int4_wo",
-        *limits,
+        *loop_limits,
         "--gemm_plugin",
         "bfloat16",
         *fmha,
@@ -398,6 +400,7 @@ def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Pa
         "--dtype",
         "float32",
     ]
+    loop_lim = [*lim[:3], "127", *lim[4:]]  # the draft loop's engines: max_seq_len - 1
     py = ["python", "-m", "trtspec.build.reference", "--model"]
     assert [list(s.argv) for s in plan.steps] == [
         [
@@ -420,7 +423,7 @@ def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Pa
             "draft_tokens_external",
             "--max-draft-len",
             "6",
-            *lim,
+            *loop_lim,
         ],
         [
             *py,
@@ -431,7 +434,7 @@ def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Pa
             "none",
             "--max-draft-len",
             "0",
-            *lim,
+            *loop_lim,
             "--quantization",
             "int8",
         ],

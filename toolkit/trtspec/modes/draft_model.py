@@ -135,6 +135,28 @@ def loop_engine_target(target: Any) -> Any:
     )
 
 
+def loop_parameters(spec: Any) -> dict[str, object]:
+    """A draft-loop orchestrator's length parameters (repo/models/orchestrator.py):
+    the prompt length and prompt + max_tokens the baseline's engine serves,
+    and the input length the loop's engines are built with. The baseline's
+    TensorRT-LLM engine takes prompts up to min(max_seq_len - 1,
+    max_num_tokens) (trtspec builds with context FMHA and packed input, and
+    the Triton config turns chunked context off; the runtime rule quoted in
+    :func:`loop_input_len`) and clamps an output past max_seq_len
+    (LlmRequest::validate, "Number of requested output tokens is changed");
+    the reference engine refuses both past max_input_len / max_seq_len."""
+    t = spec.target
+    gpu = spec.backend is Backend.tensorrt_llm
+    return {
+        "max_prompt_len": min(loop_input_len(t), int(t.max_num_tokens))
+        if gpu
+        else int(t.max_input_len),
+        "max_seq_len": int(t.max_seq_len),
+        "max_input_len": loop_input_len(t),
+        "clamp_max_tokens": gpu,
+    }
+
+
 def check_loop_input(spec: Any, tools: CheckTools) -> None:
     """Say where the draft loop's engines differ from the spec's target in a
     way that costs something: on tensorrt_llm a ``max_num_tokens`` below the

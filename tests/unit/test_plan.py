@@ -529,3 +529,64 @@ def test_plan_golden(tmp_path: Path, name: str) -> None:
         golden.write_text(text)
     assert golden.is_file(), f"missing {golden}; run with TRTSPEC_UPDATE_GOLDEN=1"
     assert json.loads(golden.read_text()) == json.loads(text)
+
+
+def _shape(plan, step_id: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """The length flags of a trtllm-build or reference step, by flag name."""
+    args = argv(plan, step_id)
+    names = ("max_input_len", "max_seq_len", "max_num_tokens")
+    return {
+        n: int(args[args.index(flag) + 1])
+        for n in names
+        for flag in (f"--{n}", "--" + n.replace("_", "-"))
+        if flag in args
+    }
+
+
+def test_the_demo_plan_builds_its_draft_loop_engines_for_prompt_plus_answer(
+    tmp_path: Path,
+) -> None:
+    """demo-cpu.yaml as shipped (its model folder stood in, as `make demo`
+    fetches it): the baseline takes prompts of max_input_len (1,536), and the
+    ngram and draft_int8 variants' engines take every input their loop sends
+    for an answer the baseline serves, prompt + max_tokens - 1 <= max_seq_len - 1."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "build_specs", tmp_path / "build_specs")
+    model = tmp_path / ".cache" / "models" / "smollm2-135m-instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    spec = load_spec(tmp_path / "build_specs" / "demo-cpu.yaml")
+    plan = make_plan(spec, tmp_path / "engines")
+    assert spec.warnings == []
+    assert _shape(plan, "reference:target") == {"max_input_len": 1536, "max_seq_len": 2048}
+    loop = {"max_input_len": 2047, "max_seq_len": 2048}
+    assert _shape(plan, "reference:target_dte") == loop
+    draft = plan.variants["draft_int8"].draft
+    assert _shape(plan, f"reference:{draft}") == loop
+
+
+def test_a_small_max_num_tokens_is_raised_for_the_draft_loop_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    text = QUANT.format(version="1.1.0", quant="none").replace(
+        "max_num_tokens: 300", "max_num_tokens: 150"
+    )
+    spec = spec_from(tmp_path, text)
+    assert spec.warnings == [
+        "target.max_num_tokens: 150 is below max_seq_len - 1 (199); a draft loop "
+        "(draft_model, ngram) re-sends prompt + output every round, so its engines "
+        "(target_dte, draft_*) are built with max_num_tokens 199, which needs more "
+        "activation memory; set target.max_num_tokens to at least 199 to build every "
+        "engine alike, or lower target.max_seq_len"
+    ]
+    plan = make_plan(spec, Path("out"))
+    assert _shape(plan, "build:target") == {
+        "max_input_len": 100,
+        "max_seq_len": 200,
+        "max_num_tokens": 150,
+    }
+    loop = {"max_input_len": 199, "max_seq_len": 200, "max_num_tokens": 199}
+    assert _shape(plan, "build:target_dte") == loop
+    assert _shape(plan, "build:draft_qwen2.5-0.5b-instruct_int4_wo") == loop

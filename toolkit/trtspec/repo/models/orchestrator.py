@@ -568,8 +568,12 @@ class _Generation:
             timeout=stream_timeout_us(p.max_tokens),
             parameters=self.cancel.parameters(),
         )
-        responses = request.exec(decoupled=True)
-        stream = within_deadline(responses, stream_timeout_us(p.max_tokens) / 1e6, m.target_model)
+        deadline = time.monotonic() + stream_timeout_us(p.max_tokens) / 1e6
+        # exec() itself waits for the engine's first response on 2.51
+        responses = call_within(
+            lambda: request.exec(decoupled=True), deadline - time.monotonic(), m.target_model
+        )
+        stream = within_deadline(responses, max(0.0, deadline - time.monotonic()), m.target_model)
         try:
             for response in stream:
                 if self.cancel.is_cancelled():

@@ -48,6 +48,7 @@ from trtspec.repo.models.threads import (
     BlsStreams,
     DeadlineExceeded,
     RequestThreads,
+    call_within,
     stream_timeout_us,
     string_params,
     within_deadline,
@@ -200,7 +201,13 @@ class TritonPythonModel:
             timeout=max(1, int(left_s * 1_000_000)),
             parameters=cancel.parameters(),
         )
-        responses = request.exec(decoupled=True)
+        try:
+            # exec() itself waits for the variant's first response on 2.51
+            responses = call_within(lambda: request.exec(decoupled=True), left_s, variant)
+        except DeadlineExceeded:
+            progress.expired = True
+            cancel.raise_flag()  # the variant (and its engines) stop at their next step
+            raise
         try:
             self._relay(variant, responses, sender, progress, cancel, fallback=fallback)
         except DeadlineExceeded:

@@ -61,6 +61,7 @@ def infer(
     num_draft_tokens: int | None = None,
     temperature: float = 0.0,
     seed: int | None = None,
+    max_tokens: int = MAX_TOKENS,
 ) -> Reply:
     import tritonclient.grpc as grpcclient
 
@@ -78,7 +79,7 @@ def infer(
 
     inputs = [
         tensor("text_input", prompt.encode("utf-8"), "BYTES"),
-        tensor("max_tokens", MAX_TOKENS, "INT32"),
+        tensor("max_tokens", max_tokens, "INT32"),
         tensor("temperature", temperature, "FP32"),
         tensor("stream", stream, "BOOL"),
     ]
@@ -194,6 +195,35 @@ def test_variant_equals_baseline_at_temperature_zero(served, baseline, variant: 
             assert drafted and all(a <= d for d, a in zip(drafted, accepted, strict=True))
         else:
             assert drafted == accepted == []
+
+
+# An answer whose prompt + output passes the spec's max_input_len (128) by far:
+# before the draft loop's engines were built for max_seq_len - 1, ngram and
+# draft failed it mid-stream once prompt + output passed 128.
+LONG_ANSWER = 300
+
+
+def test_a_long_answer_is_served_by_every_variant_as_by_the_baseline(served) -> None:
+    server, spec = served[0], served[1]
+    expected = infer(server, "baseline", PROMPTS[0], max_tokens=LONG_ANSWER)
+    assert expected.error is None, expected.error
+    assert expected.final["completion_tokens"] == LONG_ANSWER  # no early end
+    assert expected.final["prompt_tokens"] + LONG_ANSWER > 2 * spec.target.max_input_len
+    # ngram_short: told its engines take 64 tokens (tests/fixtures/every_mode.py),
+    # it drafts while the sequence fits, then finishes without drafts
+    log_mark = len(server.log_text())
+    variants = [v.name for v in spec.variants] + ["ngram_short"]
+    for variant in variants:
+        reply = infer(server, variant, PROMPTS[0], max_tokens=LONG_ANSWER)
+        assert reply.error is None, (variant, reply.error)
+        assert reply.ids == expected.ids, variant
+        assert reply.text == expected.text, variant
+        assert reply.final["variant"] == variant
+    log = server.log_text()[log_mark:]
+    assert "ngram_short: the sequence (" in log, log[-3000:]
+    assert "generated without drafts" in log
+    for variant in ("ngram", "ngram_adaptive", "draft", "draft_logits"):
+        assert f"{variant}: the sequence (" not in log  # built for it: never needed
 
 
 def _prompt_ids(repo: Path, prompt: str) -> list[int]:

@@ -319,3 +319,38 @@ def test_router_still_falls_back_on_a_server_side_failure(served) -> None:
         assert (reply.final["variant"], reply.final["fallback"]) == ("baseline", True)
     finally:
         server.load_model(engine)
+
+
+# prompt + max_tokens past max_seq_len (512) of the every-mode spec
+OVERRUN = 510
+
+
+def test_a_failure_mid_stream_reaches_the_client_and_frees_the_slot(served) -> None:
+    """``ngram_unbounded`` has no length parameters (a repository assembled
+    before them, tests/fixtures/every_mode.py), so it streams until the engine
+    refuses a round past max_seq_len: a real failure mid-stream. It reaches
+    the client through the router as the engine's error, long before the
+    request's deadline (30 s + 2 s a token, 1,050 s here), and the route's
+    one slot (max_concurrency 1) is free for the next request."""
+    from trtspec.repo.models.threads import stream_timeout_us
+
+    server, _ = served
+    refusal = "exceeds maximum sequence length (512)."
+    # The baseline refuses it up front, and so does a loop that knows its lengths.
+    for model in ("baseline", "ngram"):
+        reply = infer(server, model, PROMPT, OVERRUN)
+        assert reply.error is not None and refusal in reply.error, (model, reply.error)
+        assert reply.texts == [], model
+    reply = infer(server, "router", PROMPT, OVERRUN, route="overrun")
+    assert reply.texts, "it failed before streaming: not a mid-stream failure"
+    assert reply.error is not None, reply.final
+    # the engine's words; a server-side failure (the variant had accepted the
+    # request; on 2.51 a BLS caller sees an engine's INVALID_ARG as INTERNAL)
+    assert reply.error.startswith("router: ngram_unbounded: target_dte: "), reply.error
+    assert "exceeds maximum" in reply.error, reply.error
+    assert reply.seconds < stream_timeout_us(OVERRUN) / 1e6 / 10, reply.seconds
+    # the slot was released: the route's next request is the variant's, not the fallback's
+    after = infer(server, "router", PROMPT, SHORT, route="overrun")
+    assert after.error is None, after.error
+    assert (after.final["variant"], after.final["fallback"]) == ("ngram_unbounded", False)
+    print(f"mid-stream failure reached the client after {reply.seconds:.1f} s")

@@ -1,4 +1,5 @@
-"""The BLS helpers of repo/models/threads.py: the stream deadline formula, and
+"""The BLS helpers of repo/models/threads.py: the stream deadline formula,
+its enforcement in the caller (``within_deadline``, ``call_within``), and
 ``BlsStreams`` keeping finished response iterators alive past the 2.51 stub's
 GIL-less cleanup, then dropping them on its own Python thread."""
 
@@ -8,9 +9,17 @@ import gc
 import threading
 import time
 import weakref
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from trtspec.repo.models.threads import BlsStreams, stream_timeout_us
+import pytest
+
+from trtspec.repo.models.threads import (
+    BlsStreams,
+    DeadlineExceeded,
+    call_within,
+    stream_timeout_us,
+    within_deadline,
+)
 
 
 def test_stream_deadline_follows_max_tokens() -> None:
@@ -57,3 +66,58 @@ def test_close_drops_everything_at_once() -> None:
     del it
     streams.close()
     assert ref() is None and streams.held() == 0
+
+
+class Stuck:
+    """Stands for a 2.51 BLS response iterator whose callee failed after
+    streaming: two responses, then ``__next__`` blocks until ``release``."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.sent = 0
+
+    def __iter__(self) -> Stuck:
+        return self
+
+    def __next__(self) -> int:
+        if self.sent < 2:
+            self.sent += 1
+            return self.sent
+        self.release.wait()
+        raise StopIteration
+
+
+def test_within_deadline_yields_then_stops_a_stuck_stream_at_its_deadline() -> None:
+    stuck = Stuck()
+    got: list[int] = []
+    start = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match=r"^ngram: no answer within its deadline of 0.3 s"):
+        for item in within_deadline(stuck, 0.3, "ngram"):
+            got.append(item)
+    waited = time.monotonic() - start
+    stuck.release.set()  # lets the pump thread end
+    assert got == [1, 2]
+    assert 0.3 <= waited < 2.0, waited
+
+
+def test_within_deadline_ends_with_the_stream_and_passes_its_error_on() -> None:
+    assert list(within_deadline(iter([1, 2, 3]), 5.0, "x")) == [1, 2, 3]
+
+    def failing() -> Any:
+        yield 1
+        raise ValueError("callee broke")
+
+    with pytest.raises(ValueError, match="callee broke"):
+        list(within_deadline(failing(), 5.0, "x"))
+
+
+def test_call_within_returns_raises_or_gives_up_at_the_deadline() -> None:
+    assert call_within(lambda: 7, 5.0, "target") == 7
+    with pytest.raises(KeyError):
+        call_within(lambda: {}["k"], 5.0, "target")
+    gate = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match=r"^target_dte: no answer within"):
+        call_within(lambda: gate.wait(30), 0.2, "target_dte")
+    assert time.monotonic() - start < 2.0
+    gate.set()

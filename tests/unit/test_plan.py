@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.fixtures.golden import check_golden_file
-from tests.fixtures.specs import LIMITS, copy_example
+from tests.fixtures.specs import LIMITS, LOOP_LIMITS, copy_example
 
 from trtspec.plan import make_plan
 from trtspec.spec import load_spec
@@ -121,7 +121,7 @@ def test_vicuna_full_argv_every_mode(tmp_path: Path) -> None:
         f"{V}/.checkpoints/target",
         "--output_dir",
         f"{V}/target_dte",
-        *LIMITS,
+        *LOOP_LIMITS,
         "--output_timing_cache",
         f"{V}/target_dte/model.cache",
         "--speculative_decoding_mode",
@@ -149,7 +149,7 @@ def test_vicuna_full_argv_every_mode(tmp_path: Path) -> None:
         f"{V}/.checkpoints/draft_vicuna-68m",
         "--output_dir",
         f"{V}/draft_vicuna-68m",
-        *LIMITS,
+        *LOOP_LIMITS,
         "--output_timing_cache",
         f"{V}/draft_vicuna-68m/model.cache",
     ]
@@ -313,6 +313,8 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "--gpt_attention_plugin",
         "auto",
     ]
+    # the draft loop's engines take max_seq_len - 1 (modes/draft_model.loop_engine_target)
+    loop_limits = [*limits[:3], "199", *limits[4:]]
     fmha = [
         "--remove_input_padding",
         "enable",
@@ -327,7 +329,7 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "out/q/.checkpoints/target",
         "--output_dir",
         "out/q/target_dte",
-        *limits,
+        *loop_limits,
         "--gemm_plugin",
         "disable",
         *fmha,
@@ -347,7 +349,7 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
         "out/q/.checkpoints/draft_qwen2.5-0.5b-instruct_int4_wo",
         "--output_dir",
         "out/q/draft_qwen2.5-0.5b-instruct_int4_wo",
-        *limits,
+        *loop_limits,
         "--gemm_plugin",
         "bfloat16",
         *fmha,
@@ -404,6 +406,7 @@ def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Pa
         "--dtype",
         "float32",
     ]
+    loop_lim = [*lim[:3], "127", *lim[4:]]  # the draft loop's engines: max_seq_len - 1
     py = ["python", "-m", "trtspec.build.reference", "--model"]
     assert [list(s.argv) for s in plan.steps] == [
         [
@@ -426,7 +429,7 @@ def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Pa
             "draft_tokens_external",
             "--max-draft-len",
             "6",
-            *lim,
+            *loop_lim,
         ],
         [
             *py,
@@ -437,7 +440,7 @@ def test_reference_backend_argv(tmp_path: Path, tiny_llama: Path, tiny_draft: Pa
             "none",
             "--max-draft-len",
             "0",
-            *lim,
+            *loop_lim,
             "--quantization",
             "int8",
         ],
@@ -528,3 +531,64 @@ def test_plan_golden(tmp_path: Path, name: str) -> None:
     golden = GOLDEN / name.replace(".yaml", ".json")
     text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
     assert json.loads(check_golden_file(golden, text)) == json.loads(text)
+
+
+def _shape(plan, step_id: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """The length flags of a trtllm-build or reference step, by flag name."""
+    args = argv(plan, step_id)
+    names = ("max_input_len", "max_seq_len", "max_num_tokens")
+    return {
+        n: int(args[args.index(flag) + 1])
+        for n in names
+        for flag in (f"--{n}", "--" + n.replace("_", "-"))
+        if flag in args
+    }
+
+
+def test_the_demo_plan_builds_its_draft_loop_engines_for_prompt_plus_answer(
+    tmp_path: Path,
+) -> None:
+    """demo-cpu.yaml as shipped (its model folder stood in, as `make demo`
+    fetches it): the baseline takes prompts of max_input_len (1,536), and the
+    ngram and draft_int8 variants' engines take every input their loop sends
+    for an answer the baseline serves, prompt + max_tokens - 1 <= max_seq_len - 1."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "build_specs", tmp_path / "build_specs")
+    model = tmp_path / ".cache" / "models" / "smollm2-135m-instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    spec = load_spec(tmp_path / "build_specs" / "demo-cpu.yaml")
+    plan = make_plan(spec, tmp_path / "engines")
+    assert spec.warnings == []
+    assert _shape(plan, "reference:target") == {"max_input_len": 1536, "max_seq_len": 2048}
+    loop = {"max_input_len": 2047, "max_seq_len": 2048}
+    assert _shape(plan, "reference:target_dte") == loop
+    draft = plan.variants["draft_int8"].draft
+    assert _shape(plan, f"reference:{draft}") == loop
+
+
+def test_a_small_max_num_tokens_is_raised_for_the_draft_loop_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    text = QUANT.format(version="1.1.0", quant="none").replace(
+        "max_num_tokens: 300", "max_num_tokens: 150"
+    )
+    spec = spec_from(tmp_path, text)
+    assert spec.warnings == [
+        "target.max_num_tokens: 150 is below max_seq_len - 1 (199); a draft loop "
+        "(draft_model, ngram) re-sends prompt + output every round, so its engines "
+        "(target_dte, draft_*) are built with max_num_tokens 199, which needs more "
+        "activation memory; set target.max_num_tokens to at least 199 to build every "
+        "engine alike, or lower target.max_seq_len"
+    ]
+    plan = make_plan(spec, Path("out"))
+    assert _shape(plan, "build:target") == {
+        "max_input_len": 100,
+        "max_seq_len": 200,
+        "max_num_tokens": 150,
+    }
+    loop = {"max_input_len": 199, "max_seq_len": 200, "max_num_tokens": 199}
+    assert _shape(plan, "build:target_dte") == loop
+    assert _shape(plan, "build:draft_qwen2.5-0.5b-instruct_int4_wo") == loop

@@ -191,6 +191,21 @@ def test_reference_engine_model_parameters(built) -> None:
     assert "from trtspec.engine.triton_model import TritonPythonModel" in model_py
 
 
+def test_a_loop_engine_built_shorter_lowers_the_orchestrators_input_length(built) -> None:
+    """An engine built before the loop's rule (max_input_len below
+    max_seq_len - 1): the orchestrator is told what it takes, so it finishes
+    without drafts instead of failing mid-stream."""
+    spec, plan, engines, output = built
+    config = Path(plan.engine("target_dte").dir) / "config.json"
+    document = json.loads(config.read_text(encoding="utf-8"))
+    document["build_config"]["max_input_len"] = 200
+    config.write_text(json.dumps(document), encoding="utf-8")
+    repo = assemble(spec, plan, engines, output)
+    assert params(parse(repo / "ngram" / "config.pbtxt"))["max_input_len"] == "200"
+    assert params(parse(repo / "draft" / "config.pbtxt"))["max_input_len"] == "200"
+    assert "max_input_len" not in params(parse(repo / "baseline" / "config.pbtxt"))
+
+
 def test_orchestrators_carry_their_callees(built) -> None:
     spec, plan, engines, output = built
     repo = assemble(spec, plan, engines, output)
@@ -212,6 +227,12 @@ def test_orchestrators_carry_their_callees(built) -> None:
         "tokens_per_block": str(spec.target.kv_cache.tokens_per_block),
         # the orchestrator tokenizes and detokenizes in process (LocalText)
         "tokenizer_dir": str(engines.resolve() / "tiny-all" / "target" / "tokenizer"),
+        # the baseline's limits, and the input length the loop's engines take
+        # (max_seq_len - 1: every round re-sends prompt + output)
+        "max_prompt_len": "256",
+        "max_seq_len": "512",
+        "max_input_len": "511",
+        "clamp_max_tokens": "false",
     }
     ngram = params(parse(repo / "ngram" / "config.pbtxt"))
     assert (

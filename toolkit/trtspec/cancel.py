@@ -60,6 +60,9 @@ class Cancellation:
 
     def __init__(self, source: Any, token: str | None = None) -> None:
         self.source = source
+        # A token handed down means the caller is a model of the chain (BLS),
+        # not a client: what it can receive differs on 2.51 (orchestrator).
+        self.from_caller = token is not None
         self.token = token or uuid.uuid4().hex
         self._cancelled = False
         self._raised = False

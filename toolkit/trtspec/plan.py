@@ -29,7 +29,7 @@ from typing import Any
 from trtspec import __version__, trtllm_argv
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE, ENGINE_MODES, MODES, engine_mode
 from trtspec.modes import module_for
-from trtspec.modes.draft_model import draft_identity
+from trtspec.modes.draft_model import draft_identity, loop_engine_target
 from trtspec.procutil import dist_version
 from trtspec.spec import (
     Backend,
@@ -418,6 +418,13 @@ class _Builder:
         t = self.spec.target
         return self.plain_checkpoint("target", src, t.family, self.spec.dtype, t.quantization)
 
+    def engine_target(self, e: EnginePlan) -> Any:
+        """The target shape ``e`` is built with: a draft loop's engines take
+        the loop's input length (modes/draft_model.loop_engine_target)."""
+        if e.name == DRAFT_LOOP_ENGINE or e.role == "draft":
+            return loop_engine_target(self.spec.target)
+        return self.spec.target
+
     def gpu_engine(  # noqa: PLR0917 - internal helper, called positionally in one module
         self,
         e: EnginePlan,
@@ -431,7 +438,7 @@ class _Builder:
         argv = trtllm_argv.build_argv(
             checkpoint=ckpt,
             output=out,
-            target=self.spec.target,
+            target=self.engine_target(e),
             dtype=dtype,
             quantization=quantization,
             mode=e.mode,
@@ -472,7 +479,7 @@ class _Builder:
             output=str(e.dir),
             mode=e.mode,
             max_draft_len=e.max_draft_len,
-            target=self.spec.target,
+            target=self.engine_target(e),
             dtype=dtype,
             quantization=quantization,
             **extra,

@@ -80,6 +80,7 @@ SPEC_CLASS = DraftModelVariant
 
 def check(spec: Any, v: DraftModelVariant, base: tuple[Any, ...], tools: CheckTools) -> None:
     check_sweep(v, base, tools)
+    check_loop_input(spec, tools)
     issues = tools.issues
     q = v.draft.quantization
     if spec.backend is Backend.reference and q not in (Quantization.none, Quantization.int8):
@@ -122,6 +123,83 @@ def check_sweep(v: Any, base: tuple[Any, ...], tools: CheckTools) -> None:
             f"{v.max_draft_len} is smaller than num_draft_tokens "
             f"{over}; set max_draft_len to at least {max(over)}",
         )
+
+
+def loop_input_len(target: Any) -> int:
+    """The longest input a draft loop sends an engine. Every round re-sends
+    prompt + output so far (trtspec's orchestrator and the upstream BLS
+    ``_spec_generate`` alike), so the last round's input is at most
+    prompt + max_tokens - 1, and the baseline serves up to prompt + max_tokens
+    = max_seq_len: max_seq_len - 1, the bound TensorRT-LLM's runtime itself
+    derives for long inputs (``TrtGptModelInflightBatching``: "maxInputLen =
+    maxSequenceLen - 1" with chunked context, "min(maxSequenceLen - 1,
+    maxNumTokens)" with context FMHA and packed input, which is how
+    trtspec builds; NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/
+    trtGptModelInflightBatching.cpp, 1.x)."""
+    return int(target.max_seq_len) - 1
+
+
+def loop_engine_target(target: Any) -> Any:
+    """``target`` as the draft loop's engines (``target_dte`` and every draft
+    engine) are built: ``max_input_len`` raised to :func:`loop_input_len`, and
+    ``max_num_tokens`` with it, since with context FMHA and packed input the
+    runtime caps an input at ``max_num_tokens`` too (above). An input longer
+    than ``max_input_len`` is refused (LlmRequest::validate, "Prompt length (%d)
+    exceeds maximum input length (%d)"), and prompt + draft tokens over it cut
+    the draft (NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/llmRequest.cpp,
+    1.x). The baseline's prompt limit stays ``target.max_input_len``: the
+    orchestrator enforces it (its ``max_prompt_len`` parameter)."""
+    need = loop_input_len(target)
+    if target.max_input_len >= need and target.max_num_tokens >= need:
+        return target
+    return target.model_copy(
+        update={
+            "max_input_len": max(int(target.max_input_len), need),
+            "max_num_tokens": max(int(target.max_num_tokens), need),
+        }
+    )
+
+
+def loop_parameters(spec: Any) -> dict[str, object]:
+    """A draft-loop orchestrator's length parameters (repo/models/orchestrator.py):
+    the prompt length and prompt + max_tokens the baseline's engine serves,
+    and the input length the loop's engines are built with. The baseline's
+    TensorRT-LLM engine takes prompts up to min(max_seq_len - 1,
+    max_num_tokens) (trtspec builds with context FMHA and packed input, and
+    the Triton config turns chunked context off; the runtime rule quoted in
+    :func:`loop_input_len`) and clamps an output past max_seq_len
+    (LlmRequest::validate, "Number of requested output tokens is changed");
+    the reference engine refuses both past max_input_len / max_seq_len."""
+    t = spec.target
+    gpu = spec.backend is Backend.tensorrt_llm
+    return {
+        "max_prompt_len": min(loop_input_len(t), int(t.max_num_tokens))
+        if gpu
+        else int(t.max_input_len),
+        "max_seq_len": int(t.max_seq_len),
+        "max_input_len": loop_input_len(t),
+        "clamp_max_tokens": gpu,
+    }
+
+
+def check_loop_input(spec: Any, tools: CheckTools) -> None:
+    """Say where the draft loop's engines differ from the spec's target in a
+    way that costs something: on tensorrt_llm a ``max_num_tokens`` below the
+    loop's input length is raised for those engines (more activation memory).
+    Once per spec, whichever draft-loop variant comes first."""
+    t = spec.target
+    need = loop_input_len(t)
+    if spec.backend is not Backend.tensorrt_llm or t.max_num_tokens >= need:
+        return
+    message = (
+        f"target.max_num_tokens: {t.max_num_tokens} is below max_seq_len - 1 ({need}); "
+        f"a draft loop (draft_model, ngram) re-sends prompt + output every round, so its "
+        f"engines (target_dte, draft_*) are built with max_num_tokens {need}, which needs "
+        f"more activation memory; set target.max_num_tokens to at least {need} to build "
+        "every engine alike, or lower target.max_seq_len"
+    )
+    if message not in tools.warnings:
+        tools.warnings.append(message)
 
 
 def draft_dtype(spec: Any, v: DraftModelVariant) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trtspec.modes.base import CheckTools, DraftScheduleName, PosInt, StepBuilder, VariantBase
-from trtspec.modes.draft_model import check_sweep
+from trtspec.modes.draft_model import check_loop_input, check_sweep
 
 MODE = "ngram"
 
@@ -40,6 +40,7 @@ SPEC_CLASS = NgramVariant
 
 def check(spec: Any, v: NgramVariant, base: tuple[Any, ...], tools: CheckTools) -> None:
     check_sweep(v, base, tools)
+    check_loop_input(spec, tools)
 
 
 def gpu_steps(b: StepBuilder, spec: Any, v: NgramVariant, target_src: str) -> None:

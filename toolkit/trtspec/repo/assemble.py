@@ -23,6 +23,7 @@ from trtspec.catalogue import BASELINE, DRAFT_LOOP_MODES, ENGINE_MODES, engine_m
 from trtspec.errors import RepoError
 from trtspec.fsutil import make_staging_dir
 from trtspec.modes import module_for
+from trtspec.modes.draft_model import loop_parameters
 from trtspec.repo import configs
 from trtspec.repo.contract import (
     ORCHESTRATOR_INPUTS,
@@ -259,7 +260,13 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
     )
 
 
-def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block: int) -> Any:
+def orchestrator_config(
+    layout: Layout,
+    variant: VariantModel,
+    tokens_per_block: int,
+    lengths: dict[str, object] | None = None,
+) -> Any:
+    """``lengths``: a draft loop's length parameters (modes/draft_model.loop_parameters)."""
     contract = engine_contract(layout.trtllm_version)
     params: dict[str, object] = {
         "variant": variant.name,
@@ -282,6 +289,7 @@ def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block:
         params["max_draft_len"] = variant.max_draft_len
         params["num_draft_tokens"] = variant.num_draft_tokens
         params["draft_schedule"] = variant.draft_schedule
+        params.update(_loop_lengths(layout, variant, lengths))
     if variant.spec is not None:
         params.update(module_for(variant.spec).orchestrator_parameters(variant.spec))
     return configs.base_config(
@@ -293,6 +301,26 @@ def orchestrator_config(layout: Layout, variant: VariantModel, tokens_per_block:
         outputs=ORCHESTRATOR_OUTPUTS,
         parameters=params,
     )
+
+
+def _loop_lengths(
+    layout: Layout, variant: VariantModel, lengths: dict[str, object] | None
+) -> dict[str, object]:
+    """``lengths``, with ``max_input_len`` lowered to what the built engines
+    of the loop say they take, where they were built before the loop's rule
+    (the orchestrator then finishes without drafts instead of failing)."""
+    out = dict(lengths or {})
+    if "max_input_len" not in out:
+        return out
+    limit = int(str(out["max_input_len"]))
+    for name in filter(None, (variant.target, variant.draft)):
+        try:
+            doc = json.loads((layout.engines[name].path / "config.json").read_text("utf-8"))
+            limit = min(limit, int(doc["build_config"]["max_input_len"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not built yet (assemble without engines): the plan's value
+    out["max_input_len"] = limit
+    return out
 
 
 def _manifest(layout: Layout, spec: Spec) -> dict[str, Any]:
@@ -361,7 +389,12 @@ def write_tree(
         _write_model(
             repo,
             variant.name,
-            orchestrator_config(layout, variant, int(spec.target.kv_cache.tokens_per_block)),
+            orchestrator_config(
+                layout,
+                variant,
+                int(spec.target.kv_cache.tokens_per_block),
+                loop_parameters(spec) if variant.mode in DRAFT_LOOP_MODES else None,
+            ),
             MODEL_SOURCES["orchestrator"],
         )
     router = configs.base_config(

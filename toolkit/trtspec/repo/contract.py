@@ -223,6 +223,11 @@ ORCHESTRATOR_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("server_total_ns", "TYPE_INT64", (1,)),
     TensorSpec("variant", "TYPE_STRING", (1,)),
     TensorSpec("fallback", "TYPE_BOOL", (1,)),
+    # Only in an orchestrator's final response to the router after it had
+    # streamed: the failure's message. On 2.51 an error response after
+    # streamed ones never reaches a BLS caller (repo/models/orchestrator.py);
+    # the router answers its client with this error, never with the tensor.
+    TensorSpec("error", "TYPE_STRING", (1,)),
 )
 
 # preprocessing / postprocessing keep the upstream tensor names (max_batch_size 0).

@@ -18,6 +18,22 @@ engine's draft/accepted totals. It always sends ``exclude_input_in_output``
 and tracks the sequence itself, and calls models only by the names in its
 config ``parameters`` (no host, no port).
 
+Lengths: every round of a draft loop re-sends prompt + output, so its engines
+are built for inputs up to ``max_seq_len - 1`` (parameter ``max_input_len``,
+trtspec.modes.draft_model.loop_engine_target), while prompts stay limited to
+the baseline's ``max_prompt_len`` and prompt + max_tokens to ``max_seq_len``
+(refused up front, in the engine's words, as the baseline's engine refuses
+them; clamped instead where ``clamp_max_tokens`` says the engine clamps, as
+TensorRT-LLM does). Where the next round would not fit the engines' input
+length (an engine built before this rule), the loop stops drafting and the
+target generates the rest in one plain call from the sequence that still fits.
+
+Deadlines: every BLS call is bounded in this model (``threads.call_within``,
+``threads.within_deadline``), whatever the callee does. A failure after text
+was streamed to the router (a BLS caller) is sent as a final response with
+an ``error`` tensor, because on 2.51 an error response after streamed ones
+never reaches a BLS caller; a client called directly gets the error itself.
+
 Bad request values (``trtspec.limits``) and a callee's ``INVALID_ARG`` are
 answered as ``INVALID_ARG`` with the message ``<variant>: invalid request:
 …`` — the client's error, which the router never retries; anything else is a
@@ -43,8 +59,10 @@ from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
     RequestThreads,
+    call_within,
     stream_timeout_us,
     string_params,
+    within_deadline,
 )
 from trtspec.speculate import (
     DraftSchedule,
@@ -204,6 +222,7 @@ class _Generation:
         # Blocks the target engine reused at this request's first call (None
         # until that call answered, or when the engine reports no perf metrics).
         self.reused_blocks: int | None = None
+        self.sent = 0  # responses sent to the caller so far
 
     # -- BLS helpers -------------------------------------------------------
     def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
@@ -214,7 +233,7 @@ class _Generation:
             timeout=CALL_TIMEOUT_US,
             parameters=self.cancel.parameters(),
         )
-        response = request.exec()
+        response = call_within(request.exec, CALL_TIMEOUT_US / 1e6, model_name)
         if response.has_error():
             raise callee_error(model_name, response.error())
         return response
@@ -427,6 +446,20 @@ class _Generation:
             ]
             flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self.sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
+        self.sent += 1
+
+    def send_error_final(self, message: str) -> None:
+        """End a request that already streamed with its error in band (see the
+        module docstring): a final response carrying ``error``."""
+        tensors = [
+            pb_utils.Tensor("text_output", np.array([b""], dtype=np.object_)),
+            pb_utils.Tensor("is_final", np.array([True], dtype=np.bool_)),
+            pb_utils.Tensor("error", np.array([message.encode("utf-8")], dtype=np.object_)),
+        ]
+        self.sender.send(
+            pb_utils.InferenceResponse(output_tensors=tensors),
+            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
     # -- generation ----------------------------------------------------------
     def run(self) -> None:
@@ -446,8 +479,25 @@ class _Generation:
             check("num_draft_tokens", p.num_draft_tokens, draft_tokens_problem, m.max_draft_len)
         )
 
+    def check_lengths(self, prompt: list[int]) -> None:
+        """Refuse (or clamp) up front what the baseline's engine refuses (or
+        clamps), in its words, so the loop never fails on it mid-stream."""
+        m, p, n = self.model, self.params, len(prompt)
+        if m.max_prompt_len is not None and n > m.max_prompt_len:
+            raise ParamError(
+                f"Prompt length ({n}) exceeds maximum input length ({m.max_prompt_len})."
+            )
+        if m.max_seq_len is not None and n + p.max_tokens > m.max_seq_len:
+            if not m.clamp_max_tokens or n >= m.max_seq_len:
+                raise ParamError(
+                    f"Prompt length + number of requested output tokens ({n} + {p.max_tokens}) "
+                    f"exceeds maximum sequence length ({m.max_seq_len})."
+                )
+            p.max_tokens = m.max_seq_len - n
+
     def draft_loop(self, prompt: list[int], num_draft: int) -> None:
         m, p = self.model, self.params
+        self.check_lengths(prompt)
         schedule = DraftSchedule(num_draft, m.draft_schedule)
         sequence = list(prompt)
         sampling = p.temperature is not None and p.temperature > 0
@@ -460,6 +510,12 @@ class _Generation:
             if sampling:
                 base, r = p.seed or 0, self.stats.rounds
                 seeds = (round_seed(base, r, 0), round_seed(base, r, 1))
+            limit = m.loop_input_len
+            if limit is not None and len(sequence) + k + 1 > limit and remaining > k + 1:
+                # After this round the sequence could outgrow what the engines
+                # take; finish now, from a sequence that still fits.
+                self.finish_plain(sequence, remaining, seeds[1])
+                break
             draft: list[int] = []
             rows = None
             if k > 0 and m.mode == "ngram":
@@ -502,6 +558,26 @@ class _Generation:
             if round_finished(draft, verified, self.end_id):
                 break
 
+    def finish_plain(self, sequence: list[int], remaining: int, seed: int | None) -> None:
+        """The rest of the answer as plain decoding: one target call without
+        drafts (a round whose draft was empty, ``remaining`` tokens long)."""
+        m = self.model
+        pb_utils.Logger.log_info(
+            f"{m.variant}: the sequence ({len(sequence)} tokens) nears the engines' "
+            f"max_input_len ({m.loop_input_len}); the last {remaining} tokens are "
+            "generated without drafts"
+        )
+        response = self._call(
+            m.target_model,
+            self.engine_inputs(sequence, remaining, streaming=False, seed=seed),
+            self.engine_outputs(),
+        )
+        self.note_reuse(response)
+        kept = _cut_at_end(self.tokens_of(response) or [], self.end_id)[:remaining]
+        self.stats.record(0, 0)
+        sequence.extend(kept)
+        self.emit(kept)
+
     def forward_streaming(self, prompt: list[int]) -> None:
         m, p = self.model, self.params
         request = pb_utils.InferenceRequest(
@@ -511,14 +587,19 @@ class _Generation:
             timeout=stream_timeout_us(p.max_tokens),
             parameters=self.cancel.parameters(),
         )
-        responses = request.exec(decoupled=True)
+        deadline = time.monotonic() + stream_timeout_us(p.max_tokens) / 1e6
+        # exec() itself waits for the engine's first response on 2.51
+        responses = call_within(
+            lambda: request.exec(decoupled=True), deadline - time.monotonic(), m.target_model
+        )
+        stream = within_deadline(responses, max(0.0, deadline - time.monotonic()), m.target_model)
         try:
-            for response in responses:
+            for response in stream:
                 if self.cancel.is_cancelled():
                     # The engine stops at its next step (it sees the flag); wait
                     # for its last answer so nothing of this request outlives it.
                     cancel_stream(responses)
-                    for _ in responses:
+                    for _ in stream:
                         pass
                     raise Cancelled
                 if response.has_error():
@@ -560,6 +641,12 @@ class TritonPythonModel:
         self.tokens_per_block = int(params.get("tokens_per_block") or 0)
         # tokenizer_dir set: tokenize and detokenize here (trtspec.repo.models.text.LocalText)
         self.text = LocalText.of_params(params)
+        # Lengths (module docstring); absent in a repository assembled before
+        # them: the engines then refuse what they refuse, as before.
+        self.max_prompt_len = _int_param(params, "max_prompt_len")
+        self.max_seq_len = _int_param(params, "max_seq_len")
+        self.loop_input_len = _int_param(params, "max_input_len")
+        self.clamp_max_tokens = params.get("clamp_max_tokens", "false").lower() == "true"
         if self.mode == "draft_model" and not self.draft_model:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: mode draft_model needs the draft_model parameter"
@@ -596,13 +683,22 @@ class TritonPythonModel:
             )
             end_cancelled(sender)
         except Exception as exc:
-            sender.send(
-                pb_utils.InferenceResponse(error=error_reply(self.variant, exc)),
-                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-            )
+            reply = error_reply(self.variant, exc)
+            if gen is not None and gen.sent and cancel.from_caller:
+                gen.send_error_final(reply.message())
+            else:
+                sender.send(
+                    pb_utils.InferenceResponse(error=reply),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
         finally:
             cancel.close()
 
     def finalize(self) -> None:
         self._requests.join()
         self.streams.close()
+
+
+def _int_param(params: dict[str, str], name: str) -> int | None:
+    value = params.get(name) or ""
+    return int(value) if value.strip() else None

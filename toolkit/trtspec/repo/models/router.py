@@ -14,11 +14,22 @@ client stream stops the chosen orchestrator (and its engine) at their next
 step through ``trtspec.cancel``. The rollout (``trtspec.repo.models.rollout_live``)
 supplies the routing table of the moment, and logs, measures and watches
 each request.
+
+Every request has one deadline (``threads.stream_timeout_us`` of its
+``max_tokens``), enforced here whatever the variant does
+(``threads.within_deadline``): past it the client gets an error, the
+variant is told to stop (the cancel flag, kept up for ``LINGER_S``) and the
+route's concurrency slot is released; nothing is retried on the fallback
+then, since the time is spent. An orchestrator's failure after it streamed
+arrives in band (the ``error`` tensor of its final response) and is answered
+as that error.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,14 +50,40 @@ from trtspec.repo.models.orchestrator import (
 from trtspec.repo.models.rollout_live import Live, Tracked
 from trtspec.repo.models.threads import (
     BlsStreams,
+    DeadlineExceeded,
     RequestThreads,
+    call_within,
     stream_timeout_us,
     string_params,
+    within_deadline,
 )
 from trtspec.repo.routing import InFlight, choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
 OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
+# How long the cancel flag of a request past its deadline stays up: the
+# variant sees it at its next step, which may come long after the answer.
+LINGER_S = 120.0
+
+
+class _Progress(Tracked):
+    """The rollout's view of one request plus its deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.deadline = deadline  # time.monotonic() by which the request must end
+        self.expired = False
+
+
+class _InBandError:
+    """An orchestrator's failure sent as the ``error`` tensor of its final
+    response, shaped like the ``TritonError`` that ``callee_error`` reads."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+
+    def message(self) -> str:
+        return self._message
 
 
 def _text(value: Any) -> str:
@@ -107,7 +144,7 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
         cancel = Cancellation.of(request, sender)
-        progress = Tracked()
+        progress = _Progress(time.monotonic() + stream_timeout_us(None) / 1e6)
         error: str | None = None
         try:
             inputs: dict[str, np.ndarray] = {}
@@ -116,6 +153,9 @@ class TritonPythonModel:
                 if tensor is not None:
                     inputs[name] = tensor.as_numpy()
             check_inputs(inputs)
+            progress.deadline = (
+                time.monotonic() + stream_timeout_us(_value(inputs, "max_tokens")) / 1e6
+            )
             route = _text(inputs["route"].reshape(-1)[0]) if "route" in inputs else None
             if "request_id" in inputs:
                 request_id = _text(inputs["request_id"].reshape(-1)[0])
@@ -141,6 +181,7 @@ class TritonPythonModel:
                     progress.sent
                     or choice.variant == choice.fallback_variant
                     or not server_side(exc)
+                    or isinstance(exc, DeadlineExceeded)
                 ):
                     raise
                 pb_utils.Logger.log_warn(
@@ -164,7 +205,13 @@ class TritonPythonModel:
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
             )
         finally:
-            cancel.close()
+            if progress.expired:
+                # Keep the flag up until the variant has seen it.
+                timer = threading.Timer(LINGER_S, cancel.close)
+                timer.daemon = True
+                timer.start()
+            else:
+                cancel.close()
             self.live.end(progress, error)
 
     def _forward(
@@ -172,7 +219,7 @@ class TritonPythonModel:
         variant: str,
         inputs: dict[str, np.ndarray],
         sender: Any,
-        progress: Tracked,
+        progress: _Progress,
         cancel: Cancellation,
         *,
         fallback: bool,
@@ -181,19 +228,28 @@ class TritonPythonModel:
             tensors = [pb_utils.Tensor(name, array) for name, array in inputs.items()]
             self._inprocess.run(variant, tensors, sender, progress, cancel)
             return
-        max_tokens = inputs.get("max_tokens")
+        left_s = max(0.0, progress.deadline - time.monotonic())
         request = pb_utils.InferenceRequest(
             model_name=variant,
             inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
             requested_output_names=OUTPUT_NAMES,
-            timeout=stream_timeout_us(
-                int(max_tokens.reshape(-1)[0]) if max_tokens is not None else None
-            ),
+            timeout=max(1, int(left_s * 1_000_000)),
             parameters=cancel.parameters(),
         )
-        responses = request.exec(decoupled=True)
+        try:
+            # exec() itself waits for the variant's first response on 2.51
+            responses = call_within(lambda: request.exec(decoupled=True), left_s, variant)
+        except DeadlineExceeded:
+            progress.expired = True
+            cancel.raise_flag()  # the variant (and its engines) stop at their next step
+            raise
         try:
             self._relay(variant, responses, sender, progress, cancel, fallback=fallback)
+        except DeadlineExceeded:
+            progress.expired = True
+            cancel.raise_flag()  # the variant (and its engines) stop at their next step
+            cancel_stream(responses)
+            raise
         finally:
             self._streams.keep(responses)  # see BlsStreams: not freed by the stub's C++ thread
 
@@ -202,23 +258,28 @@ class TritonPythonModel:
         variant: str,
         responses: Any,
         sender: Any,
-        progress: Tracked,
+        progress: _Progress,
         cancel: Cancellation,
         *,
         fallback: bool,
     ) -> None:
         final_sent = False
-        for response in responses:
+        left_s = max(0.0, progress.deadline - time.monotonic())
+        stream = within_deadline(responses, left_s, variant)
+        for response in stream:
             if cancel.is_cancelled():
                 # The orchestrator stops at its next step (it sees the flag);
                 # wait for its last answer so nothing of this request outlives it.
                 cancel_stream(responses)
-                for _ in responses:
+                for _ in stream:
                     pass
                 raise Cancelled
             if response.has_error():
                 raise callee_error(variant, response.error(), name_it=False)
             tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
+            if "error" in tensors:
+                message = _text(tensors["error"].reshape(-1)[0])
+                raise callee_error(variant, _InBandError(message), name_it=False)
             if not tensors:
                 continue
             is_final = bool(tensors.get("is_final", np.array([False])).reshape(-1)[0])

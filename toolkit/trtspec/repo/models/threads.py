@@ -1,19 +1,24 @@
 """Helpers the decoupled Python models (orchestrator, router) share: one daemon
 thread per request, so a long generation does not block the requests queued
 behind it, joined at unload; the config's string parameters as a dict; the
-deadline of a streamed BLS call (from the request's ``max_tokens``); and
-``BlsStreams``, which keeps finished decoupled-BLS response iterators alive
-until the stub's own C++ thread has let go of them (the crash workaround
+deadline of a streamed BLS call (from the request's ``max_tokens``), and
+``within_deadline`` / ``call_within``, which enforce a BLS call's deadline in
+the caller whatever the callee does; and ``BlsStreams``, which keeps finished
+decoupled-BLS response iterators alive until the stub's own C++ thread has
+let go of them (the crash workaround
 described there). No Triton imports: unit-testable as is."""
 
 from __future__ import annotations
 
 import collections
 import os
+import queue
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # Deadline of one streamed BLS call (a whole generation):
 #   BLS_STREAM_BASE_S + BLS_STREAM_PER_TOKEN_S * max_tokens
@@ -33,6 +38,76 @@ def stream_timeout_us(max_tokens: int | None) -> int:
     ``max_tokens`` tokens."""
     tokens = max(1, int(max_tokens or 1))
     return int((BLS_STREAM_BASE_S + BLS_STREAM_PER_TOKEN_S * tokens) * 1_000_000)
+
+
+class DeadlineExceeded(RuntimeError):
+    """A BLS callee did not answer within the caller's deadline."""
+
+
+def _deadline_error(what: str, timeout_s: float) -> DeadlineExceeded:
+    return DeadlineExceeded(
+        f"{what}: no answer within its deadline of {timeout_s:g} s; the request was stopped"
+    )
+
+
+def within_deadline(responses: Iterable[T], timeout_s: float, what: str) -> Iterator[T]:
+    """``responses`` (a decoupled BLS response iterator) item by item, raising
+    ``DeadlineExceeded`` once ``timeout_s`` has passed since this call.
+
+    Why a thread: on tritonserver 2.51 a BLS response iterator blocks in
+    ``__next__`` until the callee's final response and has no timeout of its
+    own; the request's ``timeout`` is not enforced for a Python-backend callee,
+    and an error response after streamed ones never reaches the caller, so a
+    plain ``for`` loop waits forever holding the request (and, in the router,
+    its route's concurrency slot). A daemon thread pumps the iterator into a
+    queue that this generator reads with a timeout. After a deadline the pump
+    thread stays blocked until the callee ends (a cancelled callee ends at its
+    next step)."""
+    items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+    source = iter(responses)
+
+    def pump() -> None:
+        try:
+            for item in source:
+                items.put((0, item))
+            items.put((1, None))
+        except BaseException as exc:  # handed to the reader, which re-raises it
+            items.put((2, exc))
+
+    threading.Thread(target=pump, name="trtspec-bls-stream", daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            kind, item = items.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise _deadline_error(what, timeout_s) from None
+        if kind == 1:
+            return
+        if kind == 2:
+            raise item
+        yield item
+
+
+def call_within(call: Callable[[], T], timeout_s: float, what: str) -> T:
+    """``call()`` (a blocking BLS ``exec()``) or ``DeadlineExceeded`` after
+    ``timeout_s``: 2.51 does not enforce a request's ``timeout`` for a
+    Python-backend callee either (see ``within_deadline``)."""
+    results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def run() -> None:
+        try:
+            results.put((True, call()))
+        except BaseException as exc:
+            results.put((False, exc))
+
+    threading.Thread(target=run, name="trtspec-bls-call", daemon=True).start()
+    try:
+        ok, value = results.get(timeout=timeout_s)
+    except queue.Empty:
+        raise _deadline_error(what, timeout_s) from None
+    if not ok:
+        raise value
+    return value
 
 
 class BlsStreams:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from trtspec.serve.supervisor import remove_stale_shm_regions
-from trtspec.serve.watchdog import StubWatchdog, describe_wait_status, stubs_of
+from trtspec.serve.watchdog import Stub, StubWatchdog, describe_wait_status, stubs_of
 
 
 class ThisProcess:
@@ -90,6 +90,69 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
         assert incident.recovered and incident.action == "tritonserver restarted on the same ports"
         assert server.restarts == 1
         assert dog.incidents_since(incident.time_ns - 1) == [incident]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _spawn_stub(tmp_path: Path, script: str) -> int:
+    """A stand-in stub running ``script``, under the stub's file name and argv
+    (model.py, shm region, sizes, parent pid, lib dir, ipc handle, instance
+    name = argv[8], runtime), started with posix_spawn, not Popen: nothing in
+    this process may reap the zombie before the watchdog reads its wait
+    status (tritonserver does not reap its stubs)."""
+    model = tmp_path / "model.py"
+    model.write_text(script)
+    binary = tmp_path / "triton_python_backend_stub"
+    if not binary.exists():
+        binary.symlink_to(sys.executable)
+    argv = [str(binary), str(model), "region", "1", "1", "1", "lib", "1", "router_0_0", "DEFAULT"]
+    return os.posix_spawn(binary, argv, os.environ)
+
+
+def test_a_stub_that_exits_with_code_0_is_no_incident(tmp_path: Path) -> None:
+    """A stub ends normally when its model is unloaded or the server shuts
+    down; only a signal or a non-zero code is a crash (issue 28)."""
+    pid = _spawn_stub(tmp_path, "import sys, time\ntime.sleep(1.0)\nsys.exit(0)\n")
+    try:
+        server = ThisProcess()
+        seen: list = []
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dog = StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime()
+        assert pid in dog._known
+        deadline = time.monotonic() + 10
+        while not stubs_of(server.pid).get(pid, Stub(0, "", False, None)).zombie:
+            assert time.monotonic() < deadline, "the stand-in stub did not exit"
+            time.sleep(0.05)
+        assert stubs_of(server.pid)[pid].wait_status == 0
+        assert dog.check() == [] and dog.check() == []
+        assert seen == [] and server.restarts == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_stub_that_exits_with_code_1_is_a_crash(tmp_path: Path) -> None:
+    pid = _spawn_stub(tmp_path, "import sys, time\ntime.sleep(1.0)\nsys.exit(1)\n")
+    try:
+        server = ThisProcess()
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dog = StubWatchdog(server, interval_s=0.1).prime()
+        found: list = []
+        deadline = time.monotonic() + 10
+        while not found and time.monotonic() < deadline:
+            found = dog.check()
+            time.sleep(0.05)
+        assert [(i.kind, i.model, i.cause) for i in found] == [
+            ("stub_crash", "router", "exited with code 1")
+        ]
+        assert server.restarts == 1
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -99,6 +99,11 @@ def describe_wait_status(status: int | None) -> str:
     return f"exited with code {(status >> 8) & 0xFF}"
 
 
+def exited_cleanly(status: int | None) -> bool:
+    """Whether a wait status is a normal exit with code 0."""
+    return status is not None and status & 0x7F == 0 and (status >> 8) & 0xFF == 0
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """``stat`` after the command name: state, ppid, … (index 0 = field 3)."""
     try:
@@ -232,6 +237,11 @@ class StubWatchdog:
         for stub_pid, stub in now.items():
             known = self._known.get(stub_pid)
             if stub.zombie:
+                if exited_cleanly(stub.wait_status):
+                    # A stub ends with code 0 when its model is unloaded or
+                    # the server shuts down: that is no crash.
+                    self._known[stub_pid] = Stub(stub_pid, stub.instance, True, stub.wait_status)
+                    continue
                 if known is None or not known.zombie:  # unknown: died before we looked
                     found.append(
                         Incident(

@@ -9,13 +9,16 @@ tritonserver). Also: stale shared-memory regions of dead owners."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from trtspec.serve.manifest import fallback_covered
 from trtspec.serve.supervisor import remove_stale_shm_regions
 from trtspec.serve.watchdog import Stub, StubWatchdog, describe_wait_status, stubs_of
 
@@ -171,3 +174,80 @@ def test_stale_regions_of_dead_owners_are_removed(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"")
     assert remove_stale_shm_regions(tmp_path) == [names[0]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "repo" / "vicuna-7b"
+
+
+def test_fallback_covered_is_what_only_speculative_variants_use(tmp_path: Path) -> None:
+    """Issue 28: a crash in a model only speculative variants use is covered
+    by the router's fallback; the router, the fallback's closure (baseline:
+    preprocessing, postprocessing, target) and everything of a route's
+    fallback variant are not."""
+    covered = fallback_covered(GOLDEN)
+    assert covered == {
+        "draft": ("draft",),
+        "draft_vicuna-68m": ("draft",),
+        "target_dte": ("draft", "ngram"),
+        "ngram": ("ngram",),
+        "eagle": ("eagle",),
+        "target_eagle_eagle": ("eagle",),
+        "lookahead": ("lookahead",),
+        "target_lookahead_lookahead": ("lookahead",),
+        "medusa": ("medusa",),
+        "target_medusa_medusa": ("medusa",),
+    }
+    # serving one variant alone (no router): nothing falls back, a crash restarts
+    assert fallback_covered(GOLDEN, ["ngram", "target_dte", "preprocessing"]) == {}
+    # a route whose fallback is ngram makes ngram's closure essential
+    repo = tmp_path / "repo"
+    shutil.copytree(GOLDEN, repo)
+    (repo / "router" / "routing.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "default_variant": "baseline",
+                "routes": {"r": {"variant": "draft", "fallback_variant": "ngram"}},
+            }
+        )
+    )
+    covered = fallback_covered(repo)
+    assert "ngram" not in covered and "target_dte" not in covered
+    assert covered["draft_vicuna-68m"] == ("draft",)
+
+
+def test_a_covered_stub_crash_leaves_its_variant_down_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    pid = _spawn_stub(tmp_path, "import time\ntime.sleep(600)\n")
+    try:
+        server = ThisProcess()
+        seen: list = []
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # the stand-in is named router_0_0: cover "router" as if it were a variant's
+        dog = StubWatchdog(
+            server, interval_s=0.1, on_incident=seen.append, fallback={"router": ("ngram",)}
+        ).prime()
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            dog.check()
+            time.sleep(0.05)
+        assert server.restarts == 0
+        [incident] = seen
+        assert incident.action == (
+            "variant 'ngram' stays down: the router sends its routes to their fallback until "
+            "tritonserver restarts"
+        )
+        assert incident.message() == (
+            f"the Python-backend stub of model 'router' (pid {pid}) was killed by SIGKILL; "
+            "requests already streaming from it may fail"
+        )
+        assert dog.down == {"ngram": incident} and not incident.recovered
+        assert dog.check() == []  # the zombie is reported once
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

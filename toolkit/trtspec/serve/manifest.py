@@ -174,6 +174,61 @@ def verify_engines(repo: Path, among: Iterable[str] | None = None) -> int:
     return verified
 
 
+def _closure(models: dict, roots: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    pending = list(roots)
+    while pending:
+        name = pending.pop()
+        if name in seen or not isinstance(models.get(name), dict):
+            continue
+        seen.add(name)
+        pending.extend(str(c) for c in models[name].get("calls") or [])
+    return seen
+
+
+def fallback_covered(repo: Path, served: Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
+    """``{model: (variant, …)}`` for the served models whose stub may die without
+    an outage: those only speculative variants use, when the router is served
+    — it sends a failing variant's routes to their fallback. Everything the
+    router itself, the default variant or any route's fallback variant needs
+    (read from ``router/routing.json``) is left out, as is everything when
+    there is no router, manifest or readable routing table."""
+    from trtspec.errors import RepoError
+    from trtspec.repo.routing import load_routing
+
+    if not (repo / MANIFEST_NAME).is_file():
+        return {}
+    models: dict = read_manifest(repo)["models"]
+    wanted = set(models) if served is None else set(served)
+    router = models.get("router")
+    if "router" not in wanted or not isinstance(router, dict):
+        return {}
+    try:
+        table = load_routing(repo / "router" / "routing.json")
+    except (RepoError, OSError, ValueError):
+        return {}
+    fallbacks = {table.default_variant} | {r.fallback_variant for r in table.routes.values()}
+    roots = [
+        name
+        for name, info in models.items()
+        if isinstance(info, dict)
+        and info.get("role") == "orchestrator"
+        and (info.get("variant") or name) in fallbacks
+    ]
+    essential = _closure(models, roots) | {"router"}
+    covered: dict[str, tuple[str, ...]] = {}
+    for name, info in sorted(models.items()):
+        if not isinstance(info, dict) or info.get("role") != "orchestrator":
+            continue
+        variant = str(info.get("variant") or name)
+        if variant in fallbacks:
+            continue
+        for member in sorted(_closure(models, [name]) - essential):
+            if member in wanted:
+                covered[member] = (*covered.get(member, ()), variant)
+    return covered
+
+
 def detect_world_size(repo: Path) -> int:
     """TP×PP of the repository's TensorRT-LLM engines, read from each engine
     model's ``gpt_model_path``/``config.json``; 1 without a manifest or for

@@ -26,7 +26,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,8 @@ class Incident:
             if self.kind == "server_exit"
             else f"model {self.model!r}: {self.cause}"
         )
+        if self.action.startswith("variant"):  # left down, its routes on their fallback
+            return f"{what}; requests already streaming from it may fail"
         return f"{what}; the requests in flight failed"
 
     def as_dict(self) -> dict[str, Any]:
@@ -171,8 +173,13 @@ class StubWatchdog:
         on_incident: Callable[[Incident], None] | None = None,
         restart_timeout_s: float = 300.0,
         restart_dead_server: bool = True,
+        fallback: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.server = server
+        # {model: variants}: a dead stub of one of these leaves its variants down
+        # instead of restarting the server (manifest.fallback_covered).
+        self.fallback = dict(fallback or {})
+        self.down: dict[str, Incident] = {}  # variant -> the crash that took it down
         # False: a server that exited is its owner's business (`trtspec serve`
         # ends with the log tail); only dead stubs are handled here.
         self.restart_dead_server = restart_dead_server
@@ -279,7 +286,24 @@ class StubWatchdog:
 
     def _handle(self, incident: Incident) -> None:
         self.incidents.append(incident)
-        if self.recover:
+        variants = (
+            self.fallback.get(incident.model or "") if incident.kind == "stub_crash" else None
+        )
+        if variants and self.server.poll() is None:
+            # The router fails over: a restart would fail every request in
+            # flight on every variant and refuse new ones for its duration.
+            for variant in variants:
+                self.down.setdefault(variant, incident)
+            names = ", ".join(repr(v) for v in variants)
+            incident.action = (
+                f"{'variant' if len(variants) == 1 else 'variants'} {names} "
+                f"{'stays' if len(variants) == 1 else 'stay'} down: the router sends "
+                f"{'its' if len(variants) == 1 else 'their'} routes to their fallback "
+                "until tritonserver restarts"
+            )
+            incident.recovered = False
+            incident.recovery_s = 0.0
+        elif self.recover:
             start = time.monotonic()
             try:
                 # A server with a dead stub has nothing worth a graceful exit.
@@ -291,6 +315,7 @@ class StubWatchdog:
             else:
                 incident.action = "tritonserver restarted on the same ports"
                 incident.recovered = True
+                self.down.clear()  # every variant is back
                 self._server_pid, self._known = self.server.pid, {}
                 self._seed()
             incident.recovery_s = time.monotonic() - start

@@ -150,8 +150,10 @@ def _unquoted_would_do(value: Any, kind: str) -> bool:
         loaded = yaml.safe_load(value) if len(value) < 100 else None
     except yaml.YAMLError:
         return False
-    wanted = {"int_type": int, "float_type": (int, float), "bool_type": bool}[kind]
-    return isinstance(loaded, wanted) and (kind == "bool_type" or not isinstance(loaded, bool))
+    if kind == "bool_type":
+        return isinstance(loaded, bool)
+    wanted: tuple[type, ...] = (int,) if kind == "int_type" else (int, float)
+    return isinstance(loaded, wanted) and not isinstance(loaded, bool)
 
 
 def _pydantic_issues(exc: ValidationError, data: Any, issues: _Issues) -> None:

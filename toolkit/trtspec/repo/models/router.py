@@ -25,7 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
-from trtspec.limits import check_sampling
+from trtspec.limits import check_sampling, decode_text
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.orchestrator import (
     callee_error,
@@ -48,10 +48,6 @@ OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
 class _Progress:
     def __init__(self) -> None:
         self.sent = 0
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _value(inputs: dict[str, np.ndarray], name: str) -> Any:
@@ -104,9 +100,11 @@ class TritonPythonModel:
                 if tensor is not None:
                     inputs[name] = tensor.as_numpy()
             check_inputs(inputs)
-            route = _text(inputs["route"].reshape(-1)[0]) if "route" in inputs else None
+            route = (
+                decode_text("route", inputs["route"].reshape(-1)[0]) if "route" in inputs else None
+            )
             if "request_id" in inputs:
-                request_id = _text(inputs["request_id"].reshape(-1)[0])
+                request_id = decode_text("request_id", inputs["request_id"].reshape(-1)[0])
             else:
                 request_id = request.request_id() or uuid.uuid4().hex
             # over the route's max_concurrency the request goes to the fallback

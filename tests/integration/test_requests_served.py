@@ -332,7 +332,8 @@ def test_router_returns_a_clients_error_without_the_fallback(served) -> None:
         (
             "copy",
             b"caf\xe9 au lait",
-            r"router: invalid request: text_input must be UTF-8 text, got byte 0xE9 at position 3",
+            r"router: ngram: invalid request: text_input must be UTF-8 text, got byte 0xE9 at "
+            r"position 3",
         ),
     ],
 )

@@ -251,3 +251,25 @@ def test_a_covered_stub_crash_leaves_its_variant_down_without_a_restart(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def test_the_guard_removes_the_servers_private_folder(tmp_path: Path) -> None:
+    """After its owner died, the guard removes the server's private folder
+    (repository view, cancellation flags) without following the view's
+    symlinks into the repository; a folder not named by Server is left."""
+    from trtspec.serve import guard
+
+    repo_model = tmp_path / "repo" / "m"
+    repo_model.mkdir(parents=True)
+    (repo_model / "config.pbtxt").write_text("x")
+    folder = tmp_path / "trtspec-server-1-abc"
+    (folder / "repository").mkdir(parents=True)
+    (folder / "repository" / "m").symlink_to(repo_model)
+    (folder / "cancel").mkdir()
+    guard.clean("", set(), 0.0, str(folder))
+    assert not folder.exists()
+    assert (repo_model / "config.pbtxt").read_text() == "x"
+    other = tmp_path / "precious"
+    other.mkdir()
+    guard.clean("", set(), 0.0, str(other))
+    assert other.is_dir()

@@ -453,7 +453,14 @@ class Server:
             return
         try:
             self._guard = subprocess.Popen(
-                [sys.executable, "-I", str(_GUARD), self.shm_prefix or "", str(GUARD_GRACE_S)],
+                [
+                    sys.executable,
+                    "-I",
+                    str(_GUARD),
+                    self.shm_prefix or "",
+                    str(GUARD_GRACE_S),
+                    str(self.runtime_dir),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -8,8 +8,8 @@ Llama; baseline, ``ngram`` and ``lookahead`` variants, route ``code`` →
 ngram with fallback baseline), serves it under the real tritonserver, and per
 policy runs ``--concurrency`` closed-loop clients (4 by default), each
 sending streamed requests through the router on route ``code`` and sending
-the next one as soon as one ends — a failed one included, as a client's
-retry loop would. After ``--warmup-s`` it SIGKILLs the stub of
+the next one as soon as one ends (after ``--retry-pause-s`` when it
+failed), as a client's retry loop would. After ``--warmup-s`` it SIGKILLs the stub of
 ``--victim`` (default ``ngram_0_0``, the variant's orchestrator), keeps the
 load for ``--after-s`` more seconds, then waits for the requests in flight.
 
@@ -93,7 +93,8 @@ def one_request(url: str, max_tokens: int, timeout: float) -> dict[str, Any]:
     finally:
         if client is not None:
             try:
-                client.stop_stream()
+                # cancel: a request still waiting must not block the stream's close
+                client.stop_stream(cancel_requests=out["error"] is not None)
                 client.close()
             except Exception:
                 pass
@@ -117,6 +118,8 @@ def run_policy(repo: Path, policy: str, args: argparse.Namespace, log: Path) -> 
             row = one_request(server.grpc_url, args.max_tokens, args.request_timeout)
             with lock:
                 rows.append(row)
+            if row["error"] is not None:
+                time.sleep(args.retry_pause_s)  # a client's pause before it tries again
 
     threads = [threading.Thread(target=loop, daemon=True) for _ in range(args.concurrency)]
     try:
@@ -174,7 +177,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--warmup-s", type=float, default=10.0)
-    ap.add_argument("--after-s", type=float, default=20.0)
+    ap.add_argument("--after-s", type=float, default=60.0)
+    ap.add_argument("--retry-pause-s", type=float, default=0.25)
     ap.add_argument("--request-timeout", type=float, default=120.0)
     ap.add_argument("--victim", default="ngram_0_0")
     ap.add_argument("--work-dir", type=Path)

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from trtspec.health import is_down
 from trtspec.serve.manifest import fallback_covered
 from trtspec.serve.supervisor import remove_stale_shm_regions
 from trtspec.serve.watchdog import Stub, StubWatchdog, describe_wait_status, stubs_of
@@ -226,6 +227,7 @@ def test_a_covered_stub_crash_leaves_its_variant_down_without_a_restart(
         deadline = time.monotonic() + 10
         while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
+        server.down_dir = tmp_path / "down"  # type: ignore[attr-defined]
         # the stand-in is named router_0_0: cover "router" as if it were a variant's
         dog = StubWatchdog(
             server, interval_s=0.1, on_incident=seen.append, fallback={"router": ("ngram",)}
@@ -246,6 +248,8 @@ def test_a_covered_stub_crash_leaves_its_variant_down_without_a_restart(
             "requests already streaming from it may fail"
         )
         assert dog.down == {"ngram": incident} and not incident.recovered
+        # what the router reads per request (trtspec.health)
+        assert is_down("ngram", tmp_path / "down") and not is_down("lookahead", tmp_path / "down")
         assert dog.check() == []  # the zombie is reported once
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -47,6 +47,7 @@ from types import TracebackType
 
 from trtspec.cancel import DIR_ENV as CANCEL_DIR_ENV
 from trtspec.errors import ServerError
+from trtspec.health import DOWN_ENV
 from trtspec.procutil import parent_death_hook, pid_alive
 from trtspec.serve.access import (
     admin_headers,
@@ -367,6 +368,11 @@ class Server:
         )  # fmt: skip
 
     @property
+    def down_dir(self) -> Path:
+        """Where the watchdog marks variants down for the router (``trtspec.health``)."""
+        return self.runtime_dir / "down"
+
+    @property
     def view_dir(self) -> Path:
         """The repository view served when ``models`` are given without control."""
         return self.runtime_dir / "repository"
@@ -382,6 +388,7 @@ class Server:
         try:
             self.runtime_dir.mkdir(mode=0o700)
             (self.runtime_dir / "cancel").mkdir(mode=0o700)
+            self.down_dir.mkdir(mode=0o700)
             if self.models is not None and not self.control:
                 self.view_dir.mkdir(mode=0o700)
                 for name in self.models:
@@ -499,6 +506,7 @@ class Server:
             **os.environ,
             **self.install.env,
             CANCEL_DIR_ENV: str(self.runtime_dir / "cancel"),
+            DOWN_ENV: str(self.down_dir),
             **self.env,
         }
         self._start_guard()

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ServerError
+from trtspec.health import clear as clear_down
+from trtspec.health import mark_down
 
 STUB_BINARY = "triton_python_backend_stub"
 _wall_clock, _perf_ns = time.time, time.perf_counter_ns
@@ -292,8 +294,11 @@ class StubWatchdog:
         if variants and self.server.poll() is None:
             # The router fails over: a restart would fail every request in
             # flight on every variant and refuse new ones for its duration.
+            down_dir = getattr(self.server, "down_dir", None)
             for variant in variants:
                 self.down.setdefault(variant, incident)
+                if down_dir is not None:
+                    mark_down(down_dir, variant)  # the router reads it per request
             names = ", ".join(repr(v) for v in variants)
             incident.action = (
                 f"{'variant' if len(variants) == 1 else 'variants'} {names} "
@@ -316,6 +321,8 @@ class StubWatchdog:
                 incident.action = "tritonserver restarted on the same ports"
                 incident.recovered = True
                 self.down.clear()  # every variant is back
+                if getattr(self.server, "down_dir", None) is not None:
+                    clear_down(self.server.down_dir)
                 self._server_pid, self._known = self.server.pid, {}
                 self._seed()
             incident.recovery_s = time.monotonic() - start

@@ -25,6 +25,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
+from trtspec.health import is_down
 from trtspec.limits import check_sampling, decode_text
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.orchestrator import (
@@ -39,7 +40,7 @@ from trtspec.repo.models.threads import (
     stream_timeout_us,
     string_params,
 )
-from trtspec.repo.routing import InFlight, choose, load_routing
+from trtspec.repo.routing import Choice, InFlight, choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
 OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
@@ -107,8 +108,12 @@ class TritonPythonModel:
                 request_id = decode_text("request_id", inputs["request_id"].reshape(-1)[0])
             else:
                 request_id = request.request_id() or uuid.uuid4().hex
+            picked = choose(self.table, route, request_id)
+            if picked.variant != picked.fallback_variant and is_down(picked.variant):
+                # its stub died (trtspec.health): straight to the fallback
+                picked = Choice(picked.fallback_variant, picked.fallback_variant, None, False)
             # over the route's max_concurrency the request goes to the fallback
-            choice = self._in_flight.admit(self.table, route, choose(self.table, route, request_id))
+            choice = self._in_flight.admit(self.table, route, picked)
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
             try:

@@ -11,7 +11,8 @@ retried: the fallback would fail the same way or, worse, hide it. A failure
 after text was already streamed is returned as an error rather than retried,
 because the client has already received part of the answer. A cancelled
 client stream stops the chosen orchestrator (and its engine) at their next
-step through ``trtspec.cancel``.
+step through ``trtspec.cancel``. A variant the stub watchdog marked down (its
+stub died; ``trtspec.health``) is not tried: its routes go to their fallback.
 """
 
 from __future__ import annotations

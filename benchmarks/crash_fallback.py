@@ -164,6 +164,10 @@ def run_policy(repo: Path, policy: str, args: argparse.Namespace, log: Path) -> 
             "requests": len(after),
             "failed": sum(r["error"] is not None for r in after),
             "served_by_fallback": sum(bool(r["fallback"]) for r in after),
+            "served_by_variant": {
+                v: sum(r["variant"] == v for r in after)
+                for v in sorted({r["variant"] for r in after if r["variant"]})
+            },
             "errors": sorted({r["error"] for r in after if r["error"]})[:5],
         },
         "p50_s_before": p50(before),

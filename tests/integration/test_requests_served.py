@@ -391,3 +391,90 @@ def test_router_still_falls_back_on_a_server_side_failure(served) -> None:
         assert (reply.final["variant"], reply.final["fallback"]) == ("baseline", True)
     finally:
         server.load_model(engine)
+
+
+def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(served) -> None:
+    """Issue 28: with 4 requests in flight on route ``copy`` (→ ngram), the
+    ngram orchestrator's stub is killed. The watchdog (with trtspec serve's
+    fallback map) restarts nothing and marks ngram down; every request sent
+    once it did is served by the fallback (baseline, ``fallback: true``);
+    only requests already inside the dead stub may fail. Then the server is
+    restarted so the module's other tests find ngram again."""
+    import os
+    import signal
+    import threading
+
+    from trtspec.serve import StubWatchdog, fallback_covered, stubs_of
+
+    server, _ = served
+    covered = fallback_covered(server.repo)
+    assert covered["ngram"] == ("ngram",)
+    watchdog = StubWatchdog(server, interval_s=0.2, fallback=covered).prime().start()
+    rows: list[tuple[float, Reply]] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            sent = time.monotonic()
+            rows.append((sent, infer_within(server, "router", PROMPT, 32, 20.0, route="copy")))
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(3.0)
+        victim = next(p for p, s in stubs_of(server.pid).items() if s.instance == "ngram_0_0")
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not watchdog.down and time.monotonic() < deadline:
+            time.sleep(0.05)
+        marked = time.monotonic()
+        assert set(watchdog.down) == {"ngram"}, watchdog.incidents
+        time.sleep(6.0)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert server.restarts == 0  # nothing restarted while the variant was down
+        after = [reply for sent, reply in rows if sent >= marked]
+        assert len(after) >= 4
+        assert [r.error for r in after if r.error] == []
+        assert {(r.final["variant"], r.final["fallback"]) for r in after} == {("baseline", True)}
+    finally:
+        stop.set()
+        watchdog.stop()
+        server.restart(timeout=300)  # ngram back for the module's other tests
+    again = infer(server, "router", PROMPT, SHORT, route="copy")
+    assert (again.final["variant"], again.final["fallback"]) == ("ngram", False), again
+
+
+def infer_within(
+    server: Any, model: str, prompt: str, max_tokens: int, timeout: float, **extra: Any
+) -> Reply:
+    """``infer`` that gives up after ``timeout`` seconds and cancels its stream
+    (a request stuck inside a dead stub must not hold the test)."""
+    import tritonclient.grpc as grpcclient
+
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    reply = Reply()
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer(model, _inputs(prompt, max_tokens, **extra))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                result, error = results.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                reply.error = f"no answer within {timeout:g} s"
+                break
+            if error is not None:
+                reply.error = error.message()
+                break
+            if bool(result.as_numpy("is_final")[0]):
+                reply.final["variant"] = result.as_numpy("variant")[0].decode()
+                reply.final["fallback"] = bool(result.as_numpy("fallback")[0])
+                break
+    finally:
+        client.stop_stream(cancel_requests=reply.error is not None)
+        client.close()
+    return reply

@@ -110,15 +110,15 @@ class TritonPythonModel:
             else:
                 request_id = request.request_id() or uuid.uuid4().hex
             picked = choose(self.table, route, request_id)
-            if picked.variant != picked.fallback_variant and is_down(picked.variant):
-                # its stub died (trtspec.health): straight to the fallback
+            down = picked.variant != picked.fallback_variant and is_down(picked.variant)
+            if down:  # its stub died (trtspec.health): straight to the fallback
                 picked = Choice(picked.fallback_variant, picked.fallback_variant, None, False)
             # over the route's max_concurrency the request goes to the fallback
             choice = self._in_flight.admit(self.table, route, picked)
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
             try:
-                self._forward(choice.variant, inputs, sender, progress, cancel, fallback=False)
+                self._forward(choice.variant, inputs, sender, progress, cancel, fallback=down)
             except Exception as exc:
                 if (
                     progress.sent

@@ -48,6 +48,7 @@ from types import TracebackType
 from trtspec.cancel import DIR_ENV as CANCEL_DIR_ENV
 from trtspec.errors import ServerError
 from trtspec.health import DOWN_ENV
+from trtspec.health import clear as clear_down
 from trtspec.procutil import parent_death_hook, pid_alive
 from trtspec.serve.access import (
     admin_headers,
@@ -452,6 +453,7 @@ class Server:
                 self._requested = ports
             self.restarts += 1
             self._log_mode = "ab"
+            clear_down(self.down_dir)  # every stub starts afresh: no variant is down
             self.start(timeout=timeout)
             return self
 

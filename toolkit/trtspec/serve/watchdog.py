@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ServerError
-from trtspec.health import clear as clear_down
 from trtspec.health import mark_down
 
 STUB_BINARY = "triton_python_backend_stub"
@@ -320,9 +319,7 @@ class StubWatchdog:
             else:
                 incident.action = "tritonserver restarted on the same ports"
                 incident.recovered = True
-                self.down.clear()  # every variant is back
-                if getattr(self.server, "down_dir", None) is not None:
-                    clear_down(self.server.down_dir)
+                self.down.clear()  # every variant is back (restart() cleared the marks)
                 self._server_pid, self._known = self.server.pid, {}
                 self._seed()
             incident.recovery_s = time.monotonic() - start

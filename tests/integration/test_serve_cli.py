@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import ADD_ONE, SLOW_INIT, TIMES_TEN_VIA
+from trtspec.serve.access import root_warning
 
 pytestmark = pytest.mark.slow
 
@@ -376,8 +377,9 @@ def test_table_output_and_sigterm_in_process(
         f"metrics   http://127.0.0.1:{metrics}/metrics",
         f"log       {log}",
     ]
+    root = root_warning()  # as root, said first (issue 28)
     assert result.stderr == (
-        f"Starting tritonserver (nvidia-pytriton); log: {log}\n"
+        (f"{root}\n" if root else "") + f"Starting tritonserver (nvidia-pytriton); log: {log}\n"
         "Ready. Press Ctrl-C to stop.\nStopping tritonserver…\nStopped.\n"
     )
     assert _status_or_none(f"http://127.0.0.1:{http}/v2/health/ready") is None

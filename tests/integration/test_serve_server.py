@@ -23,6 +23,7 @@ import pytest
 from tests.integration.conftest import ADD_ONE, BROKEN, SLOW_INIT, TIMES_TEN_VIA, ModelRepo
 from trtspec.errors import ServerError
 from trtspec.serve import Server, variant_models
+from trtspec.serve.access import CLOSED_HEADER, CLOSED_VALUE
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +73,26 @@ def served(triton_install, tmp_path_factory: pytest.TempPathFactory):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def controlled(triton_install, served: Server, tmp_path_factory: pytest.TempPathFactory):
+    """The same variant under control=True: explicit model control and a key
+    on the command line — what tests that unload a model use, and what every
+    server had before issue 28."""
+    root = tmp_path_factory.mktemp("controlled")
+    server = Server(
+        served.repo,
+        install=triton_install,
+        log_path=root / "server.log",
+        models=variant_models(served.repo, "fast"),
+        control=True,
+    )
+    server.start(timeout=90)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def _infer(url: str, model: str, values: list[int]) -> list[int]:
     import tritonclient.grpc as grpcclient
 
@@ -100,19 +121,20 @@ def test_variant_closure_serves_through_bls(served: Server) -> None:
 
 
 def test_only_the_variant_closure_is_loaded(served: Server) -> None:
-    import tritonclient.grpc as grpcclient
+    # served from a view of exactly the closure, with model control off
+    assert served.model_ready("fast") and served.model_ready("add_one")
+    assert not served.model_ready("baseline") and not served.model_ready("twice")
+    argv = Path(f"/proc/{served.pid}/cmdline").read_bytes().split(b"\0")
+    assert f"--model-repository={served.view_dir}".encode() in argv
+    assert not [a for a in argv if a.startswith((b"--model-control-mode", b"--load-model"))]
+    assert sorted(p.name for p in served.view_dir.iterdir()) == ["add_one", "fast"]
+    with pytest.raises(ServerError) as err:
+        served.load_model("twice")
+    assert "this server has no model control" in err.value.message
 
-    client = grpcclient.InferenceServerClient(served.grpc_url)
-    index = {
-        m.name: m.state
-        for m in client.get_model_repository_index(headers=served.admin_headers("grpc")).models
-    }
-    client.close()
-    assert index["fast"] == "READY" and index["add_one"] == "READY"
-    assert index.get("baseline", "") != "READY" and index.get("twice", "") != "READY"
 
-
-def test_load_and_unload_through_the_repository_api(served: Server) -> None:
+def test_load_and_unload_through_the_repository_api(controlled: Server) -> None:
+    served = controlled
     served.load_model("twice")
     assert served.model_ready("twice")
     assert _infer(served.grpc_url, "twice", [0]) == [10]
@@ -181,7 +203,9 @@ def _http(served: Server, path: str, body: dict, headers: dict[str, str] | None 
         return exc.code, exc.read().decode()
 
 
-def test_repository_api_refuses_requests_without_the_key(served: Server, tmp_path) -> None:
+def test_restricted_apis_are_closed_to_every_client(
+    served: Server, controlled: Server, tmp_path
+) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -196,19 +220,19 @@ def test_repository_api_refuses_requests_without_the_key(served: Server, tmp_pat
     # HTTP: load with a file: override, and the repository index.
     assert _http(served, "/v2/repository/models/uploaded/load", body) == (
         403,
-        '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}',
+        '{"error":"This API is restricted, expecting header \'Trtspec-Closed\'"}',
     )
     assert _http(served, "/v2/repository/index", {}) == (
         403,
-        '{"error":"This API is restricted, expecting header \'trtspec-admin-key\'"}',
+        '{"error":"This API is restricted, expecting header \'Trtspec-Closed\'"}',
     )
-    wrong = {"trtspec-admin-key": "0" * 32}
+    wrong = {"Trtspec-Closed": "closed"}  # all of the value a header line can carry
     assert _http(served, "/v2/repository/models/uploaded/load", body, wrong)[0] == 403
     # gRPC: the same load, the index, and shared-memory registration.
     client = grpcclient.InferenceServerClient(served.grpc_url)
     refused = (
         "[StatusCode.UNAVAILABLE] This protocol is restricted, expecting header "
-        "'triton-grpc-protocol-trtspec-admin-key'"
+        "'triton-grpc-protocol-Trtspec-Closed'"
     )
     try:
         calls = [
@@ -223,17 +247,82 @@ def test_repository_api_refuses_requests_without_the_key(served: Server, tmp_pat
             assert str(err.value) == refused
         assert not marker.exists() and not served.model_ready("uploaded")
         assert served.model_ready("fast")
-        # With this server's key the very same upload goes through: the refusals
-        # above were the restriction, not a broken payload.
+    finally:
+        client.close()
+    # With a control=True server's key the very same upload goes through: the
+    # refusals above were the restriction, not a broken payload.
+    client = grpcclient.InferenceServerClient(controlled.grpc_url)
+    try:
         client.load_model(
-            "uploaded", config=config, files=files, headers=served.admin_headers("grpc")
+            "uploaded", config=config, files=files, headers=controlled.admin_headers("grpc")
         )
         assert marker.read_text() == "ran as the server's user"
-        client.unload_model("uploaded", headers=served.admin_headers("grpc"))
+        client.unload_model("uploaded", headers=controlled.admin_headers("grpc"))
     finally:
         client.close()
     # The key is nowhere in the server log.
-    assert served.admin_key not in served.log_text()
+    assert controlled.admin_key is not None
+    assert controlled.admin_key not in controlled.log_text()
+
+
+PROBE = Path(__file__).resolve().parents[1] / "fixtures" / "admin_probe.py"
+
+
+def _probe_as_nobody(server: Server, expect: str) -> dict:
+    """Run tests/fixtures/admin_probe.py as user nobody against ``server``."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="trtspec-probe-"))
+    try:
+        folder.chmod(0o755)
+        script = folder / "probe.py"
+        shutil.copy(PROBE, script)
+        script.chmod(0o644)
+        done = subprocess.run(
+            [
+                "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                "/usr/bin/python3", "-I", str(script), str(server.pid),
+                str(server.http_port), str(server.grpc_port), "--expect", expect,
+            ],
+            check=False, capture_output=True, text=True, timeout=120, cwd=folder,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+    reason="running a probe as another user needs root (setpriv) and /usr/bin/python3",
+)
+def test_another_user_can_neither_use_a_key_nor_load_a_model(
+    served: Server, controlled: Server
+) -> None:
+    """Issue 28: another local user reads the server's command line
+    (/proc/PID/cmdline) and tries what it holds over HTTP/1.1 and raw HTTP/2.
+    Against a trtspec server there is no key to find: the restricted APIs
+    expect a value with a line feed, which no request can carry, and model
+    control is off. Against a control=True server (the old policy) the very
+    same probe reads the key and lists the repository: the probe works."""
+    probe = _probe_as_nobody(served, expect="add_one")
+    assert (probe["header"], probe["value"]) == (CLOSED_HEADER, CLOSED_VALUE)  # nothing to hide
+    # 403: restricted; 400 or no answer at all (-1): the request did not parse
+    for attempt in ("http_load", "http_load_raw", "http_index", "http_index_raw"):
+        assert probe[attempt] in (400, 403, -1), (attempt, probe[attempt])
+    assert probe["http_load"] == probe["http_index"] == 403
+    assert not probe["grpc_index_with_value"]["listed"], probe["grpc_index_with_value"]
+    assert not probe["grpc_index_lower_name"]["listed"], probe["grpc_index_lower_name"]
+    assert not probe["grpc_index_no_key"]["listed"]
+    assert not served.model_ready("probe")
+
+    old = _probe_as_nobody(controlled, expect="add_one")
+    assert old["value"] == controlled.admin_key  # the exposure issue 28 found
+    assert old["http_index"] == 200
+    assert old["grpc_index_with_value"]["listed"]
+    assert not old["grpc_index_no_key"]["listed"]
 
 
 def test_stop_is_clean_and_idempotent(served: Server, group_pids) -> None:
@@ -344,17 +433,14 @@ def test_stop_after_sigkill_removes_the_shared_memory_left_behind(
 def test_check_alive_reports_a_dead_server(model_repo, start_server, tmp_path) -> None:
     server = start_server(model_repo("empty").path, log_path=tmp_path / "dead.log")
     server.check_alive()
-    # Without explicit model control the repository API refuses, and says how to get it.
+    # Without model control the Server refuses to try, and says so.
     with pytest.raises(ServerError) as err:
         server.load_model("x")
     assert err.value.message == (
-        "loading model 'x' failed: explicit model load / unload is not allowed if polling is "
-        "enabled"
+        "loading model 'x' failed: this server has no model control (trtspec serves a fixed "
+        "set of models; a restart loads them again)"
     )
-    assert err.value.hint == (
-        "loading and unloading need explicit model control: start the Server with models=[...] "
-        f"(trtspec serve --variant); log: {tmp_path / 'dead.log'}"
-    )
+    assert err.value.hint == ("tests that must unload a model start the Server with control=True")
     os.kill(server.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while server.poll() is None and time.monotonic() < deadline:

@@ -192,6 +192,51 @@ def test_failure_reports_tail_and_leaves_nothing(tmp_path: Path) -> None:
     assert list((root / ".staging").iterdir()) == []
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (ENOSPC on write)")
+def test_a_step_on_a_full_disk_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    """Issue 28: a build step whose tool dies of ENOSPC (here a real one:
+    writing /dev/full) printed the tool's traceback as its last output."""
+    root = tmp_path / "engines" / "t"
+    full = "open('/dev/full', 'w').write('x' * 65536)\n"
+    plan = make_plan_for(root, tmp_path / "no-flag", b_code=full)
+    with pytest.raises(StepFailed) as err:
+        execute(plan, backend=ReferenceBackend())
+    msg = err.value.message
+    assert msg.startswith(
+        "step build:target_dte failed: command failed with exit code 1: no space left on the "
+        "device (the tool said 'No space left on device'): "
+    )
+    assert "Traceback" not in msg and "OSError" not in msg and "last output" not in msg
+    log = root / ".logs" / "target_dte.build.log"
+    assert err.value.hint == (
+        "free space on the disk of the engines folder (see `df -h`) or build elsewhere "
+        f"(--engines-dir); units built before are complete; full log: {log}"
+    )
+    assert "Traceback" in log.read_text()  # the tool's own words stay in the log
+    assert list((root / ".staging").iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (ENOSPC on write)")
+def test_the_reference_builder_says_disk_full_plainly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trtspec.build import reference
+
+    def fill(_args: object) -> None:
+        with open("/dev/full", "w") as f:
+            f.write("x" * 65536)
+
+    monkeypatch.setattr(reference, "build", fill)
+    monkeypatch.setattr(
+        reference, "parse_args", lambda argv: type("A", (), {"output": str(tmp_path / "o")})()
+    )
+    assert reference.main([]) == 1
+    err = capsys.readouterr().err
+    # the failed flush names no file: the engine folder being written is named
+    assert err.splitlines()[0] == f"Error: {tmp_path / 'o'}: no space left on the device"
+    assert "Traceback" not in err
+
+
 def test_missing_command_is_a_clean_error(tmp_path: Path) -> None:
     with pytest.raises(StepFailed) as err:
         run_subprocess(["trtspec-no-such-tool", "--x"], log=tmp_path / "log")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -74,11 +75,75 @@ def test_cancel_stream_calls_cancel_only_where_it_exists() -> None:
     cancel_stream(iter([]))  # python_backend 2.51's iterator: nothing to call
 
 
-def test_an_unwritable_flag_folder_never_fails_the_model(flags: Path) -> None:
-    flags.write_text("not a folder")  # e.g. squatted by someone else
+def _chain() -> tuple[Sender, Cancellation, Cancellation]:
+    client = Sender()
+    head = Cancellation(client)
+    below = Cancellation.of(Request(head.parameters()), None)
+    return client, head, below
+
+
+@pytest.mark.parametrize("squat", ["file", "symlink", "open_mode", "other_user"])
+def test_a_squatted_flag_folder_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, squat: str
+) -> None:
+    """Another local user who makes $TMPDIR/trtspec-cancel-<uid> first (to
+    read or silence our flags) is passed over: the chain uses the next name,
+    a folder this user owns with mode 0700, and cancellation still works."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(cancel.tempfile, "gettempdir", lambda: str(tmp))
+    base = tmp / f"trtspec-cancel-{os.getuid()}"
+    if squat == "file":
+        base.write_text("not a folder")
+    elif squat == "symlink":
+        (tmp_path / "theirs").mkdir()
+        base.symlink_to(tmp_path / "theirs")
+    elif squat == "open_mode":
+        base.mkdir()
+        base.chmod(0o777)
+    else:
+        if os.getuid() != 0:
+            pytest.skip("making a folder owned by another user needs root")
+        base.mkdir(mode=0o700)
+        os.chown(base, 65534, 65534)  # nobody
+    client, head, below = _chain()
+    folder = cancel.flag_dir()
+    assert folder == tmp / f"trtspec-cancel-{os.getuid()}-1"
+    st = folder.lstat()
+    assert st.st_uid == os.getuid() and st.st_mode & 0o777 == 0o700
+    client.cancelled = True
+    assert head.is_cancelled() and below.is_cancelled()
+    assert (folder / head.token).exists()
+    assert not any(p.name == head.token for p in tmp_path.rglob("*") if folder not in p.parents)
+    head.close()
+    assert not (folder / head.token).exists()
+
+
+def test_the_servers_own_folder_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = tmp_path / "server-cancel"
+    own.mkdir(mode=0o700)
+    monkeypatch.setenv(cancel.DIR_ENV, str(own))
+    client, head, below = _chain()
+    assert cancel.flag_dir() == own
+    client.cancelled = True
+    assert head.is_cancelled() and below.is_cancelled()
+    assert (own / head.token).exists()
+
+
+def test_an_unwritable_flag_folder_never_fails_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(cancel.tempfile, "gettempdir", lambda: str(tmp))
+    base = tmp / f"trtspec-cancel-{os.getuid()}"
+    for n in range(cancel._TRIES):  # every name squatted
+        (tmp / f"{base.name}-{n}" if n else base).write_text("not a folder")
     client = Sender()
     head = Cancellation(client)
     client.cancelled = True
     assert head.is_cancelled()  # this model still stops
     head.close()
-    assert flags.read_text() == "not a folder"
+    assert base.read_text() == "not a folder"

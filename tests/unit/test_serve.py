@@ -34,7 +34,7 @@ from trtspec.serve import (
     server_argv,
     variant_models,
 )
-from trtspec.serve.access import exposure_warning, is_loopback
+from trtspec.serve.access import exposure_warning, is_loopback, root_warning
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -384,7 +384,7 @@ def test_server_argv_uses_install_and_fixed_ports(tmp_path) -> None:
     )
     assert server.argv() == [
         "/x/tritonserver",
-        f"--model-repository={tmp_path}",
+        f"--model-repository={server.view_dir}",
         "--backend-directory=/x/backends",
         "--http-address=127.0.0.1",
         "--http-port=18000",
@@ -392,15 +392,17 @@ def test_server_argv_uses_install_and_fixed_ports(tmp_path) -> None:
         "--grpc-port=18001",
         "--metrics-address=127.0.0.1",
         "--metrics-port=18002",
-        "--model-control-mode=explicit",
-        "--load-model=m",
         "--strict-readiness=true",
         "--http-restricted-api=model-repository,shared-memory,logging,trace:"
-        f"trtspec-admin-key={server.admin_key}",
+        "Trtspec-Closed=closed\nno-client-can-send-this",
         "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
-        f"trtspec-admin-key={server.admin_key}",
+        "Trtspec-Closed=closed\nno-client-can-send-this",
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
     ]
+    # models= is a repository view of exactly those models; model control stays off
+    assert server.argv()[1] == f"--model-repository={server.view_dir}"
+    assert server.view_dir.parent == server.runtime_dir
+    assert server.runtime_dir.name.startswith(f"trtspec-server-{os.getpid()}-")
     assert server.shm_prefix.startswith(f"trtspec_{os.getpid()}_")
     assert server.grpc_url == "127.0.0.1:18001"
     assert server.endpoints()["http"] == "http://127.0.0.1:18000"
@@ -756,13 +758,24 @@ def test_deadline_kills_the_whole_group_once(tmp_path, monkeypatch) -> None:
     assert signals == []  # torn down already: the group number may be someone else's now
 
 
-def test_every_server_restricts_the_repository_api_with_its_own_key(tmp_path) -> None:
+def test_no_server_has_a_key_on_its_command_line(tmp_path) -> None:
+    """Issue 28: a key on the command line is every local user's key. A
+    server has no model control and closes the restricted APIs with a value
+    no client can send; only control=True (tests) holds a key."""
     a, b = Server(tmp_path, install=FAKE), Server(tmp_path, install=FAKE, models=["m"])
-    assert a.admin_key and b.admin_key and a.admin_key != b.admin_key
-    assert re.fullmatch(r"[0-9a-f]{32}", b.admin_key)
-    assert b.admin_headers() == {"trtspec-admin-key": b.admin_key}
-    assert b.admin_headers("grpc") == {"triton-grpc-protocol-trtspec-admin-key": b.admin_key}
-    # leader mode: every rank restricts the same APIs with the same key
+    for server in (a, b):
+        argv = server.argv()
+        assert server.admin_key is None and server.admin_headers() == {}
+        assert not [x for x in argv if x.startswith(("--model-control-mode", "--load-model"))]
+        assert [x.split(":", 1)[1] for x in argv if "restricted" in x] == [
+            "Trtspec-Closed=closed\nno-client-can-send-this"
+        ] * 2
+    with pytest.raises(ServerError) as err:
+        b.load_model("m")
+    assert err.value.message.startswith(
+        "loading model 'm' failed: this server has no model control"
+    )
+    # leader mode: every rank closes the same APIs
     ranks = Server(
         tmp_path,
         install=FAKE,
@@ -774,15 +787,34 @@ def test_every_server_restricts_the_repository_api_with_its_own_key(tmp_path) ->
     )
     assert [a for a in ranks.argv() if a.startswith("--grpc-restricted-protocol=")] == [
         "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
-        f"trtspec-admin-key={ranks.admin_key}"
+        "Trtspec-Closed=closed\nno-client-can-send-this"
     ] * 2
+    # control=True (tests that unload a model): explicit mode and a random key
+    c = Server(tmp_path, install=FAKE, control=True)
+    d = Server(tmp_path, install=FAKE, models=["m"], control=True)
+    assert c.admin_key and d.admin_key and c.admin_key != d.admin_key
+    assert re.fullmatch(r"[0-9a-f]{32}", d.admin_key)
+    assert d.admin_headers() == {"trtspec-admin-key": d.admin_key}
+    assert d.admin_headers("grpc") == {"triton-grpc-protocol-trtspec-admin-key": d.admin_key}
+    assert "--model-control-mode=explicit" in c.argv() and "--load-model=*" in c.argv()
+    assert [x for x in d.argv() if "load-model" in x] == ["--load-model=m"]
+    assert f"--model-repository={tmp_path}" in d.argv()
     # a caller with its own restriction policy keeps it, and gets no key from us
     mine = "--http-restricted-api=model-repository:k=v"
     own = Server(tmp_path, install=FAKE, extra_args=[mine])
     assert own.admin_key is None and own.admin_headers() == {}
     assert [x for x in own.argv() if "restricted" in x] == [mine]
     with pytest.raises(ValueError):
-        b.admin_headers("sagemaker")
+        d.admin_headers("sagemaker")
+
+
+def test_root_warning() -> None:
+    assert root_warning(1000) is None
+    assert root_warning(0) == (
+        "Warning: tritonserver will run as root: a model that misbehaves (a Python backend "
+        "model runs arbitrary code) does so with root's rights. Run trtspec as an unprivileged "
+        "user (in a container: `USER` in the image, or `docker run --user`)."
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,13 @@ subprocess in tests/integration/test_serve_cli.py."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from trtspec.cli.main import cli
+from trtspec.serve.access import root_warning
 
 
 def _run(*args: str):
@@ -130,10 +132,69 @@ def test_non_loopback_host_warns_what_it_exposes(tmp_path: Path) -> None:
         "Warning: --host 0.0.0.0 is not a loopback address. Anyone who can reach this machine "
         "can, without authentication or TLS: run inference and read health, metadata, model "
         "configurations and statistics (HTTP on 18000, gRPC on a free port), and read the "
-        "metrics (on 18002). The model-repository, shared-memory, logging and trace APIs need "
-        "a random key that only this trtspec process sends. Bind 127.0.0.1 (the default) unless "
-        "other machines must reach the server, and then put it behind a firewall or an "
-        "authenticating proxy."
+        "metrics (on 18002). No model can be loaded (model control is off) and the "
+        "model-repository, shared-memory, logging and trace APIs are closed. Bind 127.0.0.1 "
+        "(the default) unless other machines must reach the server, and then put it behind a "
+        "firewall or an authenticating proxy."
     )
     loopback = _run(str(tmp_path), "--tritonserver", "/bin/false")
-    assert loopback.exit_code == 1 and "Warning" not in loopback.stderr
+    assert loopback.exit_code == 1
+    warnings = [line for line in loopback.stderr.splitlines() if line.startswith("Warning")]
+    # as root, the one warning says so (issue 28); otherwise there is none
+    assert warnings == ([root_warning()] if os.geteuid() == 0 else []), loopback.stderr
+
+
+def _corrupted_repo(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository whose one engine model's folder no longer matches its
+    build manifest (one weight byte changed after the build)."""
+    from trtspec.integrity import MANIFEST, file_records
+
+    engine = tmp_path / "engines" / "target"
+    engine.mkdir(parents=True)
+    (engine / "config.json").write_text("{}")
+    (engine / "model.safetensors").write_bytes(b"\x00" * 64)
+    (engine / MANIFEST).write_text(
+        json.dumps(
+            {"spec": "s", "engine": {"variants": ["baseline"]}, "files": file_records(engine)}
+        )
+    )
+    repo = tmp_path / "repo"
+    (repo / "target").mkdir(parents=True)
+    (repo / "target" / "config.pbtxt").write_text(
+        'name: "target"\nbackend: "python"\n'
+        f'parameters {{ key: "gpt_model_path" value: {{ string_value: "{engine}" }} }}\n'
+    )
+    (repo / "trtspec-repo.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "spec": "s",
+                "backend": "reference",
+                "models": {"target": {"role": "engine", "calls": [], "variant": None}},
+                "variants": ["baseline"],
+            }
+        )
+    )
+    with open(engine / "model.safetensors", "r+b") as f:
+        f.seek(10)
+        f.write(b"\x01")  # same size: only the hash can tell
+    return repo, engine
+
+
+def test_serve_refuses_a_corrupted_engine_before_starting(tmp_path: Path) -> None:
+    """Issue 28: `serve` checks the engines' sha256 manifest before load; a
+    changed weight file is refused with the file, the reason and the rebuild
+    command, and no tritonserver is started (/bin/false would fail louder)."""
+    repo, engine = _corrupted_repo(tmp_path)
+    result = _run(str(repo), "--tritonserver", "/bin/false", "--http-port", "0")
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("Warning")]
+    assert errors[1:] == [
+        f"Error: {engine} (engine model 'target'): 1 file(s) no longer match its trtspec.json:",
+        "  model.safetensors: content changed since the build (sha256 differs)",
+        "Hint: rebuild it: `trtspec build SPEC --force --only baseline` (SPEC: the spec file of "
+        "'s')",
+    ], result.stderr
+    assert errors[0].startswith("Starting tritonserver")
+    assert "exited with code" not in result.stderr  # refused before any launch

@@ -27,6 +27,7 @@ from trtspec.serve import (
     orchestrator_mode_argv,
     variant_models,
 )
+from trtspec.serve.access import CLOSED_VALUE
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "repo" / "vicuna-7b"
 FAKE = TritonInstall(binary=Path("/x/tritonserver"), backend_dir=Path("/x/backends"))
@@ -102,9 +103,9 @@ def test_whole_repository_at_tp2_is_served_in_orchestrator_mode(
         "--disable-auto-complete-config",
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}0_",
         "--http-restricted-api=model-repository,shared-memory,logging,trace:"
-        f"trtspec-admin-key={server.admin_key}",
+        f"Trtspec-Closed={CLOSED_VALUE}",
         "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:"
-        f"trtspec-admin-key={server.admin_key}",
+        f"Trtspec-Closed={CLOSED_VALUE}",
         "--pinned-memory-pool-byte-size=0",
         "--enable-peer-access=false",
         "--cuda-memory-pool-byte-size=0:0",
@@ -136,9 +137,9 @@ def test_variant_with_two_engines_uses_orchestrator_mode_one_engine_leader_mode(
     assert engine_models(GOLDEN, draft) == ["draft_vicuna-68m", "target_dte"]
     argv = server.argv()
     assert server.launch_mode == "orchestrator" and argv.count("/x/tritonserver") == 1
-    assert [a for a in argv if a.startswith("--load-model=")] == [
-        f"--load-model={m}" for m in draft
-    ]
+    # the variant's models come from the server's repository view, model control off
+    assert f"--model-repository={server.view_dir}" in argv
+    assert not [a for a in argv if a.startswith(("--load-model=", "--model-control-mode"))]
     eagle = variant_models(GOLDEN, "eagle")
     server = Server(
         GOLDEN,
@@ -151,7 +152,13 @@ def test_variant_with_two_engines_uses_orchestrator_mode_one_engine_leader_mode(
         engine_models=engine_models(GOLDEN, eagle),
     )
     assert server.launch_mode == "leader"
-    assert server.argv().count("/x/tritonserver") == 2
+    argv = server.argv()
+    assert argv.count("/x/tritonserver") == 2
+    # rank 0 serves the view; rank 1 blocks in the engine's init, loading it explicitly
+    assert argv.count(f"--model-repository={server.view_dir}") == 1
+    assert [a for a in argv if a.startswith("--load-model=")] == [
+        f"--load-model={m}" for m in engine_models(GOLDEN, eagle)
+    ]
     assert not set(ORCHESTRATOR_ENV) & set(server.env)
 
 

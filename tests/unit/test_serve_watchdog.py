@@ -9,15 +9,19 @@ tritonserver). Also: stale shared-memory regions of dead owners."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from trtspec.health import is_down
+from trtspec.serve.manifest import fallback_covered
 from trtspec.serve.supervisor import remove_stale_shm_regions
-from trtspec.serve.watchdog import StubWatchdog, describe_wait_status, stubs_of
+from trtspec.serve.watchdog import Stub, StubWatchdog, describe_wait_status, stubs_of
 
 
 class ThisProcess:
@@ -96,6 +100,69 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
         os.waitpid(pid, 0)
 
 
+def _spawn_stub(tmp_path: Path, script: str) -> int:
+    """A stand-in stub running ``script``, under the stub's file name and argv
+    (model.py, shm region, sizes, parent pid, lib dir, ipc handle, instance
+    name = argv[8], runtime), started with posix_spawn, not Popen: nothing in
+    this process may reap the zombie before the watchdog reads its wait
+    status (tritonserver does not reap its stubs)."""
+    model = tmp_path / "model.py"
+    model.write_text(script)
+    binary = tmp_path / "triton_python_backend_stub"
+    if not binary.exists():
+        binary.symlink_to(sys.executable)
+    argv = [str(binary), str(model), "region", "1", "1", "1", "lib", "1", "router_0_0", "DEFAULT"]
+    return os.posix_spawn(binary, argv, os.environ)
+
+
+def test_a_stub_that_exits_with_code_0_is_no_incident(tmp_path: Path) -> None:
+    """A stub ends normally when its model is unloaded or the server shuts
+    down; only a signal or a non-zero code is a crash (issue 28)."""
+    pid = _spawn_stub(tmp_path, "import sys, time\ntime.sleep(1.0)\nsys.exit(0)\n")
+    try:
+        server = ThisProcess()
+        seen: list = []
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dog = StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime()
+        assert pid in dog._known
+        deadline = time.monotonic() + 10
+        while not stubs_of(server.pid).get(pid, Stub(0, "", False, None)).zombie:
+            assert time.monotonic() < deadline, "the stand-in stub did not exit"
+            time.sleep(0.05)
+        assert stubs_of(server.pid)[pid].wait_status == 0
+        assert dog.check() == [] and dog.check() == []
+        assert seen == [] and server.restarts == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_stub_that_exits_with_code_1_is_a_crash(tmp_path: Path) -> None:
+    pid = _spawn_stub(tmp_path, "import sys, time\ntime.sleep(1.0)\nsys.exit(1)\n")
+    try:
+        server = ThisProcess()
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dog = StubWatchdog(server, interval_s=0.1).prime()
+        found: list = []
+        deadline = time.monotonic() + 10
+        while not found and time.monotonic() < deadline:
+            found = dog.check()
+            time.sleep(0.05)
+        assert [(i.kind, i.model, i.cause) for i in found] == [
+            ("stub_crash", "router", "exited with code 1")
+        ]
+        assert server.restarts == 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
 def test_stale_regions_of_dead_owners_are_removed(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -108,3 +175,105 @@ def test_stale_regions_of_dead_owners_are_removed(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"")
     assert remove_stale_shm_regions(tmp_path) == [names[0]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "repo" / "vicuna-7b"
+
+
+def test_fallback_covered_is_what_only_speculative_variants_use(tmp_path: Path) -> None:
+    """Issue 28: a crash in a model only speculative variants use is covered
+    by the router's fallback; the router, the fallback's closure (baseline:
+    preprocessing, postprocessing, target) and everything of a route's
+    fallback variant are not."""
+    covered = fallback_covered(GOLDEN)
+    assert covered == {
+        "draft": ("draft",),
+        "draft_vicuna-68m": ("draft",),
+        "target_dte": ("draft", "ngram"),
+        "ngram": ("ngram",),
+        "eagle": ("eagle",),
+        "target_eagle_eagle": ("eagle",),
+        "lookahead": ("lookahead",),
+        "target_lookahead_lookahead": ("lookahead",),
+        "medusa": ("medusa",),
+        "target_medusa_medusa": ("medusa",),
+    }
+    # serving one variant alone (no router): nothing falls back, a crash restarts
+    assert fallback_covered(GOLDEN, ["ngram", "target_dte", "preprocessing"]) == {}
+    # a route whose fallback is ngram makes ngram's closure essential
+    repo = tmp_path / "repo"
+    shutil.copytree(GOLDEN, repo)
+    (repo / "router" / "routing.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "default_variant": "baseline",
+                "routes": {"r": {"variant": "draft", "fallback_variant": "ngram"}},
+            }
+        )
+    )
+    covered = fallback_covered(repo)
+    assert "ngram" not in covered and "target_dte" not in covered
+    assert covered["draft_vicuna-68m"] == ("draft",)
+
+
+def test_a_covered_stub_crash_leaves_its_variant_down_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    pid = _spawn_stub(tmp_path, "import time\ntime.sleep(600)\n")
+    try:
+        server = ThisProcess()
+        seen: list = []
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.down_dir = tmp_path / "down"  # type: ignore[attr-defined]
+        # the stand-in is named router_0_0: cover "router" as if it were a variant's
+        dog = StubWatchdog(
+            server, interval_s=0.1, on_incident=seen.append, fallback={"router": ("ngram",)}
+        ).prime()
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            dog.check()
+            time.sleep(0.05)
+        assert server.restarts == 0
+        [incident] = seen
+        assert incident.action == (
+            "variant 'ngram' stays down: the router sends its routes to their fallback until "
+            "tritonserver restarts"
+        )
+        assert incident.message() == (
+            f"the Python-backend stub of model 'router' (pid {pid}) was killed by SIGKILL; "
+            "requests already streaming from it may fail"
+        )
+        assert dog.down == {"ngram": incident} and not incident.recovered
+        # what the router reads per request (trtspec.health)
+        assert is_down("ngram", tmp_path / "down") and not is_down("lookahead", tmp_path / "down")
+        assert dog.check() == []  # the zombie is reported once
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_the_guard_removes_the_servers_private_folder(tmp_path: Path) -> None:
+    """After its owner died, the guard removes the server's private folder
+    (repository view, cancellation flags) without following the view's
+    symlinks into the repository; a folder not named by Server is left."""
+    from trtspec.serve import guard
+
+    repo_model = tmp_path / "repo" / "m"
+    repo_model.mkdir(parents=True)
+    (repo_model / "config.pbtxt").write_text("x")
+    folder = tmp_path / "trtspec-server-1-abc"
+    (folder / "repository").mkdir(parents=True)
+    (folder / "repository" / "m").symlink_to(repo_model)
+    (folder / "cancel").mkdir()
+    guard.clean("", set(), 0.0, str(folder))
+    assert not folder.exists()
+    assert (repo_model / "config.pbtxt").read_text() == "x"
+    other = tmp_path / "precious"
+    other.mkdir()
+    guard.clean("", set(), 0.0, str(other))
+    assert other.is_dir()

@@ -128,8 +128,7 @@ def test_missing_key_wrong_type_and_enum(tmp_path: Path) -> None:
     )
     assert issues(p) == [
         f"{p}:2:1: target: missing required key 'family'; add it",
-        f"{p}:4:19: target.max_batch_size: input should be a valid integer, unable to parse string "
-        "as an integer (got 'lots')",
+        f"{p}:4:19: target.max_batch_size: expected an integer, got 'lots' (a string)",
         f"{p}:5:10: target.dtype: 'fp16' is not allowed; use one of 'float16', 'bfloat16' or 'float32'",
     ]
 

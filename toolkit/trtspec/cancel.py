@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 import uuid
 from pathlib import Path
@@ -31,10 +32,52 @@ from typing import Any
 PARAMETER = "trtspec_cancel"
 
 
+# Set by ``trtspec.serve.Server`` for its tritonserver: a folder it made with
+# mkdtemp (private, unpredictable name), so no other user can pre-create it.
+DIR_ENV = "TRTSPEC_CANCEL_DIR"
+_TRIES = 16
+_resolved: dict[str, Path] = {}
+
+
+def is_private(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder (not a link) owned by this user
+    and closed to everyone else (mode 0700 or stricter)."""
+    try:
+        st = folder.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _private(folder: Path) -> bool:
+    """Make ``folder`` (mode 0700) unless it exists; whether it is ours and private."""
+    with contextlib.suppress(FileExistsError, OSError):
+        folder.mkdir(mode=0o700)
+    return is_private(folder)
+
+
 def flag_dir() -> Path:
-    """Where the flags live: private to this user, shared by every stub of
-    every server this user runs (tokens are random, so servers never clash)."""
-    return Path(tempfile.gettempdir()) / f"trtspec-cancel-{os.getuid()}"
+    """Where the flags live: ``$TRTSPEC_CANCEL_DIR`` (the server's own
+    folder), else ``$TMPDIR/trtspec-cancel-<uid>``, shared by every stub of
+    every server this user runs (tokens are random, so servers never clash).
+    The folder must be a private folder of this user: one another user made
+    first (to read or silence our flags) is passed over for the next name,
+    ``…-<uid>-1``, ``-2`` … — every model of a chain passes over the same
+    ones, so they still agree. Resolved once per process."""
+    base = os.environ.get(DIR_ENV) or str(
+        Path(tempfile.gettempdir()) / f"trtspec-cancel-{os.getuid()}"
+    )
+    found = _resolved.get(base)
+    if found is not None and is_private(found):
+        return found
+    for attempt in range(_TRIES):
+        folder = Path(base if attempt == 0 else f"{base}-{attempt}")
+        if _private(folder):
+            _resolved[base] = folder
+            return folder
+    # Every name taken by someone else: a folder nobody can use; raising a
+    # flag then fails (cancellation stops only the model that saw the cancel).
+    return Path(base) / "not-private"
 
 
 def _token_of(request: Any) -> str | None:
@@ -96,11 +139,10 @@ class Cancellation:
         write (another user's, a full disk) leaves them running to their end,
         but never fails this model, which stops either way."""
         folder = flag_dir()
+        if not is_private(folder):
+            return  # never trust or write a folder someone else can touch
         try:
-            folder.mkdir(mode=0o700, exist_ok=True)
-            if folder.stat().st_uid != os.getuid():
-                return  # someone else's folder: never trust or write it
-            self.flag.touch()
+            (folder / self.token).touch()
         except OSError:
             return
         self._raised = True

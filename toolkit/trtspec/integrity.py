@@ -22,9 +22,12 @@ hours (``trtspec build --force`` records the files).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
+
+from trtspec.errors import TrtspecError
 
 MANIFEST = "trtspec.json"
 HASH_MAX_BYTES = 16 * 1024 * 1024
@@ -101,6 +104,32 @@ def verify_files(folder: Path, manifest: dict[str, Any]) -> list[tuple[str, str]
             if changed:
                 problems.append((rel, "content changed since the build (sha256 differs)"))
     return problems
+
+
+def require_intact(folder: Path, manifest: dict[str, Any], *, what: str = "") -> bool:
+    """Raise ``TrtspecError`` naming every file of ``folder`` that no longer
+    matches ``manifest`` and how to rebuild it; ``True`` when all match,
+    ``False`` when the manifest records no files (unverifiable). ``what``
+    names the folder's role in the message (``engine 'target' of …``)."""
+    problems = verify_files(folder, manifest)
+    if problems:
+        role = f" ({what})" if what else ""
+        raise TrtspecError(
+            f"{folder}{role}: {len(problems)} file(s) no longer match its {MANIFEST}:\n  "
+            + "\n  ".join(describe(problems)),
+            rebuild_hint(manifest),
+        )
+    return problems is not None
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """``folder``'s build manifest, or ``None`` when it has none (not built
+    by trtspec: nothing recorded to compare with) or it is not a JSON object."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def describe(problems: list[tuple[str, str]]) -> list[str]:

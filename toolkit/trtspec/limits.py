@@ -27,8 +27,27 @@ INT32_MAX = 2**31 - 1  # SizeType32: top_k, lengths, draft counts
 BENCH_TEMPERATURE_MAX = 2.0
 
 
+# Marks a client's error in a model's error message. On 2.51 a BLS caller sees
+# every callee error as INTERNAL (python_backend keeps the message, drops the
+# code), so callers recognise a callee's client error by this mark.
+CLIENT_ERROR = "invalid request"
+
+
 class ParamError(ValueError):
     """A request parameter outside its legal range: the client's error."""
+
+
+def decode_text(name: str, value: object) -> str:
+    """A STRING tensor element as text; bytes that are not UTF-8 are the
+    client's error (``ParamError`` naming the input and the first bad byte)."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParamError(
+            f"{name} must be UTF-8 text, got byte 0x{value[exc.start]:02X} at position {exc.start}"
+        ) from None
 
 
 def temperature_problem(value: float) -> str | None:
@@ -58,6 +77,13 @@ def seed_problem(value: int) -> str | None:
 def max_tokens_problem(value: int) -> str | None:
     if not 1 <= value <= INT32_MAX:
         return f"must be an integer in [1, {INT32_MAX}]"
+    return None
+
+
+def draft_tokens_request_problem(value: int) -> str | None:
+    """``num_draft_tokens`` on any variant (drafting or not): never negative."""
+    if not 0 <= value <= INT32_MAX:
+        return f"must be an integer in [0, {INT32_MAX}]"
     return None
 
 

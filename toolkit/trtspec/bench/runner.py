@@ -875,7 +875,12 @@ def _serve(run: _Run, repo: Path, models: list[str] | None, log_path: Path) -> I
         )
         run._incident(incident, None)
 
+    from trtspec.serve.access import root_warning
+
     server = Server(repo, models=models, log_path=log_path)
+    warning = root_warning()
+    if warning:
+        run.progress(f"bench: {warning}")
     try:
         server.start(timeout=SERVER_START_TIMEOUT_S)
         with StubWatchdog(server, on_incident=said).prime() as watchdog:

@@ -19,6 +19,7 @@ subprocess call.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import importlib.util
 import json
@@ -48,6 +49,10 @@ TAIL_LINES = 30
 
 Runner = Callable[[Sequence[str], "str | None", "Mapping[str, str] | None", Path], None]
 Progress = Callable[[str], None]
+
+
+# strerror(ENOSPC) as every tool prints it (Python's OSError, C's perror).
+_DISK_FULL = os.strerror(errno.ENOSPC)
 
 
 def run_subprocess(
@@ -112,6 +117,14 @@ def run_subprocess(
         if log_file:
             log_file.close()
     if code != 0:
+        if any(_DISK_FULL in line for line in tail):
+            # The tool's own traceback says nothing the user can act on.
+            raise StepFailed(
+                f"command failed with exit code {code}: no space left on the device "
+                f"(the tool said {_DISK_FULL!r}): {command}",
+                "free space on the disk of the engines folder (see `df -h`) or build "
+                "elsewhere (--engines-dir); units built before are complete",
+            )
         shown = "\n".join(f"    {t}" for t in tail) or "    (no output)"
         raise StepFailed(
             f"command failed with exit code {code}: {command}\n  last output:\n{shown}"
@@ -395,9 +408,8 @@ def execute(
                     if log.is_file():
                         shutil.copy2(log, kept)
                     shutil.rmtree(staging, ignore_errors=True)
-                    raise StepFailed(
-                        f"step {s.id} failed: {exc.message}", exc.hint or f"full log: {kept}"
-                    ) from None
+                    hint = f"{exc.hint}; full log: {kept}" if exc.hint else f"full log: {kept}"
+                    raise StepFailed(f"step {s.id} failed: {exc.message}", hint) from None
                 except BaseException:
                     shutil.rmtree(staging, ignore_errors=True)
                     raise

@@ -30,7 +30,7 @@ from trtspec.engine.config import (
     check_lookahead,
     parse_choices,
 )
-from trtspec.errors import TrtspecError
+from trtspec.errors import TrtspecError, os_error
 from trtspec.fsutil import atomic_write_json
 
 
@@ -249,7 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output)
     existed = out.exists()
     try:
-        build(args)
+        try:
+            build(args)
+        except OSError as exc:  # a full disk, a read-only or forbidden folder
+            if exc.filename is None:  # a failed flush or close names no file
+                exc.filename = str(out)
+            raise os_error(exc) or exc from None
     except (TrtspecError, EngineError) as exc:
         if not existed and out.exists() and not (out / "config.json").exists():
             shutil.rmtree(out, ignore_errors=True)

@@ -18,10 +18,11 @@ from trtspec.serve import (
     StubWatchdog,
     detect_world_size,
     engine_models,
+    fallback_covered,
     resolve_repo,
     variant_models,
 )
-from trtspec.serve.access import exposure_warning
+from trtspec.serve.access import exposure_warning, root_warning
 
 _port = click.IntRange(0, 65535)
 
@@ -106,9 +107,9 @@ def serve_command(
         world_size=ranks,
         engine_models=engine_models(repo, models) if ranks > 1 else (),
     )
-    warning = exposure_warning(host, http_port, grpc_port, metrics_port)
-    if warning:
-        progress(warning)
+    for warning in (exposure_warning(host, http_port, grpc_port, metrics_port), root_warning()):
+        if warning:
+            progress(warning)
     # Installed explicitly: a shell starting us in the background ignores SIGINT
     # for us, and `kill -INT` must still stop the server.
     previous_int = signal.signal(signal.SIGINT, _raise_stop)
@@ -116,12 +117,18 @@ def serve_command(
     ready = False
 
     def said(incident: Incident) -> None:
+        if incident.model in covered:
+            progress(f"Warning: {incident.message()}; {incident.action}")
+            return
         took = f" in {incident.recovery_s:.1f} s" if incident.recovery_s is not None else ""
         progress(f"Error: {incident.message()}; {incident.action}{took}")
 
-    # A dead stub is noticed within a second and the server restarted on the
-    # same ports; a dead server ends the command (check_alive below).
-    watchdog = StubWatchdog(server, on_incident=said, restart_dead_server=False)
+    # A dead stub is noticed within a second. One only a speculative variant
+    # uses leaves that variant down (the router serves its routes from their
+    # fallback); any other restarts the server on the same ports; a dead
+    # server ends the command (check_alive below).
+    covered = fallback_covered(repo, models)
+    watchdog = StubWatchdog(server, on_incident=said, restart_dead_server=False, fallback=covered)
     try:
         progress(f"Starting tritonserver ({server.install.source}); log: {server.log_path}")
         server.start(timeout=timeout)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from trtspec.cancel import Cancellation
-from trtspec.limits import ParamError, check_sampling
+from trtspec.limits import CLIENT_ERROR, ParamError, check_sampling
 from trtspec.repo.models.threads import WORKAROUND
 
 try:  # only importable inside Triton's Python backend stub
@@ -294,7 +294,9 @@ class TritonPythonModel:
         if isinstance(exc, (InputError, TrtspecError)):
             return pb_utils.InferenceResponse(
                 output_tensors=[],
-                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG),
+                error=pb_utils.TritonError(
+                    f"{CLIENT_ERROR}: {exc}", pb_utils.TritonError.INVALID_ARG
+                ),
             )
         import traceback
 
@@ -409,7 +411,9 @@ class TritonPythonModel:
         except (InputError, TrtspecError) as exc:
             response = pb_utils.InferenceResponse(
                 output_tensors=[],
-                error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG),
+                error=pb_utils.TritonError(
+                    f"{CLIENT_ERROR}: {exc}", pb_utils.TritonError.INVALID_ARG
+                ),
             )
         except Exception as exc:  # a bug must fail this request, not the model
             import traceback

@@ -19,7 +19,12 @@ Path_ = tuple[Any, ...]  # a field path in the spec, e.g. ("variants", 0, "max_d
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False, use_enum_values=False)
+    # strict: no lax coercion (`max_input_len: true` is not 1, "12" is not 12);
+    # enum fields opt out with Field(strict=False), since YAML gives their values
+    # as strings and strict mode would want Enum instances.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=False, use_enum_values=False, strict=True
+    )
 
 
 PosInt = Annotated[int, Field(ge=1)]

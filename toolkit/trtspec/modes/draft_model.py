@@ -29,9 +29,13 @@ class DraftModel(Strict):
     model: str = Field(
         min_length=1, description="Draft model: local HF folder, .gguf file, or hub id."
     )
-    family: Family = Field(description="Draft model family.")
-    dtype: DType | None = Field(default=None, description="Draft dtype; null = the target's.")
-    quantization: Quantization = Field(default=Quantization.none, description="Draft quantization.")
+    family: Family = Field(strict=False, description="Draft model family.")
+    dtype: DType | None = Field(
+        default=None, strict=False, description="Draft dtype; null = the target's."
+    )
+    quantization: Quantization = Field(
+        default=Quantization.none, strict=False, description="Draft quantization."
+    )
     tp: int = Field(
         default=1,
         ge=1,

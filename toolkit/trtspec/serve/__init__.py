@@ -23,10 +23,13 @@ from trtspec.serve.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA_VERSION,
     detect_world_size,
+    engine_folders,
     engine_models,
+    fallback_covered,
     read_manifest,
     resolve_repo,
     variant_models,
+    verify_engines,
 )
 from trtspec.serve.supervisor import (
     Server,
@@ -51,7 +54,9 @@ __all__ = [
     "TritonInstall",
     "cache_root",
     "detect_world_size",
+    "engine_folders",
     "engine_models",
+    "fallback_covered",
     "find_tritonserver",
     "free_ports",
     "group_members",
@@ -68,5 +73,6 @@ __all__ = [
     "server_argv",
     "stubs_of",
     "variant_models",
+    "verify_engines",
     "wheel_env",
 ]

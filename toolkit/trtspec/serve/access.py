@@ -1,29 +1,45 @@
-"""Who may change a served tritonserver: the restricted APIs and their key.
+"""Who may change a served tritonserver: model control and the restricted APIs.
 
 With ``--model-control-mode=explicit`` Triton's repository API loads any model
 a client names, ``file:`` overrides included — a Python model uploaded that way
-runs as the server's user. Every server trtspec starts therefore restricts the
-APIs that change or expose server state (``RESTRICTED_APIS``) on both
-protocols, with ``--http-restricted-api`` / ``--grpc-restricted-protocol``
-(grammar ``<api>[,<api>…]:<header>=<value>``, parsed by
-``TritonParser::ParseRestrictedFeatureOption`` in the 2.51 server's
-``src/command_line_parser.cc``; the gRPC frontend prefixes the header with
-``triton-grpc-protocol-``). The value is a random key made per server
-(``new_admin_key``); only the ``Server`` object that started the server holds
-it and sends it. Inference, health, metadata, model-config and statistics stay
-open: the benchmark, tritonclient and perf_analyzer use them and none changes
-what the server runs.
+runs as the server's user. So a server trtspec starts has **no model
+control**: ``--model-control-mode=none`` (the default), which loads every
+model of the repository it is given at start and refuses every load and
+unload (``explicit model load / unload is not allowed …``). ``serve
+--variant`` gets exactly the models it needs from a repository *view*, a
+private folder of symlinks to those model folders (``supervisor``). Nothing
+trtspec runs needs the control API at serve time: the stub watchdog recovers
+by restarting the server, the benchmark only infers.
 
-Limit: Triton reads the key from its command line only, and a process's
-command line is readable by every local user unless ``/proc`` is mounted with
-``hidepid=2``. The key keeps out other machines and web pages (which cannot
-read the process list); on a machine shared with untrusted users, mount
-``/proc`` with ``hidepid=2`` or run the server in its own container.
+The other APIs that change or expose server state (``RESTRICTED_APIS``:
+repository index and control, shared-memory registration, logging, trace)
+are closed to every client with ``--http-restricted-api`` /
+``--grpc-restricted-protocol`` (grammar ``<api>[,<api>…]:<header>=<value>``,
+parsed by ``TritonParser::ParseRestrictedFeatureOption`` in the 2.51
+server's ``src/command_line_parser.cc``; the gRPC frontend prefixes the
+header with ``triton-grpc-protocol-`` and compares name and value exactly)
+set to a header no request can carry (``CLOSED_HEADER: CLOSED_VALUE``).
+Triton 2.51 reads its options only from its command line (``getopt_long``;
+no option file, no environment variable), and a process's command line is
+readable by every local user, so no secret can be handed to it unseen; a
+header no client can send needs no secret. Probed against the bundled
+2.51 binary with hand-made requests (tests/fixtures/admin_probe.py): over
+HTTP/1.1 the value's line feed ends the header line (the server answers 403
+or drops the request); over HTTP/2 grpc-core accepts a line feed in a value
+(so the value alone would not do) but refuses a header block with an
+upper-case name ("Missing :method header"; RFC 9113 §8.2.1: names are lower
+case), and Triton keeps the configured name's case, so the gRPC name never
+matches.
+
+``control=True`` (tests that unload a model to make a variant fail) keeps the
+old policy: explicit model control and a random key (``new_admin_key``) on
+the command line, readable by any local user — never for a shared machine.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 
 # The APIs a server started by trtspec refuses without the key. model-repository:
@@ -39,15 +55,39 @@ GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 _FLAGS = ("--http-restricted-api=", "--grpc-restricted-protocol=")
 
 
+# The header the restricted APIs expect when no client may use them (module
+# docstring): an upper-case name no HTTP/2 (gRPC) request can carry, and a
+# value with a line feed no HTTP/1.1 request can carry.
+CLOSED_HEADER = "Trtspec-Closed"
+CLOSED_VALUE = "closed\nno-client-can-send-this"
+
+
+def closed_api_args() -> list[str]:
+    """The tritonserver flags that close ``RESTRICTED_APIS`` to every client."""
+    return restricted_api_args(CLOSED_VALUE, header=CLOSED_HEADER)
+
+
+def root_warning(euid: int | None = None) -> str | None:
+    """The warning to print when the server will run as root; ``None`` otherwise."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return None
+    return (
+        "Warning: tritonserver will run as root: a model that misbehaves (a Python "
+        "backend model runs arbitrary code) does so with root's rights. Run trtspec as an "
+        "unprivileged user (in a container: `USER` in the image, or `docker run --user`)."
+    )
+
+
 def new_admin_key() -> str:
     """A fresh random key (128 bits, hex: no character Triton's parser splits on)."""
     return secrets.token_hex(16)
 
 
-def restricted_api_args(key: str) -> list[str]:
-    """The tritonserver flags restricting ``RESTRICTED_APIS`` to ``key`` on HTTP and gRPC."""
+def restricted_api_args(key: str, header: str = ADMIN_HEADER) -> list[str]:
+    """The tritonserver flags restricting ``RESTRICTED_APIS`` to ``header: key``
+    on HTTP and gRPC."""
     apis = ",".join(RESTRICTED_APIS)
-    return [f"{flag}{apis}:{ADMIN_HEADER}={key}" for flag in _FLAGS]
+    return [f"{flag}{apis}:{header}={key}" for flag in _FLAGS]
 
 
 def sets_restrictions(args: list[str]) -> bool:
@@ -86,8 +126,8 @@ def exposure_warning(host: str, http_port: int, grpc_port: int, metrics_port: in
         f"Warning: --host {host} is not a loopback address. Anyone who can reach this machine "
         f"can, without authentication or TLS: run inference and read health, metadata, model "
         f"configurations and statistics (HTTP on {port(http_port)}, gRPC on "
-        f"{port(grpc_port)}), and read the metrics (on {port(metrics_port)}). The {restricted} "
-        "APIs need a random key that only this trtspec process sends. Bind 127.0.0.1 (the "
+        f"{port(grpc_port)}), and read the metrics (on {port(metrics_port)}). No model can be "
+        f"loaded (model control is off) and the {restricted} APIs are closed. Bind 127.0.0.1 (the "
         "default) unless other machines must reach the server, and then put it behind a "
         "firewall or an authenticating proxy."
     )

@@ -1,5 +1,5 @@
 """The guard process: stdlib only, run by path (``python -I guard.py PREFIX
-GRACE``) so that it starts in a few tens of milliseconds and imports nothing
+GRACE [FOLDER]``) so that it starts in a few tens of milliseconds and imports nothing
 of trtspec.
 
 ``Server`` starts one guard before its tritonserver and keeps the write end of
@@ -11,7 +11,8 @@ server's shared-memory prefix (tritonserver, ``mpirun`` and every
 Python-backend stub: the stub's argv names its region, which starts with the
 prefix) and every member of the process groups the owner announced
 (``pgid N`` lines; ``gone N`` once it stopped that group itself), waits
-``GRACE`` seconds, SIGKILLs what is left and unlinks ``/dev/shm/PREFIX*``.
+``GRACE`` seconds, SIGKILLs what is left, unlinks ``/dev/shm/PREFIX*`` and removes FOLDER (the
+server's private ``trtspec-server-…`` folder: repository view, cancel flags).
 After a clean ``stop()`` there is nothing left and it exits at once. It
 ignores SIGINT/SIGHUP/SIGTERM: a Ctrl-C aimed at the owner must not stop the
 cleanup that would follow it.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -57,7 +59,7 @@ def _signal(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def clean(prefix: str, pgids: set[int], grace: float) -> None:
+def clean(prefix: str, pgids: set[int], grace: float, folder: str = "") -> None:
     pids = matching(prefix, pgids)
     if pids:
         _signal(pids, signal.SIGTERM)
@@ -74,10 +76,14 @@ def clean(prefix: str, pgids: set[int], grace: float) -> None:
             if name.startswith(prefix):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(SHM_DIR, name))
+    # only a folder by the name Server gives it; symlinks inside are unlinked, not followed
+    if folder and os.path.basename(folder).startswith("trtspec-server-"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
     prefix, grace = argv[1], float(argv[2])
+    folder = argv[3] if len(argv) > 3 else ""
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     pgids: set[int] = set()
@@ -88,7 +94,7 @@ def main(argv: list[str]) -> int:
             pgids.add(int(value))
         elif word == "gone" and value.strip().isdigit():
             pgids.discard(int(value))
-    clean(prefix, pgids, grace)
+    clean(prefix, pgids, grace, folder)
     return 0
 
 

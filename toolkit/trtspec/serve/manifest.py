@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from trtspec.errors import ServerError
+from trtspec.integrity import read_manifest as read_build_manifest
+from trtspec.integrity import require_intact
 
 MANIFEST_NAME = "trtspec-repo.json"
 MANIFEST_SCHEMA_VERSION = 1
@@ -129,6 +131,104 @@ def engine_models(repo: Path, among: Iterable[str] | None = None) -> list[str]:
     )
 
 
+def engine_folders(repo: Path, among: Iterable[str] | None = None) -> list[tuple[str, Path]]:
+    """``(engine model, engine folder)`` for each engine model of the manifest
+    (optionally only ``among``) whose ``config.pbtxt`` names a
+    ``gpt_model_path``; a model whose config cannot be read is left to
+    tritonserver, which reports it precisely."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    found = []
+    for name in engine_models(repo, among):
+        config = model_config_pb2.ModelConfig()
+        try:
+            text = (repo / name / "config.pbtxt").read_text(encoding="utf-8")
+            text_format.Parse(text, config)
+        except (OSError, ValueError, text_format.ParseError):
+            continue
+        raw = (
+            config.parameters["gpt_model_path"].string_value
+            if "gpt_model_path" in (config.parameters)
+            else ""
+        )
+        if raw:
+            found.append((name, repo / raw))  # an absolute raw path stays itself
+    return found
+
+
+def verify_engines(repo: Path, among: Iterable[str] | None = None) -> int:
+    """Check every engine folder served from ``repo`` (optionally only the
+    engine models ``among``) against its build manifest's sizes and SHA-256
+    (``trtspec.integrity``) before tritonserver loads it; raise the
+    integrity error naming each changed file and the rebuild command.
+    Returns how many folders were verified (a folder without a manifest, or
+    a repository without ``trtspec-repo.json``, is not counted)."""
+    if not (repo / MANIFEST_NAME).is_file():
+        return 0
+    verified = 0
+    for name, folder in engine_folders(repo, among):
+        manifest = read_build_manifest(folder)
+        if manifest is not None and require_intact(folder, manifest, what=f"engine model {name!r}"):
+            verified += 1
+    return verified
+
+
+def _closure(models: dict, roots: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    pending = list(roots)
+    while pending:
+        name = pending.pop()
+        if name in seen or not isinstance(models.get(name), dict):
+            continue
+        seen.add(name)
+        pending.extend(str(c) for c in models[name].get("calls") or [])
+    return seen
+
+
+def fallback_covered(repo: Path, served: Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
+    """``{model: (variant, …)}`` for the served models whose stub may die without
+    an outage: those only speculative variants use, when the router is served
+    — it sends a failing variant's routes to their fallback. Everything the
+    router itself, the default variant or any route's fallback variant needs
+    (read from ``router/routing.json``) is left out, as is everything when
+    there is no router, manifest or readable routing table."""
+    from trtspec.errors import RepoError
+    from trtspec.repo.routing import load_routing
+
+    if not (repo / MANIFEST_NAME).is_file():
+        return {}
+    models: dict = read_manifest(repo)["models"]
+    wanted = set(models) if served is None else set(served)
+    router = models.get("router")
+    if "router" not in wanted or not isinstance(router, dict):
+        return {}
+    try:
+        table = load_routing(repo / "router" / "routing.json")
+    except (RepoError, OSError, ValueError):
+        return {}
+    fallbacks = {table.default_variant} | {r.fallback_variant for r in table.routes.values()}
+    roots = [
+        name
+        for name, info in models.items()
+        if isinstance(info, dict)
+        and info.get("role") == "orchestrator"
+        and (info.get("variant") or name) in fallbacks
+    ]
+    essential = _closure(models, roots) | {"router"}
+    covered: dict[str, tuple[str, ...]] = {}
+    for name, info in sorted(models.items()):
+        if not isinstance(info, dict) or info.get("role") != "orchestrator":
+            continue
+        variant = str(info.get("variant") or name)
+        if variant in fallbacks:
+            continue
+        for member in sorted(_closure(models, [name]) - essential):
+            if member in wanted:
+                covered[member] = (*covered.get(member, ()), variant)
+    return covered
+
+
 def detect_world_size(repo: Path) -> int:
     """TP×PP of the repository's TensorRT-LLM engines, read from each engine
     model's ``gpt_model_path``/``config.json``; 1 without a manifest or for
@@ -137,22 +237,15 @@ def detect_world_size(repo: Path) -> int:
         return 1
     if read_manifest(repo).get("backend") != "tensorrt_llm":
         return 1
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
     sizes: set[int] = set()
-    for name in engine_models(repo):
-        config = model_config_pb2.ModelConfig()
+    for _name, engine_dir in engine_folders(repo):
         try:
-            text = (repo / name / "config.pbtxt").read_text(encoding="utf-8")
-            text_format.Parse(text, config)
-            engine_dir = Path(config.parameters["gpt_model_path"].string_value)
-            engine = json.loads((repo / engine_dir / "config.json").read_text(encoding="utf-8"))
+            engine = json.loads((engine_dir / "config.json").read_text(encoding="utf-8"))
             mapping = engine["pretrained_config"]["mapping"]
             size = mapping.get("world_size") or mapping.get("tp_size", 1) * mapping.get(
                 "pp_size", 1
             )
-        except (OSError, ValueError, KeyError, TypeError, text_format.ParseError):
+        except (OSError, ValueError, KeyError, TypeError):
             continue  # tritonserver itself reports a broken engine model precisely
         sizes.add(int(size))
     if len(sizes) > 1:

@@ -11,7 +11,10 @@ is killed: through the parent-death signal, and through a guard process
 (``serve/guard.py``) that notices its owner is gone at any moment (start,
 steady, stop) and removes what the server left. Every server restricts the
 model-repository API and the other state-changing APIs to a random key only
-this ``Server`` holds (``trtspec.serve.access``). Each server gets its own
+no client can send (``trtspec.serve.access``): a server has no model control
+(mode ``none``); ``models`` are served from a private repository view of
+symlinks, and the engine folders are checked against their build manifests
+before the first start (``verify_engines``). Each server gets its own
 Python-backend shared-memory prefix (``trtspec_<pid>_<random>_``): a server
 stopped gracefully removes its regions itself, after a SIGKILL (a crashed
 stub, a start that timed out) ``stop()`` removes the ones it left in
@@ -27,6 +30,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,10 +45,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from trtspec.cancel import DIR_ENV as CANCEL_DIR_ENV
 from trtspec.errors import ServerError
+from trtspec.health import DOWN_ENV
+from trtspec.health import clear as clear_down
 from trtspec.procutil import parent_death_hook, pid_alive
 from trtspec.serve.access import (
     admin_headers,
+    closed_api_args,
     new_admin_key,
     restricted_api_args,
     sets_restrictions,
@@ -58,6 +66,7 @@ from trtspec.serve.launch import (
     orchestrator_mode_argv,
     visible_gpus,
 )
+from trtspec.serve.manifest import verify_engines
 
 # Log lines Triton prints on every CPU-only start; they are not the reason a start failed.
 _BENIGN_ERRORS = (
@@ -133,13 +142,15 @@ def leader_mode_argv(
     oversubscribe: bool = False,
     extra_args: Sequence[str] = (),
     shm_prefix: str = "prefix",
+    rank0_repo: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """The ``mpirun`` command for TP×PP = ``world_size`` in TRT-LLM's leader
     mode: one tritonserver per rank, each with its own Python-backend shared
     memory prefix (``<shm_prefix><rank>_``). Ranks > 0 load only the engine
     model(s) explicitly; they block inside the engine's instance
     initialisation, so sharing the ports with rank 0 never clashes. ``models``
-    restricts rank 0 to those models."""
+    restricts rank 0 to those models (explicit loading); ``rank0_repo`` serves
+    rank 0 from another repository (a view holding only its models)."""
     if world_size < 2:
         raise ValueError("leader mode needs world_size >= 2")
     engines = [engine_model] if isinstance(engine_model, str) else list(engine_model)
@@ -152,8 +163,9 @@ def leader_mode_argv(
         if rank:
             argv.append(":")
         argv += ["-n", "1"]
+        served = rank0_repo if rank == 0 and rank0_repo is not None else repo
         argv += server_argv(
-            binary, repo, host=host, http_port=http_port, grpc_port=grpc_port,
+            binary, served, host=host, http_port=http_port, grpc_port=grpc_port,
             metrics_port=metrics_port, backend_dir=backend_dir,
             models=models if rank == 0 else engines,
             extra_args=[
@@ -189,11 +201,15 @@ def _stop_live_servers() -> None:
 class Server:
     """One supervised tritonserver (or ``mpirun`` leader/orchestrator-mode launch).
 
-    Ports given as 0 are picked free at ``start()``; ``models`` (a list) means
-    ``--model-control-mode explicit`` with one ``--load-model`` each. The
-    repository, shared-memory, logging and trace APIs answer only requests
-    carrying ``admin_headers()`` (unless ``extra_args`` set restrictions of
-    their own). Use as a context manager, or call ``start()`` and ``stop()``."""
+    Ports given as 0 are picked free at ``start()``; ``models`` (a list) are
+    the only models served, from a repository view (model control stays
+    off). The repository, shared-memory, logging and trace APIs are closed to
+    every client (unless ``extra_args`` set restrictions of their own).
+    ``control=True`` (tests only) instead starts ``--model-control-mode
+    explicit`` (``--load-model`` each of ``models``, or ``*``) and opens
+    those APIs to ``admin_headers()``, a key on the command line that every
+    local user can read. Use as a context manager, or call ``start()`` and
+    ``stop()``."""
 
     def __init__(
         self,
@@ -211,6 +227,8 @@ class Server:
         world_size: int = 1,
         engine_models: Sequence[str] = (),
         install: TritonInstall | None = None,
+        control: bool = False,
+        verify: bool = True,
     ) -> None:
         self.repo = Path(repo).absolute()
         if not self.repo.is_dir():
@@ -239,11 +257,23 @@ class Server:
         self.shm_prefix: str | None = None
         if not any(_SHM_OPTION in arg for arg in self.extra_args):
             self.shm_prefix = f"trtspec_{os.getpid()}_{secrets.token_hex(4)}_"
-        # The key to the restricted APIs (None: the caller's extra_args restrict them).
+        self.control = control
+        self.verify = verify
+        # The key to the restricted APIs: only with control; without, they are
+        # closed to every client (None also when the caller's extra_args restrict them).
         self.admin_key: str | None = None
         if not sets_restrictions(self.extra_args):
-            self.admin_key = new_admin_key()
-            self.extra_args += restricted_api_args(self.admin_key)
+            if control:
+                self.admin_key = new_admin_key()
+                self.extra_args += restricted_api_args(self.admin_key)
+            else:
+                self.extra_args += closed_api_args()
+        # A private folder of this server's own: the repository view (models=)
+        # and the cancellation flags. Named now so argv() stays pure; made at start.
+        self.runtime_dir = Path(tempfile.gettempdir()) / (
+            f"trtspec-server-{os.getpid()}-{secrets.token_hex(6)}"
+        )
+        self._verified = False
         self._process: subprocess.Popen[bytes] | None = None
         self._torn_down = False
         self._guard: subprocess.Popen[bytes] | None = None
@@ -307,10 +337,16 @@ class Server:
             self._ports = self._choose_ports()
         http, grpc, metrics = self._ports
         binary, backend_dir = self.install.binary, self.install.backend_dir
+        # Without model control, `models` are what the view holds; with it, explicit loads.
+        repo, models = self.repo, self.models
+        if self.control and models is None:
+            models = ["*"]
+        elif not self.control and models is not None:
+            repo, models = self.view_dir, None
         if self.launch_mode == ORCHESTRATOR:
             one = server_argv(
-                binary, self.repo, host=self.host, http_port=http, grpc_port=grpc,
-                metrics_port=metrics, backend_dir=backend_dir, models=self.models,
+                binary, repo, host=self.host, http_port=http, grpc_port=grpc,
+                metrics_port=metrics, backend_dir=backend_dir, models=models,
                 extra_args=["--disable-auto-complete-config",
                             f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix or 'prefix'}0_",
                             *self.extra_args],
@@ -321,17 +357,60 @@ class Server:
             return leader_mode_argv(
                 self.world_size, self.repo, engine_model=self.engine_models, host=self.host,
                 http_port=http, grpc_port=grpc, metrics_port=metrics, binary=binary,
-                backend_dir=backend_dir, models=self.models, extra_args=self.extra_args,
+                backend_dir=backend_dir, models=models, extra_args=self.extra_args,
                 shm_prefix=self.shm_prefix or "prefix",
+                rank0_repo=repo if repo != self.repo else None,
             )  # fmt: skip
         extra = list(self.extra_args)
         if self.shm_prefix:
             extra.append(f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix}")
         return server_argv(
-            binary, self.repo, host=self.host, http_port=http, grpc_port=grpc,
-            metrics_port=metrics, backend_dir=backend_dir, models=self.models,
+            binary, repo, host=self.host, http_port=http, grpc_port=grpc,
+            metrics_port=metrics, backend_dir=backend_dir, models=models,
             extra_args=extra,
         )  # fmt: skip
+
+    @property
+    def down_dir(self) -> Path:
+        """Where the watchdog marks variants down for the router (``trtspec.health``)."""
+        return self.runtime_dir / "down"
+
+    @property
+    def view_dir(self) -> Path:
+        """The repository view served when ``models`` are given without control."""
+        return self.runtime_dir / "repository"
+
+    def _make_runtime_dir(self) -> None:
+        """Create the private folder (mode 0700, ours: a name someone made
+        first is an error, never used) with the repository view and the
+        cancellation folder inside."""
+        if self.runtime_dir.is_dir() and not self.runtime_dir.is_symlink():
+            st = self.runtime_dir.lstat()
+            if st.st_uid == os.getuid() and not st.st_mode & 0o077:
+                return  # ours, from the previous start of this Server
+        try:
+            self.runtime_dir.mkdir(mode=0o700)
+            (self.runtime_dir / "cancel").mkdir(mode=0o700)
+            self.down_dir.mkdir(mode=0o700)
+            if self.models is not None and not self.control:
+                self.view_dir.mkdir(mode=0o700)
+                for name in self.models:
+                    source = self.repo / name
+                    if not source.is_dir():
+                        raise ServerError(
+                            f"model {name!r} is not a folder of {self.repo}",
+                            hint="pass the names of model folders in the repository",
+                        )
+                    (self.view_dir / name).symlink_to(source, target_is_directory=True)
+        except OSError as exc:
+            raise ServerError(
+                f"cannot create the server's private folder {self.runtime_dir}: {exc.strerror}",
+                hint="check the temp folder ($TMPDIR): it must be writable",
+            ) from exc
+
+    def _remove_runtime_dir(self) -> None:
+        # symlinks and flag files only: rmtree unlinks links, never follows them
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
     def _choose_ports(self) -> tuple[int, int, int]:
         wanted = list(self._requested)
@@ -376,6 +455,7 @@ class Server:
                 self._requested = ports
             self.restarts += 1
             self._log_mode = "ab"
+            clear_down(self.down_dir)  # every stub starts afresh: no variant is down
             self.start(timeout=timeout)
             return self
 
@@ -384,7 +464,14 @@ class Server:
             return
         try:
             self._guard = subprocess.Popen(
-                [sys.executable, "-I", str(_GUARD), self.shm_prefix or "", str(GUARD_GRACE_S)],
+                [
+                    sys.executable,
+                    "-I",
+                    str(_GUARD),
+                    self.shm_prefix or "",
+                    str(GUARD_GRACE_S),
+                    str(self.runtime_dir),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -413,8 +500,19 @@ class Server:
             guard.wait(timeout=GUARD_GRACE_S + 5.0)
 
     def _launch_and_wait(self, timeout: float) -> None:
+        if self.verify and not self._verified:
+            # before anything is loaded: a changed engine file is refused here
+            verify_engines(self.repo, self.models)
+            self._verified = True
+        self._make_runtime_dir()
         argv = self.argv()
-        env = {**os.environ, **self.install.env, **self.env}
+        env = {
+            **os.environ,
+            **self.install.env,
+            CANCEL_DIR_ENV: str(self.runtime_dir / "cancel"),
+            DOWN_ENV: str(self.down_dir),
+            **self.env,
+        }
         self._start_guard()
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -510,6 +608,7 @@ class Server:
             return self._stop(grace)
         finally:
             self.close_guard()
+            self._remove_runtime_dir()
 
     def _stop(self, grace: float) -> int | None:
         process = self._process
@@ -564,10 +663,11 @@ class Server:
     def _post(self, path: str, what: str) -> None:
         url = f"http://{self.http_url}{path}"
         hint = f"log: {self.log_path}"
-        if self.models is None:
-            hint = (
-                "loading and unloading need explicit model control: start the Server with "
-                f"models=[...] (trtspec serve --variant); {hint}"
+        if not self.control:
+            raise ServerError(
+                f"{what} failed: this server has no model control (trtspec serves a fixed "
+                "set of models; a restart loads them again)",
+                hint="tests that must unload a model start the Server with control=True",
             )
         request = urllib.request.Request(url, data=b"{}", method="POST")
         request.add_header("Content-Type", "application/json")

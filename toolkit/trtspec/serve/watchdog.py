@@ -26,12 +26,13 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trtspec.errors import ServerError
+from trtspec.health import mark_down
 
 STUB_BINARY = "triton_python_backend_stub"
 _wall_clock, _perf_ns = time.time, time.perf_counter_ns
@@ -76,6 +77,8 @@ class Incident:
             if self.kind == "server_exit"
             else f"model {self.model!r}: {self.cause}"
         )
+        if self.action.startswith("variant"):  # left down, its routes on their fallback
+            return f"{what}; requests already streaming from it may fail"
         return f"{what}; the requests in flight failed"
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,6 +100,11 @@ def describe_wait_status(status: int | None) -> str:
             name = f"signal {status & 0x7F}"
         return f"was killed by {name}"
     return f"exited with code {(status >> 8) & 0xFF}"
+
+
+def exited_cleanly(status: int | None) -> bool:
+    """Whether a wait status is a normal exit with code 0."""
+    return status is not None and status & 0x7F == 0 and (status >> 8) & 0xFF == 0
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -166,8 +174,13 @@ class StubWatchdog:
         on_incident: Callable[[Incident], None] | None = None,
         restart_timeout_s: float = 300.0,
         restart_dead_server: bool = True,
+        fallback: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.server = server
+        # {model: variants}: a dead stub of one of these leaves its variants down
+        # instead of restarting the server (manifest.fallback_covered).
+        self.fallback = dict(fallback or {})
+        self.down: dict[str, Incident] = {}  # variant -> the crash that took it down
         # False: a server that exited is its owner's business (`trtspec serve`
         # ends with the log tail); only dead stubs are handled here.
         self.restart_dead_server = restart_dead_server
@@ -232,6 +245,11 @@ class StubWatchdog:
         for stub_pid, stub in now.items():
             known = self._known.get(stub_pid)
             if stub.zombie:
+                if exited_cleanly(stub.wait_status):
+                    # A stub ends with code 0 when its model is unloaded or
+                    # the server shuts down: that is no crash.
+                    self._known[stub_pid] = Stub(stub_pid, stub.instance, True, stub.wait_status)
+                    continue
                 if known is None or not known.zombie:  # unknown: died before we looked
                     found.append(
                         Incident(
@@ -269,7 +287,27 @@ class StubWatchdog:
 
     def _handle(self, incident: Incident) -> None:
         self.incidents.append(incident)
-        if self.recover:
+        variants = (
+            self.fallback.get(incident.model or "") if incident.kind == "stub_crash" else None
+        )
+        if variants and self.server.poll() is None:
+            # The router fails over: a restart would fail every request in
+            # flight on every variant and refuse new ones for its duration.
+            down_dir = getattr(self.server, "down_dir", None)
+            for variant in variants:
+                self.down.setdefault(variant, incident)
+                if down_dir is not None:
+                    mark_down(down_dir, variant)  # the router reads it per request
+            names = ", ".join(repr(v) for v in variants)
+            incident.action = (
+                f"{'variant' if len(variants) == 1 else 'variants'} {names} "
+                f"{'stays' if len(variants) == 1 else 'stay'} down: the router sends "
+                f"{'its' if len(variants) == 1 else 'their'} routes to their fallback "
+                "until tritonserver restarts"
+            )
+            incident.recovered = False
+            incident.recovery_s = 0.0
+        elif self.recover:
             start = time.monotonic()
             try:
                 # A server with a dead stub has nothing worth a graceful exit.
@@ -281,6 +319,7 @@ class StubWatchdog:
             else:
                 incident.action = "tritonserver restarted on the same ports"
                 incident.recovered = True
+                self.down.clear()  # every variant is back (restart() cleared the marks)
                 self._server_pid, self._known = self.server.pid, {}
                 self._seed()
             incident.recovery_s = time.monotonic() - start

@@ -13,6 +13,7 @@ Soft problems (a chat-template mismatch) land in ``Spec.warnings``.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,11 @@ def parse_spec(
             f"the spec must be a mapping with keys name, target, variants...; got {_short(data)}",
         )
         raise SpecError(issues.in_file_order(), "see build_specs/ for examples")
+    _text_problems(data, (), issues)
+    if issues.lines:  # paths with NUL or 100 kB names cannot be checked further
+        raise SpecError(
+            issues.in_file_order(), "fix the fields named above; `trtspec validate` rechecks"
+        )
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
@@ -118,6 +124,45 @@ def parse_spec(
     return spec
 
 
+# Longer than any path the kernel takes (PATH_MAX) and than any name or URL a
+# spec needs; past it a path check would fail with ENAMETOOLONG.
+MAX_STRING = 4096
+# C0 controls and DEL, except tab and newline (legal in a YAML block string).
+_CONTROL = {chr(c) for c in range(32) if c not in (9, 10)} | {"\x7f"}
+
+
+def _text_problems(data: Any, path: tuple[Any, ...], issues: _Issues) -> None:
+    """Strings no field can use: control characters (a NUL ends a path at the
+    kernel) and strings longer than ``MAX_STRING``; keys as well as values."""
+
+    def check(text: str, where: tuple[Any, ...], key: bool) -> None:
+        what = "key" if key else "value"
+        bad = next((c for c in text if c in _CONTROL), None)
+        if bad is not None:
+            issues.add(
+                where,
+                f"the {what} contains the control character U+{ord(bad):04X}; remove it",
+                key=key,
+            )
+        elif len(text) > MAX_STRING:
+            issues.add(
+                where,
+                f"the {what} is {len(text):,} characters long; at most {MAX_STRING:,} are allowed",
+                key=key,
+            )
+
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(k, str):
+                check(k, (*path, k), True)
+            _text_problems(v, (*path, k), issues)
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            _text_problems(v, (*path, i), issues)
+    elif isinstance(data, str):
+        check(data, path, False)
+
+
 def load_spec(path: str | Path) -> Spec:
     """Load, validate and resolve a build spec file."""
     path = Path(path)
@@ -131,8 +176,26 @@ def load_spec(path: str | Path) -> Spec:
             [f"{filename}: is a folder, not a spec file"], "pass a .yaml file"
         ) from None
     except UnicodeDecodeError as exc:
+        raw = path.read_bytes()
+        line = raw[: exc.start].count(b"\n") + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError(
-            [f"{filename}: not UTF-8 text ({exc.reason})"], "save the spec as UTF-8"
+            [
+                f"{filename}:{line}:{col}: not UTF-8 text (byte 0x{raw[exc.start]:02X}: "
+                f"{exc.reason})"
+            ],
+            "save the spec as UTF-8",
+        ) from None
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise  # full, read-only, denied: the CLI's os_error says those
+        raise SpecError(
+            [f"{filename[:200]}…: the file name is too long ({len(filename):,} characters)"],
+            "check the path",
+        ) from None
+    except ValueError:
+        raise SpecError(
+            [f"{filename[:200]!r}: not a usable file name (it contains a NUL character)"]
         ) from None
     data, marks, dup_issues = load_yaml(text, filename)
     return parse_spec(data, filename, marks, source_path=path.resolve(), pre_issues=dup_issues)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from trtspec.catalogue import BASELINE
@@ -113,6 +114,49 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+# Strict types (the schema does not coerce): what a field wanted, by error type.
+_STRICT_TYPES = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a string",
+}
+
+
+def _yaml_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return (
+        "a list"
+        if isinstance(value, list)
+        else "a mapping"
+        if isinstance(value, dict)
+        else (type(value).__name__)
+    )
+
+
+def _unquoted_would_do(value: Any, kind: str) -> bool:
+    """Whether ``value`` is a quoted string that, unquoted, has the wanted type."""
+    if not isinstance(value, str) or kind == "string_type":
+        return False
+    try:
+        loaded = yaml.safe_load(value) if len(value) < 100 else None
+    except yaml.YAMLError:
+        return False
+    if kind == "bool_type":
+        return isinstance(loaded, bool)
+    wanted: tuple[type, ...] = (int,) if kind == "int_type" else (int, float)
+    return isinstance(loaded, wanted) and not isinstance(loaded, bool)
+
+
 def _pydantic_issues(exc: ValidationError, data: Any, issues: _Issues) -> None:
     for err in exc.errors(include_url=False):
         loc: list[Any] = list(err["loc"])
@@ -143,6 +187,12 @@ def _pydantic_issues(exc: ValidationError, data: Any, issues: _Issues) -> None:
         elif kind in {"enum", "literal_error"}:
             expected = err.get("ctx", {}).get("expected", "")
             issues.add(path, f"{_short(err.get('input'))} is not allowed; use one of {expected}")
+        elif kind in _STRICT_TYPES:
+            got = err.get("input")
+            fix = "; remove the quotes" if _unquoted_would_do(got, kind) else ""
+            issues.add(
+                path, f"expected {_STRICT_TYPES[kind]}, got {_short(got)} ({_yaml_type(got)}){fix}"
+            )
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
             issues.add(path, f"expected a mapping, got {_short(err.get('input'))}")
         else:

@@ -130,13 +130,17 @@ class Target(_Strict):
         description="Local HF folder, .gguf file, or hub id (org/name); relative paths "
         "resolve against the spec's folder.",
     )
-    family: Family = Field(description="Model family; picks the convert_checkpoint.py folder.")
+    family: Family = Field(
+        strict=False, description="Model family; picks the convert_checkpoint.py folder."
+    )
     dtype: DType | None = Field(
         default=None,
+        strict=False,
         description="Compute dtype; null = float16 on tensorrt_llm, float32 on reference.",
     )
     quantization: Quantization = Field(
         default=Quantization.none,
+        strict=False,
         description="none | fp8 | int8_sq | int4_awq | int8_wo | int4_wo (GPU, via "
         "quantize.py) | int8 (reference only).",
     )
@@ -434,6 +438,7 @@ class Spec(_Strict):
     )
     backend: Backend = Field(
         default=Backend.tensorrt_llm,
+        strict=False,
         description="tensorrt_llm (GPU engines) or reference (CPU torch engines).",
     )
     flow: FlowSpec = Field(

@@ -126,7 +126,11 @@ def load_yaml(text: str, filename: str) -> tuple[Any, dict[Path_, tuple[int, int
     """Parse YAML keeping marks. Returns (data, marks, formatted duplicate-key issues)."""
     marks: dict[Path_, tuple[int, int]] = {}
     raw: list[tuple[Path_, str]] = []
-    loader = _MarkedLoader(text)
+    try:
+        loader = _MarkedLoader(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses, before any token
+        line, col = _line_col(text, exc.position)
+        raise SpecError([f"{filename}:{line}:{col}: {_reader_problem(exc)}"], _CHAR_HINT) from None
     try:
         node = loader.get_single_node()
         data = None if node is None else _walk_node(loader, node, (), marks, raw)
@@ -142,6 +146,9 @@ def load_yaml(text: str, filename: str) -> tuple[Any, dict[Path_, tuple[int, int
             [f"{filename}:{line}:{col}: invalid YAML: nested too deeply"],
             _LIMIT_HINT,
         ) from None
+    except yaml.reader.ReaderError as exc:
+        line, col = _line_col(text, exc.position)
+        raise SpecError([f"{filename}:{line}:{col}: {_reader_problem(exc)}"], _CHAR_HINT) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
@@ -158,6 +165,20 @@ def load_yaml(text: str, filename: str) -> tuple[Any, dict[Path_, tuple[int, int
         line, col = marks[path]
         issues.append(f"{filename}:{line}:{col}: {format_path(path[1:])}: {msg}")
     return data, marks, issues
+
+
+_CHAR_HINT = "remove the character (a spec is plain text; write it as an escape in a quoted string)"
+
+
+def _line_col(text: str, position: int) -> tuple[int, int]:
+    before = text[:position]
+    return before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1
+
+
+def _reader_problem(exc: yaml.reader.ReaderError) -> str:
+    char = exc.character
+    code = ord(char) if isinstance(char, str) else int(char)
+    return f"invalid YAML: control character U+{code:04X} is not allowed in a spec"
 
 
 def format_path(path: Path_) -> str:

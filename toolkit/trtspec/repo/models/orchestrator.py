@@ -54,7 +54,15 @@ import triton_python_backend_utils as pb_utils
 
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.catalogue import DRAFT_LOOP_MODES
-from trtspec.limits import ParamError, check, check_sampling, draft_tokens_problem
+from trtspec.limits import (
+    CLIENT_ERROR,
+    ParamError,
+    check,
+    check_sampling,
+    decode_text,
+    draft_tokens_problem,
+    draft_tokens_request_problem,
+)
 from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
@@ -84,16 +92,6 @@ REUSED_BLOCKS = "kv_cache_reused_blocks"
 CALL_TIMEOUT_US = 120 * 1_000_000
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-# Marks a client's error in a message. On 2.51 a BLS caller sees every callee
-# error as INTERNAL (python_backend keeps the message, not the code), so the
-# router recognises an orchestrator's client error by this mark.
-CLIENT_ERROR = "invalid request"
-
-
 class CalleeError(RuntimeError):
     """A BLS callee answered with an error: its message, whether it is the
     client's error (an ``INVALID_ARG`` code, or the callee's mark), and
@@ -111,7 +109,12 @@ def callee_error(model_name: str, error: Any, *, name_it: bool = True) -> Callee
     message = error.message()
     marked = message.startswith(f"{model_name}: {CLIENT_ERROR}: ")
     code = error.code() if callable(getattr(error, "code", None)) else None
-    client = marked or code == pb_utils.TritonError.INVALID_ARG
+    # An engine model marks its refusals (prompt too long, no prompt tokens)
+    # with a bare prefix: the code does not survive a 2.51 BLS call.
+    bare = message.startswith(f"{CLIENT_ERROR}: ")
+    if bare:
+        message = message[len(CLIENT_ERROR) + 2 :]
+    client = marked or bare or code == pb_utils.TritonError.INVALID_ARG
     return CalleeError(
         f"{model_name}: {message}" if name_it else message, client=client, marked=marked
     )
@@ -169,7 +172,7 @@ class RequestParams:
             return None if value is None else kind(value)
 
         params = cls(
-            text=_text(text),
+            text=decode_text("text_input", text),
             max_tokens=int(max_tokens),
             temperature=opt("temperature", float),
             top_k=opt("top_k", int),
@@ -178,6 +181,8 @@ class RequestParams:
             stream=bool(opt("stream", bool) or False),
             num_draft_tokens=opt("num_draft_tokens", int),
         )
+        if params.num_draft_tokens is not None:  # ignored by non-drafting modes, never wrong
+            check("num_draft_tokens", params.num_draft_tokens, draft_tokens_request_problem)
         check_sampling(
             max_tokens=params.max_tokens,
             temperature=params.temperature,
@@ -253,7 +258,10 @@ class _Generation:
             ["OUTPUT"],
         )
         out = pb_utils.get_output_tensor_by_name(response, "OUTPUT").as_numpy().reshape(-1)
-        return _text(out[0]) if out.size else ""
+        if not out.size:
+            return ""
+        text = out[0]  # our own postprocessing: its bytes are UTF-8
+        return text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
 
     def tokenize(self) -> tuple[list[int], int | None, int | None]:
         if self.model.text is not None:  # in process, as preprocessing would answer

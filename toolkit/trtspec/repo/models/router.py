@@ -22,7 +22,8 @@ variant is told to stop (the cancel flag, kept up for ``LINGER_S``) and the
 route's concurrency slot is released; nothing is retried on the fallback
 then, since the time is spent. An orchestrator's failure after it streamed
 arrives in band (the ``error`` tensor of its final response) and is answered
-as that error.
+as that error. A variant the stub watchdog marked down (its stub died;
+``trtspec.health``) is not tried: its routes go to their fallback.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
-from trtspec.limits import check_sampling
+from trtspec.health import is_down
+from trtspec.limits import check_sampling, decode_text
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.inprocess import InProcessVariants
 from trtspec.repo.models.orchestrator import (
@@ -57,7 +59,7 @@ from trtspec.repo.models.threads import (
     string_params,
     within_deadline,
 )
-from trtspec.repo.routing import InFlight, choose, load_routing
+from trtspec.repo.routing import Choice, InFlight, choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
 OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
@@ -156,14 +158,20 @@ class TritonPythonModel:
             progress.deadline = (
                 time.monotonic() + stream_timeout_us(_value(inputs, "max_tokens")) / 1e6
             )
-            route = _text(inputs["route"].reshape(-1)[0]) if "route" in inputs else None
+            route = (
+                decode_text("route", inputs["route"].reshape(-1)[0]) if "route" in inputs else None
+            )
             if "request_id" in inputs:
-                request_id = _text(inputs["request_id"].reshape(-1)[0])
+                request_id = decode_text("request_id", inputs["request_id"].reshape(-1)[0])
             else:
                 request_id = request.request_id() or uuid.uuid4().hex
-            # over the route's max_concurrency the request goes to the fallback
             table = self.live.table()  # this request keeps it to its end
-            choice = self._in_flight.admit(table, route, choose(table, route, request_id))
+            picked = choose(table, route, request_id)
+            down = picked.variant != picked.fallback_variant and is_down(picked.variant)
+            if down:  # its stub died (trtspec.health): straight to the fallback
+                picked = Choice(picked.fallback_variant, picked.fallback_variant, None, False)
+            # over the route's max_concurrency the request goes to the fallback
+            choice = self._in_flight.admit(table, route, picked)
             self.live.begin(
                 progress,
                 table=table,
@@ -175,7 +183,7 @@ class TritonPythonModel:
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
             try:
-                self._forward(choice.variant, inputs, sender, progress, cancel, fallback=False)
+                self._forward(choice.variant, inputs, sender, progress, cancel, fallback=down)
             except Exception as exc:
                 if (
                     progress.sent

@@ -1,6 +1,6 @@
 """`trtspec deploy dynamo` / ``trtspec.deploy.dynamo``: one DynamoGraphDeployment
-per variant from hand-made LLM-API engine configs (the LLM-API flow that will
-generate them is being built apart), validated against the pinned CRD schema
+per variant from hand-made LLM-API engine configs and from an LLM-API spec's
+generated ones (``--spec``), validated against the pinned CRD schema
 (dynamo 967e177, tests/data/deploy_schemas/README.md); aggregated,
 disaggregated and multi-node; every refusal before anything is written."""
 
@@ -158,3 +158,50 @@ def test_cli_writes_one_graph_per_variant(tmp_path: Path) -> None:
     assert bad.exit_code == 2
     assert "'no-equals-sign': write VARIANT=FILE" in bad.stderr
     assert not (tmp_path / "o2").exists()
+
+
+LLMAPI_SPEC = """\
+name: dyn
+flow: llmapi
+target: {model: meta-llama/Llama-3.1-8B-Instruct, family: llama, max_batch_size: 8,
+         max_input_len: 1024, max_seq_len: 2048}
+variants:
+  - {name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 3}
+  - {name: eagle3, mode: eagle, checkpoint: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B,
+     num_eagle_layers: 3, eagle_choices: [[0], [0, 0], [0, 0, 0]]}
+"""
+
+
+def test_an_llmapi_spec_gives_one_valid_graph_per_variant(tmp_path: Path) -> None:
+    """`--spec` of an LLM-API spec: the configs the flow generates (checked
+    against the pinned llm_args table), each with the whole KV fraction, one
+    graph per variant that passes the pinned CRD schema."""
+    spec = tmp_path / "dyn.yaml"
+    spec.write_text(LLMAPI_SPEC)
+    out = tmp_path / "dynamo"
+    res = CliRunner().invoke(
+        cli,
+        ["deploy", "dynamo", "--spec", str(spec), "--image", IMAGE, "--out", str(out),
+         "--engines", str(tmp_path / "engines")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    for variant, decoding in (("baseline", None), ("ngram", "NGram"), ("eagle3", "Eagle3")):
+        docs = list(yaml.safe_load_all((out / f"{variant}.yaml").read_text()))
+        assert all(schema_errors(d) == [] for d in docs)
+        assert docs[1]["metadata"]["name"].startswith("dyn-")
+        engine = yaml.safe_load(next(iter(docs[0]["data"].values())))
+        assert engine["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
+        assert engine["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+        assert (engine.get("speculative_config") or {}).get("decoding_type") == decoding
+    engine_flow = tmp_path / "engine.yaml"
+    engine_flow.write_text(LLMAPI_SPEC.replace("flow: llmapi\n", ""))
+    bad = CliRunner().invoke(
+        cli, ["deploy", "dynamo", "--spec", str(engine_flow), "--image", IMAGE,
+              "--out", str(tmp_path / "o3")],
+    )  # fmt: skip
+    assert bad.exit_code == 1
+    assert "uses the engine flow; Dynamo's TensorRT-LLM workers run the LLM-API flow" in bad.stderr
+    assert not (tmp_path / "o3").exists()
+    none = CliRunner().invoke(cli, ["deploy", "dynamo", "--image", IMAGE, "--out", str(out)])
+    assert none.exit_code == 2
+    assert "give an LLM-API spec (--spec)" in none.stderr

@@ -248,13 +248,46 @@ def _engine_config(item: str) -> tuple[str, dict[str, Any]]:
     return variant, data
 
 
+def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, Any], str]:
+    """(spec name, variant -> LLM-API document, target model) of an LLM-API
+    spec: the documents ``trtspec build`` writes to engines/<spec>/llmapi/,
+    generated and checked against the pinned field table, each with the whole
+    KV-cache fraction (a graph has its GPUs to itself; one trtspec server
+    splits it over the variants it holds)."""
+    from trtspec.deploy.sizing import DeployError
+    from trtspec.flows import llmapi_config, make_plan
+    from trtspec.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if spec.flow.kind != "llmapi":
+        raise DeployError(
+            f"{spec_path}: spec {spec.name} uses the {spec.flow.kind} flow; Dynamo's "
+            "TensorRT-LLM workers run the LLM-API flow",
+            "set `flow: llmapi` in the spec, or deploy the engine flow with `trtspec deploy k8s`",
+        )
+    docs = llmapi_config.documents(spec, make_plan(spec, engines_root))
+    fraction = float(spec.target.kv_cache.free_gpu_mem_fraction)
+    for doc in docs.values():
+        doc["kv_cache_config"] = {**doc["kv_cache_config"], "free_gpu_memory_fraction": fraction}
+    return spec.name, docs, str(docs["baseline"]["model"])
+
+
 @deploy.command("dynamo")
-@click.option("--spec-name", required=True, help="Name prefix of the graphs (the spec name).")
 @click.option(
-    "--engine-config", "configs", multiple=True, required=True, metavar="VARIANT=FILE",
-    help="A variant's LLM-API engine config (repeat per variant, baseline included).",
+    "--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
+    help="An LLM-API spec (flow: llmapi): one graph per variant from its generated configs.",
 )  # fmt: skip
-@click.option("--model", required=True, help="--model-path of the workers (Hub id or path).")
+@click.option(
+    "--engines", "engines_root", type=click.Path(file_okay=False, path_type=Path),
+    default=Path("engines"), show_default=True, help="Engines root (with --spec).",
+)  # fmt: skip
+@click.option("--spec-name", help="Name prefix of the graphs (default with --spec: its name).")
+@click.option(
+    "--engine-config", "configs", multiple=True, metavar="VARIANT=FILE",
+    help="A variant's LLM-API engine config (repeat per variant, baseline included); with "
+    "--spec, replaces that variant's generated one.",
+)  # fmt: skip
+@click.option("--model", help="--model-path of the workers (default with --spec: its target).")
 @click.option("--image", required=True, help="Dynamo TensorRT-LLM runtime image.")
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
@@ -266,9 +299,11 @@ def _engine_config(item: str) -> tuple[str, dict[str, Any]]:
 @click.option("--force", is_flag=True, help="Replace an existing output folder.")
 def dynamo_command(
     *,
-    spec_name: str,
+    spec_path: Path | None,
+    engines_root: Path,
+    spec_name: str | None,
     configs: tuple[str, ...],
-    model: str,
+    model: str | None,
     image: str,
     namespace: str,
     gpus_per_node: int,
@@ -283,7 +318,16 @@ def dynamo_command(
     from trtspec.deploy.dynamo import DynamoOptions, graphs
     from trtspec.deploy.k8s import Manifests, write
 
-    parsed = dict(_engine_config(item) for item in configs)
+    parsed: dict[str, Any] = {}
+    if spec_path is not None:
+        name, parsed, target = _spec_configs(spec_path, engines_root)
+        spec_name, model = spec_name or name, model or target
+    parsed.update(dict(_engine_config(item) for item in configs))
+    if not parsed or spec_name is None or model is None:
+        raise click.UsageError(
+            "give an LLM-API spec (--spec), or --spec-name, --model and one --engine-config "
+            "per variant"
+        )
     opts = DynamoOptions(
         image=image, model=model, namespace=namespace, gpus_per_node=gpus_per_node,
         replicas=replicas, disaggregated=disaggregated, prefill_replicas=prefill_replicas,

@@ -222,7 +222,7 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     assert routing["routes"]["copy"] == {
         "variant": "fast",
         "num_draft_tokens": 3,
-        "canary_percent": 100,
+        "canary_percent": 5,  # a promoted route starts as a canary (rollout default)
         "decision": "promote",
         "fallback_variant": "baseline",
     }

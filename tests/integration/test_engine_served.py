@@ -87,6 +87,9 @@ def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory):
         '{"models": {"instant": {"role": "engine"}, "instant_dte": {"role": "engine"}}}'
     )
     use_instant_engines(repo, 2)
+    # that manifest only named the engines to swap; a served repository's is
+    # complete (trtspec repo), and the server would read this one
+    (repo / "trtspec-repo.json").unlink()
     server = Server(repo, log_path=root / "server.log", env={"TRTSPEC_ENGINE_THREADS": "1"})
     server.start(timeout=180)
     try:

@@ -314,18 +314,20 @@ def test_router_returns_a_clients_error_without_the_fallback(served) -> None:
 @pytest.mark.parametrize(
     ("route", "prompt", "message"),
     [
-        # 600 words: over the every-mode spec's max_input_len (480 tokens)
+        # 600 words: over the every-mode spec's max_input_len (128 tokens); the
+        # draft loop refuses it up front in the engine's words (it knows the
+        # baseline's limit), lookahead's engine refuses it itself
         (
             "copy",
             "word " * 600,
-            r"router: ngram: invalid request: target_dte: Prompt length \(\d+\) exceeds "
-            r"maximum input length \(480\)\.",
+            r"router: ngram: invalid request: Prompt length \(\d+\) exceeds "
+            r"maximum input length \(128\)\.",
         ),
         (
             "long",
             "word " * 600,
             r"router: lookahead: invalid request: target_lookahead_lookahead: Prompt length "
-            r"\(\d+\) exceeds maximum input length \(480\)\.",
+            r"\(\d+\) exceeds maximum input length \(128\)\.",
         ),
         (
             "copy",
@@ -414,9 +416,12 @@ def test_a_failure_mid_stream_reaches_the_client_and_frees_the_slot(served) -> N
     reply = infer(server, "router", PROMPT, OVERRUN, route="overrun")
     assert reply.texts, "it failed before streaming: not a mid-stream failure"
     assert reply.error is not None, reply.final
-    # the engine's words; a server-side failure (the variant had accepted the
-    # request; on 2.51 a BLS caller sees an engine's INVALID_ARG as INTERNAL)
-    assert reply.error.startswith("router: ngram_unbounded: target_dte: "), reply.error
+    # the engine's words, marked as the request's own limit (the baseline
+    # refuses the same prompt + max_tokens up front); after streaming nothing
+    # is retried either way
+    assert reply.error.startswith("router: ngram_unbounded: invalid request: target_dte: "), (
+        reply.error
+    )
     assert "exceeds maximum" in reply.error, reply.error
     assert reply.seconds < stream_timeout_us(OVERRUN) / 1e6 / 10, reply.seconds
     # the slot was released: the route's next request is the variant's, not the fallback's

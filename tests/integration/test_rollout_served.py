@@ -99,7 +99,11 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         golden={route: [PROMPT] for route in routes},
     )
     (repo / assemble.ROUTER / st.CONFIG_FILE).write_text(json.dumps(config.to_dict()))
-    (repo / "trtspec-repo.json").write_text(json.dumps({"schema_version": 1, "spec": "echo"}))
+    echoes = ("baseline", "flat", "lossy", "ngram")
+    models = {name: {"role": "orchestrator", "variant": name, "calls": []} for name in echoes}
+    models["router"] = {"role": "router", "calls": list(echoes)}
+    manifest = {"schema_version": 1, "spec": "echo", "variants": list(echoes), "models": models}
+    (repo / "trtspec-repo.json").write_text(json.dumps(manifest))
     server = Server(repo, log_path=root / "server.log")
     server.start(timeout=120)
     try:

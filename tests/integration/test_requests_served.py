@@ -460,7 +460,7 @@ def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(served) 
     try:
         for t in threads:
             t.start()
-        time.sleep(3.0)
+        time.sleep(1.0)  # the loop is under way: every client has a request in flight
         victim = next(p for p, s in stubs_of(server.pid).items() if s.instance == "ngram_0_0")
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 10
@@ -471,8 +471,8 @@ def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(served) 
         after: list[Reply] = []
 
         def fresh() -> None:
-            for _ in range(3):
-                after.append(infer_within(server, "router", PROMPT, 32, 120.0, route="copy"))
+            for _ in range(2):
+                after.append(infer_within(server, "router", PROMPT, 16, 120.0, route="copy"))
 
         senders = [threading.Thread(target=fresh, daemon=True) for _ in range(4)]
         for t in senders:
@@ -480,7 +480,7 @@ def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(served) 
         for t in senders:
             t.join(timeout=300)
         assert server.restarts == 0  # nothing restarted while the variant was down
-        assert len(after) == 12
+        assert len(after) == 8
         assert [r.error for r in after if r.error] == []
         assert {(r.final["variant"], r.final["fallback"]) for r in after} == {("baseline", True)}
     finally:

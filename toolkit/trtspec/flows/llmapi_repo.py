@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from trtspec.catalogue import BASELINE
 from trtspec.errors import RepoError
 from trtspec.flows import llmapi_config as llmapi
-from trtspec.fsutil import atomic_write_text, make_staging_dir
+from trtspec.fsutil import atomic_write_text
 from trtspec.repo import configs
 from trtspec.repo.assemble import (
     MANIFEST_NAME,
@@ -35,6 +34,8 @@ from trtspec.repo.assemble import (
     ROUTER,
     ROUTING_FILE,
     _model_py,
+    install_repository,
+    routed_table,
 )
 from trtspec.repo.contract import (
     LLMAPI_ACCEPTANCE_AVAILABLE,
@@ -44,7 +45,7 @@ from trtspec.repo.contract import (
 )
 from trtspec.repo.rollout_config import rollout_config
 from trtspec.repo.rollout_state import CONFIG_FILE as ROLLOUT_CONFIG_FILE
-from trtspec.repo.routing import RoutingTable, routing_from_rollout
+from trtspec.repo.routing import RoutingTable
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
@@ -226,29 +227,7 @@ def assemble(
     """Write ``output/<spec.name>/`` for the LLM-API flow and return it;
     ``golden`` is each route's golden set for the router's golden diff."""
     check_built(spec, plan)
-    table = routing or routing_from_rollout(str(spec.rollout.fallback_variant))
-    names = set(llmapi.variant_names(spec))
-    unknown = sorted(table.variants() - names)
-    if unknown:
-        raise RepoError(
-            f"routing: variant {unknown[0]!r} is not in spec {spec.name} "
-            f"(variants: {', '.join(sorted(names))})",
-            "Route only to variants the spec defines, or regenerate routing.yaml.",
-        )
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    final = output / spec.name
-    staging = make_staging_dir(f".{spec.name}.tmp-", output)
-    try:
-        write_tree(spec, plan, staging, table, golden)
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{spec.name}.old-", dir=output))
-            os.replace(final, old / "repo")
-            os.replace(staging, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return final
+    table = routed_table(spec, routing, set(llmapi.variant_names(spec)))
+    return install_repository(
+        Path(output), spec.name, lambda staging: write_tree(spec, plan, staging, table, golden)
+    )

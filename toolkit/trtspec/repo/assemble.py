@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -468,23 +469,38 @@ def assemble(
         layout.kv_fractions = memory_plan(spec, plan, gpu_bytes).fractions
     if require_engines:
         check_engine_folders(layout)
+    table = routed_table(spec, routing, set(layout.variants))
+    return install_repository(
+        Path(output), spec.name, lambda staging: write_tree(layout, spec, staging, table, golden)
+    )
+
+
+def routed_table(spec: Spec, routing: RoutingTable | None, variants: set[str]) -> RoutingTable:
+    """``routing`` (default: the spec's rollout), refused when it routes to a
+    variant the repository does not serve."""
     table = routing or routing_from_rollout(str(spec.rollout.fallback_variant))
-    unknown = sorted(table.variants() - set(layout.variants))
+    unknown = sorted(table.variants() - variants)
     if unknown:
         raise RepoError(
             f"routing: variant {unknown[0]!r} is not in spec {spec.name} "
-            f"(variants: {', '.join(sorted(layout.variants))})",
+            f"(variants: {', '.join(sorted(variants))})",
             "Route only to variants the spec defines, or regenerate routing.yaml.",
         )
-    output = Path(output)
+    return table
+
+
+def install_repository(output: Path, name: str, fill: Callable[[Path], None]) -> Path:
+    """``output/<name>/``, filled by ``fill(staging)`` in a staging folder and
+    renamed into place (an existing one is swapped out whole), so a reader
+    never sees half a repository."""
     output.mkdir(parents=True, exist_ok=True)
-    final = output / spec.name
+    final = output / name
     # Not mkdtemp's 0700, which would hide the repo from other users.
-    staging = make_staging_dir(f".{spec.name}.tmp-", output)
+    staging = make_staging_dir(f".{name}.tmp-", output)
     try:
-        write_tree(layout, spec, staging, table, golden)
+        fill(staging)
         if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{spec.name}.old-", dir=output))
+            old = Path(tempfile.mkdtemp(prefix=f".{name}.old-", dir=output))
             os.replace(final, old / "repo")
             os.replace(staging, final)
             shutil.rmtree(old, ignore_errors=True)

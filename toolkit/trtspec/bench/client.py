@@ -187,6 +187,7 @@ class StreamWorker:
         self.request_timeout_s = request_timeout_s
         self._client = grpc_client(url)
         self._responses: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+        self._in_flight = False  # a request sent whose final response has not come
         self._client.start_stream(callback=self._callback)
 
     def _callback(self, result: Any, error: Any) -> None:
@@ -196,6 +197,7 @@ class StreamWorker:
     def _restart_stream(self) -> None:
         with contextlib.suppress(Exception):
             self._client.stop_stream(cancel_requests=True)
+        self._in_flight = False
         self._responses = queue.Queue()
         self._client.start_stream(callback=self._callback)
 
@@ -208,8 +210,14 @@ class StreamWorker:
         self._client.start_stream(callback=self._callback)
 
     def close(self) -> None:
+        # Cancel only a request still in flight. Cancelling an idle stream is
+        # not free on tritonserver 2.51: a decoupled Python model whose
+        # finished requests' stream was cancelled stays "live" at shutdown
+        # until the exit timeout (seen on the echo and router models), so
+        # every server a bench had used took its whole stop grace.
         with contextlib.suppress(Exception):
-            self._client.stop_stream(cancel_requests=True)
+            self._client.stop_stream(cancel_requests=self._in_flight)
+        self._in_flight = False
         with contextlib.suppress(Exception):
             self._client.close()
 
@@ -231,6 +239,7 @@ class StreamWorker:
         if job.scheduled_ns is not None:
             out.send_lag_ns = max(0, out.send_ns - job.scheduled_ns)
         try:
+            self._in_flight = True
             self._send(job, inputs)
         except Exception as exc:  # a client-side failure is a failed request, not a crash
             out.error = f"send failed: {exc}"
@@ -290,6 +299,7 @@ class StreamWorker:
                 out.end_ns = arrived
                 out.overhead_wall_ns += time.perf_counter_ns() - p0
                 out.overhead_ns += time.thread_time_ns() - c0
+                self._in_flight = False
                 return out
             out.overhead_wall_ns += time.perf_counter_ns() - p0
             out.overhead_ns += time.thread_time_ns() - c0

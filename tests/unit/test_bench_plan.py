@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from trtspec.bench.cells import _abba, server_memory
 from trtspec.bench.client import Arm, poisson_schedule
-from trtspec.bench.runner import _abba, arms_for, plan_from_spec, server_memory
+from trtspec.bench.plan import arms_for, plan_from_spec
 from trtspec.errors import BenchError
 from trtspec.spec import MODES, Spec
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtspec.bench.client import Arm, Job, Outcome, poisson_schedule, run_jobs
+from trtspec.bench.blocks import cell_order, repeats_in_block, whole_blocks
+from trtspec.bench.client import Arm, Job, Outcome, poisson_schedule, run_blocks
 from trtspec.bench.external import ExternalArms
 from trtspec.bench.parity import WARM
 from trtspec.bench.plan import BenchPlan
@@ -133,10 +134,6 @@ _UNREACHABLE = (
 )
 
 
-def _abba(arms: list[Arm], sample_index: int) -> list[Arm]:
-    return arms if sample_index % 2 == 0 else list(reversed(arms))
-
-
 class Run:
     def __init__(
         self,
@@ -170,6 +167,8 @@ class Run:
         self._lock = threading.Lock()
         self.bars = bars or RouteBars.off()
         self.stops: list[dict[str, Any]] = []  # where each until-decided arm stopped
+        # routes × levels whose blocks repeat a prompt (fewer prompts than the level)
+        self.block_repeats: list[dict[str, Any]] = []
 
     def abort(self, reason: str) -> None:
         """Stop the run; what completed stays, marked incomplete."""
@@ -267,16 +266,23 @@ class Run:
         samples: list[int] | range | None,
         warmup: bool,
         count: int | None = None,
-    ) -> list[Job]:
+    ) -> list[list[Job]]:
+        """The cell's jobs as blocks in sending order (bench/blocks.py). A
+        measured fixed count at a closed-loop level is whole blocks."""
         s = self.plan.settings
         label, conc, rate = load
-        n = count or (s.warmup_requests if warmup else (route.requests or s.requests_per_route))
-        jobs = []
-        for sample_index, item in route.sample(n):
-            if samples is not None and sample_index not in samples:
-                continue
-            prompt_index = sample_index % len(route.items)
-            for arm in _abba(arms, sample_index):
+        n = count or (
+            s.warmup_requests
+            if warmup
+            else whole_blocks(route.requests or s.requests_per_route, conc)
+        )
+        picked = {i: item for i, item in route.sample(n) if samples is None or i in samples}
+        blocks = []
+        for order in cell_order(list(picked), arms, conc):
+            jobs = []
+            for sample_index, arm in order:
+                item = picked[sample_index]
+                prompt_index = sample_index % len(route.items)
                 self._counter += 1
                 jobs.append(
                     Job(
@@ -299,7 +305,8 @@ class Run:
                         request_id=f"{self.run_id}-{'w' if warmup else 'm'}{self._counter}",
                     )
                 )
-        return jobs
+            blocks.append(jobs)
+        return blocks
 
     def phase(
         self,
@@ -311,6 +318,7 @@ class Run:
         s = self.plan.settings
         for route in self.plan.routes:
             for load in s.loads(route.concurrency):
+                self._check_repeats(route, load)
                 for temp in s.temperatures:
                     if self.stop.is_set():
                         return
@@ -318,7 +326,7 @@ class Run:
                     warm = self._jobs(route, arms, load, temp, samples=None, warmup=True)
                     make_worker = self.external.worker_factory(target.url, s.request_timeout_s)
                     if warm:
-                        run_jobs(
+                        run_blocks(
                             target.url,
                             warm,
                             workers=conc or 1,
@@ -346,14 +354,14 @@ class Run:
                                 make_worker=make_worker,
                             )
                         else:
-                            jobs = self._jobs(
+                            blocks = self._jobs(
                                 route, arms, load, temp, samples=samples, warmup=False
                             )
                             self.progress(
                                 f"bench: route={route.name} {label} T={temp:g} "
-                                f"{len(jobs)} requests over {len(arms)} arm(s)"
+                                f"{sum(map(len, blocks))} requests over {len(arms)} arm(s)"
                             )
-                            self._send(target, recorder, jobs, load, make_worker=make_worker)
+                            self._send(target, recorder, blocks, load, make_worker=make_worker)
                     mem, kind = server_memory(target.metrics_url, target.server_pid)
                     self.memory.append(
                         {
@@ -367,11 +375,27 @@ class Run:
                         }
                     )
 
+    def _check_repeats(self, route: RouteSet, load: tuple[str, int | None, float | None]) -> None:
+        """Warn (once per route and level) when a block must send a prompt
+        twice: the second copy may find the first's KV blocks on one arm and
+        not on another (bench/blocks.py)."""
+        label, conc, _rate = load
+        key = {"route": route.name, "load": label, "prompts": len(route.items)}
+        if not repeats_in_block(len(route.items), conc) or key in self.block_repeats:
+            return
+        self.block_repeats.append(key)
+        self.progress(
+            f"bench: warning: route={route.name} {label}: {len(route.items)} prompt(s) for "
+            f"blocks of {conc}, so a block sends a prompt twice and its arms may start from "
+            "different cache states (the report lists any prompt whose prefix_reused_tokens "
+            "differ); give the route at least as many prompts as its highest level"
+        )
+
     def _send(
         self,
         target: Target,
         recorder: Recorder,
-        jobs: list[Job],
+        blocks: list[list[Job]],
         load: tuple[str, int | None, float | None],
         *,
         also: Callable[[Outcome], None] | None = None,
@@ -379,17 +403,18 @@ class Run:
     ) -> None:
         s = self.plan.settings
         _label, conc, rate = load
-        schedule = poisson_schedule(len(jobs), rate, s.seed) if rate else None
+        count = sum(map(len, blocks))
+        schedule = poisson_schedule(count, rate, s.seed) if rate else None
 
         def done(out: Outcome) -> None:
             if also is not None:
                 also(out)
             recorder.put(out)
 
-        run_jobs(
+        run_blocks(
             target.url,
-            jobs,
-            workers=conc or min(s.max_inflight, max(1, len(jobs))),
+            blocks,
+            workers=conc or min(s.max_inflight, max(1, count)),
             on_done=done,
             stop=self.stop,
             request_timeout_s=s.request_timeout_s,
@@ -412,27 +437,28 @@ class Run:
     ) -> None:
         """Batches of pairs until every variant arm of this block is decided
         (bench/until.py); where each stopped goes to run.json."""
-        label = load[0]
+        label, level, _rate = load
+        maximum = plan.sizes_at(level)[-1]
         variants = [a for a in arms if a.variant != BASELINE]
         base = next((a for a in arms if a.variant == BASELINE), None)
         if base is None or not variants:
-            jobs = self._jobs(
-                route, arms, load, temperature, samples=None, warmup=False, count=plan.maximum
+            blocks = self._jobs(
+                route, arms, load, temperature, samples=None, warmup=False, count=maximum
             )
-            self._send(target, recorder, jobs, load, make_worker=make_worker)
+            self._send(target, recorder, blocks, load, make_worker=make_worker)
             return
         self.progress(
             f"bench: route={route.name} {label} T={temperature:g} up to "
-            f"{plan.maximum} pairs per arm over {len(arms)} arm(s), until decided"
+            f"{maximum} pairs per arm over {len(arms)} arm(s), until decided"
         )
-        self.bars.route(f"{route.name} {label} T={temperature:g}", plan.maximum, len(variants))
+        self.bars.route(f"{route.name} {label} T={temperature:g}", maximum, len(variants))
         block = Block()
 
         def send(now: list[Arm], samples: range) -> None:
-            jobs = self._jobs(
-                route, now, load, temperature, samples=samples, warmup=False, count=plan.maximum
+            blocks = self._jobs(
+                route, now, load, temperature, samples=samples, warmup=False, count=maximum
             )
-            self._send(target, recorder, jobs, load, also=block.record, make_worker=make_worker)
+            self._send(target, recorder, blocks, load, also=block.record, make_worker=make_worker)
 
         stops = run_block(
             plan,
@@ -442,8 +468,9 @@ class Run:
             block=block,
             stopped=self.stop.is_set,
             on_batch=self.bars.update,
+            level=level,
         )
-        if stops and max(st.pairs for st in stops) < plan.maximum:
+        if stops and max(st.pairs for st in stops) < maximum:
             self.bars.finish_early()
         self.bars.close()
         self.stops.extend(st.as_dict(route.name, label, temperature) for st in stops)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtspec.bench.blocks import LEVEL_UNIT
 from trtspec.bench.client import Arm
 from trtspec.bench.external import external_arms
 from trtspec.bench.parity import COLD
@@ -56,6 +57,7 @@ class BenchSettings:
         out = {k: v for k, v in self.__dict__.items() if k != "sequential"}
         out["until_decided"] = self.sequential is not None
         out["sequential"] = self.sequential.as_dict() if self.sequential else None
+        out["level_unit"] = LEVEL_UNIT
         return out
 
     def loads(

@@ -249,6 +249,7 @@ def run_benchmark(
                 run_info["fingerprint"]["versions"]["tritonserver"] = run.triton_version
             run_info["incidents"] = list(run.incidents)
             run_info["sequential_stops"] = run.stops
+            run_info["block_repeats"] = run.block_repeats
             run.bars.close()
             run_info["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             run_info["complete"] = (

@@ -1,0 +1,175 @@
+"""The order of a cell's requests (bench/blocks.py) without a server: a
+closed-loop level c is blocks of c prompts of one arm, arm order alternating
+per block, every prompt paired over every arm; level 1 is the per-prompt ABBA
+order; counts and looks are whole blocks; ``run_blocks`` holds at most c
+requests of one arm in flight and never two arms at once (real worker
+threads, a stand-in stream); the busy-time throughput and mean in-flight
+count of the summary."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any, ClassVar
+
+import pytest
+
+from trtspec.bench.blocks import cell_order, repeats_in_block, whole_blocks
+from trtspec.bench.client import Arm, Job, Outcome, run_blocks
+from trtspec.bench.sequential import SequentialPlan, next_size
+from trtspec.bench.summary import _aggregate_tps, _busy_s, _inflight_mean
+
+A, B, C = Arm("baseline", "baseline"), Arm("ngram", "ngram", "ngram", True, None, 4), Arm("x", "x")
+
+
+def _names(blocks: list[list[tuple[int, Arm]]]) -> list[list[str]]:
+    return [[f"{s}{arm.variant[0]}" for s, arm in block] for block in blocks]
+
+
+def test_level_one_is_the_per_prompt_abba_order() -> None:
+    got = cell_order(range(4), [A, B, C], 1)
+    assert _names(got) == [
+        ["0b"], ["0n"], ["0x"],
+        ["1x"], ["1n"], ["1b"],
+        ["2b"], ["2n"], ["2x"],
+        ["3x"], ["3n"], ["3b"],
+    ]  # fmt: skip
+
+
+def test_a_level_is_blocks_of_one_arm_alternating_per_block() -> None:
+    got = cell_order(range(8), [A, B, C], 4)
+    assert _names(got) == [
+        ["0b", "1b", "2b", "3b"], ["0n", "1n", "2n", "3n"], ["0x", "1x", "2x", "3x"],
+        ["4x", "5x", "6x", "7x"], ["4n", "5n", "6n", "7n"], ["4b", "5b", "6b", "7b"],
+    ]  # fmt: skip
+    # every block is one arm and `level` prompts; every prompt meets every arm once
+    assert all(len({arm for _, arm in block}) == 1 and len(block) == 4 for block in got)
+    pairs = Counter(s for block in got for s, _ in block)
+    assert pairs == {s: 3 for s in range(8)}
+
+
+def test_a_later_batch_continues_the_alternation() -> None:
+    # until decided sends range(done, size): the parity comes from the samples
+    whole = cell_order(range(16), [A, B], 8)
+    later = cell_order(range(8, 16), [A, B], 8)
+    assert later == whole[2:]
+    assert _names(later)[0][0] == "8n"
+
+
+def test_open_loop_is_one_interleaved_block() -> None:
+    got = cell_order(range(3), [A, B], None)
+    assert _names(got) == [["0b", "0n", "1n", "1b", "2b", "2n"]]
+
+
+def test_a_partial_run_is_its_own_block_and_levels_start_at_one() -> None:
+    # --isolate halves need not be whole blocks
+    assert _names(cell_order([3, 4, 5], [A, B], 2)) == [["3n", "4n"], ["3b", "4b"], ["5b"], ["5n"]]
+    with pytest.raises(ValueError, match="at least 1"):
+        cell_order(range(2), [A], 0)
+
+
+def test_counts_and_looks_are_whole_blocks() -> None:
+    assert [whole_blocks(n, 8) for n in (1, 8, 9, 30)] == [8, 8, 16, 32]
+    assert whole_blocks(5, 1) == 5 and whole_blocks(5, None) == 5
+    plan = SequentialPlan(first=5, batch=5, maximum=30)
+    assert plan.sizes_at(1) == plan.sizes == [5, 10, 15, 20, 25, 30]
+    assert plan.sizes_at(None) == plan.sizes
+    assert plan.sizes_at(4) == [8, 12, 16, 20, 28, 32]
+    assert plan.sizes_at(8) == [8, 16, 24, 32]
+    assert plan.sizes_at(32) == [32]
+    # never more looks than the plan's, whose confidence every look uses
+    assert all(len(plan.sizes_at(c)) <= plan.looks for c in range(1, 40))
+    assert [next_size(plan, d, 8) for d in (0, 8, 16, 24, 32)] == [8, 16, 24, 32, None]
+
+
+def test_repeats_in_block_when_the_level_exceeds_the_prompts() -> None:
+    assert not repeats_in_block(8, 8) and not repeats_in_block(3, None)
+    assert repeats_in_block(3, 4)
+
+
+class _Stream:
+    """A stand-in StreamWorker: each request takes a few ms; records how many
+    requests of each arm were in flight at once."""
+
+    lock: ClassVar[threading.Lock] = threading.Lock()
+    inflight: ClassVar[Counter[str]] = Counter()
+    peaks: ClassVar[list[dict[str, int]]] = []
+
+    def run(self, job: Job, stop: Any) -> Outcome:
+        with self.lock:
+            self.inflight[job.arm.label] += 1
+            self.peaks.append({k: v for k, v in self.inflight.items() if v})
+        time.sleep(0.002 + 0.001 * (job.sample_index % 3))
+        with self.lock:
+            self.inflight[job.arm.label] -= 1
+        return Outcome(job, end_ns=1)
+
+    def reconnect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _job(sample: int, arm: Arm) -> Job:
+    return Job(
+        "r", sample, sample, {}, "p", 4, arm, 0.0, 1.0, 0, 1, "concurrency=3", 3, None, False,
+        f"{arm.label}-{sample}",
+    )  # fmt: skip
+
+
+def test_run_blocks_holds_one_arms_level_and_keeps_block_order() -> None:
+    order = cell_order(range(9), [A, B, C], 3)
+    blocks = [[_job(s, arm) for s, arm in block] for block in order]
+    done: list[Outcome] = []
+    _Stream.peaks.clear()
+    run_blocks(
+        "unused",
+        blocks,
+        workers=3,
+        on_done=done.append,
+        stop=threading.Event(),
+        request_timeout_s=5,
+        make_worker=_Stream,
+    )
+    assert len(done) == 27
+    # never two arms at once, never more than the level of one
+    assert all(len(p) == 1 for p in _Stream.peaks), _Stream.peaks
+    assert max(next(iter(p.values())) for p in _Stream.peaks) == 3
+    # completion order follows the blocks: each block's three, then the next's
+    finished = [(o.job.arm.label, o.job.sample_index) for o in done]
+    for i, block in enumerate(order):
+        assert sorted(finished[3 * i : 3 * i + 3], key=str) == sorted(
+            [(arm.label, s) for s, arm in block], key=str
+        )
+
+
+def test_run_blocks_stops_between_blocks() -> None:
+    stop = threading.Event()
+    blocks = [[_job(s, arm) for s, arm in block] for block in cell_order(range(6), [A, B], 2)]
+    done: list[Outcome] = []
+
+    def on_done(out: Outcome) -> None:
+        done.append(out)
+        if len(done) == 2:
+            stop.set()
+
+    run_blocks(
+        "unused", blocks, workers=2, on_done=on_done, stop=stop, request_timeout_s=5,
+        make_worker=_Stream,
+    )  # fmt: skip
+    assert len(done) == 2
+
+
+def _row(send: float, latency_s: float, tokens: int) -> dict[str, Any]:
+    return {"send_time_unix": send, "latency_ms": latency_s * 1000, "completion_tokens": tokens}
+
+
+def test_busy_time_leaves_out_the_other_arms_blocks() -> None:
+    # an arm's two blocks of two, 1 s each, with another arm's 3 s block between
+    rows = [_row(0, 1, 10), _row(0, 0.5, 10), _row(4, 1, 10), _row(4.2, 0.8, 10)]
+    assert _busy_s(rows) == pytest.approx(2.0)
+    assert _aggregate_tps(rows) == pytest.approx(40 / 2.0)
+    assert _inflight_mean(rows) == pytest.approx((1 + 0.5 + 1 + 0.8) / 2.0)
+    assert _aggregate_tps([]) is None and _inflight_mean([]) is None

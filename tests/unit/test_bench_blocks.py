@@ -173,3 +173,28 @@ def test_busy_time_leaves_out_the_other_arms_blocks() -> None:
     assert _aggregate_tps(rows) == pytest.approx(40 / 2.0)
     assert _inflight_mean(rows) == pytest.approx((1 + 0.5 + 1 + 0.8) / 2.0)
     assert _aggregate_tps([]) is None and _inflight_mean([]) is None
+
+
+def test_prefix_cache_keeps_one_entry_per_prompt_when_a_request_repeats_it() -> None:
+    """A speculative request that repeats a cached prompt stores each round's
+    shorter sequence; those add no entry, so its LRU remembers the same
+    prompts as an arm that stores once per request (issue 26 item 6)."""
+    import torch
+
+    from trtspec.engine.kv_reuse import PrefixCache, make_cache
+
+    def cache(n: int) -> Any:
+        return make_cache([(torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))])
+
+    lru = PrefixCache(capacity=3)
+    for prompt in ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11, 12), (13, 14, 15, 16, 17, 18)):
+        lru.store(list(prompt), cache(6))
+    # the second prompt again, in rounds: 3, then 5 tokens, both inside its entry
+    lru.store([7, 8, 9], cache(3))
+    lru.store([7, 8, 9, 10, 11], cache(5))
+    assert len(lru) == 3
+    # the first prompt, now the least recent, is still there
+    assert [lru.lookup([*p, 0])[0] for p in ([1, 2, 3], [7, 8], [13, 14, 15])] == [3, 2, 3]
+    # a longer sequence replaces the entry it extends
+    lru.store([7, 8, 9, 10, 11, 12, 99], cache(7))
+    assert len(lru) == 3 and lru.lookup([7, 8, 9, 10, 11, 12, 99, 0])[0] == 7

@@ -87,7 +87,9 @@ def _bench(
     setup: dict[str, Any],
     policy: str,
     endpoint: str | None = None,
+    *,
     concurrency: list[int] | None = None,
+    requests: int | None = None,
     count: int = 9,
 ) -> list[dict[str, Any]]:
     run = setup["root"] / f"run-{policy}"
@@ -100,6 +102,7 @@ def _bench(
             engines_root=setup["engines"],
             prefix_cache=policy,
             concurrency=concurrency,
+            requests=requests,
             plots=False,
             request_timeout_s=120,
         ),
@@ -149,10 +152,12 @@ def test_warm_primes_every_arm_alike(parity_setup: dict[str, Any], served_repo: 
 
 
 def test_cold_gives_every_arm_the_same_cold_start(parity_setup: dict[str, Any]) -> None:
-    # level 1, then level 2: 3 requests round up to 2 blocks of 2 (prompts 0 1, 2 0)
-    rows = _bench(parity_setup, "cold", concurrency=[1, 2], count=9 + 12)
+    # 4 requests over 3 prompts (0 1 2 0) at level 1, then level 2 (blocks 0 1, 2 0)
+    rows = _bench(parity_setup, "cold", concurrency=[1, 2], requests=4, count=12 + 12)
     reused = _reused([r for r in rows if r["concurrency"] == 1])
-    assert all(set(r.values()) == {0} for r in reused.values()), reused
+    assert all(set(reused[s].values()) == {0} for s in (0, 1, 2)), reused
+    # the repeat finds its arm's own first request of the prompt, on every arm alike
+    assert len(set(reused[3].values())) == 1 and reused[3]["baseline"] >= 32, reused
     # At level 2 each arm finds its own level-1 requests of the same prompts,
     # and every arm finds them alike (issue 26 item 6).
     level2 = [r for r in rows if r["concurrency"] == 2]

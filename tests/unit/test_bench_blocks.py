@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from trtspec.bench.blocks import cell_order, repeats_in_block, whole_blocks
+from trtspec.bench.blocks import cell_order, repeats_in_block, round_up, whole_blocks
 from trtspec.bench.client import Arm, Job, Outcome, run_blocks
 from trtspec.bench.sequential import SequentialPlan, next_size
 from trtspec.bench.summary import _aggregate_tps, _busy_s, _inflight_mean
@@ -70,17 +70,21 @@ def test_a_partial_run_is_its_own_block_and_levels_start_at_one() -> None:
 
 
 def test_counts_and_looks_are_whole_blocks() -> None:
-    assert [whole_blocks(n, 8) for n in (1, 8, 9, 30)] == [8, 8, 16, 32]
+    # a count or cap: whole blocks, at most n, at least one block
+    assert [whole_blocks(n, 8) for n in (1, 8, 10, 16, 30)] == [8, 8, 8, 16, 24]
     assert whole_blocks(5, 1) == 5 and whole_blocks(5, None) == 5
+    assert [round_up(n, 8) for n in (1, 8, 9)] == [8, 8, 16] and round_up(5, None) == 5
     plan = SequentialPlan(first=5, batch=5, maximum=30)
     assert plan.sizes_at(1) == plan.sizes == [5, 10, 15, 20, 25, 30]
     assert plan.sizes_at(None) == plan.sizes
-    assert plan.sizes_at(4) == [8, 12, 16, 20, 28, 32]
-    assert plan.sizes_at(8) == [8, 16, 24, 32]
+    assert plan.sizes_at(4) == [8, 12, 16, 20, 28]
+    assert plan.sizes_at(8) == [8, 16, 24]
     assert plan.sizes_at(32) == [32]
+    # the demo's --max-requests 10 at its level 8: one look at one block
+    assert SequentialPlan(first=5, batch=5, maximum=10).sizes_at(8) == [8]
     # never more looks than the plan's, whose confidence every look uses
     assert all(len(plan.sizes_at(c)) <= plan.looks for c in range(1, 40))
-    assert [next_size(plan, d, 8) for d in (0, 8, 16, 24, 32)] == [8, 16, 24, 32, None]
+    assert [next_size(plan, d, 8) for d in (0, 8, 16, 24)] == [8, 16, 24, None]
 
 
 def test_repeats_in_block_when_the_level_exceeds_the_prompts() -> None:

@@ -9,10 +9,11 @@ last of them has finished), and the arm order reverses every other block
 (A B C, C B A, …) so slow drift cancels. Every prompt still goes to every arm:
 the pairing is per prompt. Level 1 is the per-prompt ABBA order.
 
-Pair counts at level c are whole blocks: a fixed count rounds up to a multiple
-of c (``whole_blocks``), and so do the looks of an until-decided plan
-(``SequentialPlan.sizes_at``); a partial block would hold fewer than c in
-flight.
+Pair counts at level c are whole blocks, since a partial block would hold
+fewer than c in flight: a fixed count or an until-decided cap of N becomes the
+largest multiple of c not above N, but at least c (``whole_blocks``), and the
+looks of an until-decided plan round up to whole blocks under that cap
+(``SequentialPlan.sizes_at``).
 
 Cache state: with c no larger than the route's prompts, the c samples of a
 block are c distinct prompts (samples cycle through the prompts in file
@@ -37,7 +38,15 @@ LEVEL_UNIT = "requests of one arm in flight"
 
 
 def whole_blocks(n: int, level: int | None) -> int:
-    """``n`` pairs rounded up to whole blocks of ``level`` (open loop: ``n``)."""
+    """The pair count a cell at ``level`` sends for a count or cap of ``n``:
+    whole blocks, at most ``n`` but at least one block (open loop: ``n``)."""
+    if level is None or level <= 1:
+        return n
+    return max(level, n // level * level)
+
+
+def round_up(n: int, level: int | None) -> int:
+    """``n`` rounded up to whole blocks of ``level`` (open loop: ``n``)."""
     if level is None or level <= 1:
         return n
     return -(-n // level) * level

@@ -122,13 +122,15 @@ class SequentialPlan:
 
     def sizes_at(self, level: int | None) -> list[int]:
         """Pair counts at which a cell at closed-loop ``level`` is looked at:
-        ``sizes`` rounded up to whole blocks of ``level`` (bench/blocks.py),
-        duplicates dropped. Never more looks than ``sizes``, so the per-look
-        confidence of ``looks`` still bounds the whole cell's error by
-        ``alpha`` (union bound)."""
-        from trtspec.bench.blocks import whole_blocks
+        ``sizes`` rounded up to whole blocks of ``level`` and capped at the
+        whole blocks ``maximum`` allows (bench/blocks.py), duplicates dropped.
+        Never more looks than ``sizes``, so the per-look confidence of
+        ``looks`` still bounds the whole cell's error by ``alpha`` (union
+        bound)."""
+        from trtspec.bench.blocks import round_up, whole_blocks
 
-        return sorted({whole_blocks(size, level) for size in self.sizes})
+        cap = whole_blocks(self.maximum, level)
+        return sorted({min(round_up(size, level), cap) for size in self.sizes})
 
     @property
     def looks(self) -> int:

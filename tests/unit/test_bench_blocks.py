@@ -202,3 +202,75 @@ def test_prefix_cache_keeps_one_entry_per_prompt_when_a_request_repeats_it() -> 
     # a longer sequence replaces the entry it extends
     lru.store([7, 8, 9, 10, 11, 12, 99], cache(7))
     assert len(lru) == 3 and lru.lookup([7, 8, 9, 10, 11, 12, 99, 0])[0] == 7
+
+
+def _run(tmp_path: Any, prompts: int, policy: str = "cold") -> Any:
+    from pathlib import Path
+
+    from trtspec.bench.cells import Run
+    from trtspec.bench.plan import BenchPlan, BenchSettings
+    from trtspec.bench.routes import RouteSet
+
+    items = [{"prompt": f"prompt {i}"} for i in range(prompts)]
+    route = RouteSet("r", Path("r.jsonl"), items, 8)
+    settings = BenchSettings(concurrency=[4], requests_per_route=10, prefix_cache=policy)
+    plan = BenchPlan("s", None, None, [route], [A, B], settings)
+    said: list[str] = []
+    return Run(plan, tmp_path, "run", said.append), route, said
+
+
+def test_a_fixed_count_at_a_level_is_whole_blocks_of_one_arm(tmp_path: Any) -> None:
+    run, route, _said = _run(tmp_path, prompts=5)
+    blocks = run._jobs(route, [A, B], ("concurrency=4", 4, None), 0.0, samples=None, warmup=False)
+    # 10 requests at level 4: two blocks of four per arm (8 pairs), arms alternating
+    got = [[(j.arm.variant, j.sample_index, j.prompt_index) for j in block] for block in blocks]
+    assert got == [
+        [("baseline", s, s) for s in range(4)],
+        [("ngram", s, s) for s in range(4)],
+        [("ngram", s, s % 5) for s in range(4, 8)],
+        [("baseline", s, s % 5) for s in range(4, 8)],
+    ]
+    jobs = [j for block in blocks for j in block]
+    assert {j.concurrency for j in jobs} == {4} and {j.load for j in jobs} == {"concurrency=4"}
+    # a pair shares prompt, seed and sampling
+    by_sample = {}
+    for j in jobs:
+        by_sample.setdefault(j.sample_index, set()).add((j.text_input, j.seed, j.max_tokens))
+    assert all(len(v) == 1 for v in by_sample.values())
+
+
+def test_a_level_above_the_prompts_is_warned_once_and_recorded(tmp_path: Any) -> None:
+    run, route, said = _run(tmp_path, prompts=3)
+    run._check_repeats(route, ("concurrency=4", 4, None))
+    run._check_repeats(route, ("concurrency=4", 4, None))
+    run._check_repeats(route, ("concurrency=2", 2, None))
+    assert run.block_repeats == [{"route": "r", "load": "concurrency=4", "prompts": 3}]
+    assert said == [
+        "bench: warning: route=r concurrency=4: 3 prompt(s) for blocks of 4, so a block "
+        "sends a prompt twice and its arms may start from different cache states (the report "
+        "lists any prompt whose prefix_reused_tokens differ); give the route at least as many "
+        "prompts as its highest level"
+    ]
+    warm, route, said = _run(tmp_path, prompts=3, policy="warm")
+    warm._check_repeats(route, ("concurrency=4", 4, None))
+    assert warm.block_repeats == [] and said == []
+
+
+def test_the_report_says_what_a_level_counts_and_where_blocks_repeated() -> None:
+    from trtspec.bench.report import level_notes
+
+    summary = {
+        "settings": {"level_unit": "requests of one arm in flight"},
+        "cells": [{"concurrency": 1}, {"concurrency": 8}, {"concurrency": None}],
+        "block_repeats": [{"route": "r", "load": "concurrency=8", "prompts": 3}],
+    }
+    assert level_notes(summary) == [
+        "load levels: concurrency=c is c requests of one arm in flight (each arm in turn "
+        "sends a block of c prompts, arm order alternating per block, every prompt paired "
+        "over the arms): the unit of routing.yaml's max_concurrency and draft_len_schedule",
+        "r concurrency=8: 3 prompt(s) for blocks of that level, so a block sent a prompt "
+        "twice and its arms may have started from different cache states",
+    ]
+    # one request at a time needs no note; a run from before the unit was recorded gets none
+    assert level_notes({**summary, "cells": [{"concurrency": 1}], "block_repeats": []}) == []
+    assert level_notes({"cells": [{"concurrency": 8}]}) == []

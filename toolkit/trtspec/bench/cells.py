@@ -378,10 +378,15 @@ class Run:
     def _check_repeats(self, route: RouteSet, load: tuple[str, int | None, float | None]) -> None:
         """Warn (once per route and level) when a block must send a prompt
         twice: the second copy may find the first's KV blocks on one arm and
-        not on another (bench/blocks.py)."""
+        not on another (bench/blocks.py). Not under ``--prefix-cache warm``,
+        where every measured request finds its prompt primed."""
         label, conc, _rate = load
         key = {"route": route.name, "load": label, "prompts": len(route.items)}
-        if not repeats_in_block(len(route.items), conc) or key in self.block_repeats:
+        if (
+            not repeats_in_block(len(route.items), conc)
+            or self.plan.settings.prefix_cache == WARM  # every request is primed alike
+            or key in self.block_repeats
+        ):
             return
         self.block_repeats.append(key)
         self.progress(

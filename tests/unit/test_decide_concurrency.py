@@ -272,6 +272,8 @@ def test_load_throughput_counts_every_arm_of_a_level_together() -> None:
     assert headers == ["arm", "concurrency=1", "concurrency=8", "decision"]
     assert table[0] == ["all arms: aggregate tok/s", "40.0", "320.0", ""]
     assert table[1] == ["baseline tok/s per request", "40.0", "40.0", ""]
+    # the level held: one at a time at 1, the baseline's four at once at 8
+    assert table[2] == ["baseline requests in flight (mean)", "1.0", "4.0", ""]
 
 
 def test_a_bad_route_concurrency_names_file_line_and_field(tmp_path: Path) -> None:

@@ -372,9 +372,42 @@ def run_jobs(
     When a request fails and ``recover(outcome)`` says the server was brought
     back, that job is sent once more and only the second attempt is reported.
     ``make_worker`` builds each worker (default: a ``StreamWorker`` on ``url``)."""
+    run_blocks(
+        url,
+        [jobs],
+        workers=workers,
+        on_done=on_done,
+        stop=stop,
+        request_timeout_s=request_timeout_s,
+        schedule_s=schedule_s,
+        recover=recover,
+        make_worker=make_worker,
+    )
+
+
+def run_blocks(
+    url: str,
+    blocks: list[list[Job]],
+    *,
+    workers: int,
+    on_done: Callable[[Outcome], None],
+    stop: threading.Event,
+    request_timeout_s: float,
+    schedule_s: list[float] | None = None,
+    recover: Callable[[Outcome], bool] | None = None,
+    make_worker: Callable[[], Any] | None = None,
+) -> None:
+    """``run_jobs`` over ``blocks`` in turn, one pool of streams for all: a
+    block's jobs go out only when every job of the one before has finished
+    (bench/blocks.py: one arm's requests in flight at a time). A schedule
+    (open loop) needs a single block."""
+    if schedule_s is not None and len(blocks) != 1:
+        raise ValueError("an open-loop schedule runs one block")
     pending: queue.Queue[Job | None] = queue.Queue()
     factory = make_worker or (lambda: StreamWorker(url, request_timeout_s))
     pool = [factory() for _ in range(max(1, workers))]
+    finished = threading.Condition()
+    done_count = [0]
 
     def work(worker: Any) -> None:
         while not stop.is_set():
@@ -405,6 +438,9 @@ def run_jobs(
                 worker.reconnect()  # its stream went down with the old server
                 outcome = worker.run(job, stop)
             on_done(outcome)
+            with finished:
+                done_count[0] += 1
+                finished.notify_all()
 
     threads = [
         threading.Thread(target=work, args=(w,), daemon=True, name=f"trtspec-worker-{i}")
@@ -414,11 +450,22 @@ def run_jobs(
         t.start()
     try:
         if schedule_s is None:
-            for job in jobs:
-                pending.put(job)
+            sent = 0
+            for jobs in blocks:
+                for job in jobs:
+                    pending.put(job)
+                sent += len(jobs)
+                with finished:
+                    # short waits keep the main thread responsive to Ctrl-C
+                    while done_count[0] < sent and not stop.is_set():
+                        if not any(t.is_alive() for t in threads):
+                            break  # every worker died: nothing will finish
+                        finished.wait(_POLL_S)
+                if stop.is_set():
+                    break
         else:
             start = time.perf_counter_ns()
-            for job, offset in zip(jobs, schedule_s, strict=True):
+            for job, offset in zip(blocks[0], schedule_s, strict=True):
                 job.scheduled_ns = start + int(offset * 1e9)
                 while not stop.is_set():
                     wait = (job.scheduled_ns - time.perf_counter_ns()) / 1e9

@@ -196,10 +196,12 @@ def _level_text(lvl: dict[str, Any] | None) -> str:
 
 
 def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], list[list[str]]]:
-    """Speedup vs concurrency for one route: the server's aggregate tokens/s
-    over all arms at each level (lowest temperature) and the baseline's mean
-    per-request tokens/s, then each arm's paired speedup, per-level decision
-    and the cap written to routing.yaml."""
+    """Speedup vs concurrency for one route: the aggregate tokens/s over all
+    arms at each level (lowest temperature; summary.load_throughput), the
+    baseline's mean per-request tokens/s and its mean requests in flight (a
+    level c counts one arm's requests in flight, the unit of routing.yaml's
+    limits), then each arm's paired speedup, per-level decision and the cap
+    written to routing.yaml."""
     levels = sweep_routes(summary)[route]
     headers = ["arm", *[f"concurrency={c}" for c in levels], "decision"]
     base = {
@@ -221,6 +223,11 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
                 _fmt((base.get(c) or {}).get("tokens_per_second", {}).get("mean"), ".1f")
                 for c in levels
             ],
+            "",
+        ],
+        [
+            "baseline requests in flight (mean)",
+            *[_fmt((base.get(c) or {}).get("inflight_mean"), ".1f") for c in levels],
             "",
         ],
     ]
@@ -369,6 +376,7 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
     ]
     notes += [incident_note(i) for i in summary.get("incidents") or []]
     notes += cache_notes(summary)
+    notes += level_notes(summary)
     if client.get("overhead_ms_p50") is not None:
         notes.insert(
             0,
@@ -381,6 +389,26 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
                 f"max {_fmt(client.get('lag_ms_max'), '.2f')} ms"
             ),
         )
+    return notes
+
+
+def level_notes(summary: dict[str, Any]) -> list[str]:
+    """What a closed-loop level counts (bench/blocks.py), when the run has a
+    level above 1, and each route × level whose blocks repeated a prompt."""
+    unit = (summary.get("settings") or {}).get("level_unit")
+    levels = {int(c["concurrency"]) for c in summary["cells"] if c.get("concurrency")}
+    notes = []
+    if unit and any(level > 1 for level in levels):
+        notes.append(
+            f"load levels: concurrency=c is c {unit} (each arm in turn sends a block of c "
+            "prompts, arm order alternating per block, every prompt paired over the arms): "
+            "the unit of routing.yaml's max_concurrency and draft_len_schedule"
+        )
+    notes += [
+        f"{r['route']} {r['load']}: {r['prompts']} prompt(s) for blocks of that level, so "
+        "a block sent a prompt twice and its arms may have started from different cache states"
+        for r in summary.get("block_repeats") or []
+    ]
     return notes
 
 

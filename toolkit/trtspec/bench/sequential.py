@@ -120,6 +120,18 @@ class SequentialPlan:
         out = list(range(first, self.maximum, self.batch))
         return [*out, self.maximum] if not out or out[-1] != self.maximum else out
 
+    def sizes_at(self, level: int | None) -> list[int]:
+        """Pair counts at which a cell at closed-loop ``level`` is looked at:
+        ``sizes`` rounded up to whole blocks of ``level`` and capped at the
+        whole blocks ``maximum`` allows (bench/blocks.py), duplicates dropped.
+        Never more looks than ``sizes``, so the per-look confidence of
+        ``looks`` still bounds the whole cell's error by ``alpha`` (union
+        bound)."""
+        from trtspec.bench.blocks import round_up, whole_blocks
+
+        cap = whole_blocks(self.maximum, level)
+        return sorted({min(round_up(size, level), cap) for size in self.sizes})
+
     @property
     def looks(self) -> int:
         return len(self.sizes)
@@ -162,9 +174,10 @@ def verdict(est: SpeedupEstimate | None, min_speedup: float) -> str:
     return UNDECIDED
 
 
-def next_size(plan: SequentialPlan, done: int) -> int | None:
-    """The pair count of the next look after ``done`` pairs; None at the cap."""
-    for size in plan.sizes:
+def next_size(plan: SequentialPlan, done: int, level: int | None = None) -> int | None:
+    """The pair count of the next look after ``done`` pairs at ``level``;
+    None at the cap."""
+    for size in plan.sizes_at(level):
         if size > done:
             return size
     return None

@@ -315,7 +315,10 @@ class ExternalArm(_Strict):
 
 class Bench(_Strict):
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
-        default_factory=lambda: [1], min_length=1, description="Concurrency levels."
+        default_factory=lambda: [1],
+        min_length=1,
+        description="Closed-loop levels: requests of one arm in flight (the unit of "
+        "routing.yaml's max_concurrency).",
     )
     temperatures: list[BenchTemperature] = Field(
         default_factory=lambda: [0.0],

@@ -53,7 +53,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
-from trtspec.catalogue import DRAFT_LOOP_MODES
+from trtspec.catalogue import DRAFT_LOOP_MODES, MODES
 from trtspec.limits import (
     CLIENT_ERROR,
     ParamError,
@@ -348,7 +348,12 @@ class _Generation:
         if logits:
             names.append("generation_logits")
         if self.model.perf_metrics:
-            return [*names, *PERF_TOTALS, REUSED_BLOCKS]
+            # the engine's draft totals only where the engine drafts (the
+            # baseline has none, a draft loop counts its own): two tensors
+            # fewer in every streamed response otherwise
+            mode = MODES.get(self.model.mode)
+            totals = PERF_TOTALS if mode is not None and not mode.draft_loop else ()
+            return [*names, *totals, REUSED_BLOCKS]
         return [*names, REUSED_BLOCKS] if self.model.reuse_stats_input else names
 
     def note_reuse(self, response: Any) -> None:
@@ -608,22 +613,23 @@ class _Generation:
         deadline = time.monotonic() + stream_timeout_us(p.max_tokens) / 1e6
         if self.deadline is not None:
             deadline = min(deadline, self.deadline)
-        # exec() itself waits for the engine's first response on 2.51
-        responses = call_within(
-            lambda: request.exec(decoupled=True),
-            max(0.0, deadline - time.monotonic()),
-            m.target_model,
-        )
+        opened: list[Any] = []
+
+        def open_stream() -> Any:
+            # exec() itself waits for the engine's first response on 2.51
+            opened.append(request.exec(decoupled=True))
+            return opened[0]
+
         left_s = max(0.0, deadline - time.monotonic())
         # What arrived while the last batch was answered comes as one batch and
         # goes out as one response (several tokens): under load, fewer sends.
-        stream = batches_within_deadline(responses, left_s, m.target_model)
+        stream = batches_within_deadline(open_stream, left_s, m.target_model)
         try:
             for batch in stream:
                 if self.cancel.is_cancelled():
                     # The engine stops at its next step (it sees the flag); wait
                     # for its last answer so nothing of this request outlives it.
-                    cancel_stream(responses)
+                    cancel_stream(opened[0])
                     for _ in stream:
                         pass
                     raise Cancelled
@@ -643,7 +649,8 @@ class _Generation:
                         kept.extend(step)
                 self.emit(kept)
         finally:
-            m.streams.keep(responses)  # see threads.BlsStreams: the 2.51 stub crash
+            if opened:
+                m.streams.keep(opened[0])  # see threads.BlsStreams: the 2.51 stub crash
 
 
 class TritonPythonModel:

@@ -121,7 +121,7 @@ def build(model: Path, name: str, root: Path) -> tuple[Path, Path]:
     return repo, root / "engines" / spec.name / "target"
 
 
-def prompts_for(model_name: str) -> list[str]:
+def held_out_prompts() -> list[str]:
     from reference_engine import PROMPTS
 
     return list(PROMPTS.values())
@@ -206,13 +206,19 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
     client = grpcclient.InferenceServerClient(url)
     run = Run(prompt, 0.0)
     try:
-        client.start_stream(callback=lambda r, e: results.put((r, e, time.perf_counter())))
+        client.start_stream(
+            callback=lambda result, error: results.put((result, error, time.perf_counter()))
+        )
         run.sent = time.perf_counter()
         client.async_stream_infer(
             model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs]
         )
         while True:
-            result, error, at = results.get(timeout=600)
+            try:
+                result, error, at = results.get(timeout=300)
+            except queue.Empty:
+                run.error = "no response within 300 s"
+                break
             if error is not None:
                 run.error = str(error)
                 break
@@ -257,7 +263,7 @@ def served(server: Any, layer: str, level: int, jobs: list[tuple[str, list[int]]
 
     before = cpu_by_model(server.pid)
     started = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(level)]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(level)]
     for t in threads:
         t.start()
     for t in threads:
@@ -276,7 +282,7 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     repo, engine_dir = build(model, name, root)
     print(f"{name}: built in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     tok = Tokenizer(engine_dir / "tokenizer")
-    prompts = prompts_for(name)
+    prompts = held_out_prompts()
     prompt_ids = [tok.encode(p) for p in prompts]
     end_id = tok.end_id
     args.end_pad = (end_id if end_id is not None else -1, tok.pad_id or 0)

@@ -127,39 +127,36 @@ def held_out_prompts() -> list[str]:
     return list(PROMPTS.values())
 
 
-def in_process(
-    engine_dir: Path, prompts: list[str], prompt_ids: list[list[int]], args: Any
-) -> list[Row]:
-    """``args.repeats`` rows of the engine alone in this process, one request
-    at a time; every prompt is seen once first (the served engine has seen
-    them too: its prefix cache holds them)."""
-    import gc
+class InProcess:
+    """The reference engine loaded in this process with the thread count the
+    served engine uses; every prompt seen once first (the served engine has
+    seen them too: its prefix cache holds them)."""
 
-    from trtspec.engine import GenerationRequest, ReferenceEngine
-    from trtspec.engine.decode import default_threads
+    def __init__(self, engine_dir: Path, prompt_ids: list[list[int]], end_id: Any) -> None:
+        from trtspec.engine import GenerationRequest, ReferenceEngine
+        from trtspec.engine.decode import default_threads
 
-    end_id = args.end_pad[0]
-    engine = ReferenceEngine.load(engine_dir, threads=default_threads(1))
-    for ids in prompt_ids:
-        engine.generate(GenerationRequest(ids, 4, end_id=end_id))
-    rows = []
-    for _ in range(args.repeats):
+        self.request = GenerationRequest
+        self.end_id = end_id
+        self.engine = ReferenceEngine.load(engine_dir, threads=default_threads(1))
+        for ids in prompt_ids:
+            self.engine.generate(GenerationRequest(ids, 4, end_id=end_id))
+
+    def row(self, jobs: list[tuple[str, list[int]]], tokens: int) -> Row:
+        """One request at a time, as a single stream."""
         runs = []
         started = time.perf_counter()
-        for prompt, ids in zip(prompts, prompt_ids, strict=True):
+        for prompt, ids in jobs:
             run = Run(prompt, time.perf_counter())
-            for delta in engine.stream(GenerationRequest(ids, args.tokens, end_id=end_id)):
+            for delta in self.engine.stream(self.request(ids, tokens, end_id=self.end_id)):
                 if delta and not run.first:
                     run.first = time.perf_counter()
                 run.ids.extend(delta)
             run.last = time.perf_counter()
-            if end_id in run.ids:  # as the orchestrator cuts it
-                run.ids = run.ids[: run.ids.index(end_id)]
+            if self.end_id in run.ids:  # as the orchestrator cuts it
+                run.ids = run.ids[: run.ids.index(self.end_id)]
             runs.append(run)
-        rows.append(Row("", "in-process", 1, runs, time.perf_counter() - started))
-    del engine
-    gc.collect()
-    return rows
+        return Row("", "in-process", 1, runs, time.perf_counter() - started)
 
 
 def _inputs(layer: str, prompt: str, ids: list[int], tokens: int, end_pad: tuple) -> tuple:
@@ -286,24 +283,30 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     prompt_ids = [tok.encode(p) for p in prompts]
     end_id = tok.end_id
     args.end_pad = (end_id if end_id is not None else -1, tok.pad_id or 0)
-    rows = in_process(engine_dir, prompts, prompt_ids, args)
     server = Server(repo, log_path=root / "tritonserver.log")
     t0 = time.monotonic()
     server.start(timeout=600)
     print(f"{name}: server ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    rows: list[Row] = []
+
+    def note(row: Row) -> None:
+        rows.append(row)
+        print(f"  {name} {row.layer} x{row.level}: {row.tok_s():.1f} tok/s", file=sys.stderr)
+
     try:
+        # the engine in process beside the idle server, its cells interleaved
+        # with the served ones so the machine's load drifts over all of them
+        local = InProcess(engine_dir, prompt_ids, end_id)
         jobs = list(zip(prompts, prompt_ids, strict=True))
         for layer in ("engine", "orch", "router"):
             served(server, layer, 1, jobs[:1], args)  # warm
         for level in args.levels:
-            for layer in ("engine", "orch", "router"):
-                for _ in range(args.repeats):
-                    rows.append(served(server, layer, level, jobs * level, args))
-                    print(
-                        f"  {name} {layer} x{level}: {rows[-1].tok_s():.1f} tok/s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            for _ in range(args.repeats):
+                if level == 1:
+                    note(local.row(jobs, args.tokens))
+                for layer in ("engine", "orch", "router"):
+                    note(served(server, layer, level, jobs * level, args))
+        del local
     finally:
         server.stop()
     for row in rows:

@@ -613,23 +613,22 @@ class _Generation:
         deadline = time.monotonic() + stream_timeout_us(p.max_tokens) / 1e6
         if self.deadline is not None:
             deadline = min(deadline, self.deadline)
-        opened: list[Any] = []
-
-        def open_stream() -> Any:
-            # exec() itself waits for the engine's first response on 2.51
-            opened.append(request.exec(decoupled=True))
-            return opened[0]
-
+        # exec() itself waits for the engine's first response on 2.51
+        responses = call_within(
+            lambda: request.exec(decoupled=True),
+            max(0.0, deadline - time.monotonic()),
+            m.target_model,
+        )
         left_s = max(0.0, deadline - time.monotonic())
         # What arrived while the last batch was answered comes as one batch and
         # goes out as one response (several tokens): under load, fewer sends.
-        stream = batches_within_deadline(open_stream, left_s, m.target_model)
+        stream = batches_within_deadline(responses, left_s, m.target_model)
         try:
             for batch in stream:
                 if self.cancel.is_cancelled():
                     # The engine stops at its next step (it sees the flag); wait
                     # for its last answer so nothing of this request outlives it.
-                    cancel_stream(opened[0])
+                    cancel_stream(responses)
                     for _ in stream:
                         pass
                     raise Cancelled
@@ -649,8 +648,7 @@ class _Generation:
                         kept.extend(step)
                 self.emit(kept)
         finally:
-            if opened:
-                m.streams.keep(opened[0])  # see threads.BlsStreams: the 2.51 stub crash
+            m.streams.keep(responses)  # see threads.BlsStreams: the 2.51 stub crash
 
 
 class TritonPythonModel:

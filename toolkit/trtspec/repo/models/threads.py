@@ -68,22 +68,18 @@ def within_deadline(responses: Iterable[T], timeout_s: float, what: str) -> Iter
 
 
 def batches_within_deadline(
-    responses: Iterable[T] | Callable[[], Iterable[T]], timeout_s: float, what: str
+    responses: Iterable[T], timeout_s: float, what: str
 ) -> Iterator[list[T]]:
     """``within_deadline`` in batches: each batch is every item that had
     arrived by the time the previous one was handled (one item when the
     reader keeps up, several when it falls behind), so a reader that answers
     once per batch sends fewer, fuller responses under load and the same
-    ones otherwise. ``responses`` may be a callable that opens the stream
-    (a BLS ``exec``, which on 2.51 waits for the first response): it is
-    called on the pump thread, under the same deadline, so opening costs no
-    thread of its own (``call_within``)."""
+    ones otherwise."""
     items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
 
     def pump() -> None:
         try:
-            source = responses() if callable(responses) else responses
-            for item in source:
+            for item in responses:
                 items.put((0, item))
             items.put((1, None))
         except BaseException as exc:  # handed to the reader, which re-raises it

@@ -6,8 +6,8 @@ suite's tiny Llama), each built into a temporary folder as a baseline-only
 reference repository (``trtspec.build.reference`` in process,
 ``trtspec.repo.assemble``) and served by the real tritonserver:
 
-- ``in-process``: the reference engine loaded in this process
-  (``ReferenceEngine.load``, the thread count the served engine uses), one
+- ``in-process``: the reference engine loaded in this process as the
+  engine model loads it and driven by the same in-flight batcher, one
   request at a time (item 4's reference);
 - ``engine``: the engine model alone through the server (client-side token
   ids, streaming), at each level (item 5's reference at 4 in flight);
@@ -121,26 +121,43 @@ def build(model: Path, name: str, root: Path) -> tuple[Path, Path]:
     return repo, root / "engines" / spec.name / "target"
 
 
-def held_out_prompts() -> list[str]:
+def held_out_prompts(tokenizer_dir: Path) -> list[str]:
+    """The prompts as ``text_input``: rendered with the model's chat template
+    where it has one (as ``trtspec bench`` renders a chat route), else as is."""
     from reference_engine import PROMPTS
 
-    return list(PROMPTS.values())
+    from trtspec.bench.routes import load_tokenizer, render_prompt
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    if not getattr(tokenizer, "chat_template", None):
+        return list(PROMPTS.values())
+    return [
+        render_prompt({"messages": [{"role": "user", "content": text}]}, tokenizer)
+        for text in PROMPTS.values()
+    ]
 
 
 class InProcess:
-    """The reference engine loaded in this process with the thread count the
-    served engine uses; every prompt seen once first (the served engine has
+    """The reference engine loaded in this process as the engine model loads
+    it (thread count, KV reuse) and driven by the same in-flight batcher
+    (``BatchScheduler``); every prompt seen once first (the served engine has
     seen them too: its prefix cache holds them)."""
 
     def __init__(self, engine_dir: Path, prompt_ids: list[list[int]], end_id: Any) -> None:
         from trtspec.engine import GenerationRequest, ReferenceEngine
+        from trtspec.engine.batching import BatchScheduler
+        from trtspec.engine.config import read_engine_config
         from trtspec.engine.decode import default_threads
 
         self.request = GenerationRequest
         self.end_id = end_id
-        self.engine = ReferenceEngine.load(engine_dir, threads=default_threads(1))
+        batch = read_engine_config(engine_dir).max_batch_size
+        engine = ReferenceEngine.load(
+            engine_dir, threads=default_threads(1), kv_reuse=max(4, 2 * batch)
+        )
+        self.scheduler = BatchScheduler(engine)
         for ids in prompt_ids:
-            self.engine.generate(GenerationRequest(ids, 4, end_id=end_id))
+            list(self.scheduler.submit(GenerationRequest(ids, 4, end_id=end_id)))
 
     def row(self, jobs: list[tuple[str, list[int]]], tokens: int) -> Row:
         """One request at a time, as a single stream."""
@@ -148,7 +165,7 @@ class InProcess:
         started = time.perf_counter()
         for prompt, ids in jobs:
             run = Run(prompt, time.perf_counter())
-            for delta in self.engine.stream(self.request(ids, tokens, end_id=self.end_id)):
+            for delta in self.scheduler.submit(self.request(ids, tokens, end_id=self.end_id)):
                 if delta and not run.first:
                     run.first = time.perf_counter()
                 run.ids.extend(delta)
@@ -157,6 +174,9 @@ class InProcess:
                 run.ids = run.ids[: run.ids.index(self.end_id)]
             runs.append(run)
         return Row("", "in-process", 1, runs, time.perf_counter() - started)
+
+    def close(self) -> None:
+        self.scheduler.close()
 
 
 def _inputs(layer: str, prompt: str, ids: list[int], tokens: int, end_pad: tuple) -> tuple:
@@ -279,7 +299,7 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     repo, engine_dir = build(model, name, root)
     print(f"{name}: built in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     tok = Tokenizer(engine_dir / "tokenizer")
-    prompts = held_out_prompts()
+    prompts = held_out_prompts(engine_dir / "tokenizer")
     prompt_ids = [tok.encode(p) for p in prompts]
     end_id = tok.end_id
     args.end_pad = (end_id if end_id is not None else -1, tok.pad_id or 0)
@@ -306,7 +326,7 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
                     note(local.row(jobs, args.tokens))
                 for layer in ("engine", "orch", "router"):
                     note(served(server, layer, level, jobs * level, args))
-        del local
+        local.close()
     finally:
         server.stop()
     for row in rows:

@@ -23,7 +23,11 @@ route's concurrency slot is released; nothing is retried on the fallback
 then, since the time is spent. An orchestrator's failure after it streamed
 arrives in band (the ``error`` tensor of its final response) and is answered
 as that error. A variant the stub watchdog marked down (its stub died;
-``trtspec.health``) is not tried: its routes go to their fallback.
+``trtspec.health``) is not tried: its routes go to their fallback. With
+``in_process_variants`` (what ``trtspec repo`` writes) the first try runs the
+variant's generation in this process (``inprocess.py``) under the same
+deadline, tracking, cancellation and fallback rules; the fallback retry goes
+over BLS.
 """
 
 from __future__ import annotations

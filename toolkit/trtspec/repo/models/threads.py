@@ -2,10 +2,10 @@
 thread per request, so a long generation does not block the requests queued
 behind it, joined at unload; the config's string parameters as a dict; the
 deadline of a streamed BLS call (from the request's ``max_tokens``), and
-``within_deadline`` / ``call_within``, which enforce a BLS call's deadline in
-the caller whatever the callee does; and ``BlsStreams``, which keeps finished
-decoupled-BLS response iterators alive until the stub's own C++ thread has
-let go of them (the crash workaround
+``within_deadline`` / ``batches_within_deadline`` / ``call_within``, which
+enforce a BLS call's deadline in the caller whatever the callee does; and
+``BlsStreams``, which keeps finished decoupled-BLS response iterators alive
+until the stub's own C++ thread has let go of them (the crash workaround
 described there). No Triton imports: unit-testable as is."""
 
 from __future__ import annotations

@@ -183,7 +183,9 @@ def test_a_cancelled_stream_stops_every_model_at_the_next_step(
     cancel_after(server, model, PROMPT, responses=3, **extra)
     after = infer(server, model, SHORT_PROMPT, SHORT, **extra)
     assert after.error is None, after.error
-    assert after.texts == alone.texts
+    # the same answer; not the same chunks: engine responses that queue up
+    # under load go out as one response (threads.batches_within_deadline)
+    assert "".join(after.texts) == "".join(alone.texts)
     # That the short request did not wait for the rest of the cancelled one is
     # shown by events below, not by a wall-clock ratio (which a loaded two-core
     # machine can break): the orchestrator logs the cancel after N < LONG

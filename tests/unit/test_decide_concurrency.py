@@ -226,6 +226,37 @@ def test_a_route_can_sweep_its_own_concurrency_levels(tmp_path: Path) -> None:
     assert loads == {"sweep": [4], "plain": [4]}
 
 
+def test_a_route_can_be_measured_at_its_own_temperatures(tmp_path: Path) -> None:
+    from trtspec import fingerprint
+    from trtspec.bench.runner import plan_from_spec
+    from trtspec.flows import make_plan
+    from trtspec.spec.schema import Spec
+
+    (tmp_path / "r.jsonl").write_text(json.dumps({"prompt": "def f():\n"}) + "\n")
+    spec = Spec.model_validate(
+        {
+            "name": "s",
+            "target": {"model": "m", "family": "llama"},
+            "routes": {
+                "sampled": {"prompts": "r.jsonl", "temperatures": [0.7]},
+                "plain": {"prompts": "r.jsonl"},
+            },
+            "bench": {"temperatures": [0.0]},
+        }
+    )
+    spec._source_path = tmp_path / "s.yaml"
+    plan = plan_from_spec(spec)
+    temps = {r.name: r.temperatures or plan.settings.temperatures for r in plan.routes}
+    assert temps == {"sampled": [0.7], "plain": [0.0]}
+    # --temperatures overrides every route's own
+    plan = plan_from_spec(spec, temperatures=[0.0, 1.0])
+    assert [r.temperatures for r in plan.routes] == [None, None]
+    # the fingerprint records each route's own sampling, as the run measures it
+    now = fingerprint.current(spec, make_plan(spec, tmp_path / "engines"), tokenizer_dir=None)
+    assert now["routes"]["sampled"]["sampling"]["temperatures"] == [0.7]
+    assert now["routes"]["plain"]["sampling"]["temperatures"] == [0.0]
+
+
 def test_the_demo_spec_sweeps_concurrency_within_its_batch(tmp_path: Path) -> None:
     """`make demo` measures its routes at 1 and 8 in flight, and the engine
     can batch all 8 (max_batch_size). The spec is validated as shipped, in a

@@ -13,6 +13,7 @@ from tests.unit.test_bench_summary import row
 from tests.unit.test_decide_concurrency import BASE
 
 from trtspec.bench.decide import draft_len_schedule
+from trtspec.bench.report import k_table, render_markdown
 from trtspec.bench.summary import build_summary
 from trtspec.errors import RepoError
 from trtspec.repo.routing import InFlight, choose, parse_routing
@@ -47,6 +48,19 @@ def test_best_k_per_level_goes_into_routing() -> None:
     assert entry["draft_len_schedule"] == {1: 4, 2: 2}
     table = parse_routing(summary["routing"])
     assert table.routes["rag"].draft_len_schedule == ((1, 4), (2, 2))
+    # the report names the k of each level and what routing.yaml took
+    headers, rows = k_table(summary)
+    assert headers == ["route", "variant", "concurrency=1", "concurrency=8", "routing.yaml"]
+    assert rows == [
+        [
+            "rag",
+            "ngram",
+            "k=4 (1.60x, promote)",
+            "k=2 (1.25x, promote)",
+            "draft_len_schedule {1: 4, 2: 2}",
+        ]
+    ]
+    assert "## Draft length per load" in render_markdown(summary)
 
 
 def test_switch_waits_for_its_level_when_unproven_below() -> None:

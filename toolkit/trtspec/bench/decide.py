@@ -394,6 +394,38 @@ def draft_len_schedule(
     return schedule
 
 
+def k_per_level(decisions: list[dict[str, Any]], by: str = "speedup") -> list[dict[str, Any]]:
+    """For each routable (route, variant) measured at several k: at each
+    measured level, the k with the best paired figure there (the speedup, or
+    the goodput difference when deciding by goodput) and that k's decision at
+    the level, promoted or not; what routing.yaml took from it is
+    ``draft_len_schedule`` (promoted levels only)."""
+    arms: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for dec in decisions:
+        if dec["num_speculative_tokens"] is not None and dec.get("arm_kind", "triton") == "triton":
+            arms.setdefault((dec["route"], dec["variant"]), []).append(dec)
+    out = []
+    for (route, variant), decs in arms.items():
+        if len(decs) < 2:
+            continue
+        best: dict[int, dict[str, Any]] = {}
+        for dec in decs:
+            for lvl in dec.get("levels") or []:
+                figure = lvl.get("goodput_difference") if by == "goodput" else lvl.get("speedup")
+                if not figure:
+                    continue
+                level = int(lvl["concurrency"])
+                if level not in best or figure["point"] > best[level]["figure"]["point"]:
+                    best[level] = {
+                        "k": int(dec["num_speculative_tokens"]),
+                        "figure": figure,
+                        "decision": lvl["decision"],
+                    }
+        if best:
+            out.append({"route": route, "variant": variant, "by": by, "levels": best})
+    return out
+
+
 def _routing(
     decisions: list[dict[str, Any]],
     cells: list[dict[str, Any]],

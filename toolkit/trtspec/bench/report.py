@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.bench import goodput, positions
-from trtspec.bench.decide import routing_yaml
+from trtspec.bench.decide import k_per_level, routing_yaml
 from trtspec.bench.records import (
     REQUESTS_FILE,
     RUN_FILE,
@@ -239,6 +239,35 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
     return headers, rows
 
 
+def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Draft length per load: at each measured level the best k of each
+    variant swept over k (decide.k_per_level), and what routing.yaml took."""
+    by = str(summary["settings"]["decision"].get("decide_by") or "speedup")
+    found = k_per_level(summary["decisions"], by)
+    levels = sorted({lv for f in found for lv in f["levels"]})
+    routed = summary["routing"]["routes"]
+    rows = []
+    for f in found:
+        entry = routed.get(f["route"]) or {}
+        if entry.get("variant") != f["variant"]:
+            took = f"not routed ({entry.get('decision', '-')})"
+        elif entry.get("draft_len_schedule"):
+            took = f"draft_len_schedule {entry['draft_len_schedule']}"
+        else:
+            took = f"num_draft_tokens {entry.get('num_draft_tokens')} at every load"
+        cells = []
+        for lv in levels:
+            b = f["levels"].get(lv)
+            if b is None:
+                cells.append("-")
+                continue
+            point = float(b["figure"]["point"])
+            fig = f"{point:.2f}x" if by == "speedup" else f"{point * 100:+.0f}%"
+            cells.append(f"k={b['k']} ({fig}, {b['decision']})")
+        rows.append([f["route"], f["variant"], *cells, took])
+    return ["route", "variant", *[f"concurrency={c}" for c in levels], "routing.yaml"], rows
+
+
 def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
     out = []
     for c in summary["cells"]:
@@ -442,6 +471,13 @@ _GOODPUT_NOTE = (
     "same prompts (Agresti–Min interval)."
 )
 
+_K_NOTE = (
+    "Each level's best draft length among the k measured there, by the paired figure "
+    "the decision uses, with that k's decision at the level. routing.yaml gets a "
+    "draft_len_schedule {in-flight level: k} when the best promoted k differs between "
+    "levels (the router applies it per request by its current in-flight count)."
+)
+
 _SWEEP_NOTE = (
     "Each level is a closed loop of that many in-flight requests, the baseline's and "
     "the variants' interleaved (ABBA) on one server. A variant is promoted up to the "
@@ -477,6 +513,9 @@ def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | Non
                 f"![{title}]({src})" for title, src in images or [] if src == _sweep_png(route)
             ]
             parts += [""]
+    k_headers, k_rows = k_table(summary)
+    if k_rows:
+        parts += ["## Draft length per load", "", _K_NOTE, "", _md_table(k_headers, k_rows), ""]
     good = goodput.table_rows(summary)
     if good:
         goal = goodput.objectives_text(summary["settings"]["decision"].get("objectives"))
@@ -485,6 +524,14 @@ def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | Non
     pareto = [(t, src) for t, src in images or [] if src.startswith(f"{PLOTS_DIR}/pareto_")]
     if pareto:
         parts += ["## Throughput vs latency", "", *[f"![{t}]({src})" for t, src in pareto], ""]
+    pos_routes = list(dict.fromkeys(c["route"] for c in summary["cells"] if c.get("speculative")))
+    if pos_routes:
+        parts += ["## Acceptance by draft position", "", positions.NOTE, ""]
+        for route in pos_routes:
+            headers, rows = positions.table(summary, route)
+            parts += [f"### {route}", "", _md_table(headers, rows), ""]
+            src = f"{PLOTS_DIR}/acceptance_by_position_{_safe(route)}.png"
+            parts += [f"![{t}]({i})" for t, i in images or [] if i == src] + [""]
     parts += [
         "## Per route × variant × load × temperature",
         "",
@@ -522,11 +569,6 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         for d in summary["decisions"]
     )
     swept = {_sweep_png(route) for route in sweep_routes(summary)}
-    imgs = "".join(
-        f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}</figcaption></figure>"
-        for title, src in images
-        if src not in swept  # shown beside their tables
-    )
     notes = "".join(f"<li>{e(n)}</li>" for n in _client_notes(summary))
     console = e("\n".join(console_lines(summary)))
     sweep = ""
@@ -547,6 +589,11 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         )
     if sweep:
         sweep = f"<h2>Speedup vs concurrency</h2><p>{e(_SWEEP_NOTE)}</p>{sweep}"
+    k_headers, k_rows = k_table(summary)
+    if k_rows:
+        sweep += f"<h2>Draft length per load</h2><p>{e(_K_NOTE)}</p>" + _html_table(
+            k_headers, k_rows
+        )
     good = goodput.table_rows(summary)
     if good:
         goal = goodput.objectives_text(summary["settings"]["decision"].get("objectives"))
@@ -557,6 +604,24 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in good)
             + "</table>"
         )
+    shown: set[str] = set()
+    pos_html = ""
+    for route in dict.fromkeys(c["route"] for c in summary["cells"] if c.get("speculative")):
+        src = f"{PLOTS_DIR}/acceptance_by_position_{_safe(route)}.png"
+        shown.add(src)
+        pos_html += f"<h3>{e(route)}</h3>" + _html_table(*positions.table(summary, route))
+        pos_html += "".join(
+            f"<figure><img src='{e(i)}' alt='{e(t)}'><figcaption>{e(t)}</figcaption></figure>"
+            for t, i in images
+            if i == src
+        )
+    if pos_html:
+        sweep += f"<h2>Acceptance by draft position</h2><p>{e(positions.NOTE)}</p>{pos_html}"
+    imgs = "".join(
+        f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}</figcaption></figure>"
+        for title, src in images
+        if src not in swept and src not in shown  # shown beside their tables
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>trtspec benchmark report</title>
 <style>
@@ -581,6 +646,13 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 640px; }}
 <ul>{notes or "<li>none</li>"}</ul>
 </body></html>
 """
+
+
+def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _safe(route: str) -> str:

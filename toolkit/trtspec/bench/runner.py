@@ -229,8 +229,9 @@ def plan_from_spec(
         validate_check_names(checks, f"routes.{name}.checks")
         # --concurrency overrides every route's own levels
         levels = None if concurrency else r.concurrency
+        temps = None if temperatures or r.temperatures is None else list(r.temperatures)
         route_sets.append(
-            RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels)
+            RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels, temps)
         )
     spec_name = spec.name
     tok = tokenizer or flow_for(spec).tokenizer_dir(spec, engines_root)
@@ -681,7 +682,7 @@ class _Run:
         s = self.plan.settings
         for route in self.plan.routes:
             for load in s.loads(route.concurrency):
-                for temp in s.temperatures:
+                for temp in route.temperatures or s.temperatures:
                     if self.stop.is_set():
                         return
                     label, conc, _rate = load
@@ -1156,6 +1157,7 @@ def _measure(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | None) 
         sampling=sampling,
         tokenizer_dir=plan.tokenizer_dir,
         repository=repo,
+        route_temperatures={r.name: r.temperatures for r in plan.routes if r.temperatures},
     )
 
 

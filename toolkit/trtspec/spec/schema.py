@@ -220,6 +220,13 @@ class Route(_Strict):
         description="Closed-loop concurrency levels for this route (e.g. a sweep on one "
         "route); null = bench.concurrency. `trtspec bench --concurrency` overrides both.",
     )
+    temperatures: list[BenchTemperature] | None = Field(
+        default=None,
+        min_length=1,
+        description="Sampling temperatures for this route (e.g. [0.0, 0.7]: the service's "
+        "own beside T=0), each in [0, 2]; null = bench.temperatures. `trtspec bench "
+        "--temperatures` overrides both.",
+    )
 
 
 class Objectives(_Strict):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from tests.unit.test_bench_summary import row
 
-from trtspec.bench.distribution import chi2_sf, homogeneity
+from trtspec.bench.distribution import chi2_sf, homogeneity, table_rows
 from trtspec.bench.summary import build_summary
 
 
@@ -69,3 +69,32 @@ def test_faithful_variant_passes_the_test() -> None:
     assert cell["distribution_test"]["p_value"] > 0.001
     assert dec["decision"] == "promote"
     assert summary["routing"]["routes"]["chat"]["evidence"]["temperatures"] == [0.7]
+
+
+def test_report_shows_the_test_of_each_sampled_cell() -> None:
+    from trtspec.bench.report import render_markdown
+
+    summary = build_summary(_sampled_rows([0.6, 0.3, 0.1]), {})
+    cell = next(c for c in summary["cells"] if c["variant"] == "ngram")
+    t = cell["distribution_test"]
+    rows = table_rows(summary)
+    assert rows == [
+        [
+            "chat",
+            "ngram(k=4)",
+            "concurrency=1",
+            "0.7",
+            "120",
+            f"chi-square {t['statistic']:.1f}, dof 2, p = {t['p_value']:.2g} (n = 120/120)",
+            "-",
+        ]
+    ]
+    md = render_markdown(summary)
+    assert "## At temperature > 0" in md and rows[0][5] in md
+    # too few distinct first tokens: said, not computed
+    few = build_summary(_sampled_rows([0.6, 0.3, 0.1], n=4), {})
+    assert table_rows(few)[0][5] == "not testable (fewer than two first-token categories)"
+    # a T=0 run has no such section
+    assert (
+        table_rows(build_summary([row("c", "baseline", 0, 1.0), row("c", "v", 0, 1.0)], {})) == []
+    )

@@ -12,8 +12,8 @@ import pytest
 from tests.unit.test_bench_summary import row
 from tests.unit.test_decide_concurrency import BASE
 
-from trtspec.bench.decide import draft_len_schedule
-from trtspec.bench.report import k_table, render_markdown
+from trtspec.bench.decide import draft_len_schedule, k_table
+from trtspec.bench.report import render_markdown
 from trtspec.bench.summary import build_summary
 from trtspec.errors import RepoError
 from trtspec.repo.routing import InFlight, choose, parse_routing

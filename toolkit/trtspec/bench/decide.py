@@ -426,6 +426,43 @@ def k_per_level(decisions: list[dict[str, Any]], by: str = "speedup") -> list[di
     return out
 
 
+K_NOTE = (
+    "Each level's best draft length among the k measured there, by the paired figure "
+    "the decision uses, with that k's decision at the level. routing.yaml gets a "
+    "draft_len_schedule {in-flight level: k} when the best promoted k differs between "
+    "levels (the router applies it per request by its current in-flight count)."
+)
+
+
+def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Draft length per load: at each measured level the best k of each
+    variant swept over k (decide.k_per_level), and what routing.yaml took."""
+    by = str(summary["settings"]["decision"].get("decide_by") or "speedup")
+    found = k_per_level(summary["decisions"], by)
+    levels = sorted({lv for f in found for lv in f["levels"]})
+    routed = summary["routing"]["routes"]
+    rows = []
+    for f in found:
+        entry = routed.get(f["route"]) or {}
+        if entry.get("variant") != f["variant"]:
+            took = f"not routed ({entry.get('decision', '-')})"
+        elif entry.get("draft_len_schedule"):
+            took = f"draft_len_schedule {entry['draft_len_schedule']}"
+        else:
+            took = f"num_draft_tokens {entry.get('num_draft_tokens')} at every load"
+        cells = []
+        for lv in levels:
+            b = f["levels"].get(lv)
+            if b is None:
+                cells.append("-")
+                continue
+            point = float(b["figure"]["point"])
+            fig = f"{point:.2f}x" if by == "speedup" else f"{point * 100:+.0f}%"
+            cells.append(f"k={b['k']} ({fig}, {b['decision']})")
+        rows.append([f["route"], f["variant"], *cells, took])
+    return ["route", "variant", *[f"concurrency={c}" for c in levels], "routing.yaml"], rows
+
+
 def _routing(
     decisions: list[dict[str, Any]],
     cells: list[dict[str, Any]],

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trtspec.bench import goodput, positions
-from trtspec.bench.decide import k_per_level, routing_yaml
+from trtspec.bench import distribution, goodput, positions
+from trtspec.bench.decide import K_NOTE, k_table, routing_yaml
 from trtspec.bench.records import (
     REQUESTS_FILE,
     RUN_FILE,
@@ -239,35 +239,6 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
     return headers, rows
 
 
-def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Draft length per load: at each measured level the best k of each
-    variant swept over k (decide.k_per_level), and what routing.yaml took."""
-    by = str(summary["settings"]["decision"].get("decide_by") or "speedup")
-    found = k_per_level(summary["decisions"], by)
-    levels = sorted({lv for f in found for lv in f["levels"]})
-    routed = summary["routing"]["routes"]
-    rows = []
-    for f in found:
-        entry = routed.get(f["route"]) or {}
-        if entry.get("variant") != f["variant"]:
-            took = f"not routed ({entry.get('decision', '-')})"
-        elif entry.get("draft_len_schedule"):
-            took = f"draft_len_schedule {entry['draft_len_schedule']}"
-        else:
-            took = f"num_draft_tokens {entry.get('num_draft_tokens')} at every load"
-        cells = []
-        for lv in levels:
-            b = f["levels"].get(lv)
-            if b is None:
-                cells.append("-")
-                continue
-            point = float(b["figure"]["point"])
-            fig = f"{point:.2f}x" if by == "speedup" else f"{point * 100:+.0f}%"
-            cells.append(f"k={b['k']} ({fig}, {b['decision']})")
-        rows.append([f["route"], f["variant"], *cells, took])
-    return ["route", "variant", *[f"concurrency={c}" for c in levels], "routing.yaml"], rows
-
-
 def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
     out = []
     for c in summary["cells"]:
@@ -471,13 +442,6 @@ _GOODPUT_NOTE = (
     "same prompts (Agresti–Min interval)."
 )
 
-_K_NOTE = (
-    "Each level's best draft length among the k measured there, by the paired figure "
-    "the decision uses, with that k's decision at the level. routing.yaml gets a "
-    "draft_len_schedule {in-flight level: k} when the best promoted k differs between "
-    "levels (the router applies it per request by its current in-flight count)."
-)
-
 _SWEEP_NOTE = (
     "Each level is a closed loop of that many in-flight requests, the baseline's and "
     "the variants' interleaved (ABBA) on one server. A variant is promoted up to the "
@@ -515,12 +479,16 @@ def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | Non
             parts += [""]
     k_headers, k_rows = k_table(summary)
     if k_rows:
-        parts += ["## Draft length per load", "", _K_NOTE, "", _md_table(k_headers, k_rows), ""]
+        parts += ["## Draft length per load", "", K_NOTE, "", _md_table(k_headers, k_rows), ""]
     good = goodput.table_rows(summary)
     if good:
         goal = goodput.objectives_text(summary["settings"]["decision"].get("objectives"))
         parts += [f"## Goodput under objectives ({goal})", "", _GOODPUT_NOTE, ""]
         parts += [_md_table(goodput.TABLE_HEADERS, good), ""]
+    sampled = distribution.table_rows(summary)
+    if sampled:
+        parts += ["## At temperature > 0", "", distribution.NOTE, ""]
+        parts += [_md_table(distribution.TABLE_HEADERS, sampled), ""]
     pareto = [(t, src) for t, src in images or [] if src.startswith(f"{PLOTS_DIR}/pareto_")]
     if pareto:
         parts += ["## Throughput vs latency", "", *[f"![{t}]({src})" for t, src in pareto], ""]
@@ -591,7 +559,7 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         sweep = f"<h2>Speedup vs concurrency</h2><p>{e(_SWEEP_NOTE)}</p>{sweep}"
     k_headers, k_rows = k_table(summary)
     if k_rows:
-        sweep += f"<h2>Draft length per load</h2><p>{e(_K_NOTE)}</p>" + _html_table(
+        sweep += f"<h2>Draft length per load</h2><p>{e(K_NOTE)}</p>" + _html_table(
             k_headers, k_rows
         )
     good = goodput.table_rows(summary)
@@ -603,6 +571,11 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
             + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in good)
             + "</table>"
+        )
+    sampled = distribution.table_rows(summary)
+    if sampled:
+        sweep += f"<h2>At temperature &gt; 0</h2><p>{e(distribution.NOTE)}</p>" + _html_table(
+            distribution.TABLE_HEADERS, sampled
         )
     shown: set[str] = set()
     pos_html = ""

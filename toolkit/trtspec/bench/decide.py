@@ -227,6 +227,9 @@ def decide(
                 "min_speedup_point": min(speedups) if speedups else None,
                 "max_concurrency": cap,
                 "levels": levels,
+                # errors, quality or T=0 inequality somewhere: never switched to
+                # at another level (draft_len_schedule)
+                "broken_output": any(_judge(c, d)[2] for c in arm_cells),
                 # the sampling temperatures this decision holds for (each judged)
                 "temperatures": sorted({c["temperature"] for c in arm_cells}),
                 "best_k": False,
@@ -369,6 +372,8 @@ def draft_len_schedule(
         k = dec["num_speculative_tokens"]
         if (dec["route"], dec["variant"]) != (top["route"], top["variant"]) or k is None:
             continue
+        if dec.get("broken_output"):
+            continue
         for lvl in dec.get("levels") or []:
             level = int(lvl["concurrency"])
             figure = lvl.get("goodput_difference") if by == "goodput" else lvl.get("speedup")
@@ -392,6 +397,31 @@ def draft_len_schedule(
             schedule[start] = k
         previous = level
     return schedule
+
+
+def scheduled_cap(decisions: list[dict[str, Any]], top: dict[str, Any]) -> int | None:
+    """The route's max_concurrency when its variant switches k by load: the
+    routed k's own cap raised to the largest measured level L such that at
+    every measured level up to L some k of the variant (none with broken
+    output) was promoted; ``None`` when that covers every measured level. A
+    k that wins alone but loses at 4 in flight, where a shorter k wins,
+    serves both loads with a draft_len_schedule instead of falling back."""
+    cap = top.get("max_concurrency")
+    if cap is None:
+        return None
+    measured: set[int] = set()
+    won: set[int] = set()
+    for dec in decisions:
+        if (dec["route"], dec["variant"]) != (top["route"], top["variant"]):
+            continue
+        for lvl in dec.get("levels") or []:
+            measured.add(int(lvl["concurrency"]))
+            if lvl["decision"] == PROMOTE and not dec.get("broken_output"):
+                won.add(int(lvl["concurrency"]))
+    for level in sorted(measured):
+        if level not in won:
+            return max(int(cap), max((w for w in won if w < level), default=int(cap)))
+    return None
 
 
 def k_per_level(decisions: list[dict[str, Any]], by: str = "speedup") -> list[dict[str, Any]]:
@@ -449,7 +479,10 @@ def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         elif entry.get("draft_len_schedule"):
             took = f"draft_len_schedule {entry['draft_len_schedule']}"
         else:
-            took = f"num_draft_tokens {entry.get('num_draft_tokens')} at every load"
+            took = f"num_draft_tokens {entry.get('num_draft_tokens')}"
+        if entry.get("variant") == f["variant"]:
+            cap = entry.get("max_concurrency")
+            took += " at every load" if cap is None else f", max_concurrency {cap}"
         cells = []
         for lv in levels:
             b = f["levels"].get(lv)
@@ -492,11 +525,12 @@ def _routing(
             entry.update(
                 {"canary_percent": canary, "decision": PROMOTE, "fallback_variant": fallback}
             )
-            if top.get("max_concurrency") is not None:
+            cap = scheduled_cap(decisions, top)
+            if cap is not None:
                 # over this many in-flight requests the router sends the route
                 # to the fallback (repo/routing.py InFlight)
-                entry["max_concurrency"] = int(top["max_concurrency"])
-            schedule = draft_len_schedule(decisions, top, by)
+                entry["max_concurrency"] = cap
+            schedule = draft_len_schedule(decisions, {**top, "max_concurrency": cap}, by)
             if schedule is not None:
                 entry["draft_len_schedule"] = schedule
             entry["evidence"] = _evidence(top)

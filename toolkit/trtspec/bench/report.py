@@ -96,6 +96,9 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
             line += f" up to concurrency {dec['max_concurrency']}"
         else:
             line += _decided_at(dec)
+        routed = summary.get("routing", {}).get("routes", {}).get(dec["route"]) or {}
+        if routed.get("draft_len_schedule") and routed.get("variant") == dec["variant"]:
+            line += f"; routed by load with draft_len_schedule {routed['draft_len_schedule']}"
         if dec["short_output"]:
             line += "  (short outputs)"
         lines.append(line)

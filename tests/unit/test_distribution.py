@@ -98,3 +98,33 @@ def test_report_shows_the_test_of_each_sampled_cell() -> None:
     assert (
         table_rows(build_summary([row("c", "baseline", 0, 1.0), row("c", "v", 0, 1.0)], {})) == []
     )
+
+
+def _quality_rows(base_pass: list[bool], var_pass: list[bool]) -> list[dict[str, Any]]:
+    rows = []
+    for i, (bp, vp) in enumerate(zip(base_pass, var_pass, strict=True)):
+        for variant, ok, lat, k in (("baseline", bp, 100.0, None), ("draft", vp, 99.0, 3)):
+            r = row("json", variant, i, lat * (1.02 if i % 2 else 0.98), k=k, temp=0.7)
+            r["quality"] = {"json_schema": {"status": "pass" if ok else "fail"}}
+            rows.append(r)
+    return rows
+
+
+def test_a_sampled_quality_gap_breaks_only_when_the_paired_interval_shows_it() -> None:
+    # 3 of 10 against the baseline's 6 of 10 on the same prompts, each arm
+    # sampling its own outputs: not shown worse, so not excluded for quality
+    base = [True, False, False, True, True, False, True, False, True, True]
+    var = [False, False, False, True, False, False, True, False, True, False]
+    summary = build_summary(_quality_rows(base, var), {})
+    (dec,) = summary["decisions"]
+    assert dec["decision"] == "inconclusive"
+    cell = next(c for c in summary["cells"] if c["variant"] == "draft")
+    assert cell["quality_difference"]["point"] == -0.3
+    assert cell["quality_difference"]["ci_high"] > 0
+    assert any("not shown below 0 at this temperature" in r for r in dec["reasons"])
+    # every prompt passing on the baseline and failing on the variant is
+    # shown: excluded for quality, as at T=0
+    summary = build_summary(_quality_rows([True] * 12, [False] * 12), {})
+    (dec,) = summary["decisions"]
+    assert dec["decision"] == "exclude"
+    assert any("quality pass 0% < 95% and below baseline 100%" in r for r in dec["reasons"])

@@ -54,6 +54,8 @@ def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
     base = h.get("baseline_quality_pass_rate")
     if base is not None and q > base:
         return f"quality {q:.0%}, above baseline {base:.0%}"
+    if base is not None and q < base:  # at T > 0, not shown worse (decide.py)
+        return f"quality {q:.0%}, baseline {base:.0%}"
     return f"quality {q:.0%} as baseline"
 
 

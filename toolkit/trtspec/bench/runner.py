@@ -783,6 +783,7 @@ class _Run:
     ) -> None:
         """Batches of pairs until every variant arm of this block is decided
         (bench/until.py); where each stopped goes to run.json."""
+        plan = plan.capped(route.requests)  # a route's own requests cap its pairs
         label = load[0]
         variants = [a for a in arms if a.variant != BASELINE]
         base = next((a for a in arms if a.variant == BASELINE), None)

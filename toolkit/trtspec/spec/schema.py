@@ -212,7 +212,10 @@ class Route(_Strict):
         description="Quality checks (python_compile, ruff, pytest, json_schema, golden, ...).",
     )
     requests: int | None = Field(
-        default=None, ge=1, description="Requests for this route; null = bench.requests_per_route."
+        default=None,
+        ge=1,
+        description="Requests for this route; null = bench.requests_per_route. Sampling "
+        "until decided, the most pairs per cell when below --max-requests.",
     )
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
         default=None,

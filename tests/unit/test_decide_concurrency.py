@@ -274,6 +274,11 @@ def test_the_demo_spec_sweeps_concurrency_within_its_batch(tmp_path: Path) -> No
     spec = load_spec(tmp_path / "build_specs" / "demo-cpu.yaml")
     sweeps = {name: r.concurrency for name, r in spec.routes.items() if r.concurrency}
     assert sweeps == {"json_fill": [1, 8], "rag_copy_heavy": [1, 8]}
+    # and one route at the service's temperature as well (issue 26)
+    sampled = {name: r.temperatures for name, r in spec.routes.items() if r.temperatures}
+    assert sampled == {"json_fill_t07": [0.7]}
+    assert spec.routes["json_fill_t07"].prompts == spec.routes["json_fill"].prompts
+    assert spec.routes["json_fill_t07"].requests == 5  # its cost: at most 5 pairs
     assert spec.target.max_batch_size >= 8
 
 

@@ -582,7 +582,13 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         sweep += f"<h2>At temperature &gt; 0</h2><p>{e(distribution.NOTE)}</p>" + _html_table(
             distribution.TABLE_HEADERS, sampled
         )
-    shown: set[str] = set()
+    pareto = [(t, i) for t, i in images if i.startswith(f"{PLOTS_DIR}/pareto_")]
+    if pareto:
+        sweep += "<h2>Throughput vs latency</h2>" + "".join(
+            f"<figure><img src='{e(i)}' alt='{e(t)}'><figcaption>{e(t)}</figcaption></figure>"
+            for t, i in pareto
+        )
+    shown: set[str] = {i for _, i in pareto}
     pos_html = ""
     for route in dict.fromkeys(c["route"] for c in summary["cells"] if c.get("speculative")):
         src = f"{PLOTS_DIR}/acceptance_by_position_{_safe(route)}.png"

@@ -319,7 +319,7 @@ class Run:
         for route in self.plan.routes:
             for load in s.loads(route.concurrency):
                 self._check_repeats(route, load)
-                for temp in s.temperatures:
+                for temp in route.temperatures or s.temperatures:
                     if self.stop.is_set():
                         return
                     label, conc, _rate = load
@@ -442,6 +442,7 @@ class Run:
     ) -> None:
         """Batches of pairs until every variant arm of this block is decided
         (bench/until.py); where each stopped goes to run.json."""
+        plan = plan.capped(route.requests)  # a route's own requests cap its pairs
         label, level, _rate = load
         maximum = plan.sizes_at(level)[-1]
         variants = [a for a in arms if a.variant != BASELINE]

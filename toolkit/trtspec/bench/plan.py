@@ -183,8 +183,9 @@ def plan_from_spec(
         validate_check_names(checks, f"routes.{name}.checks")
         # --concurrency overrides every route's own levels
         levels = None if concurrency else r.concurrency
+        temps = None if temperatures or r.temperatures is None else list(r.temperatures)
         route_sets.append(
-            RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels)
+            RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels, temps)
         )
     spec_name = spec.name
     tok = tokenizer or flow_for(spec).tokenizer_dir(spec, engines_root)

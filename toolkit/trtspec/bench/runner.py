@@ -323,6 +323,7 @@ def _measure(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | None) 
         sampling=sampling,
         tokenizer_dir=plan.tokenizer_dir,
         repository=repo,
+        route_temperatures={r.name: r.temperatures for r in plan.routes if r.temperatures},
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -140,6 +140,15 @@ class SequentialPlan:
     def confidence(self) -> float:
         """The interval level used at every look."""
         return 1.0 - self.alpha / self.looks
+
+    def capped(self, n: int | None) -> SequentialPlan:
+        """This plan stopping at ``n`` pairs (a route's own ``requests``),
+        looked at with the same per-look confidence, so the run stops on the
+        intervals the summary reports; ``self`` when ``n`` does not cut it."""
+        if n is None or n >= self.maximum:
+            return self
+        cut = replace(self, maximum=max(1, n))
+        return replace(cut, alpha=self.alpha * cut.looks / self.looks)
 
     def as_dict(self) -> dict[str, float | int]:
         return {

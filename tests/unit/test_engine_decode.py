@@ -582,3 +582,56 @@ def test_bad_draft_logits_are_refused(loaded) -> None:
     assert str(err.value) == (
         "draft_logits given without draft_input_ids: the logits belong to the drafted tokens"
     )
+
+
+def test_confidence_draft_loop_is_lossless_and_stops_where_the_draft_is_unsure(
+    truth, loaded, draft_engine
+) -> None:
+    """draft_schedule confidence, in process as the orchestrator runs it (one
+    draft call per token, ``speculate.draft_until_unsure``): greedy output is
+    the target's token for token, and every round's draft is the draft's own
+    greedy continuation cut after its first token below the threshold (checked
+    against one plain k-token draft call with its logits)."""
+    from trtspec.speculate import draft_until_unsure, token_probability
+
+    cap, n = 6, 24
+    probe = draft_engine.generate(GenerationRequest(PROMPTS[0], 12, return_generation_logits=True))
+    seen = sorted(
+        token_probability(row.numpy(), t, 0.0)
+        for row, t in zip(probe.generation_logits, probe.output_ids, strict=True)
+    )
+    # a threshold inside the draft's own range, so some rounds stop early and some do not
+    threshold = seen[len(seen) // 2]
+    lengths = []
+    for prompt in PROMPTS:
+        seq = list(prompt)
+        while len(seq) < len(prompt) + n:
+            k = min(cap, len(prompt) + n - len(seq) - 1)
+
+            def next_token(draft: list[int], seq: list[int] = seq) -> tuple[int, float] | None:
+                gen = draft_engine.generate(
+                    GenerationRequest([*seq, *draft], 1, return_generation_logits=True)
+                )
+                if not gen.output_ids:
+                    return None
+                token = gen.output_ids[0]
+                return token, token_probability(gen.generation_logits[0].numpy(), token, 0.0)
+
+            draft = draft_until_unsure(next_token, k, threshold) if k > 0 else []
+            if k > 0:
+                whole = draft_engine.generate(
+                    GenerationRequest(seq, k, return_generation_logits=True)
+                )
+                probs = [
+                    token_probability(row.numpy(), t, 0.0)
+                    for row, t in zip(whole.generation_logits, whole.output_ids, strict=True)
+                ]
+                unsure = next((i for i, p in enumerate(probs) if p < threshold), k - 1)
+                assert draft == whole.output_ids[: unsure + 1]
+                lengths.append(len(draft))
+            gen = loaded["dte"].generate(
+                GenerationRequest(seq, len(draft) + 1, draft_ids=draft or None)
+            )
+            seq += gen.output_ids
+        assert seq[len(prompt) :] == truth(prompt, n)
+    assert 1 in lengths and max(lengths) > 1, lengths  # the threshold decided the lengths

@@ -359,6 +359,25 @@ def test_quantized_target_old_layout_and_draft_logits(tmp_path: Path) -> None:
     ]
 
 
+def test_confidence_schedule_builds_the_draft_with_its_logits(tmp_path: Path) -> None:
+    """draft_schedule confidence reads the draft's probability of each token
+    from its generation_logits: the draft engine gathers them; the verifying
+    target (matching, no use_draft_logits) does not."""
+    text = QUANT.format(version="0.18.0", quant="fp8").replace(
+        "use_draft_logits: true", "draft_schedule: confidence"
+    )
+    plan = make_plan(spec_from(tmp_path, text), Path("out"), examples_dir="/opt/ex")
+    assert argv(plan, "build:draft_qwen2.5-0.5b-instruct_int4_wo")[-1] == (
+        "--gather_generation_logits"
+    )
+    assert "--gather_generation_logits" not in argv(plan, "build:target_dte")
+    plain = QUANT.format(version="0.18.0", quant="fp8").replace(", use_draft_logits: true", "")
+    plan = make_plan(spec_from(tmp_path, plain), Path("out"), examples_dir="/opt/ex")
+    assert "--gather_generation_logits" not in argv(
+        plan, "build:draft_qwen2.5-0.5b-instruct_int4_wo"
+    )
+
+
 @pytest.mark.parametrize(
     ("version", "script"),
     [

@@ -177,7 +177,7 @@ def test_draft_schedule_values(tmp_path: Path) -> None:
     assert spec.variants[0].draft_schedule == "adaptive"
     p = write(tmp_path, BASE + "    draft_schedule: heuristic\n")
     assert issues(p) == [
-        f"{p}:9:21: variants[0].draft_schedule: 'heuristic' is not allowed; use one of 'constant' or 'adaptive'"
+        f"{p}:9:21: variants[0].draft_schedule: 'heuristic' is not allowed; use one of 'constant', 'adaptive' or 'confidence'"
     ]
     # The spec's names are the ones the orchestrator's DraftSchedule runs.
     from typing import get_args
@@ -186,6 +186,49 @@ def test_draft_schedule_values(tmp_path: Path) -> None:
     from trtspec.speculate import DRAFT_SCHEDULES
 
     assert get_args(get_args(DraftScheduleName)[0]) == DRAFT_SCHEDULES
+
+
+DRAFT_BASE = BASE.replace(
+    "  - name: ngram\n    mode: ngram\n",
+    "  - name: draft\n    mode: draft_model\n    draft: {model: org/draft, family: llama}\n",
+)
+
+
+def test_confidence_schedule_and_its_threshold(tmp_path: Path) -> None:
+    from trtspec.modes.draft_model import needs_draft_logits, orchestrator_parameters
+
+    spec = load_spec(write(tmp_path, DRAFT_BASE + "    draft_schedule: confidence\n", "ok.yaml"))
+    v = spec.variants[0]
+    assert (v.draft_schedule, v.draft_confidence_threshold) == ("confidence", None)
+    # null = HF's default 0.4; the draft engine gathers logits for it
+    assert orchestrator_parameters(v) == {
+        "use_draft_logits": False,
+        "draft_confidence_threshold": 0.4,
+    }
+    assert needs_draft_logits(v)
+    text = DRAFT_BASE + "    draft_schedule: confidence\n    draft_confidence_threshold: 0.25\n"
+    v = load_spec(write(tmp_path, text, "ok2.yaml")).variants[0]
+    assert orchestrator_parameters(v)["draft_confidence_threshold"] == 0.25
+    v = load_spec(write(tmp_path, DRAFT_BASE, "ok3.yaml")).variants[0]
+    assert orchestrator_parameters(v) == {"use_draft_logits": False}
+    assert not needs_draft_logits(v)
+
+    p = write(tmp_path, DRAFT_BASE + "    draft_confidence_threshold: 0.3\n", "lone.yaml")
+    assert issues(p) == [
+        f"{p}:10:33: variants[0].draft_confidence_threshold: is read only by draft_schedule: "
+        "confidence (this variant's is 'constant'); set draft_schedule: confidence or remove it"
+    ]
+    text = DRAFT_BASE + "    draft_schedule: confidence\n    draft_confidence_threshold: 1.5\n"
+    p = write(tmp_path, text, "high.yaml")
+    assert issues(p) == [
+        f"{p}:11:33: variants[0].draft_confidence_threshold: input should be less than 1 (got 1.5)"
+    ]
+    p = write(tmp_path, BASE + "    draft_schedule: confidence\n", "ngram.yaml")
+    assert issues(p) == [
+        f"{p}:9:21: variants[0].draft_schedule: 'confidence' stops a draft by the draft "
+        "model's own probability, and prompt lookup has none; use constant or adaptive "
+        "(or mode: draft_model)"
+    ]
 
 
 def test_duplicate_variant_names(tmp_path: Path) -> None:

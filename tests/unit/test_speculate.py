@@ -8,11 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trtspec.speculate import (
+    DEFAULT_CONFIDENCE_THRESHOLD,
     DRAFT_SCHEDULES,
     DraftSchedule,
     RoundStats,
     accepted_count,
     draft_budget,
+    draft_until_unsure,
     propose_ngram,
     round_finished,
     simulate_rounds,
@@ -172,14 +174,71 @@ def test_adaptive_schedule_ignores_rounds_without_a_draft() -> None:
 
 
 def test_draft_schedule_rejects_unknown_kinds_and_negative_caps() -> None:
-    assert DRAFT_SCHEDULES == ("constant", "adaptive")
+    assert DRAFT_SCHEDULES == ("constant", "adaptive", "confidence")
     with pytest.raises(
-        ValueError, match="draft schedule 'heuristic' is not one of constant, adaptive"
+        ValueError, match="draft schedule 'heuristic' is not one of constant, adaptive, confidence"
     ):
         DraftSchedule(4, "heuristic")
     with pytest.raises(ValueError, match="draft length cap -1 is negative"):
         DraftSchedule(-1, "adaptive")
+    for bad in (0.0, 1.0, -0.2, 1.5):
+        with pytest.raises(ValueError, match=f"draft confidence threshold {bad} is not between"):
+            DraftSchedule(4, "confidence", bad)
     assert DraftSchedule(0, "adaptive").next() == 0
+
+
+def test_confidence_schedule_keeps_its_cap_and_drafts_stepwise() -> None:
+    schedule = DraftSchedule(6, "confidence")
+    assert schedule.stepwise and not DraftSchedule(6, "adaptive").stepwise
+    assert schedule.threshold == DEFAULT_CONFIDENCE_THRESHOLD == 0.4
+    for drafted, accepted in [(6, 0), (2, 2), (0, 0), (1, 0)]:
+        schedule.update(drafted, accepted)
+        assert schedule.next() == 6  # the cap; the stop comes from the draft's confidence
+
+
+def _scripted(steps: list[tuple[int, float] | None]):
+    """A ``next_token`` that answers ``steps`` in order and records each draft it saw."""
+    seen: list[list[int]] = []
+
+    def next_token(draft: list[int]) -> tuple[int, float] | None:
+        seen.append(list(draft))
+        return steps[len(seen) - 1]
+
+    return next_token, seen
+
+
+def test_draft_until_unsure_keeps_the_first_unsure_token_and_stops() -> None:
+    # Hugging Face's ConfidenceCriteria: the token below the threshold is
+    # generated (kept) and the draft stops after it
+    next_token, seen = _scripted([(11, 0.9), (12, 0.41), (13, 0.39), (14, 0.99)])
+    assert draft_until_unsure(next_token, 10, 0.4) == [11, 12, 13]
+    assert seen == [[], [11], [11, 12]]  # each call sees the draft so far
+    # exactly at the threshold is confident (HF stops on p < threshold)
+    next_token, _ = _scripted([(11, 0.4), (12, 0.1)])
+    assert draft_until_unsure(next_token, 10, 0.4) == [11, 12]
+
+
+def test_draft_until_unsure_stops_at_the_cap_and_at_the_drafts_end() -> None:
+    next_token, seen = _scripted([(1, 0.99)] * 5)
+    assert draft_until_unsure(next_token, 3, 0.4) == [1, 1, 1]
+    assert len(seen) == 3  # no call past the cap
+    next_token, seen = _scripted([(5, 0.9), None, (6, 0.9)])
+    assert draft_until_unsure(next_token, 8, 0.4) == [5]  # None: the draft's end token
+    assert draft_until_unsure(_scripted([])[0], 0, 0.4) == []  # no budget, no call
+    next_token, _ = _scripted([(7, 0.05)])
+    assert draft_until_unsure(next_token, 8, 0.4) == [7]  # unsure at once: one token
+
+
+def test_draft_call_seeds_are_distinct_from_each_other_and_from_round_seeds() -> None:
+    from trtspec.speculate import draft_call_seed, round_seed
+
+    base = round_seed(7, 3, 0)
+    assert draft_call_seed(base, 0) == base  # the first call keeps the round's seed
+    calls = [draft_call_seed(base, j) for j in range(64)]
+    rounds = {round_seed(7, r, role) for r in range(200) for role in (0, 1)}
+    assert len(set(calls)) == 64 and all(0 <= s < 1 << 64 for s in calls)
+    assert not set(calls[1:]) & rounds
+    assert draft_call_seed(base, 5) == draft_call_seed(base, 5) != draft_call_seed(base + 1, 5)
 
 
 def test_adaptive_simulation_with_a_wrong_drafter_drafts_one_token_per_round() -> None:

@@ -29,7 +29,7 @@ from typing import Any
 from trtspec import __version__, trtllm_argv
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_ENGINE, ENGINE_MODES, MODES, engine_mode
 from trtspec.modes import module_for
-from trtspec.modes.draft_model import draft_identity, loop_engine_target
+from trtspec.modes.draft_model import draft_identity, loop_engine_target, needs_draft_logits
 from trtspec.procutil import dist_version
 from trtspec.spec import (
     Backend,
@@ -593,7 +593,7 @@ def _variant_engines(b: _Builder, spec: Spec) -> dict[str, VariantEngines]:
                 variant=v.name,
                 tp=v.draft.tp,
                 pp=v.draft.pp,
-                gather_logits=v.use_draft_logits,
+                gather_logits=needs_draft_logits(v),
             )
         out[v.name] = VariantEngines(DRAFT_LOOP_ENGINE, draft_name, v.mode)
     return out

@@ -3,11 +3,12 @@ benchmark and the tests: the n-gram prompt-lookup proposer (TensorRT-LLM's
 prompt-lookup semantics: the longest suffix of up to ``max_matching_ngram_size``
 tokens is looked up in the earlier prompt + output, the oldest occurrence wins,
 and the up-to-``k`` tokens that followed it are proposed), the per-round draft
-budget, the draft-length schedule (constant, or adaptive like Hugging Face's
-``num_assistant_tokens_schedule="heuristic"``), the count of accepted draft
+budget, the draft-length schedule (constant, adaptive like Hugging Face's
+``num_assistant_tokens_schedule="heuristic"``, or confidence-driven like its
+``assistant_confidence_threshold``), the count of accepted draft
 tokens from a verifier's reply, and an offline simulation of the draft →
 verify loop against a known greedy output.
-No Triton, torch or numpy here: the orchestrator imports this inside a Python
+No Triton, torch or numpy at import: the orchestrator imports this inside a Python
 backend stub and the engine engineer may import it from a benchmark.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def propose_ngram(tokens: Sequence[int], k: int, max_matching_ngram_size: int) -> list[int]:
@@ -44,7 +46,12 @@ def draft_budget(num_draft_tokens: int, max_draft_len: int, remaining: int) -> i
     return max(0, min(num_draft_tokens, max_draft_len, remaining - 1))
 
 
-DRAFT_SCHEDULES = ("constant", "adaptive")
+DRAFT_SCHEDULES = ("constant", "adaptive", "confidence")
+#: Hugging Face's default ``assistant_confidence_threshold`` (transformers 5.x,
+#: generation/configuration_utils.py: ``"assistant_confidence_threshold": 0.4``
+#: beside ``num_assistant_tokens: 20``, ``num_assistant_tokens_schedule:
+#: "constant"``).
+DEFAULT_CONFIDENCE_THRESHOLD = 0.4
 
 
 class DraftSchedule:
@@ -55,17 +62,30 @@ class DraftSchedule:
     whole draft was accepted raises k by 2 (never above ``cap``), a round with
     a rejection lowers it by 1 (never below 1), a round with no draft (an
     n-gram miss) leaves it alone. Verifying k tokens is nearly free on a GPU
-    but not on a CPU, and a run of rejections then costs more than it saves;
-    the schedule is the orchestrator's policy and never changes the output."""
+    but not on a CPU, and a run of rejections then costs more than it saves.
+    ``confidence`` drafts up to ``cap`` tokens a round but stops after the
+    first token the draft itself gave a probability below ``threshold``
+    (:func:`draft_until_unsure`; Hugging Face's default assistant schedule).
+    The schedule is the orchestrator's policy and never changes the output."""
 
-    def __init__(self, cap: int, kind: str = "constant") -> None:
+    def __init__(
+        self, cap: int, kind: str = "constant", threshold: float = DEFAULT_CONFIDENCE_THRESHOLD
+    ) -> None:
         if kind not in DRAFT_SCHEDULES:
             raise ValueError(f"draft schedule {kind!r} is not one of {', '.join(DRAFT_SCHEDULES)}")
         if cap < 0:
             raise ValueError(f"draft length cap {cap} is negative")
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"draft confidence threshold {threshold} is not between 0 and 1")
         self.cap = cap
         self.kind = kind
+        self.threshold = threshold
         self.k = cap
+
+    @property
+    def stepwise(self) -> bool:
+        """Whether the draft is taken one token at a time (``draft_until_unsure``)."""
+        return self.kind == "confidence"
 
     def next(self) -> int:
         return self.k
@@ -77,6 +97,47 @@ class DraftSchedule:
             self.k = min(self.cap, self.k + 2)
         else:
             self.k = max(1, self.k - 1)
+
+
+def draft_until_unsure(
+    next_token: Callable[[list[int]], tuple[int, float] | None], cap: int, threshold: float
+) -> list[int]:
+    """A confidence-driven draft: ask ``next_token(draft so far)`` for the
+    draft's next token and its own probability of it, at most ``cap`` times,
+    and stop after the first token whose probability is below ``threshold``
+    (that token stays in the draft) or when the draft has no next token (its
+    end token). This is Hugging Face's ``ConfidenceCriteria`` (transformers
+    5.x, generation/stopping_criteria.py: the assistant stops once
+    ``probs[last token] < assistant_confidence_threshold``, keeping the token)
+    without its ROC re-tuning of the threshold, which needs scikit-learn and
+    is not part of its documented default. A TensorRT-LLM draft engine has no
+    such stop, so the draft is taken one engine call per token (each call
+    reuses the previous call's KV cache, so it encodes one new token)."""
+    draft: list[int] = []
+    while len(draft) < cap:
+        got = next_token(draft)
+        if got is None:
+            break
+        token, probability = got
+        draft.append(token)
+        if probability < threshold:
+            break
+    return draft
+
+
+def token_probability(row: Any, token: int, temperature: float | None) -> float:
+    """The probability a logits ``row`` (a float array over the vocabulary)
+    gives ``token``: its softmax, divided by ``temperature`` when sampling (the
+    distribution the draft drew from, before top-k/top-p), as Hugging Face's
+    ``ConfidenceCriteria`` reads the assistant's processed scores. numpy is
+    imported here, on call, so this module stays import-free for the stubs."""
+    import numpy as np
+
+    x = np.asarray(row, dtype=np.float64)
+    if temperature is not None and temperature > 0:
+        x = x / temperature
+    e = np.exp(x - x.max())
+    return float(e[token] / e.sum())
 
 
 _SEED_STEP = 0x9E3779B97F4A7C15  # splitmix64's increment: distinct, well spread seeds
@@ -92,6 +153,21 @@ def round_seed(seed: int, round_index: int, role: int) -> int:
     be distributed like target-only sampling. ``role`` 0 is the draft call,
     1 the target call; the result is a uint64."""
     return (seed + (2 * round_index + role + 1) * _SEED_STEP) % (1 << 64)
+
+
+def draft_call_seed(draft_seed: int, call: int) -> int:
+    """The seed of the ``call``-th draft engine call within one round (0: the
+    round's own draft seed, :func:`round_seed`). A confidence-driven draft
+    calls the engine once per token, and one seed for all of them would draw
+    the same random number at every position of the draft; later calls get
+    splitmix64's output for ``draft_seed + call·step``, which no round seed
+    (a linear sequence) repeats in practice."""
+    if call == 0:
+        return draft_seed
+    z = (draft_seed + call * _SEED_STEP) % (1 << 64)
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % (1 << 64)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % (1 << 64)
+    return z ^ (z >> 31)
 
 
 def accepted_count(draft: Sequence[int], verified: Sequence[int]) -> int:

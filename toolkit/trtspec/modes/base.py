@@ -39,12 +39,14 @@ class VariantBase(Strict):
 
 
 DraftScheduleName = Annotated[
-    Literal["constant", "adaptive"],
+    Literal["constant", "adaptive", "confidence"],
     Field(
         description="Per-request draft length: constant = num_draft_tokens every round "
         "(TensorRT-LLM's BLS); adaptive = start at num_draft_tokens, +2 after a fully "
         "accepted round, -1 after a rejection (Hugging Face's heuristic schedule); "
-        "never changes the output.",
+        "confidence (draft_model only) = up to num_draft_tokens, stopping after the first "
+        "token the draft gave a probability below draft_confidence_threshold (Hugging "
+        "Face's default assistant schedule); never changes the output.",
     ),
 ]
 

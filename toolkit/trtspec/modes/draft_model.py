@@ -21,6 +21,7 @@ from trtspec.modes.base import (
     Strict,
     VariantBase,
 )
+from trtspec.speculate import DEFAULT_CONFIDENCE_THRESHOLD
 
 MODE = "draft_model"
 
@@ -71,6 +72,14 @@ class DraftModelVariant(VariantBase):
         "(GPU: draft and target_dte engines built with --gather_generation_logits).",
     )
     draft_schedule: DraftScheduleName = "constant"
+    draft_confidence_threshold: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="With draft_schedule: confidence, the draft probability below which a "
+        "round's draft stops (that token is still drafted); null = 0.4, Hugging Face's "
+        "assistant_confidence_threshold default.",
+    )
 
     @model_validator(mode="after")
     def _derive(self) -> DraftModelVariant:
@@ -86,6 +95,12 @@ def check(spec: Any, v: DraftModelVariant, base: tuple[Any, ...], tools: CheckTo
     check_sweep(v, base, tools)
     check_loop_input(spec, tools)
     issues = tools.issues
+    if v.draft_confidence_threshold is not None and v.draft_schedule != "confidence":
+        issues.add(
+            (*base, "draft_confidence_threshold"),
+            f"is read only by draft_schedule: confidence (this variant's is "
+            f"{v.draft_schedule!r}); set draft_schedule: confidence or remove it",
+        )
     q = v.draft.quantization
     if spec.backend is Backend.reference and q not in (Quantization.none, Quantization.int8):
         issues.add(
@@ -259,5 +274,25 @@ def engine_parameters(v: DraftModelVariant) -> dict[str, object]:
     return {}  # target_dte is auto-detected by the backend; nothing mode-specific
 
 
+def confidence_threshold(v: DraftModelVariant) -> float | None:
+    """The variant's draft confidence threshold, None unless its schedule is confidence."""
+    if v.draft_schedule != "confidence":
+        return None
+    if v.draft_confidence_threshold is not None:
+        return v.draft_confidence_threshold
+    return DEFAULT_CONFIDENCE_THRESHOLD
+
+
+def needs_draft_logits(v: DraftModelVariant) -> bool:
+    """Whether the draft engine returns generation logits: for acceptance by
+    logits, and for the confidence schedule (the draft's probability of its
+    token). On a GPU that takes ``--gather_generation_logits`` at build."""
+    return v.use_draft_logits or v.draft_schedule == "confidence"
+
+
 def orchestrator_parameters(v: DraftModelVariant) -> dict[str, object]:
-    return {"use_draft_logits": v.use_draft_logits}
+    params: dict[str, object] = {"use_draft_logits": v.use_draft_logits}
+    threshold = confidence_threshold(v)
+    if threshold is not None:
+        params["draft_confidence_threshold"] = threshold
+    return params

@@ -40,6 +40,12 @@ SPEC_CLASS = NgramVariant
 
 def check(spec: Any, v: NgramVariant, base: tuple[Any, ...], tools: CheckTools) -> None:
     check_sweep(v, base, tools)
+    if v.draft_schedule == "confidence":
+        tools.issues.add(
+            (*base, "draft_schedule"),
+            "'confidence' stops a draft by the draft model's own probability, and "
+            "prompt lookup has none; use constant or adaptive (or mode: draft_model)",
+        )
     check_loop_input(spec, tools)
 
 

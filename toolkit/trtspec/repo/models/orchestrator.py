@@ -73,14 +73,18 @@ from trtspec.repo.models.threads import (
     string_params,
 )
 from trtspec.speculate import (
+    DEFAULT_CONFIDENCE_THRESHOLD,
     DraftSchedule,
     RoundStats,
     accepted_count,
     draft_budget,
+    draft_call_seed,
+    draft_until_unsure,
     position_counts,
     propose_ngram,
     round_finished,
     round_seed,
+    token_probability,
 )
 
 PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
@@ -521,7 +525,7 @@ class _Generation:
     def draft_loop(self, prompt: list[int], num_draft: int) -> None:
         m, p = self.model, self.params
         self.check_lengths(prompt)
-        schedule = DraftSchedule(num_draft, m.draft_schedule)
+        schedule = DraftSchedule(num_draft, m.draft_schedule, m.draft_confidence_threshold)
         sequence = list(prompt)
         sampling = p.temperature is not None and p.temperature > 0
         while self.completion < p.max_tokens:
@@ -543,6 +547,8 @@ class _Generation:
             rows = None
             if k > 0 and m.mode == "ngram":
                 draft = propose_ngram(sequence, k, m.max_matching_ngram_size)
+            elif k > 0 and m.draft_model is not None and schedule.stepwise:
+                draft, rows = self.draft_until_unsure(sequence, k, schedule.threshold, seeds[0])
             elif k > 0 and m.draft_model is not None:
                 response = self._call(
                     m.draft_model,
@@ -580,6 +586,48 @@ class _Generation:
             self.emit(kept)
             if round_finished(draft, verified, self.end_id):
                 break
+
+    def draft_until_unsure(
+        self, sequence: list[int], cap: int, threshold: float, seed: int | None
+    ) -> tuple[list[int], np.ndarray | None]:
+        """The confidence schedule's draft (``speculate.draft_until_unsure``):
+        one draft engine call per token, each returning its logits row, until
+        the draft's probability of its token falls below ``threshold`` or
+        ``cap`` tokens; with the rows of the drafted tokens when the target
+        accepts by logits."""
+        m, temperature, draft_model = self.model, self.params.temperature, self.model.draft_model
+        assert draft_model is not None
+        rows: list[np.ndarray] = []
+
+        def next_token(draft: list[int]) -> tuple[int, float] | None:
+            response = self._call(
+                draft_model,
+                self.engine_inputs(
+                    [*sequence, *draft],
+                    1,
+                    streaming=False,
+                    return_logits=True,
+                    seed=None if seed is None else draft_call_seed(seed, len(draft)),
+                ),
+                self.engine_outputs(logits=True),
+            )
+            tokens = (self.tokens_of(response) or [])[:1]
+            if not tokens:
+                return None  # the draft's end token: nothing to propose
+            row = self.draft_rows(response, 1)
+            if row is None:
+                raise RuntimeError(
+                    f"{draft_model} returned no generation_logits; draft_schedule "
+                    "confidence reads the draft's probabilities (tensorrt_llm: build the "
+                    "draft engine with --gather_generation_logits, as trtspec's plan does)"
+                )
+            rows.append(row[0])
+            return tokens[0], token_probability(row[0], tokens[0], temperature)
+
+        draft = draft_until_unsure(next_token, cap, threshold)
+        if not (m.use_draft_logits and draft):
+            return draft, None
+        return draft, np.ascontiguousarray(np.stack(rows[: len(draft)]))
 
     def finish_plain(self, sequence: list[int], remaining: int, seed: int | None) -> None:
         """The rest of the answer as plain decoding: one target call without
@@ -665,6 +713,9 @@ class TritonPythonModel:
         self.num_draft_tokens = int(params.get("num_draft_tokens") or self.max_draft_len)
         self.max_matching_ngram_size = int(params.get("max_matching_ngram_size") or 3)
         self.draft_schedule = params.get("draft_schedule") or "constant"
+        self.draft_confidence_threshold = float(
+            params.get("draft_confidence_threshold") or DEFAULT_CONFIDENCE_THRESHOLD
+        )
         self.use_draft_logits = params.get("use_draft_logits", "false").lower() == "true"
         self.seed_input = params.get("seed_input") or "seed"
         self.perf_metrics = params.get("perf_metrics", "true").lower() == "true"
@@ -686,11 +737,17 @@ class TritonPythonModel:
                 f"{config.get('name')}: mode draft_model needs the draft_model parameter"
             )
         try:
-            DraftSchedule(0, self.draft_schedule)  # the one place that knows the names
+            # the one place that knows the names and the threshold's range
+            DraftSchedule(0, self.draft_schedule, self.draft_confidence_threshold)
         except ValueError as exc:
             raise pb_utils.TritonModelException(
                 f"{config.get('name')}: parameter draft_schedule: {exc}"
             ) from None
+        if self.draft_schedule == "confidence" and self.mode != "draft_model":
+            raise pb_utils.TritonModelException(
+                f"{config.get('name')}: parameter draft_schedule: 'confidence' needs a "
+                f"draft model's probabilities; mode {self.mode} has none"
+            )
         self._requests = RequestThreads()
         self.streams = BlsStreams()
 

@@ -482,7 +482,7 @@ def test_check_rejects_an_unknown_draft_schedule(repo: Path) -> None:
     config = repo / "ngram" / "config.pbtxt"
     edit(config, 'string_value: "adaptive"', 'string_value: "heuristic"')
     assert [str(p) for p in check_repository(repo)] == [
-        f"{config}: parameter draft_schedule 'heuristic' is not one of constant, adaptive"
+        f"{config}: parameter draft_schedule 'heuristic' is not one of constant, adaptive, confidence"
     ]
 
 

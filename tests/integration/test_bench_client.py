@@ -144,7 +144,7 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
     assert len(measured) == 48
     assert len(rows) - len(measured) == 2 * 1 * 4
     assert all(r["error"] is None for r in rows)
-    r0 = _by(rows, route="copy", variant="fast", num_speculative_tokens=3)[0]
+    r0 = _by(rows, route="copy", variant="fast", num_speculative_tokens=3, sample_index=0)[0]
     assert r0["output_text"] == COPY_PROMPTS[0][:16]
     assert (r0["completion_tokens"], r0["prompt_tokens"], r0["rounds"]) == (
         16,
@@ -171,6 +171,13 @@ def test_bench_cli_end_to_end(server: Any, tmp_path: Path) -> None:
             ("lossy", 2),
         }
         assert len({r["seed"] for r in seen}) == 1
+    # level 2 counts one arm's requests: blocks of two of one arm, order alternating per block
+    sent = sorted(_by(rows, route="json"), key=lambda r: r["send_time_unix"])
+    arms = [(r["variant"], r["num_speculative_tokens"]) for r in sent]
+    blocks = [arms[i : i + 2] for i in range(0, len(arms), 2)]
+    assert all(len(set(b)) == 1 for b in blocks), arms
+    forward = [("baseline", None), ("fast", 1), ("fast", 3), ("lossy", 2)]
+    assert [b[0] for b in blocks] == forward + forward[::-1] + forward, arms
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["schema_version"] == 1 and summary["complete"] is True

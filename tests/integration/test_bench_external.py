@@ -101,8 +101,8 @@ def test_external_only_run(servers: dict) -> None:
     )
     rows = read_requests(run_dir / "requests.jsonl")
     measured = [r for r in rows if not r["warmup"]]
-    # 2 routes × 2 loads × 2 arms × 3 requests
-    assert len(measured) == 24 and not [r for r in rows if r["error"]]
+    # 2 routes × 2 arms × (3 requests at level 1 + 2 at level 2: whole blocks, at most 3)
+    assert len(measured) == 20 and not [r for r in rows if r["error"]]
     assert {r["arm_kind"] for r in rows} == {"openai"}
     one = [r for r in measured if r["variant"] == "ext_ngram" and r["concurrency"] == 1]
     assert {r["acceptance_source"] for r in one} == {"metrics"}
@@ -120,7 +120,8 @@ def test_external_only_run(servers: dict) -> None:
             assert cell["acceptance_rate"] is not None
             assert cell["mean_accepted_length"] >= 1.0
             assert cell["equal_rate"] == 1.0  # prompt lookup is lossless at T=0
-            assert cell["pairs"] == 3 and cell["speedup"] is not None
+            assert cell["pairs"] == (3 if load == "concurrency=1" else 2), cell
+            assert cell["speedup"] is not None
     assert cells[("copy", "ext_ngram", "concurrency=2")]["acceptance_note"] == (
         "one delta over the whole cell (concurrency > 1)"
     )

@@ -514,7 +514,9 @@ def _check_recovered_run(result: Any, what: str) -> list[dict[str, Any]]:
     failed = [r for r in rows if r["error"]]
     answered = [r for r in rows if not r["error"]]
     assert len(answered) == 12, rows
-    assert failed and all(r["incident"] and what in r["error"] for r in failed), failed
+    assert failed and all(r["incident"] and what in r["error"] for r in failed), [
+        (r["seq"], r["incident"], r["error"]) for r in failed
+    ]
     totals = result.summary["totals"]
     assert totals["errors"] == totals["incidents"] == len(failed)
     assert result.summary["complete"] is True

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.bench import stats
+from trtspec.bench.cells import server_memory
 from trtspec.bench.client import Arm, Job, Outcome, run_jobs
-from trtspec.bench.runner import server_memory
 from trtspec.serve import Server, StubWatchdog, read_manifest, stubs_of
 
 ROOT = Path(__file__).resolve().parents[1]

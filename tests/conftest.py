@@ -137,6 +137,14 @@ def _last_users(session: pytest.Session) -> dict[str, pytest.Item]:
     return session.stash[_LAST_USERS]
 
 
+@pytest.fixture
+def last_user_of(request: pytest.FixtureRequest) -> Callable[[str], bool]:
+    """``last_user_of(name)``: whether the running test is the last one that
+    uses the shared fixture ``name`` (a test that breaks the shared resource
+    need not put it back when nobody reads it after it)."""
+    return lambda name: _last_users(request.session).get(name) is request.node
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown: a failing close skips nothing
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     last = _last_users(item.session)

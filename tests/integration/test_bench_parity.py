@@ -5,7 +5,10 @@ shared ``target_dte`` engine is benchmarked three times in ABBA order. With
 the parity switched off, whichever of the two sends a prompt second finds its
 blocks in ``target_dte``'s prefix cache (the asymmetry of issue 12); under
 ``cold`` (its own engine model per arm) and under ``warm`` (every arm primed
-with the prompt) every prompt's rows carry equal ``prefix_reused_tokens``.
+with the prompt) every prompt's rows carry equal ``prefix_reused_tokens`` —
+under ``cold`` also at two requests in flight, where each arm sends its block
+of two prompts alone (bench/blocks.py) and finds its own earlier requests of
+them exactly as the other arms find theirs.
 """
 
 from __future__ import annotations
@@ -80,7 +83,15 @@ def served_repo(parity_setup: dict[str, Any]) -> Iterator[str]:
     assert "Traceback" not in (parity_setup["root"] / "served.log").read_text(errors="replace")
 
 
-def _bench(setup: dict[str, Any], policy: str, endpoint: str | None = None) -> list[dict[str, Any]]:
+def _bench(
+    setup: dict[str, Any],
+    policy: str,
+    endpoint: str | None = None,
+    *,
+    concurrency: list[int] | None = None,
+    requests: int | None = None,
+    count: int = 9,
+) -> list[dict[str, Any]]:
     run = setup["root"] / f"run-{policy}"
     result = run_benchmark(
         setup["spec"],
@@ -90,13 +101,15 @@ def _bench(setup: dict[str, Any], policy: str, endpoint: str | None = None) -> l
             endpoint=endpoint,
             engines_root=setup["engines"],
             prefix_cache=policy,
+            concurrency=concurrency,
+            requests=requests,
             plots=False,
             request_timeout_s=120,
         ),
     )
     assert result.summary["prefix_cache"]["policy"] == policy
     rows = [r for r in read_requests(run / "requests.jsonl") if not r["warmup"]]
-    assert len(rows) == 9 and all(r["error"] is None for r in rows), rows
+    assert len(rows) == count and all(r["error"] is None for r in rows), rows
     return rows
 
 
@@ -139,9 +152,30 @@ def test_warm_primes_every_arm_alike(parity_setup: dict[str, Any], served_repo: 
 
 
 def test_cold_gives_every_arm_the_same_cold_start(parity_setup: dict[str, Any]) -> None:
-    rows = _bench(parity_setup, "cold")
-    reused = _reused(rows)
-    assert all(set(r.values()) == {0} for r in reused.values()), reused
+    # 4 requests over 3 prompts (0 1 2 0) at level 1, then level 2 (blocks 0 1, 2 0)
+    rows = _bench(parity_setup, "cold", concurrency=[1, 2], requests=4, count=12 + 12)
+    reused = _reused([r for r in rows if r["concurrency"] == 1])
+    assert all(set(reused[s].values()) == {0} for s in (0, 1, 2)), reused
+    # the repeat finds its arm's own first request of the prompt, on every arm alike
+    assert len(set(reused[3].values())) == 1 and reused[3]["baseline"] >= 32, reused
+    # At level 2 each arm finds its own level-1 requests of the same prompts,
+    # and every arm finds them alike (issue 26 item 6).
+    level2 = [r for r in rows if r["concurrency"] == 2]
+    again = _reused(level2)
+    assert sorted(again) == [0, 1, 2, 3], again
+    assert all(len(set(r.values())) == 1 and r["baseline"] >= 32 for r in again.values()), again
+    # a level counts one arm's requests in flight: blocks of 2 of one arm, never two arms at once
+    spans = sorted(
+        (r["send_time_unix"], r["send_time_unix"] + r["latency_ms"] / 1e3, r["variant"])
+        for r in level2
+    )
+    for i, (_start, end, arm) in enumerate(spans):
+        overlapping = [v for s, e, v in spans[i + 1 :] if s < end]
+        assert set(overlapping) <= {arm} and len(overlapping) <= 1, spans
+    order = [v for _s, _e, v in spans]
+    assert (
+        order == ["baseline"] * 2 + ["ngram"] * 2 + ["draft"] * 4 + ["ngram"] * 2 + ["baseline"] * 2
+    ), order
     # the second arm on target_dte was served by its own engine model
     models = {r["variant"]: r["model"] for r in rows}
     assert models["ngram"] == "ngram" and models["draft"] == "draft__arm2", models
@@ -149,3 +183,6 @@ def test_cold_gives_every_arm_the_same_cold_start(parity_setup: dict[str, Any]) 
     assert (copy / "target_dte__arm2" / "config.pbtxt").is_file()
     summary = json.loads((parity_setup["root"] / "run-cold" / "summary.json").read_text())
     assert all(not c.get("cache_state_differs") for c in summary["cells"])
+    assert summary["settings"]["level_unit"] == "requests of one arm in flight"
+    inflight = {c["variant"]: c["inflight_mean"] for c in summary["cells"] if c["concurrency"] == 2}
+    assert all(1.0 < v <= 2.0 for v in inflight.values()), inflight

@@ -197,6 +197,69 @@ def test_variant_equals_baseline_at_temperature_zero(served, baseline, variant: 
             assert drafted == accepted == []
 
 
+# route -> variant (tests/fixtures/every_mode.py): every variant through the router
+ROUTED = {
+    "chat": "draft",
+    "draft_logits": "draft_logits",
+    "copy": "ngram",
+    "ngram_adaptive": "ngram_adaptive",
+    "medusa": "medusa",
+    "eagle": "eagle",
+    "long": "lookahead",
+}
+
+
+def test_every_variant_through_the_router_equals_baseline_at_temperature_zero(
+    served, baseline
+) -> None:
+    """The router runs the chosen variant in its own process
+    (``in_process_variants``, what ``trtspec repo`` writes): the same tokens,
+    text and stats as the baseline at temperature 0, no call to the variant's
+    orchestrator model, and the rollout's request log sees each request as
+    over BLS (TTFT, token counts, the variant that answered)."""
+    import re
+
+    from trtspec.repo import rollout_state as st
+    from trtspec.repo.models.rollout_log import read_lines
+
+    server, _, _, repo = served
+
+    def orchestrator_calls(variant: str) -> int:
+        pattern = rf'nv_inference_request_success{{model="{re.escape(variant)}",version="1"}} (\d+)'
+        match = re.search(pattern, server.metrics())
+        return int(match.group(1)) if match else 0
+
+    before = {v: orchestrator_calls(v) for v in ROUTED.values()}
+    sent: dict[str, tuple[str, Reply]] = {}
+    for route, variant in ROUTED.items():
+        for i, (prompt, expected) in enumerate(zip(PROMPTS, baseline, strict=True)):
+            request_id = f"t0-{route}-{i}"
+            reply = infer(server, "router", prompt, route=route, request_id=request_id)
+            assert reply.error is None, (route, reply.error)
+            assert reply.ids == expected.ids, (route, prompt)
+            assert reply.text == expected.text, (route, prompt)
+            assert (reply.final["variant"], reply.final["fallback"]) == (variant, False)
+            assert reply.final["completion_tokens"] == expected.final["completion_tokens"]
+            assert reply.final["prompt_tokens"] == expected.final["prompt_tokens"]
+            sent[request_id] = (variant, reply)
+    # in the router's process: none of these reached the orchestrator models
+    assert {v: orchestrator_calls(v) for v in ROUTED.values()} == before
+    path = repo / "router" / st.STATE_DIR / st.LOG_FILE
+    deadline = time.monotonic() + 20
+    lines: dict[str, dict] = {}
+    while time.monotonic() < deadline and len(lines) < len(sent):
+        lines = {r["request_id"]: r for r in read_lines(path) if r.get("request_id") in sent}
+        time.sleep(0.1)
+    assert sorted(lines) == sorted(sent)
+    for request_id, (variant, reply) in sent.items():
+        line = lines[request_id]
+        assert (line["variant"], line["fallback"], line["error"]) == (variant, False, None)
+        assert line["completion_tokens"] == reply.final["completion_tokens"]
+        assert line["prompt_tokens"] == reply.final["prompt_tokens"]
+        assert line["accepted_tokens"] == reply.final["accepted_tokens"]
+        assert 0 < line["ttft_ms"] <= line["latency_ms"], line
+
+
 # An answer whose prompt + output passes the spec's max_input_len (128) by far:
 # before the draft loop's engines were built for max_seq_len - 1, ngram and
 # draft failed it mid-stream once prompt + output passed 128.

@@ -183,7 +183,9 @@ def test_a_cancelled_stream_stops_every_model_at_the_next_step(
     cancel_after(server, model, PROMPT, responses=3, **extra)
     after = infer(server, model, SHORT_PROMPT, SHORT, **extra)
     assert after.error is None, after.error
-    assert after.texts == alone.texts
+    # the same answer; not the same chunks: engine responses that queue up
+    # under load go out as one response (threads.batches_within_deadline)
+    assert "".join(after.texts) == "".join(alone.texts)
     # That the short request did not wait for the rest of the cancelled one is
     # shown by events below, not by a wall-clock ratio (which a loaded two-core
     # machine can break): the orchestrator logs the cancel after N < LONG
@@ -431,13 +433,16 @@ def test_a_failure_mid_stream_reaches_the_client_and_frees_the_slot(served) -> N
     print(f"mid-stream failure reached the client after {reply.seconds:.1f} s")
 
 
-def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(served) -> None:
+def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(
+    served, last_user_of
+) -> None:
     """Issue 28: with 4 requests in flight on route ``copy`` (→ ngram), the
     ngram orchestrator's stub is killed. The watchdog (with trtspec serve's
     fallback map) restarts nothing and marks ngram down; every request sent
     once it did is served by the fallback (baseline, ``fallback: true``);
-    only requests already inside the dead stub may fail. Then the server is
-    restarted so the module's other tests find ngram again."""
+    only requests already inside the dead stub may fail. Then, unless this
+    is the shared server's last test, it is restarted so later tests find
+    ngram again."""
     import os
     import signal
     import threading
@@ -486,9 +491,12 @@ def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(served) 
     finally:
         stop.set()
         watchdog.stop()
-        server.restart(timeout=300)  # ngram back for the module's other tests
-    again = infer(server, "router", PROMPT, SHORT, route="copy")
-    assert (again.final["variant"], again.final["fallback"]) == ("ngram", False), again
+        restore = not last_user_of("every_mode_served")
+        if restore:
+            server.restart(timeout=300)  # ngram back for the tests after this one
+    if restore:
+        again = infer(server, "router", PROMPT, SHORT, route="copy")
+        assert (again.final["variant"], again.final["fallback"]) == ("ngram", False), again
 
 
 def infer_within(

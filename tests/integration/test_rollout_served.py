@@ -109,7 +109,9 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     try:
         yield server, repo
     finally:
-        server.stop()
+        # 0, not -9: every model unloaded within the stop's grace (a bench
+        # client that cancelled its idle streams kept models live until killed)
+        assert server.stop() == 0, server.log_tail(20)
         log = server.log_text()
         assert "Traceback" not in log, log[-4000:]
 

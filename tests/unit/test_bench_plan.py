@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from trtspec.bench.blocks import abba
+from trtspec.bench.cells import server_memory
 from trtspec.bench.client import Arm, poisson_schedule
-from trtspec.bench.runner import _abba, arms_for, plan_from_spec, server_memory
+from trtspec.bench.plan import arms_for, plan_from_spec
 from trtspec.errors import BenchError
 from trtspec.spec import MODES, Spec
 
@@ -122,8 +124,8 @@ def test_plan_from_spec_unknown_names(tmp_path: Path) -> None:
 
 def test_abba_alternates_arm_order() -> None:
     arms = arms_for(VARIANTS[1:])
-    assert _abba(arms, 0) == arms
-    assert _abba(arms, 1) == list(reversed(arms))
+    assert abba(arms, 0) == arms
+    assert abba(arms, 1) == list(reversed(arms))
 
 
 def test_poisson_schedule_is_reproducible_with_the_right_rate() -> None:

@@ -59,6 +59,12 @@ def test_look_schedule_and_level() -> None:
     assert SequentialPlan.fixed(12).sizes == [12]
     assert SequentialPlan.fixed(12).confidence == pytest.approx(0.95)
     assert SequentialPlan.from_dict(plan.as_dict()) == plan
+    # a route's own requests cap it, at the run's per-look level
+    short = plan.capped(12)
+    assert (short.sizes, short.confidence) == ([5, 10, 12], pytest.approx(plan.confidence))
+    assert plan.capped(5).sizes == [5]
+    assert plan.capped(5).confidence == pytest.approx(plan.confidence)
+    assert plan.capped(None) is plan and plan.capped(30) is plan
 
 
 def _cell(

@@ -121,3 +121,22 @@ def test_call_within_returns_raises_or_gives_up_at_the_deadline() -> None:
         call_within(lambda: gate.wait(30), 0.2, "target_dte")
     assert time.monotonic() - start < 2.0
     gate.set()
+
+
+def test_items_that_arrived_meanwhile_come_as_one_batch() -> None:
+    """``batches_within_deadline``: what queued up while the reader was busy
+    is one batch; a reader that keeps up gets one item at a time."""
+    from trtspec.repo.models.threads import batches_within_deadline
+
+    gate = threading.Event()
+
+    def source():
+        yield from (1, 2, 3)
+        gate.wait(5)
+        yield 4
+
+    batches = batches_within_deadline(source(), 10.0, "engine")
+    time.sleep(0.3)  # 1, 2 and 3 arrive before the first read
+    assert next(batches) == [1, 2, 3]
+    gate.set()
+    assert list(batches) == [[4]]

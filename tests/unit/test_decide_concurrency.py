@@ -226,6 +226,37 @@ def test_a_route_can_sweep_its_own_concurrency_levels(tmp_path: Path) -> None:
     assert loads == {"sweep": [4], "plain": [4]}
 
 
+def test_a_route_can_be_measured_at_its_own_temperatures(tmp_path: Path) -> None:
+    from trtspec import fingerprint
+    from trtspec.bench.runner import plan_from_spec
+    from trtspec.flows import make_plan
+    from trtspec.spec.schema import Spec
+
+    (tmp_path / "r.jsonl").write_text(json.dumps({"prompt": "def f():\n"}) + "\n")
+    spec = Spec.model_validate(
+        {
+            "name": "s",
+            "target": {"model": "m", "family": "llama"},
+            "routes": {
+                "sampled": {"prompts": "r.jsonl", "temperatures": [0.7]},
+                "plain": {"prompts": "r.jsonl"},
+            },
+            "bench": {"temperatures": [0.0]},
+        }
+    )
+    spec._source_path = tmp_path / "s.yaml"
+    plan = plan_from_spec(spec)
+    temps = {r.name: r.temperatures or plan.settings.temperatures for r in plan.routes}
+    assert temps == {"sampled": [0.7], "plain": [0.0]}
+    # --temperatures overrides every route's own
+    plan = plan_from_spec(spec, temperatures=[0.0, 1.0])
+    assert [r.temperatures for r in plan.routes] == [None, None]
+    # the fingerprint records each route's own sampling, as the run measures it
+    now = fingerprint.current(spec, make_plan(spec, tmp_path / "engines"), tokenizer_dir=None)
+    assert now["routes"]["sampled"]["sampling"]["temperatures"] == [0.7]
+    assert now["routes"]["plain"]["sampling"]["temperatures"] == [0.0]
+
+
 def test_the_demo_spec_sweeps_concurrency_within_its_batch(tmp_path: Path) -> None:
     """`make demo` measures its routes at 1 and 8 in flight, and the engine
     can batch all 8 (max_batch_size). The spec is validated as shipped, in a
@@ -243,6 +274,11 @@ def test_the_demo_spec_sweeps_concurrency_within_its_batch(tmp_path: Path) -> No
     spec = load_spec(tmp_path / "build_specs" / "demo-cpu.yaml")
     sweeps = {name: r.concurrency for name, r in spec.routes.items() if r.concurrency}
     assert sweeps == {"json_fill": [1, 8], "rag_copy_heavy": [1, 8]}
+    # and one route at the service's temperature as well (issue 26)
+    sampled = {name: r.temperatures for name, r in spec.routes.items() if r.temperatures}
+    assert sampled == {"json_fill_t07": [0.7]}
+    assert spec.routes["json_fill_t07"].prompts == spec.routes["json_fill"].prompts
+    assert spec.routes["json_fill_t07"].requests == 5  # its cost: at most 5 pairs
     assert spec.target.max_batch_size >= 8
 
 
@@ -272,6 +308,8 @@ def test_load_throughput_counts_every_arm_of_a_level_together() -> None:
     assert headers == ["arm", "concurrency=1", "concurrency=8", "decision"]
     assert table[0] == ["all arms: aggregate tok/s", "40.0", "320.0", ""]
     assert table[1] == ["baseline tok/s per request", "40.0", "40.0", ""]
+    # the level held: one at a time at 1, the baseline's four at once at 8
+    assert table[2] == ["baseline requests in flight (mean)", "1.0", "4.0", ""]
 
 
 def test_a_bad_route_concurrency_names_file_line_and_field(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from tests.unit.test_bench_summary import row
 
-from trtspec.bench.distribution import chi2_sf, homogeneity
+from trtspec.bench.distribution import chi2_sf, homogeneity, table_rows
 from trtspec.bench.summary import build_summary
 
 
@@ -69,3 +69,62 @@ def test_faithful_variant_passes_the_test() -> None:
     assert cell["distribution_test"]["p_value"] > 0.001
     assert dec["decision"] == "promote"
     assert summary["routing"]["routes"]["chat"]["evidence"]["temperatures"] == [0.7]
+
+
+def test_report_shows_the_test_of_each_sampled_cell() -> None:
+    from trtspec.bench.report import render_markdown
+
+    summary = build_summary(_sampled_rows([0.6, 0.3, 0.1]), {})
+    cell = next(c for c in summary["cells"] if c["variant"] == "ngram")
+    t = cell["distribution_test"]
+    rows = table_rows(summary)
+    assert rows == [
+        [
+            "chat",
+            "ngram(k=4)",
+            "concurrency=1",
+            "0.7",
+            "120",
+            f"chi-square {t['statistic']:.1f}, dof 2, p = {t['p_value']:.2g} (n = 120/120)",
+            "-",
+        ]
+    ]
+    md = render_markdown(summary)
+    assert "## At temperature > 0" in md and rows[0][5] in md
+    # too few distinct first tokens: said, not computed
+    few = build_summary(_sampled_rows([0.6, 0.3, 0.1], n=4), {})
+    assert table_rows(few)[0][5] == "not testable (fewer than two first-token categories)"
+    # a T=0 run has no such section
+    assert (
+        table_rows(build_summary([row("c", "baseline", 0, 1.0), row("c", "v", 0, 1.0)], {})) == []
+    )
+
+
+def _quality_rows(base_pass: list[bool], var_pass: list[bool]) -> list[dict[str, Any]]:
+    rows = []
+    for i, (bp, vp) in enumerate(zip(base_pass, var_pass, strict=True)):
+        for variant, ok, lat, k in (("baseline", bp, 100.0, None), ("draft", vp, 99.0, 3)):
+            r = row("json", variant, i, lat * (1.02 if i % 2 else 0.98), k=k, temp=0.7)
+            r["quality"] = {"json_schema": {"status": "pass" if ok else "fail"}}
+            rows.append(r)
+    return rows
+
+
+def test_a_sampled_quality_gap_breaks_only_when_the_paired_interval_shows_it() -> None:
+    # 3 of 10 against the baseline's 6 of 10 on the same prompts, each arm
+    # sampling its own outputs: not shown worse, so not excluded for quality
+    base = [True, False, False, True, True, False, True, False, True, True]
+    var = [False, False, False, True, False, False, True, False, True, False]
+    summary = build_summary(_quality_rows(base, var), {})
+    (dec,) = summary["decisions"]
+    assert dec["decision"] == "inconclusive"
+    cell = next(c for c in summary["cells"] if c["variant"] == "draft")
+    assert cell["quality_difference"]["point"] == -0.3
+    assert cell["quality_difference"]["ci_high"] > 0
+    assert any("not shown below 0 at this temperature" in r for r in dec["reasons"])
+    # every prompt passing on the baseline and failing on the variant is
+    # shown: excluded for quality, as at T=0
+    summary = build_summary(_quality_rows([True] * 12, [False] * 12), {})
+    (dec,) = summary["decisions"]
+    assert dec["decision"] == "exclude"
+    assert any("quality pass 0% < 95% and below baseline 100%" in r for r in dec["reasons"])

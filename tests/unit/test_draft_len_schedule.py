@@ -12,7 +12,8 @@ import pytest
 from tests.unit.test_bench_summary import row
 from tests.unit.test_decide_concurrency import BASE
 
-from trtspec.bench.decide import draft_len_schedule
+from trtspec.bench.decide import draft_len_schedule, k_table
+from trtspec.bench.report import render_markdown
 from trtspec.bench.summary import build_summary
 from trtspec.errors import RepoError
 from trtspec.repo.routing import InFlight, choose, parse_routing
@@ -47,6 +48,40 @@ def test_best_k_per_level_goes_into_routing() -> None:
     assert entry["draft_len_schedule"] == {1: 4, 2: 2}
     table = parse_routing(summary["routing"])
     assert table.routes["rag"].draft_len_schedule == ((1, 4), (2, 2))
+    # the report names the k of each level and what routing.yaml took
+    headers, rows = k_table(summary)
+    assert headers == ["route", "variant", "concurrency=1", "concurrency=8", "routing.yaml"]
+    assert rows == [
+        [
+            "rag",
+            "ngram",
+            "k=4 (1.60x, promote)",
+            "k=2 (1.25x, promote)",
+            "draft_len_schedule {1: 4, 2: 2} at every load",
+        ]
+    ]
+    assert "## Draft length per load" in render_markdown(summary)
+
+
+def test_a_shorter_k_that_wins_under_load_lifts_the_cap() -> None:
+    # as the Spec-Bench run measured on summarization: k=5 wins alone but is
+    # undecided at 4 in flight, where k=2 wins (and k=2 is undecided alone)
+    sweep = k_sweep({2: {1: 1.04, 4: 1.48}, 5: {1: 1.36, 4: 1.0}})
+    summary = build_summary(sweep, {})
+    by_k = {d["num_speculative_tokens"]: d for d in summary["decisions"]}
+    assert (by_k[5]["decision"], by_k[5]["max_concurrency"]) == ("promote", 1)
+    assert by_k[2]["decision"] == "inconclusive"
+    entry = summary["routing"]["routes"]["rag"]
+    # the route serves both loads: k=5 below 4 in flight, k=2 from 4 on
+    assert entry["num_draft_tokens"] == 5
+    assert entry["draft_len_schedule"] == {1: 5, 4: 2}
+    assert "max_concurrency" not in entry
+    # a k whose output broke somewhere is never switched to: capped as before
+    for r in sweep:
+        if r["variant"] == "ngram" and r["num_speculative_tokens"] == 2 and r["concurrency"] == 1:
+            r["output_ids_hash"] = r["text_hash"] = f"other-{r['sample_index']}"
+    entry = build_summary(sweep, {})["routing"]["routes"]["rag"]
+    assert entry["max_concurrency"] == 1 and "draft_len_schedule" not in entry
 
 
 def test_switch_waits_for_its_level_when_unproven_below() -> None:

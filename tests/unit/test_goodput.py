@@ -146,7 +146,11 @@ def test_console_and_report_show_goodput(tmp_path: Path) -> None:
     assert "| r | ngram(k=4) | concurrency=1 | 0 | 10/10 | 100% |" in md
     assert "![r: throughput vs latency](plots/pareto_r.png)" in md
     assert (tmp_path / "plots" / "pareto_r.png").stat().st_size > 1000
-    assert "Goodput under objectives" in (tmp_path / "report.html").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert "Goodput under objectives" in html
+    # the Pareto plot has its own section, shown once
+    assert "<h2>Throughput vs latency</h2><figure><img src='plots/pareto_r.png'" in html
+    assert html.count("plots/pareto_r.png") == 1
 
 
 def test_summary_without_objectives_has_no_goodput() -> None:

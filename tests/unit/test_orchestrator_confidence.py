@@ -28,10 +28,20 @@ VOCAB = 16
 
 class _Tensor:
     def __init__(self, name: str, array: Any) -> None:
-        self.name, self.array = name, np.asarray(array)
+        self._name, self.array = name, np.asarray(array)
+
+    def name(self) -> str:
+        return self._name
 
     def as_numpy(self) -> np.ndarray:
         return self.array
+
+
+class _Reply(dict):
+    """A BLS response: its tensors by name, and ``output_tensors()``."""
+
+    def output_tensors(self) -> list[_Tensor]:
+        return list(self.values())
 
 
 def _get(response: Any, name: str) -> Any:
@@ -66,15 +76,15 @@ class _Draft:
     def __init__(self, confidence: list[float], logits: bool = True) -> None:
         self.confidence, self.logits, self.calls = confidence, logits, []
 
-    def __call__(self, model_name: str, tensors: list, outputs: list[str]) -> dict:
-        inputs = {t.name: t.as_numpy() for t in tensors}
+    def __call__(self, model_name: str, tensors: list, outputs: list[str]) -> _Reply:
+        inputs = {t.name(): t.as_numpy() for t in tensors}
         self.calls.append((model_name, inputs, outputs))
         i = len(self.calls) - 1
         token = 10 + i
-        reply = {
-            "output_ids": _Tensor("output_ids", [[[token]]]),
-            "sequence_length": _Tensor("sequence_length", [[1]]),
-        }
+        reply = _Reply(
+            output_ids=_Tensor("output_ids", [[[token]]]),
+            sequence_length=_Tensor("sequence_length", [[1]]),
+        )
         if self.logits:
             row = _row(token, self.confidence[i])
             reply["generation_logits"] = _Tensor("generation_logits", row.reshape(1, 1, 1, VOCAB))

@@ -30,8 +30,9 @@ from click.testing import CliRunner
 
 from trtspec import fsutil
 from trtspec.bench.client import Arm, Job, Outcome
+from trtspec.bench.recorder import Recorder
 from trtspec.bench.records import RequestLog, read_requests
-from trtspec.bench.runner import _Recorder, _write_failed
+from trtspec.bench.runner import _write_failed
 from trtspec.cli.main import cli
 from trtspec.errors import os_error
 
@@ -212,7 +213,7 @@ def test_recorder_stops_the_run_on_a_full_disk_and_keeps_whole_rows(
     path = tiny_disk / "requests.jsonl" if tiny_disk is not None else Path("/dev/full")
     log = RequestLog(path)
     stop = threading.Event()
-    recorder = _Recorder(log, "run", {"r": SimpleNamespace(checks=[])}, stop)  # type: ignore[dict-item]
+    recorder = Recorder(log, "run", {"r": SimpleNamespace(checks=[])}, stop)  # type: ignore[dict-item]
     for n in range(40):  # ~7 KB a row: a 64 KiB disk fills after a few
         recorder.put(_outcome(n))
     recorder.close()

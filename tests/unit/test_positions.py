@@ -59,3 +59,16 @@ def test_in_engine_modes_are_named_not_estimated(tmp_path: Path) -> None:
     summary = render_run(_write_run(tmp_path, rows))
     assert unreported(summary, "code") == ["fast(k=2)", "slow", "lossy", "noisy"]
     assert (tmp_path / "run" / "plots" / "acceptance_by_position_code.png").stat().st_size > 1000
+    # the report shows each curve as a table beside its plot, and names the
+    # arms whose runtime reported no per-position counts
+    md = (tmp_path / "run" / "report.md").read_text()
+    section = md.split("## Acceptance by draft position")[1].split("\n## ")[0]
+    assert (
+        "| fast(k=4) | concurrency=1 | 0 | 1.00 (80/80) | 0.90 (72/80) | 0.70 (56/80) "
+        "| 0.40 (32/80) |" in section
+    )
+    assert "| slow | concurrency=1 | 0 | not reported by this runtime |" in section
+    assert "![code: acceptance by draft position](plots/acceptance_by_position_code.png)" in section
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "<h2>Acceptance by draft position</h2>" in html
+    assert html.count("acceptance_by_position_code.png") == 1  # beside its table only

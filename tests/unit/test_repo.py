@@ -712,7 +712,7 @@ def test_cli_check_catches_a_deleted_engine_file(repo: Path, built) -> None:
 
 def test_parity_copy_gives_each_arm_its_own_shared_engine_models(built) -> None:
     from trtspec.bench.parity import parity_repo, shared_engines
-    from trtspec.bench.runner import arms_for
+    from trtspec.bench.plan import arms_for
 
     spec, plan, engines, output = built
     spec = load_spec(write_spec(output.parent, backend="tensorrt_llm"))

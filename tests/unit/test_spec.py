@@ -369,6 +369,20 @@ def test_eagle_rules(tmp_path: Path) -> None:
     ]
 
 
+def test_a_route_at_its_own_temperature_is_checked_for_greedy_modes(tmp_path: Path) -> None:
+    p = eagle(tmp_path)
+    (tmp_path / "r.jsonl").write_text('{"prompt": "hi"}\n')
+    p.write_text(
+        p.read_text() + "routes:\n  chat:\n    prompts: r.jsonl\n    temperatures: [0.0, 0.7]\n"
+    )
+    assert issues(p) == [
+        f"{p}:18:19: routes.chat.temperatures: variant 'eagle' (eagle) decodes greedily only in "
+        "TensorRT-LLM; use temperatures: [0.0] or drop the variant",
+    ]
+    p.write_text(p.read_text().replace("[0.0, 0.7]", "[0.0, 2.5]"))
+    assert issues(p)[0].startswith(f"{p}:18:25: routes.chat.temperatures[1]: ")
+
+
 def test_eagle_draft_len_limit_and_tree(tmp_path: Path) -> None:
     big = "[" + ", ".join(f"[{i}]" for i in range(257)) + "]"
     p = eagle(tmp_path, choices=big, layers=1)

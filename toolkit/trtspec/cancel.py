@@ -25,11 +25,17 @@ import json
 import os
 import stat
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 PARAMETER = "trtspec_cancel"
+# How often a served model asks at most (seconds): Triton's
+# ``is_cancelled()`` is a round trip to the server and the flag a ``stat``,
+# and a model asks between steps, i.e. for every streamed token. A cancel is
+# then seen within this long, at the first step after it.
+POLL_S = 0.02
 
 
 # Set by ``trtspec.serve.Server`` for its tritonserver: a folder it made with
@@ -101,8 +107,11 @@ class Cancellation:
     model, or the request itself); ``token`` comes from the caller (``None``:
     this model heads the chain and mints one)."""
 
-    def __init__(self, source: Any, token: str | None = None) -> None:
+    def __init__(self, source: Any, token: str | None = None, *, poll_s: float = 0.0) -> None:
         self.source = source
+        # 0: ask every time (what a test wants); models pass ``POLL_S``
+        self.poll_s = poll_s
+        self._next_poll = 0.0
         # A token handed down means the caller is a model of the chain (BLS),
         # not a client: what it can receive differs on 2.51 (orchestrator).
         self.from_caller = token is not None
@@ -111,8 +120,8 @@ class Cancellation:
         self._raised = False
 
     @classmethod
-    def of(cls, request: Any, source: Any) -> Cancellation:
-        return cls(source, _token_of(request))
+    def of(cls, request: Any, source: Any, *, poll_s: float = 0.0) -> Cancellation:
+        return cls(source, _token_of(request), poll_s=poll_s)
 
     @property
     def flag(self) -> Path:
@@ -124,9 +133,16 @@ class Cancellation:
 
     def is_cancelled(self) -> bool:
         """Whether the client went away: this model's own client (then the
-        flag is raised for the models below) or a caller's (the flag is up)."""
+        flag is raised for the models below) or a caller's (the flag is up).
+        With ``poll_s`` it asks at most once per ``poll_s`` seconds and answers
+        ``False`` in between."""
         if self._cancelled:
             return True
+        if self.poll_s > 0:
+            now = time.monotonic()
+            if now < self._next_poll:
+                return False
+            self._next_poll = now + self.poll_s
         if self.source is not None and self.source.is_cancelled():
             self._cancelled = True
             self.raise_flag()

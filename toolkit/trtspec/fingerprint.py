@@ -214,15 +214,20 @@ def measure(
     sampling: dict[str, Any],
     tokenizer_dir: Path | None,
     repository: Path | None,
+    route_temperatures: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """The fingerprint of a bench run: ``routes`` maps a route to its prompt
     file and ``max_tokens``; ``sampling`` holds the run's temperatures,
-    top_p, top_k and seed."""
+    top_p, top_k and seed; ``route_temperatures`` those of a route measured
+    at its own (routes.<name>.temperatures)."""
     from trtspec.flows import make_plan
 
     plan = make_plan(spec, Path(engines_root))
+    own = route_temperatures or {}
     route_ids = {
-        name: route_identity(path, {**sampling, "max_tokens": int(max_tokens)})
+        name: route_identity(
+            path, {**sampling, **_temps(own.get(name)), "max_tokens": int(max_tokens)}
+        )
         for name, (path, max_tokens) in routes.items()
     }
     return _build(spec, plan, routes=route_ids, tokenizer_dir=tokenizer_dir, repository=repository)
@@ -240,11 +245,17 @@ def current(spec: Any, plan: Any, *, tokenizer_dir: Path | None) -> dict[str, An
     }
     routes = {
         name: route_identity(
-            prompts_path(spec, r.prompts), {**sampling, "max_tokens": r.max_tokens}
+            prompts_path(spec, r.prompts),
+            {**sampling, **_temps(r.temperatures), "max_tokens": r.max_tokens},
         )
         for name, r in spec.routes.items()
     }
     return _build(spec, plan, routes=routes, tokenizer_dir=tokenizer_dir, repository=None)
+
+
+def _temps(own: list[float] | None) -> dict[str, Any]:
+    """A route's own temperatures over the run's, when it has them."""
+    return {} if own is None else {"temperatures": [float(t) for t in own]}
 
 
 # -- comparing -----------------------------------------------------------------------------

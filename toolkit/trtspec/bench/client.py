@@ -187,6 +187,7 @@ class StreamWorker:
         self.request_timeout_s = request_timeout_s
         self._client = grpc_client(url)
         self._responses: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+        self._in_flight = False  # a request sent whose final response has not come
         self._client.start_stream(callback=self._callback)
 
     def _callback(self, result: Any, error: Any) -> None:
@@ -196,6 +197,7 @@ class StreamWorker:
     def _restart_stream(self) -> None:
         with contextlib.suppress(Exception):
             self._client.stop_stream(cancel_requests=True)
+        self._in_flight = False
         self._responses = queue.Queue()
         self._client.start_stream(callback=self._callback)
 
@@ -208,8 +210,14 @@ class StreamWorker:
         self._client.start_stream(callback=self._callback)
 
     def close(self) -> None:
+        # Cancel only a request still in flight. Cancelling an idle stream is
+        # not free on tritonserver 2.51: a decoupled Python model whose
+        # finished requests' stream was cancelled stays "live" at shutdown
+        # until the exit timeout (seen on the echo and router models), so
+        # every server a bench had used took its whole stop grace.
         with contextlib.suppress(Exception):
-            self._client.stop_stream(cancel_requests=True)
+            self._client.stop_stream(cancel_requests=self._in_flight)
+        self._in_flight = False
         with contextlib.suppress(Exception):
             self._client.close()
 
@@ -231,6 +239,7 @@ class StreamWorker:
         if job.scheduled_ns is not None:
             out.send_lag_ns = max(0, out.send_ns - job.scheduled_ns)
         try:
+            self._in_flight = True
             self._send(job, inputs)
         except Exception as exc:  # a client-side failure is a failed request, not a crash
             out.error = f"send failed: {exc}"
@@ -290,6 +299,7 @@ class StreamWorker:
                 out.end_ns = arrived
                 out.overhead_wall_ns += time.perf_counter_ns() - p0
                 out.overhead_ns += time.thread_time_ns() - c0
+                self._in_flight = False
                 return out
             out.overhead_wall_ns += time.perf_counter_ns() - p0
             out.overhead_ns += time.thread_time_ns() - c0
@@ -362,9 +372,42 @@ def run_jobs(
     When a request fails and ``recover(outcome)`` says the server was brought
     back, that job is sent once more and only the second attempt is reported.
     ``make_worker`` builds each worker (default: a ``StreamWorker`` on ``url``)."""
+    run_blocks(
+        url,
+        [jobs],
+        workers=workers,
+        on_done=on_done,
+        stop=stop,
+        request_timeout_s=request_timeout_s,
+        schedule_s=schedule_s,
+        recover=recover,
+        make_worker=make_worker,
+    )
+
+
+def run_blocks(
+    url: str,
+    blocks: list[list[Job]],
+    *,
+    workers: int,
+    on_done: Callable[[Outcome], None],
+    stop: threading.Event,
+    request_timeout_s: float,
+    schedule_s: list[float] | None = None,
+    recover: Callable[[Outcome], bool] | None = None,
+    make_worker: Callable[[], Any] | None = None,
+) -> None:
+    """``run_jobs`` over ``blocks`` in turn, one pool of streams for all: a
+    block's jobs go out only when every job of the one before has finished
+    (bench/blocks.py: one arm's requests in flight at a time). A schedule
+    (open loop) needs a single block."""
+    if schedule_s is not None and len(blocks) != 1:
+        raise ValueError("an open-loop schedule runs one block")
     pending: queue.Queue[Job | None] = queue.Queue()
     factory = make_worker or (lambda: StreamWorker(url, request_timeout_s))
     pool = [factory() for _ in range(max(1, workers))]
+    finished = threading.Condition()
+    done_count = [0]
 
     def work(worker: Any) -> None:
         while not stop.is_set():
@@ -395,6 +438,9 @@ def run_jobs(
                 worker.reconnect()  # its stream went down with the old server
                 outcome = worker.run(job, stop)
             on_done(outcome)
+            with finished:
+                done_count[0] += 1
+                finished.notify_all()
 
     threads = [
         threading.Thread(target=work, args=(w,), daemon=True, name=f"trtspec-worker-{i}")
@@ -404,11 +450,22 @@ def run_jobs(
         t.start()
     try:
         if schedule_s is None:
-            for job in jobs:
-                pending.put(job)
+            sent = 0
+            for jobs in blocks:
+                for job in jobs:
+                    pending.put(job)
+                sent += len(jobs)
+                with finished:
+                    # short waits keep the main thread responsive to Ctrl-C
+                    while done_count[0] < sent and not stop.is_set():
+                        if not any(t.is_alive() for t in threads):
+                            break  # every worker died: nothing will finish
+                        finished.wait(_POLL_S)
+                if stop.is_set():
+                    break
         else:
             start = time.perf_counter_ns()
-            for job, offset in zip(jobs, schedule_s, strict=True):
+            for job, offset in zip(blocks[0], schedule_s, strict=True):
                 job.scheduled_ns = start + int(offset * 1e9)
                 while not stop.is_set():
                     wait = (job.scheduled_ns - time.perf_counter_ns()) / 1e9

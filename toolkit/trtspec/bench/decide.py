@@ -62,7 +62,22 @@ def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], boo
     ):
         broken.append(f"{where}: error rate {cell['error_rate']:.1%} > {d['max_error_rate']:.1%}")
     qpr, base_qpr = cell.get("quality_pass_rate"), cell.get("baseline_quality_pass_rate")
+    qd = cell.get("quality_difference") if cell["temperature"] > 0.0 else None
     if (
+        qpr is not None
+        and qpr < d["min_quality_pass_rate"]
+        and (base_qpr is None or qpr < base_qpr)
+        and qd is not None
+        and qd["ci_high"] >= 0.0
+    ):
+        # At T > 0 each arm samples its own outputs: a lower rate that the
+        # paired interval does not place below the baseline's is not broken,
+        # but not shown fine either.
+        unsure.append(
+            f"{where}: quality {qpr:.0%} vs baseline {base_qpr or 0:.0%}, paired difference "
+            f"{goodput.describe(qd)} not shown below 0 at this temperature"
+        )
+    elif (
         qpr is not None
         and qpr < d["min_quality_pass_rate"]
         and (base_qpr is None or qpr < base_qpr)
@@ -227,6 +242,9 @@ def decide(
                 "min_speedup_point": min(speedups) if speedups else None,
                 "max_concurrency": cap,
                 "levels": levels,
+                # errors, quality or T=0 inequality somewhere: never switched to
+                # at another level (draft_len_schedule)
+                "broken_output": any(_judge(c, d)[2] for c in arm_cells),
                 # the sampling temperatures this decision holds for (each judged)
                 "temperatures": sorted({c["temperature"] for c in arm_cells}),
                 "best_k": False,
@@ -369,6 +387,8 @@ def draft_len_schedule(
         k = dec["num_speculative_tokens"]
         if (dec["route"], dec["variant"]) != (top["route"], top["variant"]) or k is None:
             continue
+        if dec.get("broken_output"):
+            continue
         for lvl in dec.get("levels") or []:
             level = int(lvl["concurrency"])
             figure = lvl.get("goodput_difference") if by == "goodput" else lvl.get("speedup")
@@ -392,6 +412,103 @@ def draft_len_schedule(
             schedule[start] = k
         previous = level
     return schedule
+
+
+def scheduled_cap(decisions: list[dict[str, Any]], top: dict[str, Any]) -> int | None:
+    """The route's max_concurrency when its variant switches k by load: the
+    routed k's own cap raised to the largest measured level L such that at
+    every measured level up to L some k of the variant (none with broken
+    output) was promoted; ``None`` when that covers every measured level. A
+    k that wins alone but loses at 4 in flight, where a shorter k wins,
+    serves both loads with a draft_len_schedule instead of falling back."""
+    cap = top.get("max_concurrency")
+    if cap is None:
+        return None
+    measured: set[int] = set()
+    won: set[int] = set()
+    for dec in decisions:
+        if (dec["route"], dec["variant"]) != (top["route"], top["variant"]):
+            continue
+        for lvl in dec.get("levels") or []:
+            measured.add(int(lvl["concurrency"]))
+            if lvl["decision"] == PROMOTE and not dec.get("broken_output"):
+                won.add(int(lvl["concurrency"]))
+    for level in sorted(measured):
+        if level not in won:
+            return max(int(cap), max((w for w in won if w < level), default=int(cap)))
+    return None
+
+
+def k_per_level(decisions: list[dict[str, Any]], by: str = "speedup") -> list[dict[str, Any]]:
+    """For each routable (route, variant) measured at several k: at each
+    measured level, the k with the best paired figure there (the speedup, or
+    the goodput difference when deciding by goodput) and that k's decision at
+    the level, promoted or not; what routing.yaml took from it is
+    ``draft_len_schedule`` (promoted levels only)."""
+    arms: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for dec in decisions:
+        if dec["num_speculative_tokens"] is not None and dec.get("arm_kind", "triton") == "triton":
+            arms.setdefault((dec["route"], dec["variant"]), []).append(dec)
+    out = []
+    for (route, variant), decs in arms.items():
+        if len(decs) < 2:
+            continue
+        best: dict[int, dict[str, Any]] = {}
+        for dec in decs:
+            for lvl in dec.get("levels") or []:
+                figure = lvl.get("goodput_difference") if by == "goodput" else lvl.get("speedup")
+                if not figure:
+                    continue
+                level = int(lvl["concurrency"])
+                if level not in best or figure["point"] > best[level]["figure"]["point"]:
+                    best[level] = {
+                        "k": int(dec["num_speculative_tokens"]),
+                        "figure": figure,
+                        "decision": lvl["decision"],
+                    }
+        if best:
+            out.append({"route": route, "variant": variant, "by": by, "levels": best})
+    return out
+
+
+K_NOTE = (
+    "Each level's best draft length among the k measured there, by the paired figure "
+    "the decision uses, with that k's decision at the level. routing.yaml gets a "
+    "draft_len_schedule {in-flight level: k} when the best promoted k differs between "
+    "levels (the router applies it per request by its current in-flight count)."
+)
+
+
+def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Draft length per load: at each measured level the best k of each
+    variant swept over k (decide.k_per_level), and what routing.yaml took."""
+    by = str(summary["settings"]["decision"].get("decide_by") or "speedup")
+    found = k_per_level(summary["decisions"], by)
+    levels = sorted({lv for f in found for lv in f["levels"]})
+    routed = summary["routing"]["routes"]
+    rows = []
+    for f in found:
+        entry = routed.get(f["route"]) or {}
+        if entry.get("variant") != f["variant"]:
+            took = f"not routed ({entry.get('decision', '-')})"
+        elif entry.get("draft_len_schedule"):
+            took = f"draft_len_schedule {entry['draft_len_schedule']}"
+        else:
+            took = f"num_draft_tokens {entry.get('num_draft_tokens')}"
+        if entry.get("variant") == f["variant"]:
+            cap = entry.get("max_concurrency")
+            took += " at every load" if cap is None else f", max_concurrency {cap}"
+        cells = []
+        for lv in levels:
+            b = f["levels"].get(lv)
+            if b is None:
+                cells.append("-")
+                continue
+            point = float(b["figure"]["point"])
+            fig = f"{point:.2f}x" if by == "speedup" else f"{point * 100:+.0f}%"
+            cells.append(f"k={b['k']} ({fig}, {b['decision']})")
+        rows.append([f["route"], f["variant"], *cells, took])
+    return ["route", "variant", *[f"concurrency={c}" for c in levels], "routing.yaml"], rows
 
 
 def _routing(
@@ -423,11 +540,12 @@ def _routing(
             entry.update(
                 {"canary_percent": canary, "decision": PROMOTE, "fallback_variant": fallback}
             )
-            if top.get("max_concurrency") is not None:
+            cap = scheduled_cap(decisions, top)
+            if cap is not None:
                 # over this many in-flight requests the router sends the route
                 # to the fallback (repo/routing.py InFlight)
-                entry["max_concurrency"] = int(top["max_concurrency"])
-            schedule = draft_len_schedule(decisions, top, by)
+                entry["max_concurrency"] = cap
+            schedule = draft_len_schedule(decisions, {**top, "max_concurrency": cap}, by)
             if schedule is not None:
                 entry["draft_len_schedule"] = schedule
             entry["evidence"] = _evidence(top)

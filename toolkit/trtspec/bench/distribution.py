@@ -18,6 +18,8 @@ import math
 from collections import Counter
 from typing import Any
 
+from trtspec.bench.records import pairs_with
+
 ALPHA = 0.001
 MIN_EXPECTED = 5.0
 
@@ -106,3 +108,42 @@ def first_token_test(
         base[b["first_token"]] += 1
         var[v["first_token"]] += 1
     return homogeneity(base, var)
+
+
+TABLE_HEADERS = ["route", "variant", "load", "T", "pairs", "first-token test", "quality"]
+
+NOTE = (
+    "At T > 0 outputs are not compared token by token: each arm's first token over the "
+    f"paired prompts is tested against the baseline's (chi-square homogeneity; p < {ALPHA:g} "
+    "counts as broken output), and the route's quality checks apply as at T = 0."
+)
+
+
+def describe(test: dict[str, Any] | None) -> str:
+    if test is None:
+        return "not testable (fewer than two first-token categories)"
+    return (
+        f"chi-square {test['statistic']:.1f}, dof {test['dof']}, p = {test['p_value']:.2g} "
+        f"(n = {test['samples'][0]}/{test['samples'][1]})"
+    )
+
+
+def table_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """One row per paired cell measured at a temperature above 0."""
+    rows = []
+    for c in summary["cells"]:
+        if c["temperature"] <= 0.0 or pairs_with(c) is None:
+            continue
+        k, q = c.get("num_speculative_tokens"), c.get("quality_pass_rate")
+        rows.append(
+            [
+                c["route"],
+                c["variant"] if k is None else f"{c['variant']}(k={k})",
+                c["load"],
+                f"{c['temperature']:g}",
+                str(c.get("pairs") or 0),
+                describe(c.get("distribution_test")),
+                "-" if q is None else f"{q:.0%}",
+            ]
+        )
+    return rows

@@ -16,9 +16,9 @@ exclude when it lies below. Without objectives nothing here is computed."""
 
 from __future__ import annotations
 
-import math
-from statistics import NormalDist
 from typing import Any
+
+from trtspec.bench import stats
 
 OBJECTIVE_FIELDS = {
     "ttft_ms": "ttft_ms",
@@ -82,33 +82,9 @@ def paired_share_difference(
     bounds = active(objectives)
     if not bounds or not pairs:
         return None
-    both = only_variant = only_baseline = neither = 0
-    for base, var in pairs:
-        b, v = meets(base, bounds), meets(var, bounds)
-        both += b and v
-        only_variant += v and not b
-        only_baseline += b and not v
-        neither += not b and not v
-    n = len(pairs)
-    adj = n + 2.0
-    p10, p01 = (only_variant + 0.5) / adj, (only_baseline + 0.5) / adj
-    centre = p10 - p01
-    half = NormalDist().inv_cdf(1 - (1 - confidence) / 2) * math.sqrt(
-        max((p10 + p01) - centre**2, 0.0) / adj
+    return stats.paired_proportion_difference(
+        [(meets(base, bounds), meets(var, bounds)) for base, var in pairs], confidence
     )
-    return {
-        "point": (only_variant - only_baseline) / n,
-        "ci_low": max(-1.0, centre - half),
-        "ci_high": min(1.0, centre + half),
-        "pairs": n,
-        "confidence": confidence,
-        "table": {
-            "both": both,
-            "only_variant": only_variant,
-            "only_baseline": only_baseline,
-            "neither": neither,
-        },
-    }
 
 
 def describe(diff: dict[str, Any]) -> str:

@@ -120,9 +120,9 @@ def instant_repository(
 
 
 def in_process_router(repo: Path) -> None:
-    """Turn on ``in_process_variants`` for ``repo``'s router (off in what
-    ``trtspec repo`` writes), the path the ceiling benchmark's ``full`` layer
-    measures."""
+    """Turn on ``in_process_variants`` for ``repo``'s router (what ``trtspec
+    repo`` writes too; set here so the ceiling benchmark's ``full`` layer
+    measures that path whatever a repository says)."""
     from trtspec.repo.models.inprocess import PARAMETER
 
     path = Path(repo) / "router" / "config.pbtxt"

@@ -16,6 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+NOTE = (
+    "Per draft position j: accepted / drafted over the cell's rounds that drafted a token "
+    "at j. Where the rate falls off along the draft says which k to use."
+)
+
 
 def _row_counts(row: dict[str, Any]) -> tuple[dict[int, int], dict[int, int]] | None:
     accepted = row.get("accepted_per_position")
@@ -106,3 +111,35 @@ def position_plot(plt: Any, summary: dict[str, Any], route: str) -> Any:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return fig
+
+
+def table(summary: dict[str, Any], route: str) -> tuple[list[str], list[list[str]]]:
+    """One route's curves as a table: a row per speculative cell (arm, load,
+    temperature), a column per draft position, each entry the rate with its
+    accepted/drafted counts; arms that reported no counts say so."""
+    cells = [c for c in summary["cells"] if c["route"] == route and c.get("speculative")]
+    width = max(
+        (pt["position"] for c in cells for pt in c.get("position_acceptance") or []), default=1
+    )
+    headers = ["arm", "load", "T", *[f"pos {p}" for p in range(1, width + 1)]]
+    rows = []
+    for c in cells:
+        k = c.get("num_speculative_tokens")
+        head = [c["variant"] if k is None else f"{c['variant']}(k={k})", c["load"]]
+        head.append(f"{c['temperature']:g}")
+        curve = {pt["position"]: pt for pt in c.get("position_acceptance") or []}
+        if not curve:
+            rows.append([*head, "not reported by this runtime", *[""] * (width - 1)])
+            continue
+        rows.append(
+            [
+                *head,
+                *[
+                    "-"
+                    if p not in curve or curve[p]["rate"] is None
+                    else f"{curve[p]['rate']:.2f} ({curve[p]['accepted']}/{curve[p]['drafted']})"
+                    for p in range(1, width + 1)
+                ],
+            ]
+        )
+    return headers, rows

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trtspec.bench import goodput, positions
-from trtspec.bench.decide import routing_yaml
+from trtspec.bench import distribution, goodput, positions
+from trtspec.bench.decide import K_NOTE, k_table, routing_yaml
 from trtspec.bench.records import (
     REQUESTS_FILE,
     RUN_FILE,
@@ -54,6 +54,8 @@ def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
     base = h.get("baseline_quality_pass_rate")
     if base is not None and q > base:
         return f"quality {q:.0%}, above baseline {base:.0%}"
+    if base is not None and q < base:  # at T > 0, not shown worse (decide.py)
+        return f"quality {q:.0%}, baseline {base:.0%}"
     return f"quality {q:.0%} as baseline"
 
 
@@ -96,6 +98,9 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
             line += f" up to concurrency {dec['max_concurrency']}"
         else:
             line += _decided_at(dec)
+        routed = summary.get("routing", {}).get("routes", {}).get(dec["route"]) or {}
+        if routed.get("draft_len_schedule") and routed.get("variant") == dec["variant"]:
+            line += f"; routed by load with draft_len_schedule {routed['draft_len_schedule']}"
         if dec["short_output"]:
             line += "  (short outputs)"
         lines.append(line)
@@ -196,10 +201,12 @@ def _level_text(lvl: dict[str, Any] | None) -> str:
 
 
 def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], list[list[str]]]:
-    """Speedup vs concurrency for one route: the server's aggregate tokens/s
-    over all arms at each level (lowest temperature) and the baseline's mean
-    per-request tokens/s, then each arm's paired speedup, per-level decision
-    and the cap written to routing.yaml."""
+    """Speedup vs concurrency for one route: the aggregate tokens/s over all
+    arms at each level (lowest temperature; summary.load_throughput), the
+    baseline's mean per-request tokens/s and its mean requests in flight (a
+    level c counts one arm's requests in flight, the unit of routing.yaml's
+    limits), then each arm's paired speedup, per-level decision and the cap
+    written to routing.yaml."""
     levels = sweep_routes(summary)[route]
     headers = ["arm", *[f"concurrency={c}" for c in levels], "decision"]
     base = {
@@ -221,6 +228,11 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
                 _fmt((base.get(c) or {}).get("tokens_per_second", {}).get("mean"), ".1f")
                 for c in levels
             ],
+            "",
+        ],
+        [
+            "baseline requests in flight (mean)",
+            *[_fmt((base.get(c) or {}).get("inflight_mean"), ".1f") for c in levels],
             "",
         ],
     ]
@@ -369,6 +381,7 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
     ]
     notes += [incident_note(i) for i in summary.get("incidents") or []]
     notes += cache_notes(summary)
+    notes += level_notes(summary)
     if client.get("overhead_ms_p50") is not None:
         notes.insert(
             0,
@@ -381,6 +394,26 @@ def _client_notes(summary: dict[str, Any]) -> list[str]:
                 f"max {_fmt(client.get('lag_ms_max'), '.2f')} ms"
             ),
         )
+    return notes
+
+
+def level_notes(summary: dict[str, Any]) -> list[str]:
+    """What a closed-loop level counts (bench/blocks.py), when the run has a
+    level above 1, and each route × level whose blocks repeated a prompt."""
+    unit = (summary.get("settings") or {}).get("level_unit")
+    levels = {int(c["concurrency"]) for c in summary["cells"] if c.get("concurrency")}
+    notes = []
+    if unit and any(level > 1 for level in levels):
+        notes.append(
+            f"load levels: concurrency=c is c {unit} (each arm in turn sends a block of c "
+            "prompts, arm order alternating per block, every prompt paired over the arms): "
+            "the unit of routing.yaml's max_concurrency and draft_len_schedule"
+        )
+    notes += [
+        f"{r['route']} {r['load']}: {r['prompts']} prompt(s) for blocks of that level, so "
+        "a block sent a prompt twice and its arms may have started from different cache states"
+        for r in summary.get("block_repeats") or []
+    ]
     return notes
 
 
@@ -477,14 +510,29 @@ def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | Non
                 f"![{title}]({src})" for title, src in images or [] if src == _sweep_png(route)
             ]
             parts += [""]
+    k_headers, k_rows = k_table(summary)
+    if k_rows:
+        parts += ["## Draft length per load", "", K_NOTE, "", _md_table(k_headers, k_rows), ""]
     good = goodput.table_rows(summary)
     if good:
         goal = goodput.objectives_text(summary["settings"]["decision"].get("objectives"))
         parts += [f"## Goodput under objectives ({goal})", "", _GOODPUT_NOTE, ""]
         parts += [_md_table(goodput.TABLE_HEADERS, good), ""]
+    sampled = distribution.table_rows(summary)
+    if sampled:
+        parts += ["## At temperature > 0", "", distribution.NOTE, ""]
+        parts += [_md_table(distribution.TABLE_HEADERS, sampled), ""]
     pareto = [(t, src) for t, src in images or [] if src.startswith(f"{PLOTS_DIR}/pareto_")]
     if pareto:
         parts += ["## Throughput vs latency", "", *[f"![{t}]({src})" for t, src in pareto], ""]
+    pos_routes = list(dict.fromkeys(c["route"] for c in summary["cells"] if c.get("speculative")))
+    if pos_routes:
+        parts += ["## Acceptance by draft position", "", positions.NOTE, ""]
+        for route in pos_routes:
+            headers, rows = positions.table(summary, route)
+            parts += [f"### {route}", "", _md_table(headers, rows), ""]
+            src = f"{PLOTS_DIR}/acceptance_by_position_{_safe(route)}.png"
+            parts += [f"![{t}]({i})" for t, i in images or [] if i == src] + [""]
     parts += [
         "## Per route × variant × load × temperature",
         "",
@@ -522,11 +570,6 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         for d in summary["decisions"]
     )
     swept = {_sweep_png(route) for route in sweep_routes(summary)}
-    imgs = "".join(
-        f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}</figcaption></figure>"
-        for title, src in images
-        if src not in swept  # shown beside their tables
-    )
     notes = "".join(f"<li>{e(n)}</li>" for n in _client_notes(summary))
     console = e("\n".join(console_lines(summary)))
     sweep = ""
@@ -547,6 +590,11 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
         )
     if sweep:
         sweep = f"<h2>Speedup vs concurrency</h2><p>{e(_SWEEP_NOTE)}</p>{sweep}"
+    k_headers, k_rows = k_table(summary)
+    if k_rows:
+        sweep += f"<h2>Draft length per load</h2><p>{e(K_NOTE)}</p>" + _html_table(
+            k_headers, k_rows
+        )
     good = goodput.table_rows(summary)
     if good:
         goal = goodput.objectives_text(summary["settings"]["decision"].get("objectives"))
@@ -557,6 +605,35 @@ def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in good)
             + "</table>"
         )
+    sampled = distribution.table_rows(summary)
+    if sampled:
+        sweep += f"<h2>At temperature &gt; 0</h2><p>{e(distribution.NOTE)}</p>" + _html_table(
+            distribution.TABLE_HEADERS, sampled
+        )
+    pareto = [(t, i) for t, i in images if i.startswith(f"{PLOTS_DIR}/pareto_")]
+    if pareto:
+        sweep += "<h2>Throughput vs latency</h2>" + "".join(
+            f"<figure><img src='{e(i)}' alt='{e(t)}'><figcaption>{e(t)}</figcaption></figure>"
+            for t, i in pareto
+        )
+    shown: set[str] = {i for _, i in pareto}
+    pos_html = ""
+    for route in dict.fromkeys(c["route"] for c in summary["cells"] if c.get("speculative")):
+        src = f"{PLOTS_DIR}/acceptance_by_position_{_safe(route)}.png"
+        shown.add(src)
+        pos_html += f"<h3>{e(route)}</h3>" + _html_table(*positions.table(summary, route))
+        pos_html += "".join(
+            f"<figure><img src='{e(i)}' alt='{e(t)}'><figcaption>{e(t)}</figcaption></figure>"
+            for t, i in images
+            if i == src
+        )
+    if pos_html:
+        sweep += f"<h2>Acceptance by draft position</h2><p>{e(positions.NOTE)}</p>{pos_html}"
+    imgs = "".join(
+        f"<figure><img src='{e(src)}' alt='{e(title)}'><figcaption>{e(title)}</figcaption></figure>"
+        for title, src in images
+        if src not in swept and src not in shown  # shown beside their tables
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>trtspec benchmark report</title>
 <style>
@@ -581,6 +658,13 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 640px; }}
 <ul>{notes or "<li>none</li>"}</ul>
 </body></html>
 """
+
+
+def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _safe(route: str) -> str:

@@ -43,6 +43,8 @@ class RouteSet:
     requests: int | None = None
     # closed-loop levels for this route; None = the run's (BenchSettings.concurrency)
     concurrency: list[int] | None = None
+    # sampling temperatures for this route; None = the run's (BenchSettings.temperatures)
+    temperatures: list[float] | None = None
 
     def sample(self, n: int | None) -> list[tuple[int, dict[str, Any]]]:
         """``n`` (sample_index → item) pairs, cycling through the prompts

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -120,6 +120,18 @@ class SequentialPlan:
         out = list(range(first, self.maximum, self.batch))
         return [*out, self.maximum] if not out or out[-1] != self.maximum else out
 
+    def sizes_at(self, level: int | None) -> list[int]:
+        """Pair counts at which a cell at closed-loop ``level`` is looked at:
+        ``sizes`` rounded up to whole blocks of ``level`` and capped at the
+        whole blocks ``maximum`` allows (bench/blocks.py), duplicates dropped.
+        Never more looks than ``sizes``, so the per-look confidence of
+        ``looks`` still bounds the whole cell's error by ``alpha`` (union
+        bound)."""
+        from trtspec.bench.blocks import round_up, whole_blocks
+
+        cap = whole_blocks(self.maximum, level)
+        return sorted({min(round_up(size, level), cap) for size in self.sizes})
+
     @property
     def looks(self) -> int:
         return len(self.sizes)
@@ -128,6 +140,15 @@ class SequentialPlan:
     def confidence(self) -> float:
         """The interval level used at every look."""
         return 1.0 - self.alpha / self.looks
+
+    def capped(self, n: int | None) -> SequentialPlan:
+        """This plan stopping at ``n`` pairs (a route's own ``requests``),
+        looked at with the same per-look confidence, so the run stops on the
+        intervals the summary reports; ``self`` when ``n`` does not cut it."""
+        if n is None or n >= self.maximum:
+            return self
+        cut = replace(self, maximum=max(1, n))
+        return replace(cut, alpha=self.alpha * cut.looks / self.looks)
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -162,9 +183,10 @@ def verdict(est: SpeedupEstimate | None, min_speedup: float) -> str:
     return UNDECIDED
 
 
-def next_size(plan: SequentialPlan, done: int) -> int | None:
-    """The pair count of the next look after ``done`` pairs; None at the cap."""
-    for size in plan.sizes:
+def next_size(plan: SequentialPlan, done: int, level: int | None = None) -> int | None:
+    """The pair count of the next look after ``done`` pairs at ``level``;
+    None at the cap."""
+    for size in plan.sizes_at(level):
         if size > done:
             return size
     return None

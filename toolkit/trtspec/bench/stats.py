@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -65,3 +67,40 @@ class SpeedupEstimate:
 def rate(numerator: int, denominator: int) -> float | None:
     """``numerator / denominator``, or ``None`` when nothing was counted."""
     return numerator / denominator if denominator else None
+
+
+def paired_proportion_difference(
+    outcomes: Sequence[tuple[bool, bool]], confidence: float = 0.95
+) -> dict[str, Any] | None:
+    """Variant share − baseline share of a yes/no outcome over paired prompts
+    (``(baseline, variant)`` per pair), with the Agresti–Min interval for
+    paired proportions: a Wald interval on the 2×2 table with ½ added to each
+    discordant cell, honest at small n and when every pair agrees."""
+    if not outcomes:
+        return None
+    both = only_variant = only_baseline = neither = 0
+    for b, v in outcomes:
+        both += b and v
+        only_variant += v and not b
+        only_baseline += b and not v
+        neither += not b and not v
+    n = len(outcomes)
+    adj = n + 2.0
+    p10, p01 = (only_variant + 0.5) / adj, (only_baseline + 0.5) / adj
+    centre = p10 - p01
+    half = NormalDist().inv_cdf(1 - (1 - confidence) / 2) * math.sqrt(
+        max((p10 + p01) - centre**2, 0.0) / adj
+    )
+    return {
+        "point": (only_variant - only_baseline) / n,
+        "ci_low": max(-1.0, centre - half),
+        "ci_high": min(1.0, centre + half),
+        "pairs": n,
+        "confidence": confidence,
+        "table": {
+            "both": both,
+            "only_variant": only_variant,
+            "only_baseline": only_baseline,
+            "neither": neither,
+        },
+    }

@@ -69,14 +69,44 @@ def _sum(rows: Iterable[dict[str, Any]], key: str) -> int:
     return sum(int(r.get(key) or 0) for r in rows)
 
 
+def _busy_s(rows: list[dict[str, Any]]) -> float:
+    """Seconds during which at least one of ``rows`` was in flight (the union
+    of their send-to-end intervals). At a closed-loop level the arms take
+    turns in blocks (bench/blocks.py), so an arm's busy time leaves out the
+    other arms' blocks between its own."""
+    spans = sorted(
+        (r["send_time_unix"], r["send_time_unix"] + r["latency_ms"] / 1000.0) for r in rows
+    )
+    total, start, end = 0.0, None, None
+    for a, b in spans:
+        if end is None or a > end:
+            if end is not None and start is not None:
+                total += end - start
+            start, end = a, b
+        else:
+            end = max(end, b)
+    if end is not None and start is not None:
+        total += end - start
+    return total
+
+
+def _timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("send_time_unix") is not None and r.get("latency_ms")]
+
+
 def _aggregate_tps(rows: list[dict[str, Any]]) -> float | None:
-    timed = [r for r in rows if r.get("send_time_unix") is not None and r.get("latency_ms")]
-    if not timed:
-        return None
-    start = min(r["send_time_unix"] for r in timed)
-    end = max(r["send_time_unix"] + r["latency_ms"] / 1000.0 for r in timed)
-    span = end - start
-    return _sum(timed, "completion_tokens") / span if span > 0 else None
+    """Completion tokens per second of busy time (``_busy_s``)."""
+    timed = _timed(rows)
+    busy = _busy_s(timed)
+    return _sum(timed, "completion_tokens") / busy if busy > 0 else None
+
+
+def _inflight_mean(rows: list[dict[str, Any]]) -> float | None:
+    """Requests in flight on average over the busy time: the level the cell
+    actually held (a block drains below its level as its requests finish)."""
+    timed = _timed(rows)
+    busy = _busy_s(timed)
+    return sum(r["latency_ms"] for r in timed) / 1000.0 / busy if busy > 0 else None
 
 
 def summarize_cell(
@@ -144,6 +174,7 @@ def summarize_cell(
             },
             "aggregate": _aggregate_tps(ok),
         },
+        "inflight_mean": _inflight_mean(ok),
         "prompt_tokens_mean": (
             sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok) if ok else None
         ),
@@ -174,6 +205,7 @@ def summarize_cell(
         "goodput": goodput.cell_goodput(rows, objectives),
         "goodput_difference": None,
         "distribution_test": None,
+        "quality_difference": None,
     }
     if baseline_rows is not None:
         by_sample = {r.get("sample_index"): r for r in baseline_rows}
@@ -203,6 +235,17 @@ def summarize_cell(
         cell["cache_state_differs_samples"] = differs[:20]
         if cell["temperature"] > 0.0:
             cell["distribution_test"] = distribution.first_token_test(pairs)
+            # sampled outputs differ per arm: a gap in quality is judged as a
+            # paired difference, not against the baseline's rate as a point
+            judged_pairs = [
+                (quality_passed(b.get("quality")), quality_passed(v.get("quality")))
+                for b, v in pairs
+                if _ok(b) and _ok(v)
+            ]
+            cell["quality_difference"] = stats.paired_proportion_difference(
+                [(bq, vq) for bq, vq in judged_pairs if bq is not None and vq is not None],
+                confidence,
+            )
         if cell["temperature"] == 0.0:
             both_ok = [(b, v) for b, v in pairs if _ok(b) and _ok(v)]
             equal = sum(1 for b, v in both_ok if _same_output(b, v))
@@ -269,9 +312,11 @@ def summarize_rows(
 
 
 def load_throughput(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per route × closed-loop level × temperature, the server's aggregate
-    completion tokens/s over every arm's measured requests together (they
-    share one closed loop): how much batching gains as the level rises."""
+    """Per route × closed-loop level × temperature, the completion tokens/s
+    of every arm's measured requests together over the time any was in
+    flight. The arms take turns in blocks of the level (bench/blocks.py), so
+    this is the throughput one arm's blocks reach, averaged over the arms:
+    how much batching gains as the level rises."""
     groups: dict[tuple[str, int, float], list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("warmup") or not _ok(r) or r.get("concurrency") is None:
@@ -450,6 +495,8 @@ def build_summary(
         "fingerprint": run_info.get("fingerprint"),
         "cells": cells,
         "load_throughput": load_throughput(rows),
+        # routes × levels with fewer prompts than the level (bench/blocks.py)
+        "block_repeats": run_info.get("block_repeats") or [],
         "decisions": decisions,
         "routing": routing,
     }

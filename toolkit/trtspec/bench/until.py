@@ -1,6 +1,6 @@
 """The benchmark's send loop for one route × load × temperature block when it
 samples until decided (bench/sequential.py): pairs go out in batches (every
-arm still undecided plus the baseline, ABBA order per prompt), and after each
+arm still undecided plus the baseline, in the order of bench/blocks.py), and after each
 batch every undecided variant arm is looked at; an arm whose interval clears
 ``min_speedup`` or falls below 1.0 stops, the rest go on until the cap. Costs
 come straight from the outcomes (ms per output token, as in summary.py), so
@@ -77,8 +77,10 @@ def run_block(
     block: Block,
     stopped: Callable[[], bool],
     on_batch: Callable[[int, int], None] | None = None,
+    level: int | None = None,
 ) -> list[Stop]:
-    """Send batches until every variant arm is decided or the cap is reached.
+    """Send batches until every variant arm is decided or the cap is reached,
+    looking at ``plan.sizes_at(level)`` (whole blocks of a closed-loop level).
     ``send(arms, samples)`` runs those arms on those sample indices (and
     feeds ``block.record``); ``on_batch(new_pairs, decided)`` reports
     progress. Returns one ``Stop`` per variant arm."""
@@ -87,7 +89,7 @@ def run_block(
     active = list(variants)
     done = 0
     while active and not stopped():
-        size = next_size(plan, done)
+        size = next_size(plan, done, level)
         if size is None:
             break
         send([base, *active], range(done, size))

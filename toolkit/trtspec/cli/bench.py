@@ -139,7 +139,8 @@ def _finish(
 @click.option(
     "--concurrency",
     callback=_csv(_positive_int, "a positive integer"),
-    help="Closed-loop concurrency levels, e.g. 1,8,32.",
+    help="Closed-loop levels, e.g. 1,8,32: requests of one arm in flight (the unit of "
+    "routing.yaml's max_concurrency).",
 )
 @click.option(
     "--request-rate",

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.cancel import Cancellation
+from trtspec.cancel import POLL_S, Cancellation
 from trtspec.engine import triton_model as reference
 from trtspec.engine.triton_model import InputError, _first, _flag, _param, _required
 from trtspec.limits import ParamError, check_sampling
@@ -272,7 +272,7 @@ class TritonPythonModel:
         pb = reference.pb_utils
         for request in requests:
             sender = request.get_response_sender()
-            cancel = Cancellation.of(request, sender if self.decoupled else request)
+            cancel = Cancellation.of(request, sender if self.decoupled else request, poll_s=POLL_S)
             try:
                 seq = self._parse(request)
             except Exception as exc:

@@ -120,6 +120,17 @@ class PrefixCache:
         n = cache_len(cache)
         entry = CacheEntry(tuple(tokens[:n]), kv_tensors(cache), features)
         with self._lock:
+            # A sequence an entry already holds adds nothing (as in a block
+            # radix tree): it only refreshes that entry. Stored anyway, every
+            # round of a speculative request that repeats a cached prompt would
+            # push one more entry into the LRU, so a speculative arm would
+            # forget earlier prompts sooner than its baseline (issue 26 item 6).
+            for key, held in self._entries.items():
+                if common_prefix(held.tokens, entry.tokens) == len(entry.tokens) and (
+                    features is None or held.features is not None
+                ):
+                    self._entries.move_to_end(key)
+                    return
             # An entry that is a prefix of the new one is now redundant.
             for key in [
                 k

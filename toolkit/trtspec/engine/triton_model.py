@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.cancel import Cancellation
+from trtspec.cancel import POLL_S, Cancellation
 from trtspec.limits import CLIENT_ERROR, ParamError, check_sampling
 from trtspec.repo.models.threads import WORKAROUND
 
@@ -374,7 +374,7 @@ class TritonPythonModel:
 
         sender = request.get_response_sender() if self.decoupled else None
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        cancel = Cancellation.of(request, sender if sender is not None else request)
+        cancel = Cancellation.of(request, sender if sender is not None else request, poll_s=POLL_S)
         try:
             req, options = self._request(request)
             options["outputs"] = set(request.requested_output_names() or ())

@@ -408,12 +408,11 @@ def write_tree(
         parameters={
             "routing_file": ROUTING_FILE,
             "variants": ",".join(sorted(layout.variants)),
-            # true: run the chosen variant's generation in the router's process,
-            # one hop fewer per token (repo/models/inprocess.py, measured by
-            # benchmarks/ceiling.py). Off by default: that path does not yet
-            # carry the router's per-request deadline nor the rollout's
-            # per-token tracking (log, metrics), which see only BLS responses.
-            "in_process_variants": False,
+            # run the chosen variant's generation in the router's process, one
+            # hop fewer per token (repo/models/inprocess.py: the same deadline,
+            # rollout tracking, cancellation and fallback as over BLS;
+            # measured by benchmarks/ceiling.py)
+            "in_process_variants": True,
         },
     )
     _write_model(repo, ROUTER, router, MODEL_SOURCES[ROUTER])

@@ -94,12 +94,18 @@ class EngineFlowSpec(Strict):
             )
             return
         module_for(v).check(spec, v, base, tools)
-        if MODE_ROWS[v.mode].greedy_only and any(temp > 0 for temp in spec.bench.temperatures):
-            tools.issues.add(
-                ("bench", "temperatures"),
-                f"variant {v.name!r} ({v.mode}) decodes greedily only in "
-                "TensorRT-LLM; use temperatures: [0.0] or drop the variant",
-            )
+        if MODE_ROWS[v.mode].greedy_only:
+            where = [(("bench", "temperatures"), spec.bench.temperatures)] + [
+                (("routes", name, "temperatures"), r.temperatures or [])
+                for name, r in spec.routes.items()
+            ]
+            for path, temps in where:
+                if any(temp > 0 for temp in temps):
+                    tools.issues.add(
+                        path,
+                        f"variant {v.name!r} ({v.mode}) decodes greedily only in "
+                        "TensorRT-LLM; use temperatures: [0.0] or drop the variant",
+                    )
 
 
 class LlmApiFlowSpec(Strict):

@@ -212,13 +212,23 @@ class Route(_Strict):
         description="Quality checks (python_compile, ruff, pytest, json_schema, golden, ...).",
     )
     requests: int | None = Field(
-        default=None, ge=1, description="Requests for this route; null = bench.requests_per_route."
+        default=None,
+        ge=1,
+        description="Requests for this route; null = bench.requests_per_route. Sampling "
+        "until decided, the most pairs per cell when below --max-requests.",
     )
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
         default=None,
         min_length=1,
         description="Closed-loop concurrency levels for this route (e.g. a sweep on one "
         "route); null = bench.concurrency. `trtspec bench --concurrency` overrides both.",
+    )
+    temperatures: list[BenchTemperature] | None = Field(
+        default=None,
+        min_length=1,
+        description="Sampling temperatures for this route (e.g. [0.0, 0.7]: the service's "
+        "own beside T=0), each in [0, 2]; null = bench.temperatures. `trtspec bench "
+        "--temperatures` overrides both.",
     )
 
 
@@ -315,7 +325,10 @@ class ExternalArm(_Strict):
 
 class Bench(_Strict):
     concurrency: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
-        default_factory=lambda: [1], min_length=1, description="Concurrency levels."
+        default_factory=lambda: [1],
+        min_length=1,
+        description="Closed-loop levels: requests of one arm in flight (the unit of "
+        "routing.yaml's max_concurrency).",
     )
     temperatures: list[BenchTemperature] = Field(
         default_factory=lambda: [0.0],

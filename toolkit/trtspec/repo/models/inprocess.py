@@ -2,16 +2,25 @@
 hop (and one Python stub's receive and send per streamed token) fewer.
 
 With the router config parameter ``in_process_variants: true`` (what
-``trtspec repo`` writes) the router
-does not call the chosen variant's orchestrator model over BLS on the first
-try. It loads that orchestrator's config (``<repository>/<variant>/
-config.pbtxt``) into an orchestrator ``TritonPythonModel`` of its own and runs
-the same ``_Generation`` (the same engine calls, text handling, stats and
-final response, ``variant`` named, ``fallback: false``) with the router's
-response sender and cancellation. Its errors come out as the orchestrator
-model's would, so the router's fallback and client-error rules see no
-difference. The fallback retry still goes over BLS. ``benchmarks/ceiling.py`` measures
-what it saves (layers ``full`` and ``bls``).
+``trtspec repo`` writes) the router does not call the chosen variant's
+orchestrator model over BLS on the first try. It loads that orchestrator's
+config (``<repository>/<variant>/config.pbtxt``) into an orchestrator
+``TritonPythonModel`` of its own and runs the same ``_Generation`` (the same
+engine calls, text handling, stats and final response, ``variant`` named,
+``fallback: false``) with the router's response sender and cancellation.
+What the router's BLS relay does for each response holds here too: the
+request's one deadline bounds every engine call of the generation
+(``_Generation.deadline``) and, once past, ends it with ``DeadlineExceeded``
+in the variant's name (the router then raises the cancel flag and never
+retries); every response is counted (``progress.sent``, which the fallback
+rule reads) and the first one carrying tokens and the final one are handed
+to the rollout (``progress.track``: the request log's TTFT, token counts and
+variant, the metrics); a cancel is seen between steps. Its other errors come
+out as the orchestrator model's would, so the router's fallback and
+client-error rules see no difference. The fallback retry still goes over BLS
+(the route's safety net stays the fallback's own model), and so does a
+variant whose model is not trtspec's orchestrator (``accepts``).
+``benchmarks/ceiling.py`` measures what it saves (layers ``full`` and ``bls``).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import Any
 
 from trtspec.cancel import Cancelled
 from trtspec.repo.models.text import LocalText
+from trtspec.repo.models.threads import DeadlineExceeded
 
 # The orchestrator module imports triton_python_backend_utils: imported where
 # used, so PARAMETER can be read outside a stub (trtspec.bench.instant).
@@ -41,17 +51,24 @@ class _Request:
         return self._tensors
 
 
-class _CountingSender:
-    """The router's sender, counting what went out (the router's ``progress``)."""
+class _RelayingSender:
+    """The router's sender as the BLS relay uses it: counts what went out
+    (``progress.sent``) and hands the rollout (``progress.track``) the first
+    response until one carried tokens, and the final one."""
 
-    def __init__(self, sender: Any, progress: Any) -> None:
+    def __init__(self, sender: Any, progress: Any, final_flag: int) -> None:
         self._sender = sender
         self._progress = progress
+        self._final_flag = final_flag
 
     def send(self, response: Any = None, flags: int = 0) -> None:
         if response is None:
             self._sender.send(flags=flags)
         else:
+            final = bool(flags & self._final_flag)
+            if final or self._progress.first_ns is None:
+                tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
+                self._progress.track(tensors, final)
             self._sender.send(response, flags=flags)
         self._progress.sent += 1
 
@@ -64,11 +81,28 @@ class InProcessVariants:
         self.repository = Path(repository)
         self._models: dict[str, Any] = {}
         self._texts: dict[str, LocalText | None] = {}
+        self._accepts: dict[str, bool] = {}
         self._lock = threading.Lock()
 
     @staticmethod
     def enabled(params: dict[str, str]) -> bool:
         return (params.get(PARAMETER) or "").strip().lower() in ("1", "true", "yes")
+
+    def accepts(self, variant: str) -> bool:
+        """Whether ``variant``'s model is trtspec's orchestrator (its
+        ``model.py`` loads that module), which is what runs here; anything
+        else (an echo or LLM-API model) is called over BLS."""
+        from trtspec.repo.models import orchestrator
+
+        with self._lock:
+            if variant not in self._accepts:
+                source = self.repository / variant / "1" / "model.py"
+                try:
+                    text = source.read_text(encoding="utf-8")
+                except OSError:
+                    text = ""
+                self._accepts[variant] = f"from {orchestrator.__name__} import" in text
+            return self._accepts[variant]
 
     def model(self, variant: str) -> Any:
         with self._lock:
@@ -98,17 +132,21 @@ class InProcessVariants:
         self, variant: str, tensors: list[Any], sender: Any, progress: Any, cancel: Any
     ) -> None:
         """Generate ``variant``'s answer to the request made of ``tensors``
-        through the router's ``sender``; raises as the router's BLS call would."""
+        through the router's ``sender`` by ``progress.deadline``; raises as the
+        router's BLS call and relay would."""
         from trtspec.repo.models import orchestrator
 
         start_ns = time.monotonic_ns()
+        budget_s = max(0.0, progress.deadline - time.monotonic())
         gen = None
         try:
             model = self.model(variant)
             params = orchestrator.RequestParams.from_request(_Request(tensors))
-            gen = orchestrator._Generation(
-                model, params, _CountingSender(sender, progress), start_ns, cancel
+            relay = _RelayingSender(
+                sender, progress, orchestrator.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
             )
+            gen = orchestrator._Generation(model, params, relay, start_ns, cancel)
+            gen.deadline = progress.deadline
             gen.run()
         except Cancelled:
             if gen is not None:  # the line the orchestrator model logs (§5)
@@ -117,6 +155,12 @@ class InProcessVariants:
                     f"{gen.params.max_tokens} tokens ({gen.stats.rounds} rounds)"
                 )
             raise
+        except DeadlineExceeded as exc:
+            # in the words of the router's relay, which names the variant
+            raise DeadlineExceeded(
+                f"{variant}: no answer within its deadline of {budget_s:g} s; "
+                "the request was stopped"
+            ) from exc
         except Exception as exc:
             message = orchestrator.error_reply(variant, exc).message()
             marked = message.startswith(f"{variant}: {orchestrator.CLIENT_ERROR}: ")

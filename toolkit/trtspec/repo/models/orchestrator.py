@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec.cancel import Cancellation, Cancelled, cancel_stream
-from trtspec.catalogue import DRAFT_LOOP_MODES
+from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
+from trtspec.catalogue import DRAFT_LOOP_MODES, MODES
 from trtspec.limits import (
     CLIENT_ERROR,
     ParamError,
@@ -67,10 +67,10 @@ from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
     RequestThreads,
+    batches_within_deadline,
     call_within,
     stream_timeout_us,
     string_params,
-    within_deadline,
 )
 from trtspec.speculate import (
     DEFAULT_CONFIDENCE_THRESHOLD,
@@ -232,6 +232,10 @@ class _Generation:
         # until that call answered, or when the engine reports no perf metrics).
         self.reused_blocks: int | None = None
         self.sent = 0  # responses sent to the caller so far
+        # time.monotonic() by which the whole request must end: the router's
+        # deadline when it runs this generation in its own process
+        # (inprocess.py); None = each call's own deadline only.
+        self.deadline: float | None = None
 
     # -- BLS helpers -------------------------------------------------------
     def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
@@ -242,7 +246,10 @@ class _Generation:
             timeout=CALL_TIMEOUT_US,
             parameters=self.cancel.parameters(),
         )
-        response = call_within(request.exec, CALL_TIMEOUT_US / 1e6, model_name)
+        timeout_s = CALL_TIMEOUT_US / 1e6
+        if self.deadline is not None:
+            timeout_s = min(timeout_s, max(0.0, self.deadline - time.monotonic()))
+        response = call_within(request.exec, timeout_s, model_name)
         if response.has_error():
             raise callee_error(model_name, response.error())
         return response
@@ -345,7 +352,12 @@ class _Generation:
         if logits:
             names.append("generation_logits")
         if self.model.perf_metrics:
-            return [*names, *PERF_TOTALS, REUSED_BLOCKS]
+            # the engine's draft totals only where the engine drafts (the
+            # baseline has none, a draft loop counts its own): two tensors
+            # fewer in every streamed response otherwise
+            mode = MODES.get(self.model.mode)
+            totals = PERF_TOTALS if mode is not None and not mode.draft_loop else ()
+            return [*names, *totals, REUSED_BLOCKS]
         return [*names, REUSED_BLOCKS] if self.model.reuse_stats_input else names
 
     def note_reuse(self, response: Any) -> None:
@@ -374,17 +386,20 @@ class _Generation:
         return np.ascontiguousarray(rows[-drafted:])
 
     def tokens_of(self, response: Any) -> list[int] | None:
-        out = pb_utils.get_output_tensor_by_name(response, "output_ids")
+        # one output_tensors() per response (pb_utils.get_output_tensor_by_name
+        # builds the whole list for every name it looks up, every token)
+        outputs = {t.name(): t for t in response.output_tensors()}
+        out = outputs.get("output_ids")
         if out is None:
             return None
-        ids = [int(t) for t in out.as_numpy().reshape(-1)]
-        length = pb_utils.get_output_tensor_by_name(response, "sequence_length")
+        ids = out.as_numpy().reshape(-1).tolist()
+        length = outputs.get("sequence_length")
         if length is not None:
             values = length.as_numpy().reshape(-1)
             if values.size:
                 ids = ids[: max(0, int(values[0]))]
         for name in PERF_TOTALS:
-            tensor = pb_utils.get_output_tensor_by_name(response, name)
+            tensor = outputs.get(name)
             if tensor is not None and tensor.as_numpy().size:
                 value = int(tensor.as_numpy().reshape(-1)[0])
                 if name == "total_draft_tokens":
@@ -644,13 +659,20 @@ class _Generation:
             parameters=self.cancel.parameters(),
         )
         deadline = time.monotonic() + stream_timeout_us(p.max_tokens) / 1e6
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline)
         # exec() itself waits for the engine's first response on 2.51
         responses = call_within(
-            lambda: request.exec(decoupled=True), deadline - time.monotonic(), m.target_model
+            lambda: request.exec(decoupled=True),
+            max(0.0, deadline - time.monotonic()),
+            m.target_model,
         )
-        stream = within_deadline(responses, max(0.0, deadline - time.monotonic()), m.target_model)
+        left_s = max(0.0, deadline - time.monotonic())
+        # What arrived while the last batch was answered comes as one batch and
+        # goes out as one response (several tokens): under load, fewer sends.
+        stream = batches_within_deadline(responses, left_s, m.target_model)
         try:
-            for response in stream:
+            for batch in stream:
                 if self.cancel.is_cancelled():
                     # The engine stops at its next step (it sees the flag); wait
                     # for its last answer so nothing of this request outlives it.
@@ -658,17 +680,21 @@ class _Generation:
                     for _ in stream:
                         pass
                     raise Cancelled
-                if response.has_error():
-                    raise callee_error(m.target_model, response.error())
-                self.note_reuse(response)
-                ids = self.tokens_of(response)
-                if not ids:
-                    continue
-                remaining = p.max_tokens - self.completion
-                kept = _cut_at_end(ids, self.end_id)[:remaining]
-                if kept:
-                    self.stats.rounds += 1
-                    self.emit(kept)
+                kept: list[int] = []
+                for response in batch:
+                    if response.has_error():
+                        self.emit(kept)  # what came before the error
+                        raise callee_error(m.target_model, response.error())
+                    self.note_reuse(response)
+                    ids = self.tokens_of(response)
+                    if not ids:
+                        continue
+                    remaining = p.max_tokens - self.completion - len(kept)
+                    step = _cut_at_end(ids, self.end_id)[:remaining]
+                    if step:
+                        self.stats.rounds += 1
+                        kept.extend(step)
+                self.emit(kept)
         finally:
             m.streams.keep(responses)  # see threads.BlsStreams: the 2.51 stub crash
 
@@ -734,7 +760,7 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         start_ns = time.monotonic_ns()
         sender = request.get_response_sender()
-        cancel = Cancellation.of(request, sender)
+        cancel = Cancellation.of(request, sender, poll_s=POLL_S)
         gen: _Generation | None = None
         try:
             params = RequestParams.from_request(request)

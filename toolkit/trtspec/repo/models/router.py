@@ -23,7 +23,11 @@ route's concurrency slot is released; nothing is retried on the fallback
 then, since the time is spent. An orchestrator's failure after it streamed
 arrives in band (the ``error`` tensor of its final response) and is answered
 as that error. A variant the stub watchdog marked down (its stub died;
-``trtspec.health``) is not tried: its routes go to their fallback.
+``trtspec.health``) is not tried: its routes go to their fallback. With
+``in_process_variants`` (what ``trtspec repo`` writes) the first try runs the
+variant's generation in this process (``inprocess.py``) under the same
+deadline, tracking, cancellation and fallback rules; the fallback retry goes
+over BLS.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec.cancel import Cancellation, Cancelled, cancel_stream
+from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.health import is_down
 from trtspec.limits import check_sampling, decode_text
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
@@ -145,7 +149,7 @@ class TritonPythonModel:
 
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
-        cancel = Cancellation.of(request, sender)
+        cancel = Cancellation.of(request, sender, poll_s=POLL_S)
         progress = _Progress(time.monotonic() + stream_timeout_us(None) / 1e6)
         error: str | None = None
         try:
@@ -232,9 +236,14 @@ class TritonPythonModel:
         *,
         fallback: bool,
     ) -> None:
-        if self._inprocess is not None and not fallback:
+        if self._inprocess is not None and not fallback and self._inprocess.accepts(variant):
             tensors = [pb_utils.Tensor(name, array) for name, array in inputs.items()]
-            self._inprocess.run(variant, tensors, sender, progress, cancel)
+            try:
+                self._inprocess.run(variant, tensors, sender, progress, cancel)
+            except DeadlineExceeded:
+                progress.expired = True
+                cancel.raise_flag()  # its engines stop at their next step
+                raise
             return
         left_s = max(0.0, progress.deadline - time.monotonic())
         request = pb_utils.InferenceRequest(

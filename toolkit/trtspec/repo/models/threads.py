@@ -2,10 +2,10 @@
 thread per request, so a long generation does not block the requests queued
 behind it, joined at unload; the config's string parameters as a dict; the
 deadline of a streamed BLS call (from the request's ``max_tokens``), and
-``within_deadline`` / ``call_within``, which enforce a BLS call's deadline in
-the caller whatever the callee does; and ``BlsStreams``, which keeps finished
-decoupled-BLS response iterators alive until the stub's own C++ thread has
-let go of them (the crash workaround
+``within_deadline`` / ``batches_within_deadline`` / ``call_within``, which
+enforce a BLS call's deadline in the caller whatever the callee does; and
+``BlsStreams``, which keeps finished decoupled-BLS response iterators alive
+until the stub's own C++ thread has let go of them (the crash workaround
 described there). No Triton imports: unit-testable as is."""
 
 from __future__ import annotations
@@ -63,29 +63,53 @@ def within_deadline(responses: Iterable[T], timeout_s: float, what: str) -> Iter
     queue that this generator reads with a timeout. After a deadline the pump
     thread stays blocked until the callee ends (a cancelled callee ends at its
     next step)."""
+    for batch in batches_within_deadline(responses, timeout_s, what):
+        yield from batch
+
+
+def batches_within_deadline(
+    responses: Iterable[T], timeout_s: float, what: str
+) -> Iterator[list[T]]:
+    """``within_deadline`` in batches: each batch is every item that had
+    arrived by the time the previous one was handled (one item when the
+    reader keeps up, several when it falls behind), so a reader that answers
+    once per batch sends fewer, fuller responses under load and the same
+    ones otherwise."""
     items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
-    source = iter(responses)
 
     def pump() -> None:
         try:
-            for item in source:
+            for item in responses:
                 items.put((0, item))
             items.put((1, None))
         except BaseException as exc:  # handed to the reader, which re-raises it
             items.put((2, exc))
 
+    # started here, not at the first next(): the deadline runs from this call
     threading.Thread(target=pump, name="trtspec-bls-stream", daemon=True).start()
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            kind, item = items.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise _deadline_error(what, timeout_s) from None
-        if kind == 1:
-            return
-        if kind == 2:
-            raise item
-        yield item
+
+    def batches() -> Iterator[list[T]]:
+        while True:
+            try:
+                kind, item = items.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise _deadline_error(what, timeout_s) from None
+            batch: list[T] = []
+            while kind == 0:
+                batch.append(item)
+                try:
+                    kind, item = items.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                yield batch
+            if kind == 1:
+                return
+            if kind == 2:
+                raise item
+
+    return batches()
 
 
 def call_within(call: Callable[[], T], timeout_s: float, what: str) -> T:

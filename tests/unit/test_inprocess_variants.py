@@ -1,0 +1,359 @@
+"""The router's in-process variant runner (``trtspec.repo.models.inprocess``)
+with the orchestrator's real ``_Generation`` and a stand-in
+``triton_python_backend_utils`` whose engine streams what each test says.
+
+What the served tests (tests/integration/test_repo_served.py,
+test_requests_served.py) cannot reach cheaply: the request's one deadline
+ends a stalled engine stream in the variant's name, within the deadline and
+without a fallback; and the relay's bookkeeping in detail — every response
+counted, the rollout handed the first response with tokens and the final one
+(never the others), a cancel raised between steps, a client's error kept the
+client's, engine responses that queued up while the last ones were answered
+sent as one response, and a model that is not the orchestrator left to BLS.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+FINAL = 1
+# engine model name -> what its stream yields for one request: token lists
+# (one response each), "stall" (never answers again) or an error message
+Script = list[Any]
+
+
+class Tensor:
+    def __init__(self, name: str, array: Any) -> None:
+        self._name, self._array = name, np.asarray(array)
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+
+class TritonError:
+    INVALID_ARG, INTERNAL = 3, 13
+
+    def __init__(self, message: str, code: int = 13) -> None:
+        self._message, self._code = message, code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+
+class Response:
+    def __init__(self, output_tensors: list[Tensor] | None = None, error: Any = None) -> None:
+        self._tensors, self._error = list(output_tensors or []), error
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> Any:
+        return self._error
+
+
+class Engine:
+    """The engine models' side: each streamed request plays ``script``."""
+
+    def __init__(self) -> None:
+        self.script: Script = []
+        self.requests: list[dict[str, Any]] = []
+        self.release = threading.Event()  # ends a "stall"
+
+    def stream(self, inputs: dict[str, np.ndarray]) -> Iterator[Response]:
+        self.requests.append(inputs)
+        for step in self.script:
+            if step == "stall":
+                self.release.wait(30)
+                return
+            if isinstance(step, str):
+                yield Response(error=TritonError(step, TritonError.INVALID_ARG))
+                return
+            ids = np.asarray(step, dtype=np.int32)
+            yield Response(
+                [
+                    Tensor("output_ids", ids.reshape(1, 1, -1)),
+                    Tensor("sequence_length", np.array([[len(step)]], dtype=np.int32)),
+                ]
+            )
+
+
+ENGINE = Engine()
+
+
+class InferenceRequest:
+    def __init__(self, model_name: str, inputs: list[Tensor], **_: Any) -> None:
+        self.model_name = model_name
+        self.inputs = {t.name(): t.as_numpy() for t in inputs}
+
+    def exec(self, decoupled: bool = False) -> Any:
+        assert decoupled and self.model_name == "target", self.model_name
+        return ENGINE.stream(self.inputs)
+
+
+class Logger:
+    lines: ClassVar[list[str]] = []
+
+    @classmethod
+    def log_info(cls, message: str) -> None:
+        cls.lines.append(message)
+
+    log_warn = log_info
+
+
+def _get(container: Any, name: str) -> Tensor | None:
+    tensors = container.inputs() if hasattr(container, "inputs") else container.output_tensors()
+    return next((t for t in tensors if t.name() == name), None)
+
+
+def _fake_pb_utils() -> types.ModuleType:
+    pb = types.ModuleType("triton_python_backend_utils")
+    pb.Tensor = Tensor  # type: ignore[attr-defined]
+    pb.TritonError = TritonError  # type: ignore[attr-defined]
+    pb.InferenceResponse = Response  # type: ignore[attr-defined]
+    pb.InferenceRequest = InferenceRequest  # type: ignore[attr-defined]
+    pb.Logger = Logger  # type: ignore[attr-defined]
+    pb.TritonModelException = RuntimeError  # type: ignore[attr-defined]
+    pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL  # type: ignore[attr-defined]
+    pb.get_input_tensor_by_name = _get  # type: ignore[attr-defined]
+    pb.get_output_tensor_by_name = _get  # type: ignore[attr-defined]
+    return pb
+
+
+class Text:
+    """Stands in for ``LocalText``: token ``i`` is the letter ``chr(97 + i)``."""
+
+    end_id, pad_id = 0, 0
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) - 96 for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(96 + i) for i in ids if i)
+
+
+class Sender:
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, Any], int]] = []
+
+    def send(self, response: Response | None = None, flags: int = 0) -> None:
+        tensors = {} if response is None else {t.name(): t.as_numpy() for t in response._tensors}
+        self.sent.append((tensors, flags))
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class Progress:
+    """The router's ``_Progress``: ``sent``, ``first_ns``, ``deadline`` and
+    ``track`` (recording what it was handed)."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.sent = 0
+        self.first_ns: int | None = None
+        self.deadline = time.monotonic() + deadline_s
+        self.tracked: list[tuple[dict[str, Any], bool]] = []
+
+    def track(self, tensors: dict[str, Any], is_final: bool) -> None:
+        self.tracked.append((tensors, is_final))
+        if self.first_ns is None and tensors.get("output_ids", np.array([])).size:
+            self.first_ns = time.monotonic_ns()
+
+
+class Cancel:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def parameters(self) -> dict[str, str]:
+        return {}
+
+
+@pytest.fixture
+def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``InProcessVariants`` over a repository holding the orchestrator
+    ``baseline`` (mode none, engine ``target``) and an echo model ``echo``,
+    imported with the stand-in pb_utils; restored afterwards."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    names = ["trtspec.repo.models.orchestrator", "trtspec.repo.models.inprocess"]
+    saved = {n: sys.modules.pop(n) for n in names if n in sys.modules}
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
+    config = mc.ModelConfig(name="baseline", backend="python")
+    params = {
+        "variant": "baseline",
+        "mode": "none",
+        "preprocessing_model": "preprocessing",
+        "postprocessing_model": "postprocessing",
+        "target_model": "target",
+        "perf_metrics": "false",
+    }
+    for key, value in params.items():
+        config.parameters[key].string_value = value
+    (tmp_path / "baseline" / "1").mkdir(parents=True)
+    (tmp_path / "baseline" / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (tmp_path / "baseline" / "1" / "model.py").write_text(
+        "from trtspec.repo.models.orchestrator import TritonPythonModel\n"
+    )
+    (tmp_path / "echo" / "1").mkdir(parents=True)
+    (tmp_path / "echo" / "1" / "model.py").write_text(
+        "from trtspec.bench.echo_model import TritonPythonModel\n"
+    )
+    ENGINE.__init__()  # type: ignore[misc]
+    Logger.lines = []
+    try:
+        module = importlib.import_module("trtspec.repo.models.inprocess")
+        variants = module.InProcessVariants(tmp_path)
+        variants.model("baseline").text = Text()
+        yield variants
+    finally:
+        ENGINE.release.set()
+        for n in names:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
+
+
+def _request(text: str = "abc", max_tokens: int = 8) -> list[Tensor]:
+    return [
+        Tensor("text_input", np.array([text.encode()], dtype=np.object_)),
+        Tensor("max_tokens", np.array([max_tokens], dtype=np.int32)),
+        Tensor("stream", np.array([True])),
+    ]
+
+
+def run(inprocess: Any, *, deadline_s: float = 30.0, cancel: Cancel | None = None, **kw: Any):
+    sender, progress = Sender(), Progress(deadline_s)
+    inprocess.run("baseline", _request(**kw), sender, progress, cancel or Cancel())
+    return sender, progress
+
+
+def test_only_trtspecs_orchestrator_runs_in_process(inprocess: Any) -> None:
+    assert inprocess.accepts("baseline")
+    assert not inprocess.accepts("echo")  # another model: over BLS
+    assert not inprocess.accepts("missing")
+
+
+def test_every_response_is_counted_and_the_rollout_sees_the_first_and_the_final(
+    inprocess: Any,
+) -> None:
+    ENGINE.script = [[4], [5], [6]]
+    sender, progress = run(inprocess, max_tokens=3)
+    texts = [t["text_output"][0].decode() for t, _ in sender.sent]
+    assert "".join(texts) == "def"
+    assert progress.sent == len(sender.sent) >= 2
+    assert [flags for _, flags in sender.sent][-1] == FINAL
+    # handed: the first response (it carries tokens) and the final one only
+    assert [final for _, final in progress.tracked] == [False, True]
+    first, final = progress.tracked[0][0], progress.tracked[-1][0]
+    sent_ids = [i for t, _ in sender.sent for i in t["output_ids"].tolist()]
+    assert sent_ids == [4, 5, 6]
+    assert first["output_ids"].tolist() == sender.sent[0][0]["output_ids"].tolist() != []
+    assert final["variant"][0] == b"baseline" and not final["fallback"][0]
+    assert int(final["completion_tokens"][0]) == 3
+    assert progress.first_ns is not None
+    # the engine was asked exactly as the orchestrator model would ask it
+    asked = ENGINE.requests[0]
+    assert asked["input_ids"].tolist() == [[1, 2, 3]]
+    assert int(asked["request_output_len"][0][0]) == 3
+
+
+def test_a_stalled_engine_ends_at_the_requests_deadline_in_the_variants_name(
+    inprocess: Any,
+) -> None:
+    from trtspec.repo.models.threads import DeadlineExceeded
+
+    ENGINE.script = [[4], "stall"]
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded) as info:
+        run(inprocess, deadline_s=0.5)
+    waited = time.monotonic() - started
+    assert 0.4 <= waited < 5, waited
+    assert str(info.value).startswith("baseline: no answer within its deadline of 0.")
+    assert str(info.value).endswith(" s; the request was stopped")
+
+
+def test_the_deadline_bounds_the_whole_request_not_each_call(inprocess: Any) -> None:
+    """A request whose deadline has already passed asks the engine nothing
+    more: the call gets no time of its own."""
+    from trtspec.repo.models.threads import DeadlineExceeded
+
+    ENGINE.script = ["stall"]
+    with pytest.raises(DeadlineExceeded):
+        run(inprocess, deadline_s=0.0)
+
+
+def test_a_cancel_stops_the_generation_between_steps(inprocess: Any) -> None:
+    from trtspec.cancel import Cancelled
+
+    cancel = Cancel()
+    cancel.cancelled = True
+    ENGINE.script = [[4], [5], [6]]
+    with pytest.raises(Cancelled):
+        run(inprocess, cancel=cancel)
+    assert Logger.lines == ["baseline: request cancelled after 0 of 8 tokens (0 rounds)"]
+
+
+def test_an_engine_refusal_is_the_clients_error_named_for_the_variant(inprocess: Any) -> None:
+    from trtspec.repo.models.orchestrator import CalleeError
+
+    ENGINE.script = ["invalid request: Prompt length (3) exceeds maximum input length (2)."]
+    with pytest.raises(CalleeError) as info:
+        run(inprocess)
+    assert info.value.client
+    assert str(info.value).startswith("baseline: invalid request: target: ")
+
+
+def test_a_bad_value_is_the_clients_error_before_any_engine_call(inprocess: Any) -> None:
+    from trtspec.repo.models.orchestrator import CalleeError
+
+    with pytest.raises(CalleeError) as info:
+        run(inprocess, max_tokens=0)
+    assert info.value.client and ENGINE.requests == []
+    assert "max_tokens must be an integer in [1, 2147483647], got 0" in str(info.value)
+
+
+def test_responses_that_queued_up_go_out_as_one(inprocess: Any, monkeypatch) -> None:
+    """Engine responses that arrived while the last one was being answered
+    are answered together: fewer, fuller responses under load, same text."""
+    from trtspec.repo.models import orchestrator
+
+    ENGINE.script = [[4], [5], [6], [7]]
+    real = orchestrator.batches_within_deadline
+    ready = threading.Event()
+
+    def slow_start(responses: Any, timeout_s: float, what: str) -> Iterator[list[Any]]:
+        batches = real(responses, timeout_s, what)
+        time.sleep(0.3)  # everything arrives before the first is read
+        ready.set()
+        return batches
+
+    monkeypatch.setattr(orchestrator, "batches_within_deadline", slow_start)
+    sender, progress = run(inprocess, max_tokens=4)
+    assert ready.is_set()
+    tokens = [t["output_ids"].tolist() for t, _ in sender.sent]
+    assert tokens == [[4, 5, 6, 7], []]  # one response with all four, then the final
+    assert json.dumps([t["text_output"][0].decode() for t, _ in sender.sent]) == '["defg", ""]'
+    final = progress.tracked[-1][0]
+    assert int(final["rounds"][0]) == 4  # still one round per engine response

@@ -45,6 +45,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -222,6 +223,8 @@ class Samples:
     latency_ms: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     errors: int = 0
+    busy_s: float = 0.0  # the sum of every request's latency, warmups included
+    loop_lag_ms: list[float] = field(default_factory=list)  # AIPerf's own warnings
     runs: int = 0
     sent: int = 0  # requests sent, warmups included (the server's work)
     wall_s: float = 0.0
@@ -245,6 +248,7 @@ def run_minimal(
         }
         timing = minimal_stream(target, body)
         samples.sent += 1
+        samples.busy_s += ((timing.done_ns or time.perf_counter_ns()) - timing.send_ns) / 1e9
         if i < warmup:
             continue
         if timing.error or timing.ttft_ms is None or timing.latency_ms is None:
@@ -293,6 +297,7 @@ def run_trtspec(
     rows = list(read_requests(out / "trtspec" / "requests.jsonl"))
     samples.sent += len(rows)
     for r in rows:
+        samples.busy_s += (r["latency_ms"] or 0.0) / 1e3
         if r["warmup"]:
             continue
         if r["error"]:
@@ -315,6 +320,7 @@ def aiperf_argv(
     out: Path,
     workers: int | None,
     record_processors: int | None,
+    server_metrics: bool = True,
 ) -> list[str]:
     argv = [
         str(exe),
@@ -360,6 +366,8 @@ def aiperf_argv(
         argv += ["--workers-max", str(workers)]
     if record_processors is not None:
         argv += ["--record-processors", str(record_processors)]
+    if not server_metrics:  # its server-metrics manager scrapes /metrics all run
+        argv.append("--no-server-metrics")
     return argv
 
 
@@ -375,6 +383,7 @@ def run_aiperf(
     out: Path,
     workers: int | None,
     record_processors: int | None,
+    server_metrics: bool,
     samples: Samples,
 ) -> None:
     data = out / "aiperf_input.jsonl"
@@ -395,12 +404,21 @@ def run_aiperf(
         out=out / "aiperf",
         workers=workers,
         record_processors=record_processors,
+        server_metrics=server_metrics,
     )
     # AIPerf 0.13 in HF offline mode takes a local folder for a hub repo id
     # (HFValidationError); a local path needs no network without it.
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     (out / "aiperf.log").write_text(proc.stdout + proc.stderr)
+    # AIPerf's event-loop monitor: its worker's loop ran late by this much
+    # (a response it timestamps while late is timestamped late)
+    samples.loop_lag_ms += [
+        float(m)
+        for m in re.findall(
+            r"taking too long to run\. Overhead: ([0-9.]+)ms", proc.stdout + proc.stderr
+        )
+    ]
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
         raise SystemExit(f"aiperf exited {proc.returncode}:\n{tail}")
@@ -410,9 +428,10 @@ def run_aiperf(
     for line in records.read_text().splitlines():
         rec = json.loads(line)
         samples.sent += 1
+        metrics = rec.get("metrics") or {}
+        samples.busy_s += float((metrics.get("request_latency") or {}).get("value") or 0) / 1e3
         if rec["metadata"].get("benchmark_phase") == "warmup":
             continue
-        metrics = rec.get("metrics") or {}
         if rec.get("error") or "time_to_first_token" not in metrics:
             samples.errors += 1
             continue
@@ -478,6 +497,13 @@ def report(pooled: dict[str, Samples], cpus: int) -> list[str]:
         row("server CPU/req", lambda s: f"{1000 * s.server_cpu_s / max(1, s.sent):.0f}ms"),
         row("client CPU/wall", lambda s: f"{s.client_cpu_s / max(1e-9, s.wall_s):.2f}"),
         row("server CPU/wall", lambda s: f"{s.server_cpu_s / max(1e-9, s.wall_s):.2f}"),
+        row("serving s", lambda s: f"{s.busy_s:.1f}"),
+        row("server CPU/serv", lambda s: f"{s.server_cpu_s / max(1e-9, s.busy_s):.2f}"),
+        row("loop lag warns", lambda s: f"{len(s.loop_lag_ms)}"),
+        row("loop lag max ms", lambda s: f"{max(s.loop_lag_ms, default=0.0):.0f}"),
+        "(serving s: the sum of request latencies, warmups included; server CPU/serv: the",
+        " CPU share the server had while this tool's requests were in flight; loop lag:",
+        " AIPerf's own 'event loop taking too long' warnings for its worker)",
     ]
     return lines
 
@@ -512,6 +538,11 @@ def main() -> None:
         type=int,
         default=1,
         help="AIPerf's --record-processors (0 = AIPerf's own default).",
+    )
+    parser.add_argument(
+        "--aiperf-no-server-metrics",
+        action="store_true",
+        help="Pass --no-server-metrics (AIPerf otherwise scrapes the server's /metrics).",
     )
     parser.add_argument(
         "--pin",
@@ -564,6 +595,7 @@ def main() -> None:
                     out=where,
                     workers=workers,
                     record_processors=processors,
+                    server_metrics=not args.aiperf_no_server_metrics,
                     **common,
                 )
             s.runs += 1
@@ -579,7 +611,8 @@ def main() -> None:
     lines = [
         f"server {url}, {len(prompts)} requests x {args.rounds} round(s) per tool "
         f"({' '.join(order)}), concurrency 1, max_tokens {args.max_tokens}, AIPerf "
-        f"workers {workers or 'default'}, record processors {processors or 'default'}"
+        f"workers {workers or 'default'}, record processors {processors or 'default'}, "
+        f"server metrics {'off' if args.aiperf_no_server_metrics else 'on'}"
         f"{', pinned: server CPU 0, clients CPU 1' if args.pin else ''}; artefacts in {out}",
         *report(pooled, len(cpus)),
         "machine load average (1, 5, 15 min) before "

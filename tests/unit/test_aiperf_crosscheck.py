@@ -158,6 +158,17 @@ def test_aiperf_argv_limits_workers_and_record_processors(tmp_path: Path) -> Non
         Path("aiperf"), "http://127.0.0.1:9", "m", workers=None, record_processors=None, **common
     )
     assert "--workers-max" not in default and "--record-processors" not in default
+    assert "--no-server-metrics" not in default
+    quiet = cc.aiperf_argv(
+        Path("aiperf"),
+        "http://127.0.0.1:9",
+        "m",
+        workers=1,
+        record_processors=1,
+        server_metrics=False,
+        **common,
+    )
+    assert quiet[-1] == "--no-server-metrics"
 
 
 def test_rotated_order_puts_every_tool_in_every_position() -> None:

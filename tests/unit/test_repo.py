@@ -482,8 +482,36 @@ def test_check_rejects_an_unknown_draft_schedule(repo: Path) -> None:
     config = repo / "ngram" / "config.pbtxt"
     edit(config, 'string_value: "adaptive"', 'string_value: "heuristic"')
     assert [str(p) for p in check_repository(repo)] == [
-        f"{config}: parameter draft_schedule 'heuristic' is not one of constant, adaptive, confidence"
+        f"{config}: parameter draft_schedule 'heuristic' is not one of "
+        "constant, adaptive, confidence"
     ]
+
+
+def test_check_reads_the_confidence_schedule(tmp_path: Path) -> None:
+    text = SPEC.format(backend="reference", version="1.1.0").replace(
+        "num_draft_tokens: [2, 3]}", "num_draft_tokens: [2, 3], draft_schedule: confidence}"
+    )
+    assert "draft_schedule: confidence" in text
+    write_spec(tmp_path)
+    (tmp_path / "spec.yaml").write_text(text, encoding="utf-8")
+    spec = load_spec(tmp_path / "spec.yaml")
+    plan = make_plan(spec, tmp_path / "engines")
+    write_engines(plan)
+    repo = assemble(spec, plan, tmp_path / "engines", tmp_path / "triton_repo")
+    draft = repo / "draft" / "config.pbtxt"
+    assert params(parse(draft))["draft_confidence_threshold"] == "0.4"
+    assert check_repository(repo) == []
+    edit(draft, 'string_value: "0.4"', 'string_value: "1.5"')
+    ngram = repo / "ngram" / "config.pbtxt"
+    edit(ngram, 'string_value: "adaptive"', 'string_value: "confidence"')
+    assert sorted(str(p) for p in check_repository(repo)) == sorted(
+        [
+            f"{draft}: parameter draft_confidence_threshold '1.5' is not a number between "
+            "0 and 1 (exclusive)",
+            f"{ngram}: parameter draft_schedule 'confidence' reads a draft model's "
+            "probabilities; mode ngram has none (use constant or adaptive)",
+        ]
+    )
 
 
 def test_check_rejects_router_to_missing_variant(repo: Path) -> None:

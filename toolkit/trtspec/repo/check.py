@@ -282,6 +282,19 @@ class _Checker:
                 f"parameter draft_schedule {schedule!r} is not one of "
                 + ", ".join(DRAFT_SCHEDULES),
             )
+        if loop and schedule == "confidence" and mode != "draft_model":
+            self.add(
+                model.path,
+                f"parameter draft_schedule 'confidence' reads a draft model's "
+                f"probabilities; mode {mode} has none (use constant or adaptive)",
+            )
+        threshold = params.get("draft_confidence_threshold")
+        if loop and threshold and not _fraction(threshold):
+            self.add(
+                model.path,
+                f"parameter draft_confidence_threshold {threshold!r} is not a number "
+                "between 0 and 1 (exclusive)",
+            )
         if target is not None:
             self.tensors(model, target, [*sends, "draft_input_ids"] if loop else sends, reads)
             if loop:
@@ -376,3 +389,11 @@ class _Checker:
 def check_repository(path: Path) -> list[Problem]:
     """Every problem found in the repository at ``path`` (empty when valid)."""
     return _Checker(Path(path)).run()
+
+
+def _fraction(text: str) -> bool:
+    """Whether ``text`` is a number strictly between 0 and 1."""
+    try:
+        return 0.0 < float(text) < 1.0
+    except ValueError:
+        return False

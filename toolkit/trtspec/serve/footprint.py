@@ -161,16 +161,16 @@ class Footprint:
 
         pss_gb, rss_gb = self.peak.pss / GB, self.peak.rss / GB
         out = [
-            f"  ready in {self.ready_s:.1f} s "
+            f"ready in {self.ready_s:.1f} s "
             f"({verdict(self.ready_s <= READY_TARGET_S)} the {READY_TARGET_S:g} s target)",
-            f"  peak memory {pss_gb:.2f} GB PSS ({self.peak.pss / MIB:,.0f} MiB; "
+            f"peak memory {pss_gb:.2f} GB PSS ({self.peak.pss / MIB:,.0f} MiB; "
             f"{verdict(self.peak.pss < MEMORY_TARGET_BYTES)} the "
             f"{MEMORY_TARGET_BYTES / GB:g} GB target), {rss_gb:.2f} GB RSS "
             f"({self.peak.rss / MIB:,.0f} MiB) over {self.peak.processes} processes",
         ]
         if self.stop_s is not None:
             out.append(
-                f"  stopped in {self.stop_s:.1f} s "
+                f"stopped in {self.stop_s:.1f} s "
                 f"({verdict(self.stop_s < STOP_TARGET_S)} the {STOP_TARGET_S:g} s target)"
             )
         return out

@@ -181,3 +181,41 @@ def test_stop_waits_while_a_stub_lives_and_without_stubs() -> None:
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _exit_script(in_stub: bool) -> str:
+    return (
+        "import atexit, sys\n"
+        "import trtspec.procutil as p\n"
+        f"p.in_python_backend_stub = lambda: {in_stub}\n"
+        "atexit.register(print, 'teardown ran', flush=True)\n"
+        "p.skip_interpreter_teardown()\n"
+        "print('finalized', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+
+
+def test_a_stub_skips_the_interpreter_teardown_after_finalize() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _exit_script(True)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # the later exit handlers and the module teardown are skipped, the output kept
+    assert (done.returncode, done.stdout) == (0, "finalized\n"), done.stderr
+
+
+def test_outside_a_stub_the_exit_is_untouched() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _exit_script(False)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (3, "finalized\nteardown ran\n"), done.stderr
+    from trtspec.procutil import in_python_backend_stub
+
+    assert not in_python_backend_stub()

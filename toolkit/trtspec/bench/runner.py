@@ -885,14 +885,15 @@ def _serve(run: _Run, repo: Path, models: list[str] | None, log_path: Path) -> I
         run.progress(f"bench: {warning}")
     from trtspec.serve.footprint import Footprint, Memory, MemorySampler, group_memory
 
-    # the group of whichever server runs now (a restart starts a new one)
+    # the group of whichever server runs now (a restart starts a new one),
+    # from the start (the engine stubs' load is their peak) to the stop
     sampler = MemorySampler(lambda: group_memory(server.pid) if server.pid else Memory())
     ready_s: float | None = None
     try:
+        sampler.start()
         started = time.monotonic()
         server.start(timeout=SERVER_START_TIMEOUT_S)
         ready_s = time.monotonic() - started
-        sampler.start()
         run.progress(f"bench: tritonserver ready in {ready_s:.1f} s")
         with StubWatchdog(server, on_incident=said).prime() as watchdog:
             yield _Target(server.grpc_url, server.metrics_url, server.pid, watchdog)
@@ -904,7 +905,7 @@ def _serve(run: _Run, repo: Path, models: list[str] | None, log_path: Path) -> I
             footprint = Footprint(ready_s, peak, time.monotonic() - stopping)
             run.server_footprint = footprint.to_json()
             for line in footprint.lines():
-                run.progress(f"bench: tritonserver{line}")
+                run.progress(f"bench: tritonserver {line}")
 
 
 @contextlib.contextmanager

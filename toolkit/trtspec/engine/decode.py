@@ -216,14 +216,13 @@ class ReferenceEngine:
 
         from trtspec.engine.loader import load_heads, load_target
 
-        # Load on one thread: the engine stubs of a repository load side by
-        # side, and on a few cores several threads per stub only add OpenMP
-        # spinning to the reorders and copies (no decoding happens here).
-        torch.set_num_threads(1)
+        # The thread count is set before loading: oneDNN picks the packed
+        # weights' blocked layout for it, and a different count at decode time
+        # makes it reorder every weight on every call (~10x slower steps).
+        torch.set_num_threads(threads or default_threads())
         config = read_engine_config(engine_dir)
         model = load_target(config)
         medusa, eagle = load_heads(config, model)
-        torch.set_num_threads(threads or default_threads())
         la = lookahead or config.lookahead
         if config.mode == "lookahead" and la is None:
             raise RequestError(f"{config.path}: lookahead engine without (W, N, G) in config.json")

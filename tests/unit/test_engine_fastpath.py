@@ -167,3 +167,53 @@ def test_pack_linears_keeps_only_shared_weights_dense(tied: bool, monkeypatch) -
         torch.testing.assert_close(model(input_ids=x).logits, want, atol=2e-5, rtol=1e-4)
     monkeypatch.setenv("TRTSPEC_ENGINE_ONEDNN", "0")
     assert pack_linears(_tiny_qwen2()) == 0
+
+
+def _mapped(path: Path) -> bool:
+    return any(str(path) in line for line in Path("/proc/self/maps").read_text().splitlines())
+
+
+def test_loaded_weights_leave_the_file_but_the_embedding_maps_it(tiny_llama, tmp_path) -> None:
+    # issue 24: after packing, the stub keeps no mapping of the whole weight file,
+    # the input embedding reads its rows from the file (page cache), and the
+    # logits are the model's own
+    import gc
+    import shutil
+
+    from trtspec.engine.loader import map_input_embeddings, own_weights
+
+    folder = tmp_path / "hf"
+    shutil.copytree(tiny_llama, folder)
+    file = folder / "model.safetensors"
+    reference = _tiny_llama(tiny_llama)
+    model = _tiny_llama(folder)
+    fastpath.fuse(model)
+    pack_linears(model)
+    mapped = map_input_embeddings(model, file)
+    assert mapped is not None
+    assert model.get_input_embeddings().weight.data_ptr() == mapped.data_ptr()
+    assert torch.equal(mapped, reference.get_input_embeddings().weight)
+    copied = own_weights(model, keep=mapped)
+    assert 0 < copied < file.stat().st_size
+    gc.collect()
+    maps = [ln for ln in Path("/proc/self/maps").read_text().splitlines() if str(file) in ln]
+    assert len(maps) == 1, maps  # the embedding's own mapping, not the whole file's
+    start, end = (int(x, 16) for x in maps[0].split()[0].split("-"))
+    assert end - start < file.stat().st_size
+    prompt = [5, 17, 99, 3, 42]
+    torch.testing.assert_close(
+        _fast_logits(model, [], prompt), _hf_logits(reference, [], prompt), rtol=1e-4, atol=1e-4
+    )
+    del model, mapped
+    gc.collect()
+    assert not _mapped(file)
+
+
+def test_an_embedding_the_file_does_not_hold_stays_as_loaded(tiny_llama, tmp_path) -> None:
+    from trtspec.engine.loader import map_input_embeddings
+
+    model = _tiny_qwen2()  # built in memory: its weights are not those of tiny_llama's file
+    before = model.get_input_embeddings().weight.data_ptr()
+    assert map_input_embeddings(model, tiny_llama / "model.safetensors") is None
+    assert map_input_embeddings(model, tmp_path / "missing.safetensors") is None
+    assert model.get_input_embeddings().weight.data_ptr() == before

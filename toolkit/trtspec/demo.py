@@ -13,8 +13,10 @@ the report shows a decision held at T>0 (first-token distribution test and
 quality checks instead of token equality) beside the Pareto and per-position
 acceptance plots. Each stage is a separate ``trtspec`` process, so the demo
 exercises the CLI contract rather than library shortcuts. It ends with the
-first rollout step the decision leads to (each promoted route's canary share)
-and the commands that serve it and watch it (``trtspec rollout status``).
+benchmark's server (its ready time, peak memory and stop time, against issue
+24's targets), the first rollout step the decision leads to (each promoted
+route's canary share) and the commands that serve it and watch it (``trtspec
+rollout status``).
 """
 
 from __future__ import annotations
@@ -85,8 +87,29 @@ def run(root: Path, spec: Path, results: Path) -> int:
     )
     runs = sorted(results.glob(f"{spec.stem}*/routing.yaml"), key=lambda p: p.stat().st_mtime)
     if runs:
+        print("\n".join(server_lines(runs[-1].parent)), flush=True)
         print("\n".join(rollout_plan(spec, runs[-1], root)), flush=True)
     return 0
+
+
+def server_lines(run_dir: Path) -> list[str]:
+    """The benchmark's server as its run.json recorded it: ready time, peak
+    memory and stop time against issue 24's targets (``serve/footprint.py``)."""
+    import json
+
+    from trtspec.bench.records import RUN_FILE
+    from trtspec.serve.footprint import Footprint
+
+    try:
+        recorded = json.loads((run_dir / RUN_FILE).read_text()).get("server")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not recorded:
+        return ["", f"Server: not recorded in {run_dir / RUN_FILE}"]
+    footprint = Footprint.from_json(recorded)
+    return ["", "Server (tritonserver and its stubs, on this machine):"] + [
+        f"  {line}" for line in footprint.lines()
+    ]
 
 
 def rollout_plan(spec_path: Path, routing_path: Path, root: Path) -> list[str]:

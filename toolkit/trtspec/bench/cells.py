@@ -161,6 +161,8 @@ class Run:
         self._counter = 0
         self.memory: RequestLog | None = None  # opened once the run folder exists
         self.triton_version: str | None = None
+        # the server this run started: ready time, peak memory, stop time (serve/footprint.py)
+        self.server_footprint: dict[str, Any] | None = None
         self.incidents: list[dict[str, Any]] = []
         self._incident_rows: dict[int, dict[str, Any]] = {}
         self.incomplete_reason: str | None = None
@@ -544,9 +546,26 @@ def serve(run: Run, repo: Path, models: list[str] | None, log_path: Path) -> Ite
     warning = root_warning()
     if warning:
         run.progress(f"bench: {warning}")
+    from trtspec.serve.footprint import Footprint, Memory, MemorySampler, group_memory
+
+    # the group of whichever server runs now (a restart starts a new one),
+    # from the start (the engine stubs' load is their peak) to the stop
+    sampler = MemorySampler(lambda: group_memory(server.pid) if server.pid else Memory())
+    ready_s: float | None = None
     try:
+        sampler.start()
+        started = time.monotonic()
         server.start(timeout=SERVER_START_TIMEOUT_S)
+        ready_s = time.monotonic() - started
+        run.progress(f"bench: tritonserver ready in {ready_s:.1f} s")
         with StubWatchdog(server, on_incident=said).prime() as watchdog:
             yield Target(server.grpc_url, server.metrics_url, server.pid, watchdog)
     finally:
+        peak = sampler.stop()
+        stopping = time.monotonic()
         server.stop()
+        if ready_s is not None:
+            footprint = Footprint(ready_s, peak, time.monotonic() - stopping)
+            run.server_footprint = footprint.to_json()
+            for line in footprint.lines():
+                run.progress(f"bench: tritonserver {line}")

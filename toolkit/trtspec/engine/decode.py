@@ -216,6 +216,9 @@ class ReferenceEngine:
 
         from trtspec.engine.loader import load_heads, load_target
 
+        # The thread count is set before loading: oneDNN picks the packed
+        # weights' blocked layout for it, and a different count at decode time
+        # makes it reorder every weight on every call (~10x slower steps).
         torch.set_num_threads(threads or default_threads())
         config = read_engine_config(engine_dir)
         model = load_target(config)

@@ -58,24 +58,27 @@ def supports(model: Any) -> bool:
 
 
 def _stack(linears: list[Any]) -> Any:
-    """One ``nn.Linear`` whose output is the concatenation of ``linears``' outputs."""
+    """One ``nn.Linear`` whose output is the concatenation of ``linears``' outputs.
+
+    Built on the meta device and given the stacked tensors as its parameters:
+    a plain ``nn.Linear(...)`` would first fill a weight of the fused size with
+    random values (Kaiming init), about a second per layer of a 135M model on
+    two busy cores, only to overwrite it."""
     import torch
     from torch import nn
 
     weight = torch.cat([m.weight.detach() for m in linears])
     has_bias = any(m.bias is not None for m in linears)
-    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=has_bias)
-    with torch.no_grad():
-        fused.weight.copy_(weight)
-        if has_bias:
-            fused.bias.copy_(
-                torch.cat(
-                    [
-                        m.bias.detach() if m.bias is not None else torch.zeros(m.out_features)
-                        for m in linears
-                    ]
-                )
-            )
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=has_bias, device="meta")
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    if has_bias:
+        bias = torch.cat(
+            [
+                m.bias.detach() if m.bias is not None else torch.zeros(m.out_features)
+                for m in linears
+            ]
+        )
+        fused.bias = nn.Parameter(bias, requires_grad=False)
     return fused.eval()
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 from trtspec.engine.config import EngineConfig, EngineError
@@ -40,7 +41,11 @@ def quantize_int8(model: Any) -> Any:
         warnings.simplefilter("ignore", DeprecationWarning)
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        # inplace: the default deep-copies the whole float model first (a second
+        # float32 copy of the weights, and its time) only to replace its linears
+        return quantize_dynamic(
+            model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
+        )
 
 
 def onednn_enabled() -> bool:
@@ -167,7 +172,107 @@ def load_target(config: EngineConfig) -> Any:
         model = quantize_int8(model)
     else:
         pack_linears(model)
+    mapped = map_input_embeddings(model, hf / "model.safetensors")
+    own_weights(model, keep=mapped)
     return model
+
+
+def map_input_embeddings(model: Any, file: Path) -> Any:
+    """Point the input embedding at its rows in ``file`` through a
+    copy-on-write mapping of just that tensor; returns the mapped tensor, or
+    ``None`` (the embedding stays as loaded) when the file does not hold it
+    in float32 in the model's shape.
+
+    The embedding is read a few rows per step (one per token fed), so only
+    the rows of tokens actually seen become resident, and those pages are
+    the page cache's, shared by every stub that maps the same file; a private
+    copy would hold the whole table (113 MB for SmolLM2-135M) per engine.
+    A tied LM head keeps using it only when it is not packed (packed, it
+    reads its own reordered copy)."""
+    import json
+    import struct
+
+    import numpy as np
+    import torch
+
+    embedding = model.get_input_embeddings()
+    weight = getattr(embedding, "weight", None)
+    if weight is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
+        return None
+    try:
+        with open(file, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+    except (OSError, ValueError, struct.error):
+        return None
+    entry = next(
+        (v for k, v in header.items() if k.endswith("embed_tokens.weight") and isinstance(v, dict)),
+        None,
+    )
+    if (
+        entry is None
+        or entry.get("dtype") != "F32"
+        or list(entry.get("shape", [])) != list(weight.shape)
+    ):
+        return None
+    begin, end = entry["data_offsets"]
+    if end - begin != weight.numel() * 4:
+        return None
+    rows = np.memmap(
+        file, dtype=np.float32, mode="c", offset=8 + size + begin, shape=tuple(weight.shape)
+    )
+    mapped = torch.from_numpy(rows)
+    if not torch.equal(mapped[:8], weight.detach()[:8]):
+        return None  # not the tensor the model loaded (a conversion on load)
+    with torch.no_grad():
+        weight.data = mapped
+    return mapped
+
+
+def own_weights(model: Any, keep: Any = None) -> int:
+    """Copy the dense tensors the model still reads from the safetensors file
+    (norms, biases; not ``keep``) into memory of its own, so the file's mapping
+    is released, then hand freed heap back to the system; returns the bytes copied.
+
+    ``from_pretrained`` memory-maps ``model.safetensors`` and its float32
+    tensors are views of that mapping. Once the linears are packed or
+    quantized only a fifth of the file is still read, but the whole mapping
+    stays resident for the life of the stub (RSS and PSS: each engine folder
+    holds its own copy of the file, so no other process shares its pages).
+    The load also leaves the stacked and reordered copies' freed memory in
+    glibc's heap; ``malloc_trim`` returns it."""
+    import torch
+
+    copied = 0
+    with torch.no_grad():
+        tensors = [*model.parameters(), *model.buffers()]
+        for tensor in tensors:
+            if tensor.device.type != "cpu" or tensor.layout != torch.strided:
+                continue
+            if keep is not None and tensor.data_ptr() == keep.data_ptr():
+                continue  # mapped on purpose (map_input_embeddings)
+            tensor.data = tensor.data.clone()
+            copied += tensor.numel() * tensor.element_size()
+    import gc
+
+    gc.collect()  # the float model quantize_int8 replaced can sit in reference cycles
+    release_free_memory()
+    return copied
+
+
+def release_free_memory() -> bool:
+    """``malloc_trim(0)``: give the heap's free pages back (glibc only)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    return bool(trim(0))
 
 
 def load_heads(config: EngineConfig, model: Any) -> tuple[Any, Any]:

@@ -62,6 +62,7 @@ from trtspec.serve.launch import (
     LEADER,
     ORCHESTRATOR,
     ORCHESTRATOR_ENV,
+    SINGLE,
     launch_mode,
     orchestrator_mode_argv,
     visible_gpus,
@@ -276,6 +277,7 @@ class Server:
         self._verified = False
         self._process: subprocess.Popen[bytes] | None = None
         self._torn_down = False
+        self._unloaded_stop = False  # stopped once every model had unloaded (see _wait_stopped)
         self._guard: subprocess.Popen[bytes] | None = None
         self._log_mode = "wb"
         self._restart_lock = threading.Lock()
@@ -522,7 +524,7 @@ class Server:
                 f"cannot write the server log {self.log_path}: {exc.strerror}",
                 hint="pick another log file (--log-file)",
             ) from exc
-        self._process, self._torn_down = None, False
+        self._process, self._torn_down, self._unloaded_stop = None, False, False
         try:
             # Own session: the server and its stubs form one process group that
             # stop() can signal, and a terminal's Ctrl-C reaches only us.
@@ -616,13 +618,17 @@ class Server:
             return None
         if self._torn_down:
             # The group is gone and its number may now belong to someone else.
-            return process.returncode
+            return 0 if self._unloaded_stop else process.returncode
         _LIVE.discard(self)
         pgid = process.pid  # start_new_session made the server a group leader
+        unloaded = False
         if process.poll() is None:
+            # The stubs ignore SIGTERM; tritonserver unloads each model (its
+            # finalize, then the stub exits) once nothing is in flight.
+            stubs = set(group_members(pgid)) - {pgid} if self.launch_mode == SINGLE else set()
             _signal_group(pgid, signal.SIGTERM)
             try:
-                process.wait(timeout=grace)
+                unloaded = _wait_stopped(process, pgid, stubs, grace)
             except subprocess.TimeoutExpired:
                 _signal_group(pgid, signal.SIGKILL)
                 process.wait()
@@ -635,7 +641,9 @@ class Server:
         self._tell_guard(f"gone {pgid}")
         if self.shm_prefix:
             remove_shm_regions(self.shm_prefix)
-        return process.returncode
+        if unloaded:
+            self._unloaded_stop = True
+        return 0 if self._unloaded_stop else process.returncode
 
     def __enter__(self) -> Server:
         return self.start()
@@ -756,6 +764,37 @@ def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:
                 path.unlink()
                 removed.append(path.name)
     return sorted(removed)
+
+
+def _wait_stopped(
+    process: subprocess.Popen[bytes], pgid: int, stubs: set[int], grace: float
+) -> bool:
+    """Wait up to ``grace`` seconds for a SIGTERMed server to exit; returns
+    True when it was cut short because every model had unloaded, raises
+    ``TimeoutExpired`` when neither happened in time.
+
+    tritonserver first waits for in-flight requests, then unloads every model
+    (each stub runs its ``finalize`` and exits: tritonserver waits for that),
+    and only then, at the next whole second of its exit loop, tears itself
+    down. Once every stub that was there at the signal has exited, nothing is
+    in flight and nothing is left to finalize, so the remaining second is
+    skipped with a SIGKILL. Without stubs to watch (leader and orchestrator
+    launches, or a server without Python models) it waits for the exit."""
+    deadline = time.monotonic() + grace
+    while True:
+        if process.poll() is not None:
+            return False
+        if stubs and not stubs.intersection(group_members(pgid)):
+            try:
+                process.wait(timeout=0.05)
+                return False
+            except subprocess.TimeoutExpired:
+                _signal_group(pgid, signal.SIGKILL)
+                process.wait()
+                return True
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(process.args, grace)
+        time.sleep(0.02)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

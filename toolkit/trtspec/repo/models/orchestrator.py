@@ -63,6 +63,7 @@ from trtspec.limits import (
     draft_tokens_problem,
     draft_tokens_request_problem,
 )
+from trtspec.procutil import skip_interpreter_teardown
 from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
@@ -788,6 +789,7 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self._requests.join()
         self.streams.close()
+        skip_interpreter_teardown()  # the stub's exit counts in the server's stop time
 
 
 def _int_param(params: dict[str, str], name: str) -> int | None:

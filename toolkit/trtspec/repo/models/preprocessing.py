@@ -10,6 +10,7 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec.procutil import skip_interpreter_teardown
 from trtspec.repo.models.text import Tokenizer
 
 
@@ -53,3 +54,6 @@ class TritonPythonModel:
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}"))
                 )
         return responses
+
+    def finalize(self) -> None:
+        skip_interpreter_teardown()  # the stub's exit counts in the server's stop time

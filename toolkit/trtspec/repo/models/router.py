@@ -45,6 +45,7 @@ import triton_python_backend_utils as pb_utils
 from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.health import is_down
 from trtspec.limits import check_sampling, decode_text
+from trtspec.procutil import skip_interpreter_teardown
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.inprocess import InProcessVariants
 from trtspec.repo.models.orchestrator import (
@@ -318,3 +319,4 @@ class TritonPythonModel:
         self.live.close()
         if self._inprocess is not None:
             self._inprocess.close()
+        skip_interpreter_teardown()  # the stub's exit counts in the server's stop time

@@ -1,0 +1,221 @@
+"""The server footprint (serve/footprint.py), the supervisor's early stop once
+every stub has exited, and the demo's server lines: all on small local
+processes, no tritonserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from trtspec.demo import server_lines
+from trtspec.serve import supervisor
+from trtspec.serve.footprint import (
+    MIB,
+    Footprint,
+    Memory,
+    MemorySampler,
+    group_memory,
+    process_memory,
+    total_memory,
+)
+
+ROLLUP = """55d0c0000000-7ffd5a3f1000 ---p 00000000 00:00 0                          [rollup]
+Rss:              204800 kB
+Pss:              102400 kB
+Pss_Anon:          51200 kB
+Shared_Clean:      81920 kB
+Private_Dirty:     40960 kB
+"""
+
+
+def _fake_proc(tmp_path, rollups: dict[int, str]):
+    for pid, text in rollups.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "smaps_rollup").write_text(text)
+    return tmp_path
+
+
+def test_process_memory_reads_rss_and_pss_in_bytes(tmp_path) -> None:
+    proc = _fake_proc(tmp_path, {7: ROLLUP})
+    assert process_memory(7, proc) == Memory(rss=200 * MIB, pss=100 * MIB, processes=1)
+    assert process_memory(8, proc) is None  # gone
+
+
+def test_total_memory_sums_and_skips_the_gone(tmp_path) -> None:
+    proc = _fake_proc(tmp_path, {1: ROLLUP, 2: ROLLUP.replace("204800", "1024"), 3: ""})
+    assert total_memory([1, 2, 3, 4], proc) == Memory(
+        rss=200 * MIB + MIB, pss=200 * MIB, processes=2
+    )
+
+
+def test_own_process_pss_is_at_most_rss_and_sees_an_allocation() -> None:
+    before = process_memory(os.getpid())
+    assert before is not None and 0 < before.pss <= before.rss
+    block = bytearray(48 * MIB)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
+    after = process_memory(os.getpid())
+    assert after is not None and after.rss - before.rss >= 40 * MIB
+    del block
+
+
+def test_sampler_keeps_each_peak_on_its_own() -> None:
+    readings = iter([Memory(10, 9, 2), Memory(30, 5, 3), Memory(20, 15, 1)])
+    sampler = MemorySampler(lambda: next(readings, Memory()), interval_s=60)
+    for _ in range(3):
+        sampler.sample()
+    assert sampler.peak() == Memory(rss=30, pss=15, processes=3)
+    assert sampler.samples == 3
+
+
+def test_sampler_on_a_real_process_group_sees_its_children() -> None:
+    # a "server" and a child of its own, in their own group, as tritonserver and a stub
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        '\'b = bytearray(64 << 20); b[::4096] = b"x" * len(b[::4096]); '
+        "print(1, flush=True); import time; time.sleep(30)'], stdout=sys.stdout)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"1"
+        sampler = MemorySampler.of_group(proc.pid, interval_s=0.05).start()
+        time.sleep(0.2)
+        peak = sampler.stop()
+        assert peak.processes == 2
+        assert peak.rss >= 64 * MIB and 0 < peak.pss <= peak.rss
+        assert sampler.samples >= 2
+        assert group_memory(proc.pid).processes == 2
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_footprint_lines_against_the_targets() -> None:
+    good = Footprint(ready_s=12.34, peak=Memory(rss=4_500 * MIB, pss=3_500 * MIB, processes=12))
+    assert good.lines() == [
+        "ready in 12.3 s (meets the 15 s target)",
+        "peak memory 3.67 GB PSS (3,500 MiB; meets the 4 GB target), 4.72 GB RSS "
+        "(4,500 MiB) over 12 processes",
+    ]
+    bad = Footprint(
+        ready_s=19.6, peak=Memory(rss=6960 * MIB, pss=6446 * MIB, processes=12), stop_s=4.8
+    )
+    assert bad.lines() == [
+        "ready in 19.6 s (MISSES the 15 s target)",
+        "peak memory 6.76 GB PSS (6,446 MiB; MISSES the 4 GB target), 7.30 GB RSS "
+        "(6,960 MiB) over 12 processes",
+        "stopped in 4.8 s (MISSES the 2 s target)",
+    ]
+    assert Footprint.from_json(bad.to_json()) == bad
+
+
+def test_demo_prints_the_recorded_server(tmp_path) -> None:
+    run = Footprint(
+        ready_s=9.0, peak=Memory(rss=3000 * MIB, pss=2000 * MIB, processes=11), stop_s=1.2
+    )
+    (tmp_path / "run.json").write_text(json.dumps({"server": run.to_json()}))
+    assert server_lines(tmp_path) == [
+        "",
+        "Server (tritonserver and its stubs, on this machine):",
+        "  ready in 9.0 s (meets the 15 s target)",
+        "  peak memory 2.10 GB PSS (2,000 MiB; meets the 4 GB target), 3.15 GB RSS "
+        "(3,000 MiB) over 11 processes",
+        "  stopped in 1.2 s (meets the 2 s target)",
+    ]
+    (tmp_path / "run.json").write_text(json.dumps({"complete": True}))
+    assert server_lines(tmp_path) == ["", f"Server: not recorded in {tmp_path / 'run.json'}"]
+
+
+def _server_with_stub(stub_s: float) -> tuple[subprocess.Popen[bytes], int]:
+    """A process ignoring SIGTERM (as tritonserver does until its models are
+    unloaded) with one child that also ignores it and exits after ``stub_s``."""
+    script = (
+        "trap '' TERM; "
+        f"sleep {stub_s} & echo $!; "
+        f'exec {sys.executable} -c "import time; time.sleep(30)"'
+    )
+    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None
+    stub = int(proc.stdout.readline())
+    return proc, stub
+
+
+def test_stop_ends_the_server_once_every_stub_has_exited() -> None:
+    proc, stub = _server_with_stub(0.4)
+    try:
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert supervisor._wait_stopped(proc, proc.pid, {stub}, grace=10.0) is True
+        assert time.monotonic() - started < 3.0
+        assert proc.returncode == -signal.SIGKILL
+        assert supervisor.group_members(proc.pid) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_stop_waits_while_a_stub_lives_and_without_stubs() -> None:
+    proc, stub = _server_with_stub(30)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            supervisor._wait_stopped(proc, proc.pid, {stub}, grace=0.3)
+        with pytest.raises(subprocess.TimeoutExpired):
+            supervisor._wait_stopped(proc, proc.pid, set(), grace=0.3)
+        assert proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _exit_script(in_stub: bool) -> str:
+    return (
+        "import atexit, sys\n"
+        "import trtspec.procutil as p\n"
+        f"p.in_python_backend_stub = lambda: {in_stub}\n"
+        "atexit.register(print, 'teardown ran', flush=True)\n"
+        "p.skip_interpreter_teardown()\n"
+        "print('finalized', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+
+
+def test_a_stub_skips_the_interpreter_teardown_after_finalize() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _exit_script(True)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # the later exit handlers and the module teardown are skipped, the output kept
+    assert (done.returncode, done.stdout) == (0, "finalized\n"), done.stderr
+
+
+def test_outside_a_stub_the_exit_is_untouched() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _exit_script(False)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (3, "finalized\nteardown ran\n"), done.stderr
+    from trtspec.procutil import in_python_backend_stub
+
+    assert not in_python_backend_stub()

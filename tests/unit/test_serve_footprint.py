@@ -124,7 +124,8 @@ def test_demo_prints_the_recorded_server(tmp_path) -> None:
     run = Footprint(
         ready_s=9.0, peak=Memory(rss=3000 * MIB, pss=2000 * MIB, processes=11), stop_s=1.2
     )
-    (tmp_path / "run.json").write_text(json.dumps({"server": run.to_json()}))
+    server = {"endpoint": None, "repo": "triton_repo/demo-cpu", "footprint": run.to_json()}
+    (tmp_path / "run.json").write_text(json.dumps({"server": server}))
     assert server_lines(tmp_path) == [
         "",
         "Server (tritonserver and its stubs, on this machine):",

@@ -101,8 +101,8 @@ def server_lines(run_dir: Path) -> list[str]:
     from trtspec.serve.footprint import Footprint
 
     try:
-        recorded = json.loads((run_dir / RUN_FILE).read_text()).get("server")
-    except (OSError, ValueError, AttributeError):
+        recorded = json.loads((run_dir / RUN_FILE).read_text())["server"].get("footprint")
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         recorded = None
     if not recorded:
         return ["", f"Server: not recorded in {run_dir / RUN_FILE}"]

@@ -249,7 +249,7 @@ def run_benchmark(
                 run_info["fingerprint"]["versions"]["tritonserver"] = run.triton_version
             run_info["incidents"] = list(run.incidents)
             if run.server_footprint is not None:
-                run_info["server"] = run.server_footprint
+                run_info["server"]["footprint"] = run.server_footprint
             run_info["sequential_stops"] = run.stops
             run_info["block_repeats"] = run.block_repeats
             run.bars.close()

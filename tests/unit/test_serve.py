@@ -392,6 +392,7 @@ def test_server_argv_uses_install_and_fixed_ports(tmp_path) -> None:
         "--grpc-port=18001",
         "--metrics-address=127.0.0.1",
         "--metrics-port=18002",
+        "--disable-auto-complete-config",
         "--strict-readiness=true",
         "--http-restricted-api=model-repository,shared-memory,logging,trace:"
         "Trtspec-Closed=closed\nno-client-can-send-this",

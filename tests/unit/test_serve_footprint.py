@@ -78,7 +78,7 @@ def test_sampler_on_a_real_process_group_sees_its_children() -> None:
     code = (
         "import subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', "
-        '\'b = bytearray(64 << 20); b[::4096] = b"x" * len(b[::4096]); '
+        '\'b = bytearray(64 << 20); b[0:len(b):4096] = b"x" * len(b[0:len(b):4096]); '
         "print(1, flush=True); import time; time.sleep(30)'], stdout=sys.stdout)\n"
         "time.sleep(30)\n"
     )

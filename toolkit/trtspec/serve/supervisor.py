@@ -363,7 +363,10 @@ class Server:
                 shm_prefix=self.shm_prefix or "prefix",
                 rank0_repo=repo if repo != self.repo else None,
             )  # fmt: skip
-        extra = list(self.extra_args)
+        # Every config trtspec writes is complete; Triton's auto-complete would
+        # start one extra stub per Python model at load (importing its model.py)
+        # only to be told nothing new.
+        extra = ["--disable-auto-complete-config", *self.extra_args]
         if self.shm_prefix:
             extra.append(f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix}")
         return server_argv(

@@ -476,8 +476,9 @@ _GOODPUT_NOTE = (
 )
 
 _SWEEP_NOTE = (
-    "Each level is a closed loop of that many in-flight requests, the baseline's and "
-    "the variants' interleaved (ABBA) on one server. A variant is promoted up to the "
+    "A level c is c requests of one arm in flight: blocks of c prompts go to each arm "
+    "in turn (arm order alternating per block), every prompt paired over the arms, "
+    "one server. A variant is promoted up to the "
     "largest measured level at which it, and every lower measured level, was a "
     "promote; routing.yaml's max_concurrency holds that cap and the router sends "
     "the route's further requests to the fallback."

@@ -274,3 +274,34 @@ def test_the_report_says_what_a_level_counts_and_where_blocks_repeated() -> None
     # one request at a time needs no note; a run from before the unit was recorded gets none
     assert level_notes({**summary, "cells": [{"concurrency": 1}], "block_repeats": []}) == []
     assert level_notes({"cells": [{"concurrency": 8}]}) == []
+
+
+def test_the_report_says_when_a_later_level_found_an_earlier_levels_cache() -> None:
+    from trtspec.bench.report import cross_level_notes
+
+    def cell(route: str, variant: str, level: int, reused: float | None) -> dict:
+        return {
+            "route": route,
+            "variant": variant,
+            "concurrency": level,
+            "temperature": 0.0,
+            "prefix_reused_tokens_mean": reused,
+        }
+
+    summary = {
+        "cells": [
+            cell("sum", "baseline", 4, 900.0),
+            cell("sum", "baseline", 1, 12.4),
+            cell("sum", "ngram", 4, 900.0),
+            cell("rag", "baseline", 1, 0.0),
+            cell("rag", "baseline", 4, 0.0),
+            cell("new", "baseline", 1, None),
+            cell("new", "baseline", 4, 64.0),
+        ]
+    }
+    assert cross_level_notes(summary) == [
+        "sum: the baseline reused 900 prompt tokens per request at concurrency=4 against "
+        "12 at concurrency=1: that level found KV blocks an earlier level cached (every "
+        "arm alike), so compare its TTFT, goodput and throughput within the level, not "
+        "across levels"
+    ]

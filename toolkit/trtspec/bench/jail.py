@@ -309,7 +309,12 @@ def build_root(new_root: str, files: dict[str, bytes], sources: dict[str, int]) 
     os.mkdir(f"{work}/tmp", 0o700)
     for name, data in files.items():
         Path(work, name).write_bytes(data)
-    os.symlink(WORK_DIR.lstrip("/") + "/tmp", f"{new_root}/tmp")
+    # /tmp for code that names it; TMPDIR points into the work folder anyway.
+    # A bound Python install under /tmp (a checkout's .venv there) already made
+    # the folder: then the install stays visible there, read-only, and /tmp is
+    # not writable.
+    if not os.path.lexists(f"{new_root}/tmp"):
+        os.symlink(WORK_DIR.lstrip("/") + "/tmp", f"{new_root}/tmp")
     # pivot_root(".", "."): the old root ends up stacked over the new one; detach it
     os.chdir(new_root)
     number = _SYS_PIVOT_ROOT.get(platform.machine())

@@ -414,6 +414,36 @@ def level_notes(summary: dict[str, Any]) -> list[str]:
         "a block sent a prompt twice and its arms may have started from different cache states"
         for r in summary.get("block_repeats") or []
     ]
+    return notes + cross_level_notes(summary)
+
+
+def cross_level_notes(summary: dict[str, Any]) -> list[str]:
+    """Each route whose baseline reused more prompt tokens per request at a
+    later closed-loop level than at its first: the later level found blocks
+    the earlier one cached (every arm alike, so its pairs stay fair), which
+    makes its TTFT, goodput and Pareto point incomparable with the first's."""
+    first: dict[tuple[str, float], tuple[int, float]] = {}
+    notes = []
+    cells = [
+        c
+        for c in summary["cells"]
+        if c.get("variant") == "baseline"
+        and c.get("concurrency")
+        and c.get("prefix_reused_tokens_mean") is not None
+    ]
+    for c in sorted(cells, key=lambda c: int(c["concurrency"])):
+        key = (c["route"], float(c.get("temperature") or 0.0))
+        level, reused = int(c["concurrency"]), float(c["prefix_reused_tokens_mean"])
+        if key not in first:
+            first[key] = (level, reused)
+        elif reused > first[key][1]:
+            notes.append(
+                f"{c['route']}: the baseline reused {reused:.0f} prompt tokens per request "
+                f"at concurrency={level} against {first[key][1]:.0f} at concurrency="
+                f"{first[key][0]}: that level found KV blocks an earlier level cached "
+                "(every arm alike), so compare its TTFT, goodput and throughput within "
+                "the level, not across levels"
+            )
     return notes
 
 

@@ -257,7 +257,7 @@ def test_a_level_above_the_prompts_is_warned_once_and_recorded(tmp_path: Any) ->
 
 
 def test_the_report_says_what_a_level_counts_and_where_blocks_repeated() -> None:
-    from trtspec.bench.report import level_notes
+    from trtspec.bench.report_notes import level_notes
 
     summary = {
         "settings": {"level_unit": "requests of one arm in flight"},
@@ -277,7 +277,7 @@ def test_the_report_says_what_a_level_counts_and_where_blocks_repeated() -> None
 
 
 def test_the_report_says_when_a_later_level_found_an_earlier_levels_cache() -> None:
-    from trtspec.bench.report import cross_level_notes
+    from trtspec.bench.report_notes import cross_level_notes
 
     def cell(route: str, variant: str, level: int, reused: float | None) -> dict:
         return {

@@ -153,7 +153,7 @@ def test_incomplete_run_is_reported_and_exits_1(tmp_path: Path) -> None:
 
 
 def test_the_report_names_the_incident_without_printing_none() -> None:
-    from trtspec.bench.report import incident_note
+    from trtspec.bench.report_notes import incident_note
 
     stub = {
         "kind": "stub_crash",

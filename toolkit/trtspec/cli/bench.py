@@ -87,7 +87,8 @@ def _finish(
     summary: dict[str, Any], gates: list[Any], max_error_rate: float, fmt: str, run_dir: Path
 ) -> None:
     from trtspec.bench.gates import check_gates
-    from trtspec.bench.report import console_lines, incident_note
+    from trtspec.bench.report import console_lines
+    from trtspec.bench.report_notes import incident_note
 
     if fmt == "json":
         emit_json(summary)

@@ -23,21 +23,13 @@ from trtspec.bench.records import (
     atomic_write_text,
     read_requests,
 )
-from trtspec.bench.report_notes import measurement_notes
+from trtspec.bench.report_notes import _fmt, arm_name, measurement_notes
 from trtspec.bench.summary import build_summary, read_jsonl_loose
 from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
 
 METRICS_FILE = "metrics.jsonl"
 PLOTS_DIR = "plots"
-
-
-def arm_name(variant: str, k: Any) -> str:
-    return variant if k is None else f"{variant}(k={k})"
-
-
-def _fmt(v: float | None, spec: str = ".0f", none: str = "-") -> str:
-    return none if v is None else format(v, spec)
 
 
 def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:

@@ -8,6 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 
+def arm_name(variant: str, k: Any) -> str:
+    """An arm as the report names it: ``variant`` or ``variant(k=K)``."""
+    return variant if k is None else f"{variant}(k={k})"
+
+
+def _fmt(v: float | None, spec: str = ".0f", none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
 def incident_note(incident: dict[str, Any]) -> str:
     """One report line per server incident. The model and route are those of
     the first request it failed; an incident that failed no request (or a
@@ -26,7 +35,6 @@ def measurement_notes(summary: dict[str, Any]) -> list[str]:
     """The report's measurement notes: client overhead, external arms, hidden
     acceptance, incidents, cache state and what a load level counts."""
     from trtspec.bench.external_notes import external_notes
-    from trtspec.bench.report import _fmt
 
     client = summary.get("client") or {}
     notes = list(client.get("warnings") or []) + external_notes(summary)
@@ -126,8 +134,6 @@ def cache_notes(summary: dict[str, Any]) -> list[str]:
                 for arm, model in (parity.get("own_engine_models") or {}).items()
             )
         )
-    from trtspec.bench.report import arm_name
-
     for c in summary["cells"]:
         if c.get("cache_state_differs"):
             arm = arm_name(c["variant"], c.get("num_speculative_tokens"))

@@ -16,7 +16,6 @@ import queue
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.fixtures.serve_cli import wait_ready
 from trtspec.bench.records import ACCEPTANCE_NOT_REPORTED, read_requests
 from trtspec.cli.main import cli
 
@@ -76,24 +76,6 @@ bench: {{concurrency: [1], temperatures: [0.0], warmup_requests: 0, requests_per
         yield tmp_path
     finally:
         os.chdir(old)
-
-
-def _wait_ready(proc: subprocess.Popen, deadline_s: float) -> dict:
-    deadline = time.monotonic() + deadline_s
-    buf = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"trtspec serve exited {proc.returncode}: {proc.stderr.read()}")
-        line = proc.stdout.readline()
-        if not line:
-            time.sleep(0.1)
-            continue
-        buf += line
-        try:
-            return json.loads(buf)
-        except json.JSONDecodeError:
-            continue
-    raise AssertionError(f"trtspec serve not ready in {deadline_s}s; stdout so far: {buf}")
 
 
 def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
@@ -167,7 +149,7 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
         start_new_session=True,
     )  # fmt: skip
     try:
-        endpoints = _wait_ready(proc, 300)
+        endpoints = wait_ready(proc, 300)
         grpc = endpoints.get("grpc") or endpoints.get("grpc_url")
         direct = {v: _llmapi_call(grpc, f"{v}__llmapi", PROMPTS[0]) for v in VARIANTS}
         out = _run(

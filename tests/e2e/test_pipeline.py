@@ -18,13 +18,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.fixtures.serve_cli import wait_ready
 from trtspec.bench import stats
 from trtspec.bench.decide import judge_cell
 from trtspec.bench.records import read_requests
@@ -114,25 +114,6 @@ def in_workdir(workdir: Path):
         os.chdir(old)
 
 
-def _wait_ready(proc: subprocess.Popen, deadline_s: float) -> dict:
-    """Read ``trtspec serve --format json`` stdout until its endpoints line."""
-    deadline = time.monotonic() + deadline_s
-    buf = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"trtspec serve exited {proc.returncode}: {proc.stderr.read()}")
-        line = proc.stdout.readline()
-        if not line:
-            time.sleep(0.1)
-            continue
-        buf += line
-        try:
-            return json.loads(buf)
-        except json.JSONDecodeError:
-            continue
-    raise AssertionError(f"trtspec serve not ready in {deadline_s}s; stdout so far: {buf}")
-
-
 def test_every_stage_in_order(in_workdir: Path) -> None:
     spec = "specs/tiny.yaml"
 
@@ -194,7 +175,7 @@ def test_every_stage_in_order(in_workdir: Path) -> None:
         start_new_session=True,
     )
     try:
-        endpoints = _wait_ready(proc, 240)
+        endpoints = wait_ready(proc, 240)
         grpc = endpoints.get("grpc") or endpoints.get("grpc_url")
         assert grpc and grpc.startswith("127.0.0.1:"), endpoints
         out, _ = _run(

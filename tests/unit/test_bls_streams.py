@@ -1,5 +1,6 @@
 """The BLS helpers of repo/models/threads.py: the stream deadline formula,
-its enforcement in the caller (``within_deadline``, ``call_within``), and
+its enforcement in the caller (``within_deadline``, ``call_within``,
+``ExecStream``), the reused worker threads they run on (``Workers``), and
 ``BlsStreams`` keeping finished response iterators alive past the 2.51 stub's
 GIL-less cleanup, then dropping them on its own Python thread."""
 
@@ -140,3 +141,88 @@ def test_items_that_arrived_meanwhile_come_as_one_batch() -> None:
     assert next(batches) == [1, 2, 3]
     gate.set()
     assert list(batches) == [[4]]
+
+
+def test_workers_reuse_an_idle_thread_and_start_one_only_when_all_are_busy() -> None:
+    from trtspec.repo.models.threads import Workers
+
+    pool = Workers(name="test-pool", idle_s=0.5)
+    seen: list[int] = []
+    done = threading.Event()
+    pool.run(lambda: (seen.append(threading.get_ident()), done.set()))
+    assert done.wait(5)
+    deadline = time.monotonic() + 5
+    while pool._idle != 1 and time.monotonic() < deadline:  # back in the pool
+        time.sleep(0.01)
+    done.clear()
+    pool.run(lambda: (seen.append(threading.get_ident()), done.set()))
+    assert done.wait(5)
+    assert seen[0] == seen[1] and pool.threads == 1  # the same thread ran both
+
+    # two jobs at once: a second thread
+    gate, started = threading.Event(), threading.Barrier(3, timeout=5)
+    for _ in range(2):
+        pool.run(lambda: (started.wait(), gate.wait(5)))
+    started.wait()  # both run at the same time
+    assert pool.threads == 2
+    gate.set()
+    # and an idle thread ends after idle_s
+    deadline = time.monotonic() + 5
+    while pool.threads and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.threads == 0
+
+
+def test_a_failing_job_does_not_take_its_worker_down() -> None:
+    from trtspec.repo.models.threads import Workers
+
+    pool = Workers(name="test-pool", idle_s=5)
+    pool.run(lambda: {}["missing"])
+    done = threading.Event()
+    pool.run(done.set)
+    assert done.wait(5) and pool.threads == 1
+
+
+def test_exec_stream_calls_and_pumps_on_one_thread_and_keeps_the_iterator() -> None:
+    from trtspec.repo.models.threads import ExecStream
+
+    threads: set[int] = set()
+    kept: list[Any] = []
+
+    class Responses:
+        def __iter__(self):
+            threads.add(threading.get_ident())
+            yield from (1, 2, 3)
+
+    responses = Responses()
+
+    def call() -> Responses:
+        threads.add(threading.get_ident())
+        return responses
+
+    stream = ExecStream(call, 5.0, "target", keep=kept.append)
+    assert [x for batch in stream.batches for x in batch] == [1, 2, 3]
+    assert len(threads) == 1 and threading.get_ident() not in threads
+    assert stream.responses is responses
+    deadline = time.monotonic() + 5
+    while not kept and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kept == [responses]  # handed to BlsStreams once the pump let go
+
+
+def test_exec_stream_passes_errors_on_and_gives_up_on_a_stuck_exec() -> None:
+    from trtspec.repo.models.threads import ExecStream
+
+    def broken() -> Any:
+        raise RuntimeError("target: model unavailable")
+
+    with pytest.raises(RuntimeError, match="model unavailable"):
+        list(ExecStream(broken, 5.0, "target").batches)
+
+    gate = threading.Event()
+    start = time.monotonic()
+    stuck = ExecStream(lambda: gate.wait(30) and [], 0.2, "target_dte")
+    with pytest.raises(DeadlineExceeded, match=r"^target_dte: no answer within its deadline"):
+        list(stuck.batches)
+    assert time.monotonic() - start < 2.0 and stuck.responses is None
+    gate.set()

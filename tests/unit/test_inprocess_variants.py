@@ -235,12 +235,12 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         sys.modules.update(saved)
 
 
-def _request(text: str = "abc", max_tokens: int = 8) -> list[Tensor]:
-    return [
-        Tensor("text_input", np.array([text.encode()], dtype=np.object_)),
-        Tensor("max_tokens", np.array([max_tokens], dtype=np.int32)),
-        Tensor("stream", np.array([True])),
-    ]
+def _request(text: str = "abc", max_tokens: int = 8) -> dict[str, np.ndarray]:
+    return {
+        "text_input": np.array([text.encode()], dtype=np.object_),
+        "max_tokens": np.array([max_tokens], dtype=np.int32),
+        "stream": np.array([True]),
+    }
 
 
 def run(inprocess: Any, *, deadline_s: float = 30.0, cancel: Cancel | None = None, **kw: Any):
@@ -340,16 +340,16 @@ def test_responses_that_queued_up_go_out_as_one(inprocess: Any, monkeypatch) -> 
     from trtspec.repo.models import orchestrator
 
     ENGINE.script = [[4], [5], [6], [7]]
-    real = orchestrator.batches_within_deadline
+    real = orchestrator.ExecStream
     ready = threading.Event()
 
-    def slow_start(responses: Any, timeout_s: float, what: str) -> Iterator[list[Any]]:
-        batches = real(responses, timeout_s, what)
+    def slow_start(*args: Any, **kw: Any) -> Any:
+        call = real(*args, **kw)
         time.sleep(0.3)  # everything arrives before the first is read
         ready.set()
-        return batches
+        return call
 
-    monkeypatch.setattr(orchestrator, "batches_within_deadline", slow_start)
+    monkeypatch.setattr(orchestrator, "ExecStream", slow_start)
     sender, progress = run(inprocess, max_tokens=4)
     assert ready.is_set()
     tokens = [t["output_ids"].tolist() for t, _ in sender.sent]

@@ -41,16 +41,6 @@ from trtspec.repo.models.threads import DeadlineExceeded
 PARAMETER = "in_process_variants"
 
 
-class _Request:
-    """What ``RequestParams.from_request`` reads: ``inputs()``."""
-
-    def __init__(self, tensors: list[Any]) -> None:
-        self._tensors = tensors
-
-    def inputs(self) -> list[Any]:
-        return self._tensors
-
-
 class _RelayingSender:
     """The router's sender as the BLS relay uses it: counts what went out
     (``progress.sent``) and hands the rollout (``progress.track``) the first
@@ -129,9 +119,15 @@ class InProcessVariants:
             return self._models[variant]
 
     def run(
-        self, variant: str, tensors: list[Any], sender: Any, progress: Any, cancel: Any
+        self,
+        variant: str,
+        inputs: dict[str, Any],
+        sender: Any,
+        progress: Any,
+        cancel: Any,
     ) -> None:
-        """Generate ``variant``'s answer to the request made of ``tensors``
+        """Generate ``variant``'s answer to the request whose input tensors are
+        ``inputs`` (name → array)
         through the router's ``sender`` by ``progress.deadline``; raises as the
         router's BLS call and relay would."""
         from trtspec.repo.models import orchestrator
@@ -141,7 +137,7 @@ class InProcessVariants:
         gen = None
         try:
             model = self.model(variant)
-            params = orchestrator.RequestParams.from_request(_Request(tensors))
+            params = orchestrator.RequestParams.from_inputs(inputs)
             relay = _RelayingSender(
                 sender, progress, orchestrator.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
             )

@@ -29,7 +29,7 @@ length (an engine built before this rule), the loop stops drafting and the
 target generates the rest in one plain call from the sequence that still fits.
 
 Deadlines: every BLS call is bounded in this model (``threads.call_within``,
-``threads.within_deadline``), whatever the callee does. A failure after text
+``threads.ExecStream``), whatever the callee does. A failure after text
 was streamed to the router (a BLS caller) is sent as a final response with
 an ``error`` tensor, because on 2.51 an error response after streamed ones
 never reaches a BLS caller; a client called directly gets the error itself.
@@ -67,8 +67,8 @@ from trtspec.procutil import skip_interpreter_teardown
 from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
+    ExecStream,
     RequestThreads,
-    batches_within_deadline,
     call_within,
     stream_timeout_us,
     string_params,
@@ -146,11 +146,11 @@ def end_cancelled(sender: Any) -> None:
     sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
-def _scalar(request: Any, name: str) -> Any:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
+def _scalar(inputs: dict[str, np.ndarray], name: str) -> Any:
+    array = inputs.get(name)
+    if array is None:
         return None
-    array = tensor.as_numpy().reshape(-1)
+    array = array.reshape(-1)
     return array[0] if array.size else None
 
 
@@ -167,13 +167,20 @@ class RequestParams:
 
     @classmethod
     def from_request(cls, request: Any) -> RequestParams:
-        text = _scalar(request, "text_input")
-        max_tokens = _scalar(request, "max_tokens")
+        """The parameters of a Triton request (its ``inputs()`` read once)."""
+        return cls.from_inputs({t.name(): t.as_numpy() for t in request.inputs()})
+
+    @classmethod
+    def from_inputs(cls, inputs: dict[str, np.ndarray]) -> RequestParams:
+        """The parameters of a request whose input tensors are ``inputs``
+        (name → array); raises ``ParamError`` on a bad value."""
+        text = _scalar(inputs, "text_input")
+        max_tokens = _scalar(inputs, "max_tokens")
         if text is None or max_tokens is None:
             raise ParamError("text_input and max_tokens are required")
 
         def opt(name: str, kind: type) -> Any:
-            value = _scalar(request, name)
+            value = _scalar(inputs, name)
             return None if value is None else kind(value)
 
         params = cls(
@@ -361,12 +368,16 @@ class _Generation:
             return [*names, *totals, REUSED_BLOCKS]
         return [*names, REUSED_BLOCKS] if self.model.reuse_stats_input else names
 
-    def note_reuse(self, response: Any) -> None:
+    def note_reuse(self, response: Any, outputs: dict[str, Any] | None = None) -> None:
         """Keep the target's reused-block count from its first answer only:
-        later rounds of a draft loop reuse this request's own blocks."""
+        later rounds of a draft loop reuse this request's own blocks.
+        ``outputs``: the response's tensors by name, when already read."""
         if self.reused_blocks is not None:
             return
-        tensor = pb_utils.get_output_tensor_by_name(response, REUSED_BLOCKS)
+        if outputs is None:
+            tensor = pb_utils.get_output_tensor_by_name(response, REUSED_BLOCKS)
+        else:
+            tensor = outputs.get(REUSED_BLOCKS)
         if tensor is not None and tensor.as_numpy().size:
             self.reused_blocks = int(tensor.as_numpy().reshape(-1)[0])
 
@@ -386,10 +397,11 @@ class _Generation:
             )
         return np.ascontiguousarray(rows[-drafted:])
 
-    def tokens_of(self, response: Any) -> list[int] | None:
+    def tokens_of(self, response: Any, outputs: dict[str, Any] | None = None) -> list[int] | None:
         # one output_tensors() per response (pb_utils.get_output_tensor_by_name
         # builds the whole list for every name it looks up, every token)
-        outputs = {t.name(): t for t in response.output_tensors()}
+        if outputs is None:
+            outputs = {t.name(): t for t in response.output_tensors()}
         out = outputs.get("output_ids")
         if out is None:
             return None
@@ -662,42 +674,41 @@ class _Generation:
         deadline = time.monotonic() + stream_timeout_us(p.max_tokens) / 1e6
         if self.deadline is not None:
             deadline = min(deadline, self.deadline)
-        # exec() itself waits for the engine's first response on 2.51
-        responses = call_within(
+        # exec() (which on 2.51 returns with the first response) and the pump of
+        # its responses run on one worker thread; what arrived while the last
+        # batch was answered comes as one batch and goes out as one response
+        # (several tokens): under load, fewer sends.
+        call = ExecStream(
             lambda: request.exec(decoupled=True),
             max(0.0, deadline - time.monotonic()),
             m.target_model,
+            keep=m.streams.keep,  # see threads.BlsStreams: the 2.51 stub crash
         )
-        left_s = max(0.0, deadline - time.monotonic())
-        # What arrived while the last batch was answered comes as one batch and
-        # goes out as one response (several tokens): under load, fewer sends.
-        stream = batches_within_deadline(responses, left_s, m.target_model)
-        try:
-            for batch in stream:
-                if self.cancel.is_cancelled():
-                    # The engine stops at its next step (it sees the flag); wait
-                    # for its last answer so nothing of this request outlives it.
-                    cancel_stream(responses)
-                    for _ in stream:
-                        pass
-                    raise Cancelled
-                kept: list[int] = []
-                for response in batch:
-                    if response.has_error():
-                        self.emit(kept)  # what came before the error
-                        raise callee_error(m.target_model, response.error())
-                    self.note_reuse(response)
-                    ids = self.tokens_of(response)
-                    if not ids:
-                        continue
-                    remaining = p.max_tokens - self.completion - len(kept)
-                    step = _cut_at_end(ids, self.end_id)[:remaining]
-                    if step:
-                        self.stats.rounds += 1
-                        kept.extend(step)
-                self.emit(kept)
-        finally:
-            m.streams.keep(responses)  # see threads.BlsStreams: the 2.51 stub crash
+        stream = call.batches
+        for batch in stream:
+            if self.cancel.is_cancelled():
+                # The engine stops at its next step (it sees the flag); wait
+                # for its last answer so nothing of this request outlives it.
+                cancel_stream(call.responses)
+                for _ in stream:
+                    pass
+                raise Cancelled
+            kept: list[int] = []
+            for response in batch:
+                if response.has_error():
+                    self.emit(kept)  # what came before the error
+                    raise callee_error(m.target_model, response.error())
+                outputs = {t.name(): t for t in response.output_tensors()}
+                self.note_reuse(response, outputs)
+                ids = self.tokens_of(response, outputs)
+                if not ids:
+                    continue
+                remaining = p.max_tokens - self.completion - len(kept)
+                step = _cut_at_end(ids, self.end_id)[:remaining]
+                if step:
+                    self.stats.rounds += 1
+                    kept.extend(step)
+            self.emit(kept)
 
 
 class TritonPythonModel:

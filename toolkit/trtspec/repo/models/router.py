@@ -17,7 +17,7 @@ each request.
 
 Every request has one deadline (``threads.stream_timeout_us`` of its
 ``max_tokens``), enforced here whatever the variant does
-(``threads.within_deadline``): past it the client gets an error, the
+(``threads.ExecStream``): past it the client gets an error, the
 variant is told to stop (the cancel flag, kept up for ``LINGER_S``) and the
 route's concurrency slot is released; nothing is retried on the fallback
 then, since the time is spent. An orchestrator's failure after it streamed
@@ -58,15 +58,15 @@ from trtspec.repo.models.rollout_live import Live, Tracked
 from trtspec.repo.models.threads import (
     BlsStreams,
     DeadlineExceeded,
+    ExecStream,
     RequestThreads,
-    call_within,
     stream_timeout_us,
     string_params,
-    within_deadline,
 )
 from trtspec.repo.routing import Choice, InFlight, choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
+_INPUTS = frozenset(INPUT_NAMES)
 OUTPUT_NAMES = [t.name for t in ORCHESTRATOR_OUTPUTS]
 # How long the cancel flag of a request past its deadline stays up: the
 # variant sees it at its next step, which may come long after the answer.
@@ -154,11 +154,10 @@ class TritonPythonModel:
         progress = _Progress(time.monotonic() + stream_timeout_us(None) / 1e6)
         error: str | None = None
         try:
-            inputs: dict[str, np.ndarray] = {}
-            for name in INPUT_NAMES:
-                tensor = pb_utils.get_input_tensor_by_name(request, name)
-                if tensor is not None:
-                    inputs[name] = tensor.as_numpy()
+            # inputs() once (get_input_tensor_by_name builds the list per name)
+            inputs: dict[str, np.ndarray] = {
+                t.name(): t.as_numpy() for t in request.inputs() if t.name() in _INPUTS
+            }
             check_inputs(inputs)
             progress.deadline = (
                 time.monotonic() + stream_timeout_us(_value(inputs, "max_tokens")) / 1e6
@@ -238,9 +237,8 @@ class TritonPythonModel:
         fallback: bool,
     ) -> None:
         if self._inprocess is not None and not fallback and self._inprocess.accepts(variant):
-            tensors = [pb_utils.Tensor(name, array) for name, array in inputs.items()]
             try:
-                self._inprocess.run(variant, tensors, sender, progress, cancel)
+                self._inprocess.run(variant, inputs, sender, progress, cancel)
             except DeadlineExceeded:
                 progress.expired = True
                 cancel.raise_flag()  # its engines stop at their next step
@@ -254,27 +252,27 @@ class TritonPythonModel:
             timeout=max(1, int(left_s * 1_000_000)),
             parameters=cancel.parameters(),
         )
+        # exec() (which on 2.51 returns with the first response) and the pump
+        # of its responses on one worker thread (threads.ExecStream)
+        call = ExecStream(
+            lambda: request.exec(decoupled=True),
+            left_s,
+            variant,
+            keep=self._streams.keep,  # see BlsStreams: not freed by the stub's C++ thread
+        )
         try:
-            # exec() itself waits for the variant's first response on 2.51
-            responses = call_within(lambda: request.exec(decoupled=True), left_s, variant)
+            self._relay(variant, call, sender, progress, cancel, fallback=fallback)
         except DeadlineExceeded:
             progress.expired = True
             cancel.raise_flag()  # the variant (and its engines) stop at their next step
+            if call.responses is not None:
+                cancel_stream(call.responses)
             raise
-        try:
-            self._relay(variant, responses, sender, progress, cancel, fallback=fallback)
-        except DeadlineExceeded:
-            progress.expired = True
-            cancel.raise_flag()  # the variant (and its engines) stop at their next step
-            cancel_stream(responses)
-            raise
-        finally:
-            self._streams.keep(responses)  # see BlsStreams: not freed by the stub's C++ thread
 
     def _relay(
         self,
         variant: str,
-        responses: Any,
+        call: ExecStream,
         sender: Any,
         progress: _Progress,
         cancel: Cancellation,
@@ -282,13 +280,12 @@ class TritonPythonModel:
         fallback: bool,
     ) -> None:
         final_sent = False
-        left_s = max(0.0, progress.deadline - time.monotonic())
-        stream = within_deadline(responses, left_s, variant)
+        stream = (response for batch in call.batches for response in batch)
         for response in stream:
             if cancel.is_cancelled():
                 # The orchestrator stops at its next step (it sees the flag);
                 # wait for its last answer so nothing of this request outlives it.
-                cancel_stream(responses)
+                cancel_stream(call.responses)
                 for _ in stream:
                     pass
                 raise Cancelled

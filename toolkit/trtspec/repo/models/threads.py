@@ -3,7 +3,9 @@ thread per request, so a long generation does not block the requests queued
 behind it, joined at unload; the config's string parameters as a dict; the
 deadline of a streamed BLS call (from the request's ``max_tokens``), and
 ``within_deadline`` / ``batches_within_deadline`` / ``call_within``, which
-enforce a BLS call's deadline in the caller whatever the callee does; and
+enforce a BLS call's deadline in the caller whatever the callee does, and
+``exec_stream``, which makes a decoupled BLS call and pumps its responses on
+one thread; ``Workers``, the reused threads all of these run on; and
 ``BlsStreams``, which keeps finished decoupled-BLS response iterators alive
 until the stub's own C++ thread has let go of them (the crash workaround
 described there). No Triton imports: unit-testable as is."""
@@ -11,6 +13,7 @@ described there). No Triton imports: unit-testable as is."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import queue
 import threading
@@ -31,6 +34,60 @@ BLS_STREAM_BASE_S = 30.0
 # workaround below off (benchmarks/soak_stubs.py --no-workaround: before/after).
 WORKAROUND = os.environ.get("TRTSPEC_BLS_WORKAROUND", "1") != "0"
 BLS_STREAM_PER_TOKEN_S = 2.0
+
+
+class Workers:
+    """Daemon threads kept for reuse: ``run(fn)`` hands ``fn`` to an idle
+    thread and starts a new one only when every thread is busy; a thread
+    idle for ``idle_s`` ends.
+
+    Why not a thread per call: ``Thread.start()`` waits until the new thread
+    runs, i.e. two GIL hand-overs on the caller's path. A request on the
+    served path used to start three (its request thread, the BLS ``exec()``
+    thread, the response pump) before its first token could go out: 1–3 ms
+    of its time to first token on two busy cores (benchmarks/ceiling.py). A
+    reused thread is woken through a queue instead."""
+
+    def __init__(self, name: str = "trtspec-worker", idle_s: float = 60.0) -> None:
+        self.name = name
+        self.idle_s = idle_s
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a job and not yet promised one
+        self.threads = 0  # threads alive
+
+    def run(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on a worker thread (its exceptions are its own to handle)."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(fn)
+                return
+            self.threads += 1
+        threading.Thread(target=self._loop, args=(fn,), name=self.name, daemon=True).start()
+
+    def _loop(self, fn: Callable[[], None]) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a job handles its own errors
+                fn()
+            fn = None  # type: ignore[assignment]  # drop the job's references while idle
+            with self._lock:
+                self._idle += 1
+            try:
+                fn = self._jobs.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:
+                    try:  # a job promised to an idle thread just now
+                        fn = self._jobs.get_nowait()
+                    except queue.Empty:
+                        self._idle -= 1
+                        self.threads -= 1
+                        return
+
+
+# One pool per process (a stub serves one model; the router's in-process
+# variants share the router's).
+WORKERS = Workers()
 
 
 def stream_timeout_us(max_tokens: int | None) -> int:
@@ -86,30 +143,70 @@ def batches_within_deadline(
             items.put((2, exc))
 
     # started here, not at the first next(): the deadline runs from this call
-    threading.Thread(target=pump, name="trtspec-bls-stream", daemon=True).start()
+    WORKERS.run(pump)
     deadline = time.monotonic() + timeout_s
+    return _batches(items, deadline, timeout_s, what)
 
-    def batches() -> Iterator[list[T]]:
-        while True:
+
+def _batches(
+    items: queue.SimpleQueue[tuple[int, Any]], deadline: float, timeout_s: float, what: str
+) -> Iterator[list[Any]]:
+    """The reader's side of a pump (see ``batches_within_deadline``)."""
+    while True:
+        try:
+            kind, item = items.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise _deadline_error(what, timeout_s) from None
+        batch: list[Any] = []
+        while kind == 0:
+            batch.append(item)
             try:
-                kind, item = items.get(timeout=max(0.0, deadline - time.monotonic()))
+                kind, item = items.get_nowait()
             except queue.Empty:
-                raise _deadline_error(what, timeout_s) from None
-            batch: list[T] = []
-            while kind == 0:
-                batch.append(item)
-                try:
-                    kind, item = items.get_nowait()
-                except queue.Empty:
-                    break
-            if batch:
-                yield batch
-            if kind == 1:
-                return
-            if kind == 2:
-                raise item
+                break
+        if batch:
+            yield batch
+        if kind == 1:
+            return
+        if kind == 2:
+            raise item
 
-    return batches()
+
+class ExecStream:
+    """A decoupled BLS call made and read on one worker thread: ``call()``
+    (``request.exec(decoupled=True)``, which on 2.51 returns once the first
+    response is in) and then its responses, pumped into ``batches`` (as
+    ``batches_within_deadline``: every item that arrived while the last
+    batch was handled) until ``timeout_s`` after this call. ``responses`` is
+    the response iterator once ``exec()`` has returned (for
+    ``cancel_stream``), else None; ``keep`` (``BlsStreams.keep``) gets it when
+    the pump is done with it. One thread and one hand-over fewer than
+    ``call_within`` followed by ``batches_within_deadline``."""
+
+    def __init__(
+        self,
+        call: Callable[[], Iterable[Any]],
+        timeout_s: float,
+        what: str,
+        keep: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.responses: Any = None
+        items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+
+        def pump() -> None:
+            try:
+                self.responses = call()
+                for item in self.responses:
+                    items.put((0, item))
+                items.put((1, None))
+            except BaseException as exc:  # handed to the reader, which re-raises it
+                items.put((2, exc))
+            finally:
+                if keep is not None and self.responses is not None:
+                    keep(self.responses)
+
+        WORKERS.run(pump)
+        self.batches = _batches(items, time.monotonic() + timeout_s, timeout_s, what)
 
 
 def call_within(call: Callable[[], T], timeout_s: float, what: str) -> T:
@@ -124,7 +221,7 @@ def call_within(call: Callable[[], T], timeout_s: float, what: str) -> T:
         except BaseException as exc:
             results.put((False, exc))
 
-    threading.Thread(target=run, name="trtspec-bls-call", daemon=True).start()
+    WORKERS.run(run)
     try:
         ok, value = results.get(timeout=timeout_s)
     except queue.Empty:
@@ -201,28 +298,37 @@ def string_params(config: dict[str, Any]) -> dict[str, str]:
 
 
 class RequestThreads:
-    """Runs ``target(request)`` on its own daemon thread per request and keeps
-    track of the live ones so ``join`` can wait for them at unload."""
+    """Runs ``target(request)`` on a worker thread (``WORKERS``) per request
+    and counts the running ones so ``join`` can wait for them at unload."""
 
-    def __init__(self) -> None:
-        self._threads: set[threading.Thread] = set()
-        self._lock = threading.Lock()
+    def __init__(self, workers: Workers | None = None) -> None:
+        self._workers = workers or WORKERS
+        self._running = 0
+        self._done = threading.Condition()
 
     def start(self, target: Callable[[Any], None], request: Any) -> None:
         def run() -> None:
             try:
                 target(request)
             finally:
-                with self._lock:
-                    self._threads.discard(threading.current_thread())
+                with self._done:
+                    self._running -= 1
+                    self._done.notify_all()
 
-        thread = threading.Thread(target=run, daemon=True)
-        with self._lock:
-            self._threads.add(thread)
-        thread.start()
+        with self._done:
+            self._running += 1
+        self._workers.run(run)
+
+    def running(self) -> int:
+        with self._done:
+            return self._running
 
     def join(self, timeout: float = 10.0) -> None:
-        with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(timeout=timeout)
+        """Wait until no request runs, at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._done:
+            while self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._done.wait(left)

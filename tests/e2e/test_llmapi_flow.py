@@ -2,7 +2,9 @@
 ``build`` (reference engines + one LLM-argument YAML per variant, then a
 cached rebuild) → ``repo`` (+ ``--check``) → ``trtspec serve`` (one real
 tritonserver) → a direct streaming call to each ``<variant>__llmapi`` model
-with the llmapi model's tensors → ``bench --endpoint`` through the router →
+with the llmapi model's tensors → one request through the router, which runs
+the adapter in its own process (Triton counts no request on the adapter
+model, one on the llmapi model) → ``bench --endpoint`` →
 the decisions, equality with the baseline at T=0, and acceptance reported as
 not available (never 0) at the pinned 1.2.1. The direct calls show that the
 CPU stand-in really speculates (NGram and Draft_Target draft and accept
@@ -76,6 +78,52 @@ bench: {{concurrency: [1], temperatures: [0.0], warmup_requests: 0, requests_per
         yield tmp_path
     finally:
         os.chdir(old)
+
+
+def _successes(url: str, model: str) -> int:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        stats = client.get_inference_statistics(model_name=model, as_json=True)
+    finally:
+        client.close()
+    return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))
+
+
+def _router_call(url: str, prompt: str) -> dict[str, Any]:
+    """One streaming request to the router (route ``rag``): its text and the
+    variant its final response names."""
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value: Any, dtype: str, np_dtype: Any) -> Any:
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(np.array([value], dtype=np_dtype))
+        return t
+
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer(
+            "router",
+            [
+                tensor("text_input", prompt.encode(), "BYTES", np.object_),
+                tensor("max_tokens", 16, "INT32", np.int32),
+                tensor("stream", True, "BOOL", bool),
+                tensor("route", b"rag", "BYTES", np.object_),
+            ],
+        )
+        text = ""
+        while True:
+            result, error = responses.get(timeout=120)
+            assert error is None, error
+            text += result.as_numpy("text_output").reshape(-1)[0].decode()
+            if bool(result.as_numpy("is_final").reshape(-1)[0]):
+                return {"text": text, "variant": result.as_numpy("variant")[0].decode()}
+    finally:
+        client.stop_stream()
+        client.close()
 
 
 def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
@@ -152,6 +200,9 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
         endpoints = wait_ready(proc, 300)
         grpc = endpoints.get("grpc") or endpoints.get("grpc_url")
         direct = {v: _llmapi_call(grpc, f"{v}__llmapi", PROMPTS[0]) for v in VARIANTS}
+        counts = [(_successes(grpc, "baseline"), _successes(grpc, "baseline__llmapi"))]
+        routed = _router_call(grpc, PROMPTS[0])
+        counts.append((_successes(grpc, "baseline"), _successes(grpc, "baseline__llmapi")))
         out = _run(
             "bench", spec, "--endpoint", grpc, "--run-dir", "results/run1", "--no-plots",
             "--fixed-count",
@@ -177,7 +228,12 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
         assert direct[v]["total_draft_tokens"] > 0, direct
         assert 0 <= direct[v]["total_accepted_draft_tokens"] <= direct[v]["total_draft_tokens"]
 
-    # the bench through the router: every variant decided, equal to the baseline
+    # the router ran the baseline's adapter in its own process: straight to
+    # baseline__llmapi, the adapter model itself never called
+    assert routed == {"text": direct["baseline"]["text"], "variant": "baseline"}
+    assert counts[1][0] == counts[0][0] and counts[1][1] == counts[0][1] + 1, counts
+
+    # the bench: every variant decided, equal to the baseline
     rows = [r for r in read_requests(Path("results/run1/requests.jsonl")) if not r["warmup"]]
     assert {r["variant"] for r in rows} == set(VARIANTS)
     assert all(r["error"] is None for r in rows), [r["error"] for r in rows]

@@ -9,7 +9,8 @@ without a fallback; and the relay's bookkeeping in detail — every response
 counted, the rollout handed the first response with tokens and the final one
 (never the others), a cancel raised between steps, a client's error kept the
 client's, engine responses that queued up while the last ones were answered
-sent as one response, and a model that is not the orchestrator left to BLS.
+sent as one response, and a model that is not the orchestrator left to BLS;
+the LLM-API flow's adapter run the same way, straight against its llmapi model.
 """
 
 from __future__ import annotations
@@ -96,6 +97,17 @@ class Engine:
                 ]
             )
 
+    def text_stream(self, inputs: dict[str, np.ndarray]) -> Iterator[Response]:
+        """The llmapi model's side: each token list of ``script`` becomes one
+        ``text_output`` delta (token ``i`` is the letter ``chr(96 + i)``)."""
+        for response in self.stream(inputs):
+            if response.has_error():
+                yield response
+                continue
+            ids = response.output_tensors()[0].as_numpy().reshape(-1).tolist()
+            piece = "".join(chr(96 + i) for i in ids)
+            yield Response([Tensor("text_output", np.array([piece.encode()], dtype=np.object_))])
+
 
 ENGINE = Engine()
 
@@ -106,6 +118,8 @@ class InferenceRequest:
         self.inputs = {t.name(): t.as_numpy() for t in inputs}
 
     def exec(self, decoupled: bool = False) -> Any:
+        if self.model_name == "ad__llmapi":  # the llmapi contract: text deltas
+            return ENGINE.text_stream(self.inputs)
         assert decoupled and self.model_name == "target", self.model_name
         return ENGINE.stream(self.inputs)
 
@@ -198,7 +212,11 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    names = ["trtspec.repo.models.orchestrator", "trtspec.repo.models.inprocess"]
+    names = [
+        "trtspec.repo.models.orchestrator",
+        "trtspec.repo.models.inprocess",
+        "trtspec.repo.models.llmapi_adapter",
+    ]
     saved = {n: sys.modules.pop(n) for n in names if n in sys.modules}
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
     config = mc.ModelConfig(name="baseline", backend="python")
@@ -217,6 +235,18 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     (tmp_path / "baseline" / "1" / "model.py").write_text(
         "from trtspec.repo.models.orchestrator import TritonPythonModel\n"
     )
+    # the LLM-API flow's adapter "ad" in front of its llmapi model "ad__llmapi"
+    adapter = mc.ModelConfig(name="ad", backend="python")
+    for key, value in {"llm_model": "ad__llmapi", "tokenizer_dir": str(tmp_path)}.items():
+        adapter.parameters[key].string_value = value
+    (tmp_path / "ad" / "1").mkdir(parents=True)
+    (tmp_path / "ad" / "config.pbtxt").write_text(text_format.MessageToString(adapter))
+    (tmp_path / "ad" / "1" / "model.py").write_text(
+        "from trtspec.repo.models.llmapi_adapter import TritonPythonModel\n"
+    )
+    from trtspec.repo.models import text as text_module
+
+    monkeypatch.setattr(text_module, "Tokenizer", lambda folder, **_: Text())
     (tmp_path / "echo" / "1").mkdir(parents=True)
     (tmp_path / "echo" / "1" / "model.py").write_text(
         "from trtspec.bench.echo_model import TritonPythonModel\n"
@@ -357,3 +387,32 @@ def test_responses_that_queued_up_go_out_as_one(inprocess: Any, monkeypatch) -> 
     assert json.dumps([t["text_output"][0].decode() for t, _ in sender.sent]) == '["defg", ""]'
     final = progress.tracked[-1][0]
     assert int(final["rounds"][0]) == 4  # still one round per engine response
+
+
+def test_the_llmapi_adapter_runs_in_process_against_its_llmapi_model(inprocess: Any) -> None:
+    """router → llmapi model: the adapter's own request, its deltas relayed
+    (what queued up as one), counted, tracked, and its final response named."""
+    assert inprocess.kind("ad") == "trtspec.repo.models.llmapi_adapter"
+    ENGINE.script = [[4], [5], [6]]
+    sender, progress = Sender(), Progress(30.0)
+    inprocess.run("ad", _request(max_tokens=3), sender, progress, Cancel())
+    asked = ENGINE.requests[0]
+    assert asked["text_input"].tolist() == [b"abc"]
+    assert int(asked["sampling_param_max_tokens"][0]) == 3
+    texts = [t["text_output"][0].decode() for t, _ in sender.sent]
+    assert "".join(texts) == "def" and sender.sent[-1][1] == FINAL
+    assert progress.sent == len(sender.sent)
+    final = progress.tracked[-1][0]
+    assert final["variant"][0] == b"ad" and int(final["completion_tokens"][0]) == 3
+    assert progress.first_ns is not None
+
+
+def test_a_stalled_llmapi_model_ends_at_the_routers_deadline(inprocess: Any) -> None:
+    from trtspec.repo.models.threads import DeadlineExceeded
+
+    ENGINE.script = [[4], "stall"]
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded) as info:
+        inprocess.run("ad", _request(), Sender(), Progress(0.5), Cancel())
+    assert 0.4 <= time.monotonic() - started < 5
+    assert str(info.value).startswith("ad: no answer within its deadline of 0.")

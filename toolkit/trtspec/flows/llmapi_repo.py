@@ -166,7 +166,13 @@ def write_tree(
         decoupled=True,
         inputs=ORCHESTRATOR_INPUTS,
         outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": ROUTING_FILE, "variants": ",".join(sorted(docs))},
+        parameters={
+            "routing_file": ROUTING_FILE,
+            "variants": ",".join(sorted(docs)),
+            # the chosen variant's adapter runs in the router's process
+            # (repo/models/inprocess.py): router → llmapi model, one hop fewer
+            "in_process_variants": True,
+        },
     )
     configs.write_config(repo / ROUTER / "config.pbtxt", router)
     (repo / ROUTER / "1").mkdir(parents=True, exist_ok=True)

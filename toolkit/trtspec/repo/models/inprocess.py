@@ -17,9 +17,13 @@ rule reads) and the first one carrying tokens and the final one are handed
 to the rollout (``progress.track``: the request log's TTFT, token counts and
 variant, the metrics); a cancel is seen between steps. Its other errors come
 out as the orchestrator model's would, so the router's fallback and
-client-error rules see no difference. The fallback retry still goes over BLS
-(the route's safety net stays the fallback's own model), and so does a
-variant whose model is not trtspec's orchestrator (``accepts``).
+client-error rules see no difference. The LLM-API flow's per-variant model
+(``llmapi_adapter.py``) runs here the same way: its ``_run`` with the
+router's sender and deadline, calling the variant's ``llmapi`` model
+directly (router → llmapi model instead of router → adapter → llmapi
+model). The fallback retry still goes over BLS (the route's safety net
+stays the fallback's own model), and so does a variant whose model is
+neither (``accepts``: an echo model, say).
 ``benchmarks/ceiling.py`` measures what it saves (layers ``full`` and ``bls``).
 """
 
@@ -39,6 +43,9 @@ from trtspec.repo.models.threads import DeadlineExceeded
 # used, so PARAMETER can be read outside a stub (trtspec.bench.instant).
 
 PARAMETER = "in_process_variants"
+# the modules whose models run here, as a variant's model.py imports them
+ORCHESTRATOR = "trtspec.repo.models.orchestrator"
+ADAPTER = "trtspec.repo.models.llmapi_adapter"
 
 
 class _RelayingSender:
@@ -71,52 +78,66 @@ class InProcessVariants:
         self.repository = Path(repository)
         self._models: dict[str, Any] = {}
         self._texts: dict[str, LocalText | None] = {}
-        self._accepts: dict[str, bool] = {}
+        self._kinds: dict[str, str | None] = {}  # variant -> ORCHESTRATOR, ADAPTER or None
         self._lock = threading.Lock()
 
     @staticmethod
     def enabled(params: dict[str, str]) -> bool:
         return (params.get(PARAMETER) or "").strip().lower() in ("1", "true", "yes")
 
-    def accepts(self, variant: str) -> bool:
-        """Whether ``variant``'s model is trtspec's orchestrator (its
-        ``model.py`` loads that module), which is what runs here; anything
-        else (an echo or LLM-API model) is called over BLS."""
-        from trtspec.repo.models import orchestrator
-
+    def kind(self, variant: str) -> str | None:
+        """``ORCHESTRATOR`` or ``ADAPTER`` when ``variant``'s ``model.py``
+        loads that trtspec module (what runs here), else None."""
         with self._lock:
-            if variant not in self._accepts:
+            if variant not in self._kinds:
                 source = self.repository / variant / "1" / "model.py"
                 try:
                     text = source.read_text(encoding="utf-8")
                 except OSError:
                     text = ""
-                self._accepts[variant] = f"from {orchestrator.__name__} import" in text
-            return self._accepts[variant]
+                self._kinds[variant] = next(
+                    (k for k in (ORCHESTRATOR, ADAPTER) if f"from {k} import" in text), None
+                )
+            return self._kinds[variant]
+
+    def accepts(self, variant: str) -> bool:
+        """Whether ``variant`` runs here; anything else (an echo model, say)
+        is called over BLS."""
+        return self.kind(variant) is not None
 
     def model(self, variant: str) -> Any:
+        kind = self.kind(variant)
         with self._lock:
             if variant not in self._models:
-                from google.protobuf import json_format
-
-                from trtspec.repo import configs
-                from trtspec.repo.models import orchestrator
-
-                config = configs.read_config(self.repository / variant / "config.pbtxt")
-                as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
-                params = {
-                    k: v.get("string_value", "")
-                    for k, v in (as_dict.get("parameters") or {}).items()
-                }
-                folder = params.pop("tokenizer_dir", "")
-                as_dict["parameters"] = {k: {"string_value": v} for k, v in params.items()}
-                model = orchestrator.TritonPythonModel()
-                model.initialize({"model_config": json.dumps(as_dict)})
-                if folder not in self._texts:
-                    self._texts[folder] = LocalText.of_params({"tokenizer_dir": folder})
-                model.text = self._texts[folder]
-                self._models[variant] = model
+                self._models[variant] = self._load(variant, kind)
             return self._models[variant]
+
+    def _load(self, variant: str, kind: str | None) -> Any:
+        from google.protobuf import json_format
+
+        from trtspec.repo import configs
+
+        config = configs.read_config(self.repository / variant / "config.pbtxt")
+        as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
+        if kind == ADAPTER:
+            from trtspec.repo.models import llmapi_adapter
+
+            adapter = llmapi_adapter.TritonPythonModel()
+            adapter.initialize({"model_config": json.dumps(as_dict), "model_name": variant})
+            return adapter
+        from trtspec.repo.models import orchestrator
+
+        params = {
+            k: v.get("string_value", "") for k, v in (as_dict.get("parameters") or {}).items()
+        }
+        folder = params.pop("tokenizer_dir", "")
+        as_dict["parameters"] = {k: {"string_value": v} for k, v in params.items()}
+        model = orchestrator.TritonPythonModel()
+        model.initialize({"model_config": json.dumps(as_dict)})
+        if folder not in self._texts:
+            self._texts[folder] = LocalText.of_params({"tokenizer_dir": folder})
+        model.text = self._texts[folder]
+        return model
 
     def run(
         self,
@@ -127,9 +148,8 @@ class InProcessVariants:
         cancel: Any,
     ) -> None:
         """Generate ``variant``'s answer to the request whose input tensors are
-        ``inputs`` (name → array)
-        through the router's ``sender`` by ``progress.deadline``; raises as the
-        router's BLS call and relay would."""
+        ``inputs`` (name → array) through the router's ``sender`` by
+        ``progress.deadline``; raises as the router's BLS call and relay would."""
         from trtspec.repo.models import orchestrator
 
         start_ns = time.monotonic_ns()
@@ -141,6 +161,9 @@ class InProcessVariants:
             relay = _RelayingSender(
                 sender, progress, orchestrator.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
             )
+            if self.kind(variant) == ADAPTER:
+                model._run(params, relay, cancel, deadline=progress.deadline)
+                return
             gen = orchestrator._Generation(model, params, relay, start_ns, cancel)
             gen.deadline = progress.deadline
             gen.run()
@@ -166,4 +189,6 @@ class InProcessVariants:
 
     def close(self) -> None:
         for model in self._models.values():
-            model.streams.close()
+            streams = getattr(model, "streams", None) or getattr(model, "_streams", None)
+            if streams is not None:
+                streams.close()

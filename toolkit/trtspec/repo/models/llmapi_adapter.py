@@ -16,6 +16,13 @@ not available, never as 0. ``rounds`` and ``prefix_reused_tokens`` are not in
 the contract and are left out too. The LLM API fixes the draft length per
 model (``max_draft_len``, ``draft_len_schedule``): a request's
 ``num_draft_tokens`` is accepted and not used.
+
+The call is bounded by the request's deadline in this model
+(``threads.ExecStream``, whatever the llmapi model does), and deltas that
+arrived while the last one was being answered go out as one response. The
+router runs this model's ``_run`` in its own process (``inprocess.py``), one
+Python hop fewer per streamed delta; the model itself serves the bench's
+direct calls, the fallback retry and other clients.
 """
 
 from __future__ import annotations
@@ -35,7 +42,13 @@ from trtspec.repo.models.orchestrator import (
     end_cancelled,
     error_reply,
 )
-from trtspec.repo.models.threads import BlsStreams, RequestThreads, stream_timeout_us, string_params
+from trtspec.repo.models.threads import (
+    BlsStreams,
+    ExecStream,
+    RequestThreads,
+    stream_timeout_us,
+    string_params,
+)
 
 
 def _tensor(name: str, value: Any, dtype: Any) -> Any:
@@ -79,7 +92,16 @@ class TritonPythonModel:
         finally:
             cancel.close()
 
-    def _run(self, p: RequestParams, sender: Any, cancel: Cancellation) -> None:
+    def _run(
+        self,
+        p: RequestParams,
+        sender: Any,
+        cancel: Cancellation,
+        deadline: float | None = None,
+    ) -> None:
+        """Answer ``p`` through ``sender``; ``deadline`` (``time.monotonic()``)
+        bounds the whole call where the caller has one of its own (the
+        router running this model in process)."""
         start = time.perf_counter_ns()
         inputs = [
             _tensor("text_input", p.text.encode("utf-8"), np.object_),
@@ -106,17 +128,23 @@ class TritonPythonModel:
             timeout=stream_timeout_us(p.max_tokens),
             parameters=cancel.parameters(),
         )
-        responses = call.exec(decoupled=True)
+        timeout_s = stream_timeout_us(p.max_tokens) / 1e6
+        if deadline is not None:
+            timeout_s = min(timeout_s, max(0.0, deadline - time.monotonic()))
+        stream = ExecStream(
+            lambda: call.exec(decoupled=True), timeout_s, self.llm_model, keep=self._streams.keep
+        )
         text = ""
         first_ns: int | None = None
         totals: dict[str, int] = {}
-        try:
-            for response in responses:
-                if cancel.is_cancelled():
-                    cancel_stream(responses)
-                    for _ in responses:
-                        pass
-                    raise Cancelled
+        for batch in stream.batches:
+            if cancel.is_cancelled():
+                cancel_stream(stream.responses)
+                for _ in stream.batches:
+                    pass
+                raise Cancelled
+            pieces = []
+            for response in batch:
                 if response.has_error():
                     raise callee_error(self.llm_model, response.error())
                 out = {t.name(): t.as_numpy() for t in response.output_tensors()}
@@ -128,14 +156,15 @@ class TritonPythonModel:
                     continue
                 piece = delta.reshape(-1)[0]
                 piece = piece.decode("utf-8") if isinstance(piece, bytes) else str(piece)
-                if not piece:
-                    continue
-                first_ns = first_ns or time.perf_counter_ns()
-                text += piece
-                if p.stream:
-                    sender.send(self._delta(piece))
-        finally:
-            self._streams.keep(responses)
+                if piece:
+                    pieces.append(piece)
+            if not pieces:
+                continue
+            first_ns = first_ns or time.perf_counter_ns()
+            joined = "".join(pieces)
+            text += joined
+            if p.stream:  # what queued up meanwhile goes out as one delta
+                sender.send(self._delta(joined))
         self._final(p, "" if p.stream else text, text, totals, start, first_ns, sender)
 
     def _delta(self, piece: str) -> Any:

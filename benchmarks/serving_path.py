@@ -25,8 +25,17 @@ token of each server process), and the two checks: (4) the router's single
 stream >= 90% of the in-process engine's tokens/s, (5) the router at 4 in
 flight >= 80% of the engine model's at 4. ``--check`` exits 3 on a miss.
 
+``--flow llmapi`` measures the LLM-API flow's path instead (a baseline-only
+``flow: llmapi`` repository on the CPU stand-in): ``llm`` = the
+``baseline__llmapi`` model alone (its own tensors, text deltas), ``adapter`` =
+the ``baseline`` adapter model in front of it, ``router`` = the router as
+assembled (the adapter runs in its process: router → llm), ``bls`` = the
+router calling the adapter model over BLS (router → adapter → llm, the path
+before that cut). Tokens are the completion's text re-tokenized; every layer's
+text is compared with the ``llm`` layer's.
+
 Loopback only; bounded by ``--tokens``, ``--repeats`` and the prompt set.
-Run: ``.venv/bin/python benchmarks/serving_path.py [--models demo,tiny]``.
+Run: ``.venv/bin/python benchmarks/serving_path.py [--models demo,tiny] [--flow llmapi]``.
 """
 
 from __future__ import annotations
@@ -57,6 +66,15 @@ target: {{model: {model}, family: llama, dtype: float32, max_batch_size: 8,
 variants: []
 """
 TICK = os.sysconf("SC_CLK_TCK")
+LLMAPI_SPEC = """\
+name: llmapi-{name}
+backend: reference
+flow: {{kind: llmapi, trtllm_version: "1.2.1"}}
+target: {{model: {model}, family: llama, dtype: float32, max_batch_size: 8,
+         max_input_len: 1536, max_seq_len: 2048, max_num_tokens: 4096, instances: 1}}
+variants: []
+"""
+LLMAPI_LAYERS = {"llm": "baseline__llmapi", "adapter": "baseline", "router": "router"}
 
 
 @dataclass
@@ -69,6 +87,7 @@ class Run:
     last: float = 0.0
     ids: list[int] = field(default_factory=list)
     error: str = ""
+    text: str = ""  # the LLM-API flow's layers: the streamed text
 
 
 @dataclass
@@ -274,7 +293,10 @@ def served(server: Any, layer: str, level: int, jobs: list[tuple[str, list[int]]
                 if not todo:
                     return
                 prompt, ids = todo.pop(0)
-            run = one_request(server.grpc_url, layer, prompt, ids, args)
+            if getattr(args, "flow", "engine") == "llmapi":
+                run = llmapi_request(server.grpc_url, layer, prompt, args)
+            else:
+                run = one_request(server.grpc_url, layer, prompt, ids, args)
             with lock:
                 runs.append(run)
 
@@ -334,13 +356,154 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     return rows
 
 
+# ---------------------------------------------------------------- LLM-API flow
+def build_llmapi(model: Path, name: str, root: Path) -> tuple[Path, Path]:
+    """A baseline-only ``flow: llmapi`` repository for ``model`` under ``root``
+    (built and assembled as ``trtspec build`` and ``repo`` do), plus the
+    ``bls`` router: (repo, tokenizer folder)."""
+    from trtspec.bench.instant import add_bls_router
+    from trtspec.build.executor import backend_for, execute
+    from trtspec.flows import flow_for, make_plan
+    from trtspec.spec import load_spec
+
+    spec_path = root / "spec.yaml"
+    spec_path.write_text(LLMAPI_SPEC.format(name=name, model=model.resolve()), encoding="utf-8")
+    spec = load_spec(spec_path)
+    flow = flow_for(spec)
+    engines = root / "engines"
+    plan = make_plan(spec, engines)
+    files = flow.files(spec, plan, engines)
+    execute(plan, backend=backend_for(plan.backend))
+    flow.write_files(files)
+    repo = flow.assemble(spec, plan, engines, root / "triton_repo", routing=None, gpu_bytes=None)
+    add_bls_router(repo)
+    return repo, flow.tokenizer_dir(spec, engines)
+
+
+def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
+    """One streaming request to an LLM-API flow layer; ``Run.text`` is what
+    streamed, its first non-empty piece is the first token."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value: Any, dtype: str, np_type: Any) -> Any:
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(np.array([value], dtype=np_type))
+        return t
+
+    text = tensor("text_input", prompt.encode(), "BYTES", np.object_)
+    if layer == "llm":
+        inputs = [
+            text,
+            tensor("streaming", True, "BOOL", np.bool_),
+            tensor("sampling_param_max_tokens", args.tokens, "INT32", np.int32),
+            tensor("sampling_param_temperature", 0.0, "FP32", np.float32),
+        ]
+    else:
+        inputs = [
+            text,
+            tensor("max_tokens", args.tokens, "INT32", np.int32),
+            tensor("stream", True, "BOOL", np.bool_),
+            tensor("temperature", 0.0, "FP32", np.float32),
+        ]
+    model = {"bls": "router_bls"}.get(layer, LLMAPI_LAYERS.get(layer, layer))
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    run = Run(prompt, 0.0)
+    try:
+        client.start_stream(
+            callback=lambda result, error: results.put((result, error, time.perf_counter()))
+        )
+        run.sent = time.perf_counter()
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        while True:
+            try:
+                result, error, at = results.get(timeout=300)
+            except queue.Empty:
+                run.error = "no response within 300 s"
+                break
+            if error is not None:
+                run.error = str(error)
+                break
+            response = result.get_response()
+            if any(o.name == "text_output" for o in response.outputs):
+                piece = result.as_numpy("text_output").reshape(-1)[0].decode()
+                if piece:
+                    run.first = run.first or at
+                    run.last = at
+                    run.text += piece
+            if response.parameters["triton_final_response"].bool_param:
+                break
+    finally:
+        client.stop_stream()
+        client.close()
+    run.ids = args.counter.encode(run.text)
+    return run
+
+
+def measure_llmapi(name: str, model: Path, root: Path, args: Any) -> list[Row]:
+    from trtspec.repo.models.text import Tokenizer
+    from trtspec.serve import Server
+
+    t0 = time.monotonic()
+    repo, tokenizer_dir = build_llmapi(model, name, root)
+    print(f"{name}: built in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    args.counter = Tokenizer(tokenizer_dir, add_special_tokens=False)
+    prompts = held_out_prompts(tokenizer_dir)
+    server = Server(repo, log_path=root / "tritonserver.log")
+    server.start(timeout=600)
+    layers = ("llm", "adapter", "router", "bls")
+    rows: list[Row] = []
+    try:
+        for layer in layers:  # warm: every stub and the router's in-process adapter
+            llmapi_request(server.grpc_url, layer, prompts[0], args)
+        for level in args.levels:
+            for _ in range(args.repeats):
+                for layer in layers:
+                    rows.append(
+                        served(server, layer, level, [(p, []) for p in prompts] * level, args)
+                    )
+                    print(
+                        f"  {name} {layer} x{level}: {rows[-1].tok_s():.1f} tok/s", file=sys.stderr
+                    )
+    finally:
+        server.stop()
+    for row in rows:
+        row.model = name
+    return rows
+
+
+def llmapi_lines(lines: list[dict[str, Any]]) -> list[str]:
+    """What the adapter, the router and the router over BLS add to the llm
+    model alone: TTFT at p50 and the share of its tokens/s, per level."""
+    out = []
+    for model in sorted({r["model"] for r in lines}):
+        for level in sorted({r["level"] for r in lines if r["model"] == model}):
+            cells = {r["layer"]: r for r in lines if (r["model"], r["level"]) == (model, level)}
+            ref = cells.get("llm")
+            if ref is None or not ref["tok_s"]:
+                continue
+            for layer in ("adapter", "router", "bls"):
+                got = cells.get(layer)
+                if got is None:
+                    continue
+                added = got["ttft_p50_ms"] - ref["ttft_p50_ms"]
+                out.append(
+                    f"{model} x{level} {layer:>7}: TTFT {added:+.1f} ms, "
+                    f"tokens/s {got['tok_s'] / ref['tok_s']:.1%} of the llm model's"
+                )
+    return out
+
+
 def summarise(rows: list[Row]) -> list[dict[str, Any]]:
     """One line per (model, layer, level): the repeats pooled."""
     out: list[dict[str, Any]] = []
     keys = sorted({(r.model, r.layer, r.level) for r in rows}, key=lambda k: (k[0], k[2]))
     ref_ids: dict[tuple[str, str], list[int]] = {}
     for row in rows:
-        if row.layer == "in-process":
+        if row.layer in ("in-process", "llm"):  # the LLM-API flow: the llm model's text
             for run in row.runs:
                 ref_ids[(row.model, run.prompt)] = run.ids
     for model, layer, level in keys:
@@ -415,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="cells per layer and level")
     p.add_argument("--json", type=Path, help="also write the lines here")
     p.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
+    p.add_argument(
+        "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
+    )
     args = p.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",") if x]
     models = [m for m in args.models.split(",") if m]
@@ -441,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                 model = make_tiny_llama(root / "tiny-llama")
             else:
                 model = args.demo_model
-            rows += measure(name, model, root, args)
+            rows += (measure_llmapi if args.flow == "llmapi" else measure)(name, model, root, args)
     print(f"load average after: {os.getloadavg()}", file=sys.stderr)
     lines = summarise(rows)
     print(
@@ -457,6 +623,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         if r["first_error"]:
             print(f"      first error: {r['first_error']}")
+    if args.flow == "llmapi":
+        print("\nLLM-API flow: each layer over the llm model alone (same level):")
+        for text in llmapi_lines(lines):
+            print(f"  {text}")
     print("\ntargets (issue 24 items 4 and 5):")
     failed = False
     for text, met in checks(lines):

@@ -60,7 +60,7 @@ def workdir(tiny_llama: Path, tiny_draft: Path, tmp_path: Path):
     (tmp_path / "specs" / "tiny.yaml").write_text(f"""\
 name: tiny-llmapi
 backend: reference
-flow: {{kind: llmapi, trtllm_version: "1.2.1"}}
+flow: {{kind: llmapi, trtllm_version: "1.2.1", llm_args: {{stream_interval: 2}}}}
 target: {{model: {tiny_llama}, family: llama, max_batch_size: 2, max_input_len: 256,
          max_seq_len: 512, max_num_tokens: 1024}}
 variants:
@@ -149,19 +149,21 @@ def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
             ],
             enable_empty_final_response=True,
         )
-        text, final = "", {}
+        text, final, pieces = "", {}, 0
         while True:
             result, error = responses.get(timeout=120)
             assert error is None, error
             out = result.get_response()
             names = {o.name for o in out.outputs}
             if "text_output" in names:
-                text += result.as_numpy("text_output").reshape(-1)[0].decode()
+                piece = result.as_numpy("text_output").reshape(-1)[0].decode()
+                text += piece
+                pieces += bool(piece)
             for name in ("total_draft_tokens", "total_accepted_draft_tokens"):
                 if name in names:
                     final[name] = int(result.as_numpy(name).reshape(-1)[0])
             if out.parameters["triton_final_response"].bool_param:
-                return {"text": text, **final}
+                return {"text": text, "pieces": pieces, **final}
     finally:
         client.stop_stream()
         client.close()
@@ -223,6 +225,9 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
     # the llmapi models themselves: lossless at T=0, and really speculating
     assert direct["ngram"]["text"] == direct["draft"]["text"] == direct["baseline"]["text"]
     assert direct["baseline"]["text"]
+    # stream_interval 2 (flow.llm_args): the baseline's 16 iterations answer at
+    # the first, every second and the last: at most 9 pieces of text, not 16
+    assert 2 <= direct["baseline"]["pieces"] <= 9, direct["baseline"]
     assert "total_draft_tokens" not in direct["baseline"]
     for v in ("ngram", "draft"):
         assert direct[v]["total_draft_tokens"] > 0, direct

@@ -20,8 +20,10 @@ from trtspec.cli.main import cli
 from trtspec.engine.llmapi_model import (
     LlmApiConfigError,
     Speculation,
+    answers_at,
     read_model_yaml,
     speculation_of,
+    stream_interval_of,
 )
 from trtspec.errors import RepoError, SpecError
 from trtspec.flows import flow_for, llmapi_repo, make_plan
@@ -479,3 +481,14 @@ def test_the_bench_finds_the_tokenizer_where_the_flow_keeps_it(tmp_path: Path) -
     assert flow_for(gpu).tokenizer_dir(gpu, tmp_path) == Path("org/target")
     engine = parse_spec({"name": "e", "target": {"model": "org/m", "family": "llama"}}, "s")
     assert flow_for(engine).tokenizer_dir(engine, tmp_path) == tmp_path / "e/target/tokenizer"
+
+
+def test_the_stand_in_answers_as_the_pytorch_executor_does_with_stream_interval() -> None:
+    # the first iteration, every stream_interval-th, (and the last: the caller)
+    assert [i for i in range(1, 10) if answers_at(i, 1)] == list(range(1, 10))
+    assert [i for i in range(1, 10) if answers_at(i, 4)] == [1, 4, 8]
+    assert stream_interval_of({}, "m") == 1
+    assert stream_interval_of({"stream_interval": 4}, "m") == 4
+    for bad in (0, -1, True, "4", 1.5):
+        with pytest.raises(LlmApiConfigError, match="m: stream_interval must be a positive"):
+            stream_interval_of({"stream_interval": bad}, "m")

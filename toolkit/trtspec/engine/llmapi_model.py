@@ -26,6 +26,13 @@ requests share each engine step. Inputs: ``text_input``, ``streaming``,
 ``sampling_param_{max_tokens,temperature,top_k,top_p,seed,
 return_perf_metrics}``; outputs ``text_output`` (a delta per step when
 streaming) and, with perf metrics, the timing, KV and acceptance outputs.
+``stream_interval`` (an LLM argument, default 1) is honoured as the PyTorch
+executor does it (``PyExecutor._handle_responses``: a request answers at its
+first decoding iteration, at every ``stream_interval``-th one and when it
+finishes; read in a stored NVIDIA/TensorRT-LLM ``py_executor.py`` after
+1.0, search-index file id 1891464528; an older one counted the executor's
+global iteration instead): fewer, fuller responses per request, the first
+token as soon as it exists. A round of speculation is one iteration.
 torch and transformers load in ``initialize`` only.
 """
 
@@ -127,6 +134,22 @@ def speculation_of(args: dict[str, Any], where: str) -> Speculation | None:
     )
 
 
+def stream_interval_of(args: dict[str, Any], where: str) -> int:
+    """The LLM argument ``stream_interval`` (default 1), a positive integer."""
+    value = args.get("stream_interval", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LlmApiConfigError(
+            f"{where}: stream_interval must be a positive integer, got {value!r}"
+        )
+    return value
+
+
+def answers_at(iteration: int, interval: int) -> bool:
+    """Whether a streaming request answers after its ``iteration``-th decoding
+    iteration (1-based; its last one always answers)."""
+    return iteration == 1 or iteration % interval == 0
+
+
 def _input(request: Any, name: str, default: Any = None) -> Any:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
@@ -157,6 +180,7 @@ class TritonPythonModel:
                 f"transaction policy says {self.decoupled}; make them agree"
             )
         self.speculation = speculation_of(llm, str(path))
+        self.stream_interval = stream_interval_of(llm, str(path))
         reuse = bool((llm.get("kv_cache_config") or {}).get("enable_block_reuse", True))
         model_dir = Path(str(llm["model"]))
         if not (model_dir / "config.json").is_file():
@@ -254,13 +278,21 @@ class TritonPythonModel:
         times = {"first_scheduled": 0, "first_token": 0}
         out = IncrementalText(self.tokenizer.decode)
         stats = RoundStats()
+        held: list[int] = []  # tokens of iterations that did not answer (stream_interval)
+        iterations = 0
 
         def emit(ids: list[int]) -> None:
+            nonlocal iterations
             if not ids:
                 return
             now = time.time_ns()
             times["first_token"] = times["first_token"] or now
-            delta = out.push(ids)
+            iterations += 1
+            held.extend(ids)
+            if streaming and not answers_at(iterations, self.stream_interval):
+                return
+            delta = out.push(held)
+            held.clear()
             if streaming and delta:
                 sender.send(self._response(delta, None, arrival, times, perf))
 
@@ -282,8 +314,9 @@ class TritonPythonModel:
                 emit(list(delta))
         else:
             self._speculate(prompt, max_tokens, sampling, stats=stats, emit=emit, cancel=cancel)
+        rest = out.push(held) if held else ""
         tail = out.flush()
-        final_text = tail if streaming else out.sent
+        final_text = rest + tail if streaming else out.sent
         final = self._response(
             final_text, stats if self.speculation else None, arrival, times, perf
         )

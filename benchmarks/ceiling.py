@@ -316,6 +316,32 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     )
 
 
+def router_caps(rows: list[dict[str, Any]]) -> list[str]:
+    """Per cell of the router layers at their highest level: the router
+    process's CPU per token and the tokens/s at which that process alone
+    would fill one core (1000 / ms per token)."""
+    out = []
+    for layer, model in (("full", "router"), ("bls", "router_bls")):
+        cells = [r for r in rows if r["layer"] == layer]
+        for step in sorted({r["step_ms"] for r in cells}):
+            top = max((r for r in cells if r["step_ms"] == step), key=lambda r: r["level"])
+            ms = top["cpu_ms_per_tok_by_model"].get(model)
+            if ms:
+                out.append(
+                    f"{step:g} ms {layer} x{top['level']}: {model} {ms:.3f} ms CPU per token "
+                    f"-> at most ~{1000 / ms:,.0f} tokens/s through one {model} process "
+                    f"(engine alone here: {engine_tok_s(rows, step, top['level']):,.0f})"
+                )
+    return out
+
+
+def engine_tok_s(rows: list[dict[str, Any]], step: float, level: int) -> float:
+    for r in rows:
+        if r["layer"] == "engine" and r["step_ms"] == step and r["level"] == level:
+            return float(r["tok_s"])
+    return float("nan")
+
+
 def budget_lines(rows: list[dict[str, Any]], layer: str = "full") -> list[tuple[str, bool | None]]:
     def row(name: str, level: int) -> dict[str, Any] | None:
         for r in rows:
@@ -445,6 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {r['step_ms']:g} ms {r['layer']:>6} x{r['level']:<3} {r['cpu_ms_per_tok_by_model']}"
         )
+    print("\none router process's ceiling (a stub is one Python process: on a many-core")
+    print("GPU host it saturates one core while the engine does not):")
+    for text in router_caps(rows):
+        print(f"  {text}")
     print("\nbudget (docs/internals.md §6):")
     failed = False
     lines = [line for name in ("full", "bls") for line in budget_lines(rows, name)]

@@ -124,3 +124,19 @@ def test_ceiling_budget_lines_judge_the_8ms_rows() -> None:
     ]
     assert [met for _, met in ceiling.budget_lines(rows)] == [True, False, True]
     assert [met for _, met in ceiling.budget_lines(rows[2:])] == [None, None]
+
+
+def test_ceiling_names_one_router_processs_ceiling() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import ceiling
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = [
+        {"step_ms": 8.0, "layer": "engine", "level": 64, "tok_s": 2000.0},
+        {"step_ms": 8.0, "layer": "full", "level": 1, "cpu_ms_per_tok_by_model": {"router": 2.0}},
+        {"step_ms": 8.0, "layer": "full", "level": 64, "cpu_ms_per_tok_by_model": {"router": 0.5}},
+    ]
+    (line,) = ceiling.router_caps(rows)
+    assert line.startswith("8 ms full x64: router 0.500 ms CPU per token")
+    assert "at most ~2,000 tokens/s through one router process (engine alone here: 2,000)" in line

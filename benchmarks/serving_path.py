@@ -505,7 +505,8 @@ def summarise(rows: list[Row]) -> list[dict[str, Any]]:
     for row in rows:
         if row.layer in ("in-process", "llm"):  # the LLM-API flow: the llm model's text
             for run in row.runs:
-                ref_ids[(row.model, run.prompt)] = run.ids
+                if not run.error:
+                    ref_ids[(row.model, run.prompt)] = run.ids
     for model, layer, level in keys:
         group = [r for r in rows if (r.model, r.layer, r.level) == (model, layer, level)]
         pooled = Row(model, layer, level, [x for r in group for x in r.runs], 0.0)

@@ -226,3 +226,30 @@ def test_exec_stream_passes_errors_on_and_gives_up_on_a_stuck_exec() -> None:
         list(stuck.batches)
     assert time.monotonic() - start < 2.0 and stuck.responses is None
     gate.set()
+
+
+def test_a_finished_jobs_references_go_while_its_worker_lives_on() -> None:
+    """A served request (and its response sender) must not outlive its job:
+    a pool that kept a thread's first job (in the Thread's arguments, say)
+    until the thread ended crashed tritonserver 2.51 within minutes
+    (``boost::interprocess::lock_exception`` in the Python backend)."""
+    from trtspec.repo.models.threads import Workers
+
+    class Request:
+        pass
+
+    pool = Workers(name="test-pool", idle_s=30)
+    done = threading.Event()
+    for _ in range(2):  # the first job of a new thread, then one of a reused thread
+        request = Request()
+        ref = weakref.ref(request)
+        done.clear()
+        pool.run(lambda r=request: (r, done.set()))
+        del request
+        assert done.wait(5)
+        deadline = time.monotonic() + 5
+        while ref() is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            gc.collect()
+        assert ref() is None, "the worker still holds a finished job's request"
+    assert pool.threads == 1

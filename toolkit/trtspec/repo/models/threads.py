@@ -59,30 +59,33 @@ class Workers:
     def run(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a worker thread (its exceptions are its own to handle)."""
         with self._lock:
+            self._jobs.put(fn)
             if self._idle:
                 self._idle -= 1
-                self._jobs.put(fn)
                 return
             self.threads += 1
-        threading.Thread(target=self._loop, args=(fn,), name=self.name, daemon=True).start()
+        # The job goes through the queue, never the Thread's arguments: those
+        # live as long as the thread, and a job's references (a Triton request,
+        # its response sender) must go when the job ends.
+        threading.Thread(target=self._loop, name=self.name, daemon=True).start()
 
-    def _loop(self, fn: Callable[[], None]) -> None:
+    def _loop(self) -> None:
         while True:
-            with contextlib.suppress(Exception):  # a job handles its own errors
-                fn()
-            fn = None  # type: ignore[assignment]  # drop the job's references while idle
-            with self._lock:
-                self._idle += 1
             try:
                 fn = self._jobs.get(timeout=self.idle_s)
             except queue.Empty:
                 with self._lock:
-                    try:  # a job promised to an idle thread just now
+                    try:  # a job queued for a waiting thread just now
                         fn = self._jobs.get_nowait()
                     except queue.Empty:
                         self._idle -= 1
                         self.threads -= 1
                         return
+            with contextlib.suppress(Exception):  # a job handles its own errors
+                fn()
+            del fn  # drop the job's references before waiting for the next
+            with self._lock:
+                self._idle += 1
 
 
 # One pool per process (a stub serves one model; the router's in-process

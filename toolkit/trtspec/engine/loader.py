@@ -146,18 +146,60 @@ def pack_linears(model: Any) -> int:
     return len(linears)
 
 
-def load_target(config: EngineConfig) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
+def uses_lean_loader(config: EngineConfig) -> bool:
+    """Whether ``load_target`` tries ``lean_model.load_lean`` first: not for
+    EAGLE engines (the EAGLE layer is a transformers ``LlamaModel`` and its
+    cache a ``DynamicCache``), nor with the fast path or the lean loader
+    switched off (``TRTSPEC_ENGINE_FASTPATH=0`` / ``TRTSPEC_ENGINE_LEAN=0``)."""
+    from trtspec.engine import fastpath, lean_model
 
-    hf_logging.disable_progress_bar()
+    return config.mode != "eagle" and fastpath.enabled() and lean_model.enabled()
+
+
+def load_target(config: EngineConfig) -> Any:
+    """The engine's target model, fused, packed or int8-quantized, its input
+    embedding mapped from the file and its other dense tensors owned.
+
+    A Llama-shaped model the fast path runs is read without transformers
+    (``lean_model``: ~3 CPU-s of imports and the ``from_pretrained``
+    machinery saved per stub); anything ``lean_model`` does not reproduce
+    exactly, and EAGLE engines, load through ``AutoModelForCausalLM``. The
+    model records which in ``_trtspec_loader`` ("lean" or "hf") and, for "hf"
+    after a lean attempt, why in ``_trtspec_lean_declined``."""
     hf = config.hf_dir
     if not (hf / "config.json").is_file():
         raise EngineError(
             f"{hf}: no Hugging Face model folder (hf/config.json) in the engine",
             hint="rebuild the engine with `trtspec build` (backend: reference)",
         )
+    model, declined = None, ""
+    if uses_lean_loader(config):
+        from trtspec.engine.lean_model import load_lean
+
+        model, declined = load_lean(hf)
+    if model is None:
+        model = _load_hf(hf)
+        model._trtspec_loader = "hf"
+        model._trtspec_lean_declined = declined
+    else:
+        model._trtspec_loader = "lean"
+    if config.quantization == "int8":
+        model = quantize_int8(model)
+    else:
+        pack_linears(model)
+    mapped = map_input_embeddings(model, hf / "model.safetensors")
+    own_weights(model, keep=mapped)
+    return model
+
+
+def _load_hf(hf: Path) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` (float32, SDPA), fused where
+    the fast path supports it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(
             str(hf), dtype=torch.float32, attn_implementation="sdpa"
@@ -168,12 +210,6 @@ def load_target(config: EngineConfig) -> Any:
     from trtspec.engine.fastpath import fuse
 
     fuse(model)
-    if config.quantization == "int8":
-        model = quantize_int8(model)
-    else:
-        pack_linears(model)
-    mapped = map_input_embeddings(model, hf / "model.safetensors")
-    own_weights(model, keep=mapped)
     return model
 
 

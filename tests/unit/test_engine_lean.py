@@ -364,3 +364,59 @@ def test_the_engine_cache_keeps_its_kind_through_crop_and_select() -> None:
             assert type(c) is type(cache) and c.get_seq_length() == n
         assert torch.equal(picked.layers[1].values, kv[1][1][:, :, [0, 2, 4]])
     assert make_cache().get_seq_length() == 0 and make_cache().layers == []
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_int8_quantization_is_quantize_dynamics_bit_for_bit(tied: bool) -> None:
+    import copy
+    import warnings
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from trtspec.engine.loader import quantize_int8
+
+    torch.manual_seed(5)
+    cfg = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=tied,
+    )
+    model = Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    want = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        quantize_dynamic(
+            want, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
+        )
+    got = quantize_int8(model)
+    ours = dict(got.named_modules())
+    swapped = 0
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    for name, ref in want.named_modules():
+        if not isinstance(ref, DynamicLinear):
+            continue
+        mine = ours[name]
+        assert type(mine) is type(ref) and mine.version == ref.version == 4
+        assert (mine.in_features, mine.out_features) == (ref.in_features, ref.out_features)
+        (w1, b1), (w2, b2) = mine._weight_bias(), ref._weight_bias()
+        assert torch.equal(w1.int_repr(), w2.int_repr())
+        assert torch.equal(w1.q_per_channel_scales(), w2.q_per_channel_scales())
+        assert torch.equal(w1.q_per_channel_zero_points(), w2.q_per_channel_zero_points())
+        assert (b1 is None and b2 is None) or torch.equal(b1, b2)
+        swapped += 1
+    assert swapped == 2 * 7 + 1  # every projection and the LM head
+    assert not any(type(m) is torch.nn.Linear for m in got.modules())
+    ids = torch.tensor([[4, 9, 250, 31, 7, 7, 120]])
+    with torch.inference_mode():
+        assert torch.equal(got(input_ids=ids).logits, want(input_ids=ids).logits)

@@ -391,14 +391,19 @@ def test_int8_quantization_is_quantize_dynamics_bit_for_bit(tied: bool) -> None:
             if name.endswith("bias"):
                 p.normal_(0, 0.5)
     want = copy.deepcopy(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the reference on two threads, ours on one (as loaded)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        quantize_dynamic(
-            want, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
-        )
-    got = quantize_int8(model)
+            spec = {torch.nn.Linear: per_channel_dynamic_qconfig}
+            quantize_dynamic(want, spec, dtype=torch.qint8, inplace=True)
+        torch.set_num_threads(1)
+        got = quantize_int8(model)
+    finally:
+        torch.set_num_threads(threads)
     ours = dict(got.named_modules())
     swapped = 0
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear

@@ -1,10 +1,17 @@
 """Loading a reference engine folder's weights: the target model and its heads.
 
-``hf/`` holds a Hugging Face causal-LM folder (float32 safetensors); when the
-engine config records ``quantization: int8`` every ``nn.Linear`` is replaced
-at load by a dynamically int8-quantized one (``quantize_dynamic``, qint8, one
-weight scale per output channel, so stacking q/k/v changes no scale): a
-cheap draft on CPU that agrees with the float model on most tokens. Medusa
+``hf/`` holds a Hugging Face causal-LM folder (float32 safetensors). A model
+the fast path runs is read without transformers (``lean_model.py``: exactly
+the Hugging Face-loaded model, bit for bit, or it declines); everything else,
+and EAGLE engines, load through ``AutoModelForCausalLM`` (``load_target``).
+On the demo engines this took a target stub's load from 5.5–6.5 CPU-s to
+2.4–3.4 and the int8 draft's from 8.5–9.2 to 3.7–3.9, torch's own import
+(~1.5) included (docs/internals.md §6, "Start and memory"). When the engine
+config records ``quantization: int8`` every ``nn.Linear`` is replaced
+at load by a dynamically int8-quantized one (``quantize_linear``: what
+``quantize_dynamic`` makes, qint8, one weight scale per output channel, so
+stacking q/k/v changes no scale; built on one thread without the placeholder
+prepack): a cheap draft on CPU that agrees with the float model on most tokens. Medusa
 heads (``medusa/``) and the EAGLE layer (``eagle/``) are loaded by
 ``heads.py``. Attention runs through SDPA so custom 4-D tree masks apply.
 

@@ -96,10 +96,11 @@ def test_eagle_tree_siblings_do_not_leak_into_the_chain(loaded) -> None:
     with torch.inference_mode():
         feats = tree.hidden_states(prompt[:-1])
         args = (prompt[:-1], prompt[-1], feats)
-        n1, p1, _, _ = chain._propose_eagle(*args, make_cache(), fed=0, budget=10)
-        n2, p2, _, fed = tree._propose_eagle(*args, make_cache(), fed=0, budget=10)
+        # the EAGLE layer is a transformers LlamaModel: its cache is a DynamicCache
+        n1, p1, _, _ = chain._propose_eagle(*args, make_cache(hf=True), fed=0, budget=10)
+        n2, p2, _, fed = tree._propose_eagle(*args, make_cache(hf=True), fed=0, budget=10)
         # The chain by hand: one plain causal EAGLE step at a time.
-        cache, m = make_cache(), len(prompt) - 1
+        cache, m = make_cache(hf=True), len(prompt) - 1
         h, lg = tree.eagle.forward(
             torch.tensor([prompt[1:]]), feats[None], torch.arange(m)[None], cache
         )

@@ -50,7 +50,7 @@ def _tiny_llama(path: Path):
 
 
 def _hf_logits(model, prefix: list[int], tokens: list[int], mask=None, positions=None):
-    cache = make_cache()
+    cache = make_cache(hf=True)
     kw = {cache_kwarg(model): cache, "use_cache": True}
     with torch.inference_mode():
         if prefix:
@@ -62,8 +62,10 @@ def _hf_logits(model, prefix: list[int], tokens: list[int], mask=None, positions
         return model(input_ids=torch.tensor([tokens]), **kw).logits[0]
 
 
-def _fast_logits(model, prefix: list[int], tokens: list[int], mask=None, positions=None):
-    cache = make_cache()
+def _fast_logits(
+    model, prefix: list[int], tokens: list[int], mask=None, positions=None, *, hf_cache=False
+):
+    cache = make_cache(hf=hf_cache)
     with torch.inference_mode():
         if prefix:
             fastpath.forward(model, torch.tensor([prefix]), cache)
@@ -112,6 +114,8 @@ def test_fused_forward_matches_the_model_forward(family: str, tiny_llama: Path) 
         got = _fast_logits(fused, past, tokens, m, pos)
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
         assert torch.equal(got.argmax(-1), want.argmax(-1))
+        # the lean KVCache and transformers' DynamicCache hold the same tensors
+        assert torch.equal(got, _fast_logits(fused, past, tokens, m, pos, hf_cache=True))
 
 
 def test_fastpath_declines_what_it_cannot_reproduce(tiny_llama: Path, monkeypatch) -> None:

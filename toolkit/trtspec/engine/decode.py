@@ -197,8 +197,11 @@ class ReferenceEngine:
         self.eagle = eagle
         self.eagle_tree = _medusa_tree(eagle_choices) if eagle_choices else []
         self.prefix_cache = PrefixCache(kv_reuse)
-        self._cache_kw = cache_kwarg(model.model)
         self._fastpath = fastpath.is_fused(model)
+        # the Hugging Face forward (a model the fast path does not run) needs
+        # transformers' DynamicCache; the fast path takes the lean KVCache
+        self._hf_cache = not self._fastpath
+        self._cache_kw = "" if self._fastpath else cache_kwarg(model.model)
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -346,7 +349,7 @@ class ReferenceEngine:
                 len(ids),
                 depths=[],
                 attend=None,
-                cache=make_cache(),
+                cache=make_cache(hf=self._hf_cache),
                 logit_rows=[len(ids) - 1],
             )
         return hidden
@@ -430,10 +433,13 @@ class ReferenceEngine:
         proposer = proposer_for(self, req, prompt)
         need_features = proposer.needs_features
         if entry is not None and n_reuse > 0 and (not need_features or entry.features is not None):
-            cache = make_cache([(k[..., :n_reuse, :], v[..., :n_reuse, :]) for k, v in entry.kv])
+            cache = make_cache(
+                [(k[..., :n_reuse, :], v[..., :n_reuse, :]) for k, v in entry.kv],
+                hf=self._hf_cache,
+            )
             feats = entry.features[:n_reuse] if need_features else None
         else:
-            n_reuse, cache, feats = 0, make_cache(), None
+            n_reuse, cache, feats = 0, make_cache(hf=self._hf_cache), None
         gen.reused_tokens = n_reuse
         committed: list[int] = prompt[:n_reuse]
         pending: list[int] = prompt[n_reuse:]

@@ -6,13 +6,16 @@ large share of such a step in Python (mask construction, cache objects, module
 dispatch): about a third of an int8 draft step of SmolLM2-135M, a tenth of a
 float32 one. This forward runs the same layers with the same weights and
 the same torch operations straight over the model's own parameters, and reads
-and writes the same ``DynamicCache``. ``fuse`` (at load, before any
+and writes the cache it is given (``kv_reuse.KVCache``, or a transformers
+``DynamicCache`` in tests and beside a Hugging Face forward). ``fuse`` (at load, before any
 quantization) stacks q/k/v and gate/up into one projection each, so a layer
 makes four matrix calls instead of seven; stacking output rows does not change
 any output element, and the tests check the fused forward's logits against
 the model's own forward. Models it does not recognise (other architectures,
 sliding windows, non-SiLU MLPs) keep the Hugging Face forward; ``supports``
-says which. ``TRTSPEC_ENGINE_FASTPATH=0`` turns it off.
+says which. ``TRTSPEC_ENGINE_FASTPATH=0`` turns it off. ``lean_model.py``
+builds an already fused model straight from the weight file, without
+transformers, for the models this forward supports.
 """
 
 from __future__ import annotations
@@ -21,14 +24,19 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.engine.kv_reuse import kv_tensors, make_cache
+from trtspec.engine.kv_reuse import kv_tensors, replace_kv
 
 FAMILIES = ("llama", "mistral", "qwen2")
 
 
+def enabled() -> bool:
+    """Whether the fast path is on (``TRTSPEC_ENGINE_FASTPATH`` not off)."""
+    return os.environ.get("TRTSPEC_ENGINE_FASTPATH", "1").strip() not in ("0", "false", "no", "off")
+
+
 def supports(model: Any) -> bool:
     """Whether ``forward`` reproduces ``model.model``'s forward for this model."""
-    if os.environ.get("TRTSPEC_ENGINE_FASTPATH", "1").strip() in ("0", "false", "no", "off"):
+    if not enabled():
         return False
     cfg = getattr(model, "config", None)
     inner = getattr(model, "model", None)
@@ -300,7 +308,7 @@ def forward_packed(model: Any, ids: Any, segments: list[Segment]) -> Any:
         )
         x = x + _per_segment(down_proj, F.silu(gate) * up, bounds, shared)
     for seg, kv in zip(segments, new_kv, strict=True):
-        seg.cache.layers = make_cache(kv).layers
+        replace_kv(seg.cache, kv)
     return _rms(x, inner.norm.weight, eps)[0]
 
 

@@ -7,8 +7,8 @@ the reference backend's equivalent: a small LRU of finished requests' caches
 keyed by the exact tokens they hold; a new request takes the entry with the
 longest common prefix, cropped to that prefix (and to at most ``len(prompt)-1``
 tokens, because the last prompt token must be fed to get its logits). Cached
-tensors are never mutated in place (the HF dynamic cache grows by
-concatenation), so entries can share storage with live requests safely.
+tensors are never mutated in place (``KVCache`` and the HF dynamic cache grow
+by concatenation), so entries can share storage with live requests safely.
 """
 
 from __future__ import annotations
@@ -27,13 +27,51 @@ def cache_kwarg(module: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+class KVLayer:
+    """One layer's cached keys and values, [1, kv_heads, positions, head_dim] each."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, keys: Any, values: Any) -> None:
+        self.keys = keys
+        self.values = values
+
+    def get_seq_length(self) -> int:
+        return int(self.keys.shape[-2])
+
+
+class KVCache:
+    """The engine's KV cache for the fast path (``fastpath.forward_packed``):
+    per-layer (keys, values) tensors, the same ``layers`` / ``.keys`` /
+    ``.values`` / ``get_seq_length`` shape as transformers' ``DynamicCache``,
+    without importing transformers (``transformers.cache_utils`` alone costs
+    an engine stub ~0.75 CPU-s to import). Layers grow by concatenation (a
+    new tensor per step), never in place, like ``DynamicCache``'s. A Hugging
+    Face forward (the non-fused fallback, the EAGLE layer) needs a real
+    ``DynamicCache``: ``make_cache(hf=True)``."""
+
+    __slots__ = ("layers",)
+
+    def __init__(self, kv: list[tuple[Any, Any]] | None = None) -> None:
+        self.layers = [KVLayer(k, v) for k, v in kv or ()]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        if len(self.layers) <= layer_idx:
+            return 0
+        return self.layers[layer_idx].get_seq_length()
+
+
 def kv_tensors(cache: Any) -> list[tuple[Any, Any]]:
-    """The per-layer (keys, values) tensors of an HF dynamic cache."""
+    """The per-layer (keys, values) tensors of a ``KVCache`` or an HF dynamic cache."""
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def make_cache(kv: list[tuple[Any, Any]] | None = None) -> Any:
-    """A dynamic cache holding ``kv`` (views are fine: layers grow by concatenation)."""
+def make_cache(kv: list[tuple[Any, Any]] | None = None, *, hf: bool = False) -> Any:
+    """A cache holding ``kv`` (views are fine: layers grow by concatenation):
+    a ``KVCache``, or with ``hf`` a transformers ``DynamicCache`` (for a
+    Hugging Face forward)."""
+    if not hf:
+        return KVCache(kv)
     from transformers import DynamicCache
 
     if not kv:
@@ -52,20 +90,33 @@ def make_cache(kv: list[tuple[Any, Any]] | None = None) -> Any:
     return DynamicCache(ddp_cache_data=kv)
 
 
+def is_hf_cache(cache: Any) -> bool:
+    return not isinstance(cache, KVCache)
+
+
+def replace_kv(cache: Any, kv: list[tuple[Any, Any]]) -> None:
+    """Make ``cache`` (either kind, in place) hold ``kv``."""
+    cache.layers = make_cache(kv, hf=is_hf_cache(cache)).layers
+
+
 def cache_len(cache: Any) -> int:
     return int(cache.get_seq_length()) if cache is not None else 0
 
 
 def select_cache(cache: Any, index: Any) -> Any:
-    """A new cache holding only sequence positions ``index`` (a LongTensor)."""
+    """A new cache of the same kind holding only sequence positions ``index`` (a LongTensor)."""
     return make_cache(
-        [(k.index_select(-2, index), v.index_select(-2, index)) for k, v in kv_tensors(cache)]
+        [(k.index_select(-2, index), v.index_select(-2, index)) for k, v in kv_tensors(cache)],
+        hf=is_hf_cache(cache),
     )
 
 
 def crop_cache(cache: Any, length: int) -> Any:
-    """A new cache holding the first ``length`` positions."""
-    return make_cache([(k[..., :length, :], v[..., :length, :]) for k, v in kv_tensors(cache)])
+    """A new cache of the same kind holding the first ``length`` positions."""
+    return make_cache(
+        [(k[..., :length, :], v[..., :length, :]) for k, v in kv_tensors(cache)],
+        hf=is_hf_cache(cache),
+    )
 
 
 @dataclass

@@ -1,10 +1,17 @@
 """Loading a reference engine folder's weights: the target model and its heads.
 
-``hf/`` holds a Hugging Face causal-LM folder (float32 safetensors); when the
-engine config records ``quantization: int8`` every ``nn.Linear`` is replaced
-at load by a dynamically int8-quantized one (``quantize_dynamic``, qint8, one
-weight scale per output channel, so stacking q/k/v changes no scale): a
-cheap draft on CPU that agrees with the float model on most tokens. Medusa
+``hf/`` holds a Hugging Face causal-LM folder (float32 safetensors). A model
+the fast path runs is read without transformers (``lean_model.py``: exactly
+the Hugging Face-loaded model, bit for bit, or it declines); everything else,
+and EAGLE engines, load through ``AutoModelForCausalLM`` (``load_target``).
+On the demo engines this took a target stub's load from 5.5–6.5 CPU-s to
+2.4–3.4 and the int8 draft's from 8.5–9.2 to 3.7–3.9, torch's own import
+(~1.5) included (docs/internals.md §6, "Start and memory"). When the engine
+config records ``quantization: int8`` every ``nn.Linear`` is replaced
+at load by a dynamically int8-quantized one (``quantize_linear``: what
+``quantize_dynamic`` makes, qint8, one weight scale per output channel, so
+stacking q/k/v changes no scale; built on one thread without the placeholder
+prepack): a cheap draft on CPU that agrees with the float model on most tokens. Medusa
 heads (``medusa/``) and the EAGLE layer (``eagle/``) are loaded by
 ``heads.py``. Attention runs through SDPA so custom 4-D tree masks apply.
 
@@ -22,30 +29,66 @@ off (benchmarks/reference_engine.py measures both).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from trtspec.engine.config import EngineConfig, EngineError
 
 
-def quantize_int8(model: Any) -> Any:
+def quantize_linear(linear: Any) -> Any:
+    """One float ``nn.Linear`` as ``quantize_dynamic(model, {nn.Linear:
+    per_channel_dynamic_qconfig}, dtype=torch.qint8)`` swaps it: the same
+    observer, the same ``_quantize_weight`` and the same ``linear_prepack``
+    (``torch.ao.nn.quantized.dynamic.Linear.from_float``), but the module is
+    first built 1×1: ``from_float`` builds it at full size, which prepacks an
+    uninitialised full-size weight only to replace it (a third of the int8
+    draft's quantization time). The tests check the packed weights, scales
+    and outputs against ``quantize_dynamic``'s bit for bit."""
     import torch
-    from torch import nn
 
     with warnings.catch_warnings():
         # torch.ao.quantization warns that it moves to torchao; it still works
         # and is the only dependency-free dynamic int8 path in torch itself.
         warnings.simplefilter("ignore", DeprecationWarning)
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        warnings.filterwarnings("ignore", message=".*quantize_per_channel.*")
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+        from torch.ao.quantization import per_channel_dynamic_qconfig
 
-        # inplace: the default deep-copies the whole float model first (a second
-        # float32 copy of the weights, and its time) only to replace its linears
-        return quantize_dynamic(
-            model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
-        )
+        try:
+            from torch.ao.nn.quantized.modules.utils import _quantize_weight
+        except ImportError:  # a torch without the helper: from_float itself
+            linear.qconfig = per_channel_dynamic_qconfig
+            return DynamicLinear.from_float(linear)
+        observer = per_channel_dynamic_qconfig.weight()
+        observer(linear.weight)
+        qweight = _quantize_weight(linear.weight.float(), observer)
+        qlinear = DynamicLinear(1, 1, dtype=torch.qint8)
+        qlinear.in_features, qlinear.out_features = linear.in_features, linear.out_features
+        qlinear.set_weight_bias(qweight, linear.bias)
+    return qlinear
+
+
+def quantize_int8(model: Any) -> Any:
+    """Every ``nn.Linear`` of ``model`` swapped for its dynamic int8 version
+    (``quantize_linear``), in place: what ``quantize_dynamic(model,
+    {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
+    inplace=True)`` does, without its placeholder prepacks."""
+    from torch import nn
+
+    linears = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear
+    ]
+    for parent, name, child in linears:
+        setattr(parent, name, quantize_linear(child))
+    return model
 
 
 def onednn_enabled() -> bool:
@@ -146,18 +189,82 @@ def pack_linears(model: Any) -> int:
     return len(linears)
 
 
-def load_target(config: EngineConfig) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
+def uses_lean_loader(config: EngineConfig) -> bool:
+    """Whether ``load_target`` tries ``lean_model.load_lean`` first: not for
+    EAGLE engines (the EAGLE layer is a transformers ``LlamaModel`` and its
+    cache a ``DynamicCache``), nor with the fast path or the lean loader
+    switched off (``TRTSPEC_ENGINE_FASTPATH=0`` / ``TRTSPEC_ENGINE_LEAN=0``)."""
+    from trtspec.engine import fastpath, lean_model
 
-    hf_logging.disable_progress_bar()
+    return config.mode != "eagle" and fastpath.enabled() and lean_model.enabled()
+
+
+def load_target(config: EngineConfig) -> Any:
+    """The engine's target model, fused, packed or int8-quantized, its input
+    embedding mapped from the file and its other dense tensors owned.
+
+    A Llama-shaped model the fast path runs is read without transformers
+    (``lean_model``: ~3 CPU-s of imports and the ``from_pretrained``
+    machinery saved per stub); anything ``lean_model`` does not reproduce
+    exactly, and EAGLE engines, load through ``AutoModelForCausalLM``. The
+    model records which in ``_trtspec_loader`` ("lean" or "hf") and, for "hf"
+    after a lean attempt, why in ``_trtspec_lean_declined``."""
     hf = config.hf_dir
     if not (hf / "config.json").is_file():
         raise EngineError(
             f"{hf}: no Hugging Face model folder (hf/config.json) in the engine",
             hint="rebuild the engine with `trtspec build` (backend: reference)",
         )
+    int8 = config.quantization == "int8"
+    # An int8 model is loaded and quantized on one thread: fbgemm's packed
+    # layout and every quantized value are the same on any thread count (the
+    # tests check), and a second thread only spins beside the serial prepack
+    # (demo draft: 4.1 CPU-s on two threads, 2.1 on one, same wall time).
+    # Float32 weights are packed on the decode thread count (see decode.py).
+    with _threads(1) if int8 else contextlib.nullcontext():
+        model, declined = None, ""
+        if uses_lean_loader(config):
+            from trtspec.engine.lean_model import load_lean
+
+            # each layer's projections packed or quantized as they are built
+            finish = quantize_linear if int8 else pack_linear if onednn_enabled() else None
+            model, declined = load_lean(hf, finish)
+        if model is None:
+            model = _load_hf(hf)
+            model._trtspec_loader = "hf"
+            model._trtspec_lean_declined = declined
+        else:
+            model._trtspec_loader = "lean"
+        if int8:
+            model = quantize_int8(model)  # (lean: only the LM head is left)
+        else:
+            pack_linears(model)
+        mapped = map_input_embeddings(model, hf / "model.safetensors")
+        own_weights(model, keep=mapped)
+    return model
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` for the block, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _load_hf(hf: Path) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` (float32, SDPA), fused where
+    the fast path supports it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(
             str(hf), dtype=torch.float32, attn_implementation="sdpa"
@@ -168,12 +275,6 @@ def load_target(config: EngineConfig) -> Any:
     from trtspec.engine.fastpath import fuse
 
     fuse(model)
-    if config.quantization == "int8":
-        model = quantize_int8(model)
-    else:
-        pack_linears(model)
-    mapped = map_input_embeddings(model, hf / "model.safetensors")
-    own_weights(model, keep=mapped)
     return model
 
 

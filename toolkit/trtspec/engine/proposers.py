@@ -73,7 +73,8 @@ class EagleProposer(Proposer):
     def __init__(self, engine: ReferenceEngine, req: GenerationRequest, prompt: list[int]) -> None:
         super().__init__(engine, req, prompt)
         self.needs_features = engine.eagle is not None
-        self.cache = make_cache() if self.needs_features else None
+        # the EAGLE layer is a transformers LlamaModel: it needs a DynamicCache
+        self.cache = make_cache(hf=True) if self.needs_features else None
         self.fed = 0
 
     def propose(

@@ -231,6 +231,22 @@ def _inputs(layer: str, prompt: str, ids: list[int], tokens: int, end_pad: tuple
     return ("baseline" if layer == "orch" else "router"), inputs, ["output_ids", "is_final"]
 
 
+def _next_result(results: Any, run: Run) -> tuple[Any, float] | None:
+    """The stream's next (result, arrival time), or None with ``run.error``
+    set (an error response, or nothing within 300 s)."""
+    import queue
+
+    try:
+        result, error, at = results.get(timeout=300)
+    except queue.Empty:
+        run.error = "no response within 300 s"
+        return None
+    if error is not None:
+        run.error = str(error)
+        return None
+    return result, at
+
+
 def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) -> Run:
     import queue
 
@@ -250,14 +266,10 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
             model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs]
         )
         while True:
-            try:
-                result, error, at = results.get(timeout=300)
-            except queue.Empty:
-                run.error = "no response within 300 s"
+            got = _next_result(results, run)
+            if got is None:
                 break
-            if error is not None:
-                run.error = str(error)
-                break
+            result, at = got
             new = [int(t) for t in result.as_numpy("output_ids").reshape(-1)]
             if layer == "engine":
                 length = int(result.as_numpy("sequence_length").reshape(-1)[0])
@@ -419,14 +431,10 @@ def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
         run.sent = time.perf_counter()
         client.async_stream_infer(model, inputs, enable_empty_final_response=True)
         while True:
-            try:
-                result, error, at = results.get(timeout=300)
-            except queue.Empty:
-                run.error = "no response within 300 s"
+            got = _next_result(results, run)
+            if got is None:
                 break
-            if error is not None:
-                run.error = str(error)
-                break
+            result, at = got
             response = result.get_response()
             if any(o.name == "text_output" for o in response.outputs):
                 piece = result.as_numpy("text_output").reshape(-1)[0].decode()

@@ -91,19 +91,29 @@ def _successes(url: str, model: str) -> int:
     return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))
 
 
-def _router_call(url: str, prompt: str) -> dict[str, Any]:
-    """One streaming request to the router (route ``rag``): its text and the
-    variant its final response names."""
+def tensor(name: str, value: Any, dtype: str, np_dtype: Any) -> Any:
+    """A one-element input tensor."""
     import tritonclient.grpc as grpcclient
 
-    def tensor(name: str, value: Any, dtype: str, np_dtype: Any) -> Any:
-        t = grpcclient.InferInput(name, [1], dtype)
-        t.set_data_from_numpy(np.array([value], dtype=np_dtype))
-        return t
+    t = grpcclient.InferInput(name, [1], dtype)
+    t.set_data_from_numpy(np.array([value], dtype=np_dtype))
+    return t
+
+
+def _open_stream(url: str) -> tuple[Any, queue.Queue]:
+    """A gRPC client with its stream started; its results land in the queue."""
+    import tritonclient.grpc as grpcclient
 
     responses: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    return client, responses
+
+
+def _router_call(url: str, prompt: str) -> dict[str, Any]:
+    """One streaming request to the router (route ``rag``): its text and the
+    variant its final response names."""
+    client, responses = _open_stream(url)
     try:
         client.async_stream_infer(
             "router",
@@ -128,16 +138,7 @@ def _router_call(url: str, prompt: str) -> dict[str, Any]:
 
 def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
     """One streaming request with the llmapi model's own tensors."""
-    import tritonclient.grpc as grpcclient
-
-    def tensor(name: str, value: Any, dtype: str, np_dtype: Any) -> Any:
-        t = grpcclient.InferInput(name, [1], dtype)
-        t.set_data_from_numpy(np.array([value], dtype=np_dtype))
-        return t
-
-    responses: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(url)
-    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    client, responses = _open_stream(url)
     try:
         client.async_stream_infer(
             model,

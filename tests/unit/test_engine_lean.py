@@ -34,8 +34,8 @@ from trtspec.engine.loader import load_target, uses_lean_loader
 PROMPTS = [[5, 17, 33, 2, 99, 41, 7, 250, 12], [40, 41, 42, 43, 44, 45, 40, 41]]
 
 
-def _save(path: Path, family: str, **overrides: Any) -> Path:
-    """A tiny random ``family`` model saved as ``save_pretrained`` writes it."""
+def _model(family: str, **overrides: Any) -> Any:
+    """A tiny random ``family`` model (biases and LM head scaled to matter)."""
     import transformers
 
     cls_name = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[family]
@@ -59,7 +59,12 @@ def _save(path: Path, family: str, **overrides: Any) -> Path:
             if name.endswith("bias"):  # zero-initialised: give them values that matter
                 p.normal_(0, 0.5)
         model.get_output_embeddings().weight.mul_(4.0)
-    model.save_pretrained(str(path), safe_serialization=True)
+    return model
+
+
+def _save(path: Path, family: str, **overrides: Any) -> Path:
+    """A tiny random ``family`` model saved as ``save_pretrained`` writes it."""
+    _model(family, **overrides).save_pretrained(str(path), safe_serialization=True)
     return path
 
 
@@ -371,25 +376,9 @@ def test_int8_quantization_is_quantize_dynamics_bit_for_bit(tied: bool) -> None:
     import copy
     import warnings
 
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from trtspec.engine.loader import quantize_int8
 
-    torch.manual_seed(5)
-    cfg = Qwen2Config(
-        vocab_size=300,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=tied,
-    )
-    model = Qwen2ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(0, 0.5)
+    model = _model("qwen2", tie_word_embeddings=tied)
     want = copy.deepcopy(model)
     threads = torch.get_num_threads()
     try:

@@ -565,7 +565,9 @@ def serve(run: Run, repo: Path, models: list[str] | None, log_path: Path) -> Ite
         stopping = time.monotonic()
         server.stop()
         if ready_s is not None:
-            footprint = Footprint(ready_s, peak, time.monotonic() - stopping)
+            footprint = Footprint(
+                ready_s, peak, time.monotonic() - stopping, at_peak=sampler.at_peak
+            )
             run.server_footprint = footprint.to_json()
             for line in footprint.lines():
                 run.progress(f"bench: tritonserver {line}")

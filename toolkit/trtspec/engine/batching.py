@@ -29,6 +29,15 @@ step. Sampling uses each request's own seeded generator. A chunked prefill
 attends over the cache in pieces, which is the one place results may differ
 from the unchunked solo run in the last bits (as with TRT-LLM's chunked
 context); the tests check that the tiny model's outputs still agree.
+
+Memory: every step allocates each sequence's grown KV and frees the old one,
+so a busy scheduler leaves glibc's heap full of freed pages it keeps. Once
+nothing has been in flight for ``IDLE_TRIM_S`` the scheduler hands them back
+(``loader.release_free_memory``, ``malloc_trim``): an engine whose arm of a
+benchmark is done no longer holds its busiest moment's heap while the other
+arms run (issue 24: ~120 MiB per engine of the demo). Waiting that long
+first keeps the trim out of a draft loop's rounds, which leave the target
+idle for a draft's few steps; it changes no token.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ Listener = Callable[[Generation, "list[int] | None", "BaseException | None"], No
 
 
 POLL_NS = 50_000_000
+#: seconds with nothing in flight before the scheduler trims the heap
+IDLE_TRIM_S = 0.5
 
 
 class BatchedGeneration(Generation):
@@ -116,6 +127,7 @@ class StepStats:
     mixed_steps: int = 0  # steps holding a prefill and a decode/verify call together
     finished: int = 0
     cancelled: int = 0
+    trims: int = 0  # heap trims while idle (IDLE_TRIM_S)
 
 
 def _engine_max_num_tokens(engine: ReferenceEngine) -> int:
@@ -146,6 +158,7 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._ended_since_trim = False  # a sequence ended: its KV went back to the heap
 
     # -------------------------------------------------------------- public API
     def submit(
@@ -215,9 +228,15 @@ class BatchScheduler:
                     self._advance(seq, None)
                 if self._active:
                     self._step()
+                elif not admitted:  # idle for IDLE_TRIM_S since the last one ended
+                    from trtspec.engine.loader import release_free_memory
+
+                    release_free_memory()
+                    self.stats.trims += 1
 
     def _admit(self) -> list[_Sequence] | None:
-        """Drop cancelled sequences, move waiting ones in; ``None`` when closed."""
+        """Drop cancelled sequences, move waiting ones in; ``None`` when closed,
+        ``[]`` with nothing active when the heap is due a trim."""
         with self._cond:
             while True:
                 if self._closed:
@@ -241,6 +260,11 @@ class BatchScheduler:
                     admitted.append(seq)
                 if admitted or self._active:
                     return admitted
+                if self._ended_since_trim:
+                    if not self._cond.wait(IDLE_TRIM_S) and not self._waiting:
+                        self._ended_since_trim = False
+                        return []
+                    continue
                 self._cond.wait()
 
     def _is_cancelled(self, seq: _Sequence) -> bool:
@@ -258,6 +282,7 @@ class BatchScheduler:
             return False
 
     def _end(self, seq: _Sequence, error: BaseException | None) -> None:
+        self._ended_since_trim = True
         gen = seq.gen
         gen.error = error
         if error is None and not gen.cancelled:

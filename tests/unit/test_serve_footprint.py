@@ -16,7 +16,9 @@ import pytest
 from trtspec.demo import server_lines
 from trtspec.serve import supervisor
 from trtspec.serve.footprint import (
+    LOADING,
     MIB,
+    SERVING,
     Footprint,
     Memory,
     MemorySampler,
@@ -131,6 +133,48 @@ def test_sampler_keeps_each_models_peak_and_the_sample_at_the_peak() -> None:
     again = Footprint.from_json(json.loads(json.dumps(recorded)))
     assert again.peak == footprint.peak
     assert again.at_peak is not None and again.at_peak.models == {"b": 10, "a": 2}
+
+
+def test_sampler_keeps_the_peak_of_each_phase_apart() -> None:
+    readings = iter(
+        [
+            Memory(50, 40, 2, {"target": 30, "tritonserver": 10}),  # the stub loading
+            Memory(40, 30, 2, {"target": 20, "tritonserver": 10}),
+            Memory(40, 28, 2, {"target": 18, "tritonserver": 10}),  # ready
+            Memory(45, 35, 2, {"target": 24, "tritonserver": 11}),  # requests in flight
+            Memory(41, 30, 2, {"target": 20, "tritonserver": 10}),
+        ]
+    )
+    sampler = MemorySampler(lambda: next(readings), interval_s=60)
+    sampler.sample()
+    sampler.sample()
+    sampler.set_phase(SERVING)  # samples once itself
+    sampler.sample()
+    sampler.sample()
+    assert sampler.at_peak_of == {
+        LOADING: Memory(50, 40, 2, {"target": 30, "tritonserver": 10}),
+        SERVING: Memory(45, 35, 2, {"target": 24, "tritonserver": 11}),
+    }
+    footprint = Footprint(
+        2.0,
+        Memory(rss=50 * MIB, pss=40 * MIB, processes=2),
+        0.5,
+        phases={
+            LOADING: Memory(50 * MIB, 40 * MIB, 2, {"target": 30 * MIB, "tritonserver": 10 * MIB}),
+            SERVING: Memory(45 * MIB, 35 * MIB, 2, {"target": 24 * MIB, "tritonserver": 11 * MIB}),
+        },
+    )
+    assert footprint.lines()[2:4] == [
+        "while loading: 0.04 GB PSS at most: target 30, tritonserver 10 MiB",
+        "while serving: 0.04 GB PSS at most: target 24, tritonserver 11 MiB",
+    ]
+    recorded = footprint.to_json()
+    assert recorded["phases"][SERVING] == {
+        "peak_pss_bytes": 35 * MIB,
+        "rss_bytes": 45 * MIB,
+        "pss_by_model_bytes": {"target": 24 * MIB, "tritonserver": 11 * MIB},
+    }
+    assert Footprint.from_json(json.loads(json.dumps(recorded))).phases == footprint.phases
 
 
 def test_sampler_on_a_real_process_group_sees_its_children() -> None:

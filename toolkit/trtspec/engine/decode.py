@@ -198,7 +198,9 @@ class ReferenceEngine:
         self.eagle_tree = _medusa_tree(eagle_choices) if eagle_choices else []
         # the smallest KV pool that serves the engine's own limits bounds what
         # it keeps for reuse (kv_reuse.PrefixCache)
-        self.prefix_cache = PrefixCache(kv_reuse, max_tokens=config.max_batch_size * config.max_seq_len)
+        self.prefix_cache = PrefixCache(
+            kv_reuse, max_tokens=config.max_batch_size * config.max_seq_len
+        )
         self._cache_kw = cache_kwarg(model.model)
         self._fastpath = fastpath.is_fused(model)
 

@@ -13,7 +13,10 @@ and keeps the peak of each sum. Each process is also named after what it
 serves (``process_name``: a stub's model, read from the ``model.py`` path on
 its command line; ``tritonserver`` for the server), so a footprint says where
 its memory is: every model's own peak PSS, and the models' PSS in the sample
-where the sum peaked. Stdlib only.
+where the sum peaked, for the whole run and for each phase the caller
+names (``set_phase``: the bench marks ``loading`` until the server is ready,
+then ``serving``; an engine stub's load and its requests peak apart). Stdlib
+only.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ STOP_TARGET_S = 2.0
 
 #: models named one by one in ``Footprint.lines``; the rest are summed
 TOP_MODELS = 4
+LOADING, SERVING = "loading", "serving"
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,8 @@ class MemorySampler:
     """Samples ``measure()`` every ``interval_s`` in a daemon thread from
     ``start()`` to ``stop()`` and keeps the peak RSS and peak PSS seen (each
     its own maximum: they need not come from the same sample), each model's
-    own peak PSS, and the sample whose PSS sum peaked (``at_peak``)."""
+    own peak PSS, and the sample whose PSS sum peaked (``at_peak``), overall
+    and per phase (``at_peak_of``; samples belong to the phase last set)."""
 
     def __init__(self, measure: Callable[[], Memory], interval_s: float = 0.5) -> None:
         self._measure = measure
@@ -121,6 +126,8 @@ class MemorySampler:
         self.peak_processes = 0
         self.peak_models: dict[str, int] = {}
         self.at_peak = Memory()
+        self.phase = LOADING
+        self.at_peak_of: dict[str, Memory] = {}
         self.samples = 0
 
     @classmethod
@@ -134,11 +141,20 @@ class MemorySampler:
             if memory.pss > self.peak_pss or not self.samples:
                 self.at_peak = memory
             self.peak_pss = max(self.peak_pss, memory.pss)
+            held = self.at_peak_of.get(self.phase)
+            if held is None or memory.pss > held.pss:
+                self.at_peak_of[self.phase] = memory
             for name, pss in memory.models.items():
                 self.peak_models[name] = max(self.peak_models.get(name, 0), pss)
             self.peak_processes = max(self.peak_processes, memory.processes)
             self.samples += 1
         return memory
+
+    def set_phase(self, phase: str) -> None:
+        """Count the samples from now on (this one included) to ``phase``."""
+        with self._lock:
+            self.phase = phase
+        self.sample()
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -194,6 +210,8 @@ class Footprint:
     stop_s: float | None = None
     #: the sample whose PSS sum was ``peak.pss``, with its models' PSS
     at_peak: Memory | None = None
+    #: the same per phase (``MemorySampler.set_phase``), in phase order
+    phases: Mapping[str, Memory] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -207,12 +225,30 @@ class Footprint:
             out["peak_pss_by_model_bytes"] = _by_size(self.peak.models)
         if self.at_peak is not None and self.at_peak.models:
             out["pss_at_peak_by_model_bytes"] = _by_size(self.at_peak.models)
+        if self.phases:
+            out["phases"] = {
+                name: {
+                    "peak_pss_bytes": m.pss,
+                    "rss_bytes": m.rss,
+                    "pss_by_model_bytes": _by_size(m.models),
+                }
+                for name, m in self.phases.items()
+            }
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Footprint:
         stop = data.get("stop_s")
         at_peak = data.get("pss_at_peak_by_model_bytes") or {}
+        phases = {
+            name: Memory(
+                rss=int(p.get("rss_bytes") or 0),
+                pss=int(p.get("peak_pss_bytes") or 0),
+                processes=len(p.get("pss_by_model_bytes") or {}),
+                models={k: int(v) for k, v in (p.get("pss_by_model_bytes") or {}).items()},
+            )
+            for name, p in (data.get("phases") or {}).items()
+        }
         return cls(
             ready_s=float(data["ready_s"] or 0.0),
             peak=Memory(
@@ -229,6 +265,7 @@ class Footprint:
             )
             if at_peak
             else None,
+            phases=phases,
         )
 
     def lines(self) -> list[str]:
@@ -246,7 +283,9 @@ class Footprint:
             f"{MEMORY_TARGET_BYTES / GB:g} GB target), {rss_gb:.2f} GB RSS "
             f"({self.peak.rss / MIB:,.0f} MiB) over {self.peak.processes} processes",
         ]
-        if self.at_peak is not None and self.at_peak.models:
+        for phase, m in self.phases.items():
+            out.append(f"while {phase}: {m.pss / GB:.2f} GB PSS at most: {top_models(m.models)}")
+        if not self.phases and self.at_peak is not None and self.at_peak.models:
             out.append(f"at the peak: {top_models(self.at_peak.models)}")
         if self.stop_s is not None:
             out.append(

@@ -90,6 +90,7 @@ def test_top_models_names_the_largest_and_sums_the_rest() -> None:
     models = {"router": 30 * MIB, "target": 830 * MIB, "tritonserver": 310 * MIB}
     assert top_models(models, n=2) == "target 830, tritonserver 310, router 30 MiB"
     models["baseline"] = 20 * MIB
+    models["sh"] = 0  # nothing resident: not named
     assert top_models(models, n=2) == "target 830, tritonserver 310, 2 others 50 MiB"
     assert top_models(models) == "target 830, tritonserver 310, router 30, baseline 20 MiB"
 

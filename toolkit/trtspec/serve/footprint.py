@@ -186,7 +186,11 @@ class MemorySampler:
 
 
 def _by_size(models: Mapping[str, int]) -> dict[str, int]:
-    return dict(sorted(models.items(), key=lambda kv: (-kv[1], kv[0])))
+    """Largest first; a name holding nothing (a helper process that was just
+    starting or exiting) is left out."""
+    return dict(
+        sorted(((k, v) for k, v in models.items() if v > 0), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def top_models(models: Mapping[str, int], n: int = TOP_MODELS) -> str:

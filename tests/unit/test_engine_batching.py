@@ -286,7 +286,7 @@ def test_an_idle_scheduler_trims_the_heap_once_and_not_between_close_requests(
     engine = loaded["none"]
     trims: list[int] = []
     monkeypatch.setattr(loader, "release_free_memory", lambda: trims.append(1) or True)
-    monkeypatch.setattr(batching, "IDLE_TRIM_S", 0.3)
+    monkeypatch.setattr(batching, "IDLE_TRIM_S", 1.0)  # far above a gap between calls
     scheduler = BatchScheduler(engine)
     try:
         # a draft loop's rounds: each request follows the last within the idle wait
@@ -297,7 +297,7 @@ def test_an_idle_scheduler_trims_the_heap_once_and_not_between_close_requests(
         while not trims and time.monotonic() < deadline:
             time.sleep(0.05)
         assert trims == [1] and scheduler.stats.trims == 1
-        time.sleep(0.6)  # idle on: nothing ended since, no second trim
+        time.sleep(1.3)  # idle on: nothing ended since, no second trim
         assert trims == [1]
         gen = scheduler.generate(GenerationRequest(PROMPTS[0], 3))
         deadline = time.monotonic() + 10

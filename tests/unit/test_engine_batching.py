@@ -287,6 +287,7 @@ def test_an_idle_scheduler_trims_the_heap_once_and_not_between_close_requests(
     trims: list[int] = []
     monkeypatch.setattr(loader, "release_free_memory", lambda: trims.append(1) or True)
     monkeypatch.setattr(batching, "IDLE_TRIM_S", 1.0)  # far above a gap between calls
+    monkeypatch.setattr(batching, "TRIM_EVERY_S", 0.0)
     scheduler = BatchScheduler(engine)
     try:
         # a draft loop's rounds: each request follows the last within the idle wait
@@ -303,6 +304,11 @@ def test_an_idle_scheduler_trims_the_heap_once_and_not_between_close_requests(
         deadline = time.monotonic() + 10
         while len(trims) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert len(trims) == 2
+        # at most one trim every TRIM_EVERY_S, however long the idle
+        monkeypatch.setattr(batching, "TRIM_EVERY_S", 60.0)
+        scheduler.generate(GenerationRequest(PROMPTS[1], 3))
+        time.sleep(1.5)
         assert len(trims) == 2
     finally:
         scheduler.close()

@@ -32,12 +32,14 @@ context); the tests check that the tiny model's outputs still agree.
 
 Memory: every step allocates each sequence's grown KV and frees the old one,
 so a busy scheduler leaves glibc's heap full of freed pages it keeps. Once
-nothing has been in flight for ``IDLE_TRIM_S`` the scheduler hands them back
+nothing has been in flight for ``IDLE_TRIM_S``, and at most every
+``TRIM_EVERY_S``, the scheduler hands them back
 (``loader.release_free_memory``, ``malloc_trim``): an engine whose arm of a
 benchmark is done no longer holds its busiest moment's heap while the other
-arms run (issue 24: ~120 MiB per engine of the demo). Waiting that long
-first keeps the trim out of a draft loop's rounds, which leave the target
-idle for a draft's few steps; it changes no token.
+arms run (issue 24: ~80–120 MiB per engine of the demo). Both bounds keep
+the trim out of a draft loop's rounds, which leave each engine idle while
+the other steps (on a loaded machine up to a second at 8 in flight), since
+the next step faults the returned pages back in; it changes no token.
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ Listener = Callable[[Generation, "list[int] | None", "BaseException | None"], No
 
 POLL_NS = 50_000_000
 #: seconds with nothing in flight before the scheduler trims the heap
-IDLE_TRIM_S = 0.5
+IDLE_TRIM_S = 2.0
+#: seconds at least between two trims
+TRIM_EVERY_S = 10.0
 
 
 class BatchedGeneration(Generation):
@@ -159,6 +163,8 @@ class BatchScheduler:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._ended_since_trim = False  # a sequence ended: its KV went back to the heap
+        self._idle_since: float | None = None
+        self._trimmed_at = float("-inf")
 
     # -------------------------------------------------------------- public API
     def submit(
@@ -232,11 +238,13 @@ class BatchScheduler:
                     from trtspec.engine.loader import release_free_memory
 
                     release_free_memory()
+                    self._trimmed_at = time.monotonic()
                     self.stats.trims += 1
 
     def _admit(self) -> list[_Sequence] | None:
         """Drop cancelled sequences, move waiting ones in; ``None`` when closed,
-        ``[]`` with nothing active when the heap is due a trim."""
+        ``[]`` with nothing active when the heap is due a trim (idle for
+        ``IDLE_TRIM_S``, the last trim ``TRIM_EVERY_S`` ago)."""
         with self._cond:
             while True:
                 if self._closed:
@@ -259,11 +267,18 @@ class BatchScheduler:
                     self._active.append(seq)
                     admitted.append(seq)
                 if admitted or self._active:
+                    self._idle_since = None
                     return admitted
                 if self._ended_since_trim:
-                    if not self._cond.wait(IDLE_TRIM_S) and not self._waiting:
+                    now = time.monotonic()
+                    if self._idle_since is None:
+                        self._idle_since = now
+                    due = max(self._idle_since + IDLE_TRIM_S, self._trimmed_at + TRIM_EVERY_S)
+                    if now >= due:
                         self._ended_since_trim = False
+                        self._idle_since = None
                         return []
+                    self._cond.wait(due - now)
                     continue
                 self._cond.wait()
 

@@ -12,6 +12,7 @@ step while its neighbours go on.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,40 @@ def test_a_failing_request_fails_alone(loaded, monkeypatch) -> None:
         scheduler.close()
     assert g1.output_ids == expected
     assert scheduler.stats.finished == 1
+
+
+def test_an_idle_scheduler_trims_the_heap_once_and_not_between_close_requests(
+    loaded, monkeypatch
+) -> None:
+    from trtspec.engine import loader
+
+    engine = loaded["none"]
+    trims: list[int] = []
+    monkeypatch.setattr(loader, "release_free_memory", lambda: trims.append(1) or True)
+    monkeypatch.setattr(batching, "IDLE_TRIM_S", 1.0)  # far above a gap between calls
+    monkeypatch.setattr(batching, "TRIM_EVERY_S", 0.0)
+    scheduler = BatchScheduler(engine)
+    try:
+        # a draft loop's rounds: each request follows the last within the idle wait
+        for prompt in PROMPTS[:3]:
+            scheduler.generate(GenerationRequest(prompt, 3))
+        assert trims == [] and scheduler.stats.trims == 0
+        deadline = time.monotonic() + 10
+        while not trims and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert trims == [1] and scheduler.stats.trims == 1
+        time.sleep(1.3)  # idle on: nothing ended since, no second trim
+        assert trims == [1]
+        gen = scheduler.generate(GenerationRequest(PROMPTS[0], 3))
+        deadline = time.monotonic() + 10
+        while len(trims) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(trims) == 2
+        # at most one trim every TRIM_EVERY_S, however long the idle
+        monkeypatch.setattr(batching, "TRIM_EVERY_S", 60.0)
+        scheduler.generate(GenerationRequest(PROMPTS[1], 3))
+        time.sleep(1.5)
+        assert len(trims) == 2
+    finally:
+        scheduler.close()
+    assert gen.output_ids == engine.generate(GenerationRequest(PROMPTS[0], 3)).output_ids

@@ -546,7 +546,7 @@ def serve(run: Run, repo: Path, models: list[str] | None, log_path: Path) -> Ite
     warning = root_warning()
     if warning:
         run.progress(f"bench: {warning}")
-    from trtspec.serve.footprint import Footprint, Memory, MemorySampler, group_memory
+    from trtspec.serve.footprint import SERVING, Footprint, Memory, MemorySampler, group_memory
 
     # the group of whichever server runs now (a restart starts a new one),
     # from the start (the engine stubs' load is their peak) to the stop
@@ -557,6 +557,7 @@ def serve(run: Run, repo: Path, models: list[str] | None, log_path: Path) -> Ite
         started = time.monotonic()
         server.start(timeout=SERVER_START_TIMEOUT_S)
         ready_s = time.monotonic() - started
+        sampler.set_phase(SERVING)  # an engine stub's load and its requests peak apart
         run.progress(f"bench: tritonserver ready in {ready_s:.1f} s")
         with StubWatchdog(server, on_incident=said).prime() as watchdog:
             yield Target(server.grpc_url, server.metrics_url, server.pid, watchdog)
@@ -565,7 +566,13 @@ def serve(run: Run, repo: Path, models: list[str] | None, log_path: Path) -> Ite
         stopping = time.monotonic()
         server.stop()
         if ready_s is not None:
-            footprint = Footprint(ready_s, peak, time.monotonic() - stopping)
+            footprint = Footprint(
+                ready_s,
+                peak,
+                time.monotonic() - stopping,
+                at_peak=sampler.at_peak,
+                phases=dict(sampler.at_peak_of),
+            )
             run.server_footprint = footprint.to_json()
             for line in footprint.lines():
                 run.progress(f"bench: tritonserver {line}")

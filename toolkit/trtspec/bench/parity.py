@@ -13,6 +13,25 @@ weights, its own KV pool) and of its orchestrator. The copies are small
 config folders; the price is one more engine instance in memory per extra arm
 (on a GPU the KV-cache fraction is split evenly over all engine models).
 
+Why not a per-request cache salt instead of the copy (issue 24 item 3, read
+in NVIDIA/TensorRT-LLM): the salt exists below Triton only. The executor's
+``Request`` takes a ``cacheSaltID`` and the block manager mixes it into the
+hash of a sequence's first block, so blocks are reused only between requests
+with the same salt (``buildBlockKeys`` / ``BlockKeyHasher::hash`` in
+``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp`` at b35ac1b6, 1.2.0rc2);
+the LLM API passes ``generate_async(..., cache_salt=...)`` down to it
+(``tensorrt_llm/llmapi/llm.py`` at 4c05a748) and ``trtllm-serve`` reads an
+OpenAI request's ``cache_salt``. Neither Triton model trtspec serves passes
+one: the ``tensorrtllm`` backend (above) and the LLM-API flow's ``llmapi``
+model, whose ``_execute_single_request`` calls ``generate_async(prompt,
+SamplingParams(**sampling_params), streaming)``, no salt (a salt is a
+``generate_async`` argument, not a sampling parameter)
+(``triton_backend/all_models/llmapi/tensorrt_llm/1/model.py`` at b35ac1b6
+and 044a90d2). The reference engine model stands in for those models, so it
+takes no salt either (only the engine model differs between the GPU and the
+CPU, and it may not accept what its GPU counterpart refuses): every flow
+keeps the copy.
+
 ``--prefix-cache warm``: every measured request is preceded, on the same
 stream, by a 1-token request for the same prompt through the same arm, so
 each arm's engines hold the prompt when the measured request arrives.

@@ -29,6 +29,17 @@ step. Sampling uses each request's own seeded generator. A chunked prefill
 attends over the cache in pieces, which is the one place results may differ
 from the unchunked solo run in the last bits (as with TRT-LLM's chunked
 context); the tests check that the tiny model's outputs still agree.
+
+Memory: every step allocates each sequence's grown KV and frees the old one,
+so a busy scheduler leaves glibc's heap full of freed pages it keeps. Once
+nothing has been in flight for ``IDLE_TRIM_S``, and at most every
+``TRIM_EVERY_S``, the scheduler hands them back
+(``loader.release_free_memory``, ``malloc_trim``): an engine whose arm of a
+benchmark is done no longer holds its busiest moment's heap while the other
+arms run (issue 24: ~80–120 MiB per engine of the demo). Both bounds keep
+the trim out of a draft loop's rounds, which leave each engine idle while
+the other steps (on a loaded machine up to a second at 8 in flight), since
+the next step faults the returned pages back in; it changes no token.
 """
 
 from __future__ import annotations
@@ -56,6 +67,10 @@ Listener = Callable[[Generation, "list[int] | None", "BaseException | None"], No
 
 
 POLL_NS = 50_000_000
+#: seconds with nothing in flight before the scheduler trims the heap
+IDLE_TRIM_S = 2.0
+#: seconds at least between two trims
+TRIM_EVERY_S = 10.0
 
 
 class BatchedGeneration(Generation):
@@ -116,6 +131,7 @@ class StepStats:
     mixed_steps: int = 0  # steps holding a prefill and a decode/verify call together
     finished: int = 0
     cancelled: int = 0
+    trims: int = 0  # heap trims while idle (IDLE_TRIM_S)
 
 
 def _engine_max_num_tokens(engine: ReferenceEngine) -> int:
@@ -146,6 +162,9 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._ended_since_trim = False  # a sequence ended: its KV went back to the heap
+        self._idle_since: float | None = None
+        self._trimmed_at = float("-inf")
 
     # -------------------------------------------------------------- public API
     def submit(
@@ -215,9 +234,17 @@ class BatchScheduler:
                     self._advance(seq, None)
                 if self._active:
                     self._step()
+                elif not admitted:  # idle for IDLE_TRIM_S since the last one ended
+                    from trtspec.engine.loader import release_free_memory
+
+                    release_free_memory()
+                    self._trimmed_at = time.monotonic()
+                    self.stats.trims += 1
 
     def _admit(self) -> list[_Sequence] | None:
-        """Drop cancelled sequences, move waiting ones in; ``None`` when closed."""
+        """Drop cancelled sequences, move waiting ones in; ``None`` when closed,
+        ``[]`` with nothing active when the heap is due a trim (idle for
+        ``IDLE_TRIM_S``, the last trim ``TRIM_EVERY_S`` ago)."""
         with self._cond:
             while True:
                 if self._closed:
@@ -240,7 +267,19 @@ class BatchScheduler:
                     self._active.append(seq)
                     admitted.append(seq)
                 if admitted or self._active:
+                    self._idle_since = None
                     return admitted
+                if self._ended_since_trim:
+                    now = time.monotonic()
+                    if self._idle_since is None:
+                        self._idle_since = now
+                    due = max(self._idle_since + IDLE_TRIM_S, self._trimmed_at + TRIM_EVERY_S)
+                    if now >= due:
+                        self._ended_since_trim = False
+                        self._idle_since = None
+                        return []
+                    self._cond.wait(due - now)
+                    continue
                 self._cond.wait()
 
     def _is_cancelled(self, seq: _Sequence) -> bool:
@@ -258,6 +297,7 @@ class BatchScheduler:
             return False
 
     def _end(self, seq: _Sequence, error: BaseException | None) -> None:
+        self._ended_since_trim = True
         gen = seq.gen
         gen.error = error
         if error is None and not gen.cancelled:

@@ -196,7 +196,11 @@ class ReferenceEngine:
         self.medusa_tree = _medusa_tree(medusa_choices) if medusa_choices else []
         self.eagle = eagle
         self.eagle_tree = _medusa_tree(eagle_choices) if eagle_choices else []
-        self.prefix_cache = PrefixCache(kv_reuse)
+        # the smallest KV pool that serves the engine's own limits bounds what
+        # it keeps for reuse (kv_reuse.PrefixCache)
+        self.prefix_cache = PrefixCache(
+            kv_reuse, max_tokens=config.max_batch_size * config.max_seq_len
+        )
         self._fastpath = fastpath.is_fused(model)
         # the Hugging Face forward (a model the fast path does not run) needs
         # transformers' DynamicCache; the fast path takes the lean KVCache

@@ -9,6 +9,15 @@ longest common prefix, cropped to that prefix (and to at most ``len(prompt)-1``
 tokens, because the last prompt token must be fed to get its logits). Cached
 tensors are never mutated in place (``KVCache`` and the HF dynamic cache grow
 by concatenation), so entries can share storage with live requests safely.
+
+The LRU is bounded by entries and by the tokens its entries hold
+(``max_tokens``): TensorRT-LLM keeps reusable blocks in its KV pool, a fixed
+number of blocks, and evicts the least recently used when it needs room, so
+what it can reuse is bounded by tokens, not by requests. The engine sizes
+the budget as the smallest pool that serves its own limits
+(``max_batch_size × max_seq_len`` tokens, ``ReferenceEngine``); without it
+the cache of long prompts grows with the entry count alone (16 entries of
+1.5k tokens of SmolLM2-135M: 1.1 GB of float32 KV per engine).
 """
 
 from __future__ import annotations
@@ -135,21 +144,34 @@ def common_prefix(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]
 
 
 class PrefixCache:
-    """LRU of recent sequences' KV caches, matched by longest common prefix."""
+    """LRU of recent sequences' KV caches, matched by longest common prefix:
+    at most ``capacity`` entries holding at most ``max_tokens`` tokens in all
+    (``None``: no token bound; an entry over the whole budget is not kept)."""
 
-    def __init__(self, capacity: int = 4) -> None:
+    def __init__(self, capacity: int = 4, max_tokens: int | None = None) -> None:
         self.capacity = capacity
+        self.max_tokens = max_tokens
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
+        self._tokens = 0
         self._next = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def tokens(self) -> int:
+        """Tokens the entries hold (their KV is what the cache keeps in memory)."""
+        return self._tokens
+
+    def _drop(self, key: int) -> None:
+        self._tokens -= len(self._entries.pop(key).tokens)
+
     def clear(self) -> None:
         """Forget every entry (the next request encodes its prompt from scratch)."""
         with self._lock:
             self._entries.clear()
+            self._tokens = 0
 
     def lookup(self, prompt: list[int]) -> tuple[int, CacheEntry | None]:
         """(reusable token count, entry) for ``prompt``; count <= len(prompt) - 1."""
@@ -166,9 +188,9 @@ class PrefixCache:
         return min(best, len(prompt) - 1), best_entry
 
     def store(self, tokens: list[int], cache: Any, features: Any = None) -> None:
-        if self.capacity <= 0 or cache_len(cache) == 0:
-            return
         n = cache_len(cache)
+        if self.capacity <= 0 or n == 0 or (self.max_tokens is not None and n > self.max_tokens):
+            return
         entry = CacheEntry(tuple(tokens[:n]), kv_tensors(cache), features)
         with self._lock:
             # A sequence an entry already holds adds nothing (as in a block
@@ -188,8 +210,10 @@ class PrefixCache:
                 for k, e in self._entries.items()
                 if common_prefix(e.tokens, entry.tokens) == len(e.tokens)
             ]:
-                del self._entries[key]
+                self._drop(key)
             self._entries[self._next] = entry
+            self._tokens += n
             self._next += 1
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+            budget = self.max_tokens if self.max_tokens is not None else self._tokens
+            while len(self._entries) > self.capacity or self._tokens > budget:
+                self._drop(next(iter(self._entries)))  # the least recently used

@@ -4,7 +4,7 @@ behind it, joined at unload; the config's string parameters as a dict; the
 deadline of a streamed BLS call (from the request's ``max_tokens``), and
 ``within_deadline`` / ``batches_within_deadline`` / ``call_within``, which
 enforce a BLS call's deadline in the caller whatever the callee does, and
-``exec_stream``, which makes a decoupled BLS call and pumps its responses on
+``ExecStream``, which makes a decoupled BLS call and pumps its responses on
 one thread; ``Workers``, the reused threads all of these run on; and
 ``BlsStreams``, which keeps finished decoupled-BLS response iterators alive
 until the stub's own C++ thread has let go of them (the crash workaround

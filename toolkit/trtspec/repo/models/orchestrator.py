@@ -368,18 +368,15 @@ class _Generation:
             return [*names, *totals, REUSED_BLOCKS]
         return [*names, REUSED_BLOCKS] if self.model.reuse_stats_input else names
 
-    def note_reuse(self, response: Any, outputs: dict[str, Any] | None = None) -> None:
-        """Keep the target's reused-block count from its first answer only:
-        later rounds of a draft loop reuse this request's own blocks.
-        ``outputs``: the response's tensors by name, when already read."""
-        if self.reused_blocks is not None:
-            return
-        if outputs is None:
-            tensor = pb_utils.get_output_tensor_by_name(response, REUSED_BLOCKS)
-        else:
-            tensor = outputs.get(REUSED_BLOCKS)
-        if tensor is not None and tensor.as_numpy().size:
+    def target_tokens(self, response: Any) -> list[int] | None:
+        """``tokens_of`` a target engine's answer, keeping its reused-block
+        count from the request's first answer only (later rounds of a draft
+        loop reuse this request's own blocks)."""
+        outputs = {t.name(): t for t in response.output_tensors()}
+        tensor = outputs.get(REUSED_BLOCKS)
+        if self.reused_blocks is None and tensor is not None and tensor.as_numpy().size:
             self.reused_blocks = int(tensor.as_numpy().reshape(-1)[0])
+        return self._tokens(outputs)
 
     @staticmethod
     def draft_rows(response: Any, drafted: int) -> np.ndarray | None:
@@ -397,11 +394,12 @@ class _Generation:
             )
         return np.ascontiguousarray(rows[-drafted:])
 
-    def tokens_of(self, response: Any, outputs: dict[str, Any] | None = None) -> list[int] | None:
+    def tokens_of(self, response: Any) -> list[int] | None:
         # one output_tensors() per response (pb_utils.get_output_tensor_by_name
         # builds the whole list for every name it looks up, every token)
-        if outputs is None:
-            outputs = {t.name(): t for t in response.output_tensors()}
+        return self._tokens({t.name(): t for t in response.output_tensors()})
+
+    def _tokens(self, outputs: dict[str, Any]) -> list[int] | None:
         out = outputs.get("output_ids")
         if out is None:
             return None
@@ -589,8 +587,7 @@ class _Generation:
                 ),
                 self.engine_outputs(),
             )
-            self.note_reuse(response)
-            verified = self.tokens_of(response) or []
+            verified = self.target_tokens(response) or []
             accepted = min(accepted_count(draft, verified), len(draft))
             self.stats.record(len(draft), accepted)
             schedule.update(len(draft), accepted)
@@ -656,8 +653,7 @@ class _Generation:
             self.engine_inputs(sequence, remaining, streaming=False, seed=seed),
             self.engine_outputs(),
         )
-        self.note_reuse(response)
-        kept = _cut_at_end(self.tokens_of(response) or [], self.end_id)[:remaining]
+        kept = _cut_at_end(self.target_tokens(response) or [], self.end_id)[:remaining]
         self.stats.record(0, 0)
         sequence.extend(kept)
         self.emit(kept)
@@ -698,9 +694,7 @@ class _Generation:
                 if response.has_error():
                     self.emit(kept)  # what came before the error
                     raise callee_error(m.target_model, response.error())
-                outputs = {t.name(): t for t in response.output_tensors()}
-                self.note_reuse(response, outputs)
-                ids = self.tokens_of(response, outputs)
+                ids = self.target_tokens(response)
                 if not ids:
                     continue
                 remaining = p.max_tokens - self.completion - len(kept)

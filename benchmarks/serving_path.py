@@ -231,6 +231,21 @@ def _inputs(layer: str, prompt: str, ids: list[int], tokens: int, end_pad: tuple
     return ("baseline" if layer == "orch" else "router"), inputs, ["output_ids", "is_final"]
 
 
+def _open_stream(url: str) -> tuple[Any, Any]:
+    """A gRPC client with its stream started, and the queue its (result,
+    error, arrival time) triples land in."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(
+        callback=lambda result, error: results.put((result, error, time.perf_counter()))
+    )
+    return client, results
+
+
 def _next_result(results: Any, run: Run) -> tuple[Any, float] | None:
     """The stream's next (result, arrival time), or None with ``run.error``
     set (an error response, or nothing within 300 s)."""
@@ -248,19 +263,14 @@ def _next_result(results: Any, run: Run) -> tuple[Any, float] | None:
 
 
 def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) -> Run:
-    import queue
 
     import tritonclient.grpc as grpcclient
 
     tokens, end_pad = args.tokens, args.end_pad
     model, inputs, outputs = _inputs(layer, prompt, ids, tokens, end_pad)
-    results: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(url)
+    client, results = _open_stream(url)
     run = Run(prompt, 0.0)
     try:
-        client.start_stream(
-            callback=lambda result, error: results.put((result, error, time.perf_counter()))
-        )
         run.sent = time.perf_counter()
         client.async_stream_infer(
             model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs]
@@ -395,7 +405,6 @@ def build_llmapi(model: Path, name: str, root: Path) -> tuple[Path, Path]:
 def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
     """One streaming request to an LLM-API flow layer; ``Run.text`` is what
     streamed, its first non-empty piece is the first token."""
-    import queue
 
     import numpy as np
     import tritonclient.grpc as grpcclient
@@ -421,13 +430,9 @@ def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
             tensor("temperature", 0.0, "FP32", np.float32),
         ]
     model = {"bls": "router_bls"}.get(layer, LLMAPI_LAYERS.get(layer, layer))
-    results: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(url)
+    client, results = _open_stream(url)
     run = Run(prompt, 0.0)
     try:
-        client.start_stream(
-            callback=lambda result, error: results.put((result, error, time.perf_counter()))
-        )
         run.sent = time.perf_counter()
         client.async_stream_infer(model, inputs, enable_empty_final_response=True)
         while True:

@@ -2,7 +2,8 @@
 its enforcement in the caller (``within_deadline``, ``call_within``,
 ``ExecStream``), the reused worker threads they run on (``Workers``), and
 ``BlsStreams`` keeping finished response iterators alive past the 2.51 stub's
-GIL-less cleanup, then dropping them on its own Python thread."""
+GIL-less cleanup, then dropping them on its own Python thread, and the
+``Responder`` an engine model's step loop hands its responses to."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from trtspec.repo.models.threads import (
     BlsStreams,
     DeadlineExceeded,
+    Responder,
     call_within,
     stream_timeout_us,
     within_deadline,
@@ -253,3 +255,79 @@ def test_a_finished_jobs_references_go_while_its_worker_lives_on() -> None:
             gc.collect()
         assert ref() is None, "the worker still holds a finished job's request"
     assert pool.threads == 1
+
+
+class SlowSender:
+    """Stands for a response sender whose ``send`` returns only when the
+    server has taken the response (here: after ``delay_s``)."""
+
+    def __init__(self, delay_s: float = 0.0, fail_on: object = None) -> None:
+        self.delay_s = delay_s
+        self.fail_on = fail_on
+        self.sent: list[tuple[object, int]] = []
+
+    def send(self, response: object = None, flags: int = 0) -> None:
+        time.sleep(self.delay_s)
+        if response is not None and response is self.fail_on:
+            raise RuntimeError("client went away")
+        self.sent.append((response, flags))
+
+
+def test_the_responder_sends_in_order_without_making_the_caller_wait() -> None:
+    responder = Responder()
+    a, b = SlowSender(delay_s=0.05), SlowSender(delay_s=0.05)
+    started = time.monotonic()
+    for i in range(4):  # interleaved, as a step answers every request in flight
+        responder.send(a, f"a{i}", 1 if i == 3 else 0)
+        responder.send(b, f"b{i}", 0)
+    responder.send(b, None, 1)  # a final flag without a response
+    handed_over = time.monotonic() - started
+    assert responder.close()
+    assert handed_over < 0.2  # nine sends of 50 ms each did not run on this thread
+    assert a.sent == [("a0", 0), ("a1", 0), ("a2", 0), ("a3", 1)]
+    assert b.sent == [("b0", 0), ("b1", 0), ("b2", 0), ("b3", 0), (None, 1)]
+
+
+def test_a_failed_send_is_logged_and_the_next_goes_out() -> None:
+    logged: list[str] = []
+    gone = object()
+    responder = Responder(log=logged.append)
+    dead, alive = SlowSender(fail_on=gone), SlowSender()
+    responder.send(dead, gone, 1)
+    responder.send(alive, "x", 1)
+    assert responder.close()
+    assert alive.sent == [("x", 1)] and dead.sent == []
+    assert logged == ["sending a response failed: client went away"]
+
+
+def test_the_responder_drops_a_sent_responses_references_while_it_waits() -> None:
+    # a request's sender and responses must not outlive it in an idle thread
+    # (the pool that kept them made tritonserver 2.51 abort; see Workers.run)
+    class Response:
+        pass
+
+    responder = Responder()
+    sender, response = SlowSender(), Response()
+    gone_sender, gone_response = weakref.ref(sender), weakref.ref(response)
+    responder.send(sender, response, 1)
+    del sender, response
+    deadline = time.monotonic() + 5
+    while (
+        gone_sender() is not None or gone_response() is not None
+    ) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        gc.collect()
+    assert gone_sender() is None and gone_response() is None
+    responder.close()
+
+
+def test_a_full_responder_makes_the_step_wait() -> None:
+    responder = Responder(limit=1)
+    slow = SlowSender(delay_s=0.1)
+    started = time.monotonic()
+    for i in range(4):
+        responder.send(slow, i, 0)
+    waited = time.monotonic() - started
+    assert responder.close()
+    assert waited >= 0.15  # backpressure: at most one response waits
+    assert [r for r, _ in slow.sent] == [0, 1, 2, 3]

@@ -10,7 +10,8 @@ with the same outputs, batching in flight like the real one: one scheduler
 thread runs a *step* every ``instant_step_ms`` milliseconds (config parameter;
 0 = as fast as it can, the ceiling; e.g. 8 to mimic a GPU's batch step) and
 each step gives every in-flight request its next token, so a step's cost does
-not grow with the batch. A streaming request gets one response per step.
+not grow with the batch. A streaming request gets one response per step,
+sent from a ``Responder`` thread so that a step never waits on a send.
 
 Tokens are deterministic: the token after a sequence is a function of its
 last token and its length only (``next_token``), kept in ``[3, vocab)`` and
@@ -39,7 +40,7 @@ from trtspec.cancel import POLL_S, Cancellation
 from trtspec.engine import triton_model as reference
 from trtspec.engine.triton_model import InputError, _first, _flag, _param, _required
 from trtspec.limits import ParamError, check_sampling
-from trtspec.repo.models.threads import WORKAROUND
+from trtspec.repo.models.threads import WORKAROUND, Responder
 
 STEP_PARAMETER = "instant_step_ms"
 FIRST_TOKEN = 3  # below: the special tokens of the tokenizers trtspec ships and tests
@@ -120,6 +121,8 @@ class TritonPythonModel:
         self._active: list[_Sequence] = []
         self._lock = threading.Condition()
         self._closed = False
+        # a step never waits on a send (as TensorRT-LLM's backend; see Responder)
+        self.responder = Responder(log=pb.Logger.log_error)
         self._thread = threading.Thread(target=self._loop, name="instant-engine", daemon=True)
         self._thread.start()
 
@@ -216,17 +219,16 @@ class TritonPythonModel:
         try:
             if seq.cancel.is_cancelled():
                 if seq.options["streaming"] or self.decoupled:
-                    seq.sender.send(flags=final)
+                    self.responder.send(seq.sender, None, final)
                 else:
                     error = pb.TritonError("request cancelled", pb.TritonError.CANCELLED)
-                    seq.sender.send(
-                        pb.InferenceResponse(output_tensors=[], error=error), flags=final
-                    )
+                    response = pb.InferenceResponse(output_tensors=[], error=error)
+                    self.responder.send(seq.sender, response, final)
             elif seq.options["streaming"]:
-                seq.sender.send(self._response(seq, delta), flags=final)
+                self.responder.send(seq.sender, self._response(seq, delta), final)
             else:
                 tokens = seq.out if seq.options["exclude"] else seq.ids
-                seq.sender.send(self._response(seq, list(tokens)), flags=final)
+                self.responder.send(seq.sender, self._response(seq, list(tokens)), final)
         finally:
             seq.cancel.close()
 
@@ -253,13 +255,11 @@ class TritonPythonModel:
                         self._end(seq, delta)
                         continue
                     if seq.options["streaming"]:
-                        seq.sender.send(self._response(seq, delta), flags=0)
+                        self.responder.send(seq.sender, self._response(seq, delta), 0)
                     still.append(seq)
                 except Exception as exc:  # a bug fails this request, not the model
-                    seq.sender.send(
-                        self._error(exc),
-                        flags=reference.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                    )
+                    final = reference.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                    self.responder.send(seq.sender, self._error(exc), final)
             self._active = still
             # The next step starts a step after this one; an idle engine starts
             # one as soon as a request arrives (a request arriving mid-step
@@ -292,3 +292,4 @@ class TritonPythonModel:
             self._closed = True
             self._lock.notify()
         self._thread.join(timeout=5)
+        self.responder.close()

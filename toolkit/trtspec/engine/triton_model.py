@@ -5,8 +5,9 @@ Loaded by Triton as ``<engine>/1/model.py`` (which re-exports
 ``lookahead_*``, ``medusa_choices``, ``eagle_choices``,
 ``exclude_input_in_output``, ``enable_kv_cache_reuse`` and ``gpt_model_type``
 parameters (``V1`` serves one request at a time; the in-flight batching types,
-the default, hand every request to one ``engine.batching.BatchScheduler`` and
-answer through response senders from its thread), takes
+the default, hand every request to one ``engine.batching.BatchScheduler``,
+whose thread hands each answer to a ``Responder`` thread that sends it, as
+TensorRT-LLM's backend sends from a response thread of its own), takes
 the TensorRT-LLM backend's input tensors by name (both the ≥0.20 names ``seed``
 / ``min_tokens`` and the older ``random_seed`` / ``min_length``; every tensor
 with a leading batch dim), and answers with its output tensors. In decoupled
@@ -36,7 +37,7 @@ import numpy as np
 
 from trtspec.cancel import POLL_S, Cancellation
 from trtspec.limits import CLIENT_ERROR, ParamError, check_sampling
-from trtspec.repo.models.threads import WORKAROUND
+from trtspec.repo.models.threads import WORKAROUND, Responder
 
 try:  # only importable inside Triton's Python backend stub
     import triton_python_backend_utils as pb_utils
@@ -148,6 +149,7 @@ class TritonPythonModel:
 
             # the engine's max_batch_size / max_num_tokens bound a step, as in TRT-LLM
             self.scheduler = BatchScheduler(self.engine)
+            self.responder = Responder(log=pb_utils.Logger.log_error)
 
     # ------------------------------------------------------------------ parse
     def _request(self, request: Any) -> tuple[Any, dict[str, Any]]:
@@ -308,12 +310,17 @@ class TritonPythonModel:
         )
 
     def _listener(self, sender: Any, options: dict[str, Any], cancel: Any) -> Any:
-        """The scheduler-thread callback answering one request through ``sender``:
+        """The scheduler-thread callback answering one request through ``sender``
+        (sent from ``self.responder``'s thread, in order):
         a streaming request gets each step's delta (final flag on the last), any
         other one response with everything when it ends; a cancelled one ends
         as ``_run`` ends it."""
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         state = {"sent_final": False, "done": 0}
+
+        def send(response: Any, flags: int) -> None:
+            # from the responder's thread: this one goes on to the next step
+            self.responder.send(sender, response, flags)
 
         def listen(gen: Any, delta: list[int] | None, error: BaseException | None) -> None:
             if state["sent_final"]:
@@ -324,26 +331,24 @@ class TritonPythonModel:
                     done = state["done"]
                     rows = gen.generation_logits[done : done + len(delta)]
                     state["done"] = done + len(delta)
-                    sender.send(self._response(delta, gen, options, rows), flags=flags)
+                    send(self._response(delta, gen, options, rows), flags)
                     state["sent_final"] = bool(flags)
                 return
             try:
                 if error is not None:
-                    sender.send(self._error(error), flags=final)
+                    send(self._error(error), final)
                 elif gen.cancelled and (options["streaming"] or self.decoupled):
                     self._cancelled(gen)
-                    sender.send(flags=final)
+                    send(None, final)
                 elif gen.cancelled:
-                    sender.send(self._cancelled(gen), flags=final)
+                    send(self._cancelled(gen), final)
                 elif options["streaming"]:
-                    sender.send(self._response([], gen, options), flags=final)
+                    send(self._response([], gen, options), final)
                 else:
                     tokens = list(gen.output_ids)
                     if not options["exclude"]:
                         tokens = list(gen.request.input_ids) + tokens
-                    sender.send(
-                        self._response(tokens, gen, options, gen.generation_logits), flags=final
-                    )
+                    send(self._response(tokens, gen, options, gen.generation_logits), final)
             finally:
                 state["sent_final"] = True
                 cancel.close()
@@ -445,7 +450,8 @@ class TritonPythonModel:
         from trtspec.procutil import skip_interpreter_teardown
 
         if self.scheduler is not None:
-            self.scheduler.close()
+            self.scheduler.close()  # fails what is queued or in flight ...
+            self.responder.close()  # ... and those answers go out before the stub ends
         del self.engine
         # the stub's exit is part of the server's stop time (issue 24: < 2 s)
         skip_interpreter_teardown()

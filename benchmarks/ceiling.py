@@ -19,6 +19,17 @@ step), and drives every layer in closed loop at each concurrency level
 - ``draft``, ``ngram``: the draft-loop orchestrators (per round: a draft call
   for ``draft``, a target verify call, detokenizing), with the cost per round.
 
+``--flow llmapi`` measures the LLM-API flow instead (a baseline-only ``flow:
+llmapi`` repository whose ``baseline__llmapi`` model is the instant LLM,
+``trtspec.engine.instant_llmapi``): ``engine`` is then that llmapi model alone
+(its own tensors, text deltas), ``full`` the router as assembled (router →
+llmapi model, the adapter in the router's process) and ``bls`` the router →
+adapter model → llmapi model. ``--stream-intervals`` (e.g. ``1,4``) serves it
+once per ``stream_interval`` LLM argument, side by side in one run. There a
+response carries text, so a request's tokens are its ``max_tokens`` (the
+instant LLM never stops early; the texts of every layer are compared) and its
+per-token latency is (last response − first) / (tokens − 1).
+
 Per cell it prints responses/s, tokens/s, TTFT p50 and per-token latency
 (gaps between responses over their tokens) p50/p99, each layer's TTFT and
 per-token latency *added* over the engine alone, and CPU seconds per token
@@ -58,6 +69,7 @@ LAYERS = {
     "ngram": "ngram",
     "bls": "router_bls",
 }
+LLMAPI_LAYERS = {"engine": "baseline__llmapi", "full": "router", "bls": "router_bls"}
 BUDGET_STEP_MS = 8.0
 BUDGET_THROUGHPUT = 0.90  # full path tokens/s over the engine's at 64 in flight
 BUDGET_TTFT_MS = 1.0  # added at p50, 1 in flight
@@ -74,6 +86,17 @@ class Record:
     gaps: list[float] = field(default_factory=list)  # seconds per token, per response
     rounds: int = 0
     error: str = ""
+    responses: int = 0  # with tokens or text
+    text: str = ""  # the LLM-API flow: what streamed
+    count: int = 0  # the LLM-API flow: tokens of a finished request
+
+    @property
+    def n(self) -> int:
+        return self.count or len(self.tokens)
+
+    @property
+    def output(self) -> Any:
+        return self.text if self.count else self.tokens
 
 
 @dataclass
@@ -88,11 +111,11 @@ class Cell:
     client_cpu_s: float
 
     def ok(self) -> list[Record]:
-        return [r for r in self.records if not r.error and r.tokens]
+        return [r for r in self.records if not r.error and r.n]
 
     @property
     def tokens(self) -> int:
-        return sum(len(r.tokens) for r in self.ok())
+        return sum(r.n for r in self.ok())
 
 
 def pct(values: list[float], q: float) -> float:
@@ -127,7 +150,13 @@ def cpu_by_model(pgid: int) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- the client
-def inputs_for(layer: str, prompt_ids: list[int], end_pad: tuple[int, int], max_tokens: int) -> Any:
+def inputs_for(
+    layer: str,
+    prompt_ids: list[int],
+    end_pad: tuple[int, int],
+    max_tokens: int,
+    flow: str = "engine",
+) -> Any:
     import numpy as np
     import tritonclient.grpc.aio as grpcclient
 
@@ -137,7 +166,15 @@ def inputs_for(layer: str, prompt_ids: list[int], end_pad: tuple[int, int], max_
         t.set_data_from_numpy(array)
         return t
 
-    if layer == "engine":
+    if flow == "llmapi" and layer == "engine":  # the llmapi model's own tensors
+        inputs = [
+            tensor("text_input", np.array([PROMPT.encode()], dtype=np.object_), "BYTES"),
+            tensor("streaming", np.array([True]), "BOOL"),
+            tensor("sampling_param_max_tokens", np.array([max_tokens], dtype=np.int32), "INT32"),
+            tensor("sampling_param_temperature", np.array([0.0], dtype=np.float32), "FP32"),
+        ]
+        outputs = ["text_output"]
+    elif layer == "engine":
         one = lambda v, dt, npdt: tensor(v[0], np.array([[v[1]]], dtype=npdt), dt)  # noqa: E731
         inputs = [
             tensor("input_ids", np.array([prompt_ids], dtype=np.int32), "INT32"),
@@ -158,6 +195,8 @@ def inputs_for(layer: str, prompt_ids: list[int], end_pad: tuple[int, int], max_
             tensor("temperature", np.array([0.0], dtype=np.float32), "FP32"),
         ]
         outputs = ["output_ids", "is_final", "rounds"]
+        if flow == "llmapi":
+            outputs = ["text_output", "is_final"]
     return inputs, [grpcclient.InferRequestedOutput(n) for n in outputs]
 
 
@@ -169,6 +208,7 @@ class Load:
     layer: str
     io: Any
     max_tokens: int
+    flow: str = "engine"
 
 
 async def worker(load: Load, budget: dict, records: list[Record]) -> None:
@@ -176,7 +216,7 @@ async def worker(load: Load, budget: dict, records: list[Record]) -> None:
 
     url, layer, max_tokens = load.url, load.layer, load.max_tokens
     inputs, outputs = load.io
-    model = LAYERS[layer]
+    model = (LLMAPI_LAYERS if load.flow == "llmapi" else LAYERS)[layer]
     queue: asyncio.Queue = asyncio.Queue()
 
     async def requests() -> Any:
@@ -200,6 +240,10 @@ async def worker(load: Load, budget: dict, records: list[Record]) -> None:
                 if error is not None:
                     rec.error = str(error)
                     break
+                if load.flow == "llmapi":
+                    if llmapi_response(rec, result, now, max_tokens):
+                        break
+                    continue
                 ids = result.as_numpy("output_ids")
                 new = [] if ids is None else [int(t) for t in ids.reshape(-1)]
                 if new:
@@ -209,6 +253,7 @@ async def worker(load: Load, budget: dict, records: list[Record]) -> None:
                     else:
                         rec.first = now
                     rec.last = now
+                    rec.responses += 1
                     rec.tokens.extend(new)
                 if layer == "engine":
                     done = len(rec.tokens) >= max_tokens
@@ -225,6 +270,24 @@ async def worker(load: Load, budget: dict, records: list[Record]) -> None:
         await queue.put(None)
     finally:
         await client.close()
+
+
+def llmapi_response(rec: Record, result: Any, now: float, max_tokens: int) -> bool:
+    """Take one LLM-API flow response into ``rec``; True when it was the last."""
+    text = result.as_numpy("text_output")
+    piece = b"" if text is None or not text.size else text.reshape(-1)[0]
+    if piece:
+        rec.first = rec.first or now
+        rec.last = now
+        rec.responses += 1
+        rec.text += piece.decode("utf-8", errors="replace")
+    params = result.get_response().parameters
+    done = "triton_final_response" in params and params["triton_final_response"].bool_param
+    if done and rec.first:
+        rec.count = max_tokens  # the instant LLM never stops early
+        if max_tokens > 1:
+            rec.gaps.append((rec.last - rec.first) / (max_tokens - 1))
+    return done
 
 
 async def drive(load: Load, level: int, n: int, secs: float) -> list[Record]:
@@ -268,7 +331,7 @@ def summarise(cell: Cell, engine: Cell | None) -> dict[str, Any]:
         "level": cell.level,
         "requests": len(ok),
         "errors": sum(1 for r in cell.records if r.error),
-        "resp_s": sum(len(r.gaps) + 1 for r in ok) / cell.wall_s,
+        "resp_s": sum(r.responses for r in ok) / cell.wall_s,
         "tok_s": tokens / cell.wall_s,
         "ttft_p50_ms": pct(ttft, 50),
         "tok_p50_ms": pct(gaps, 50),
@@ -288,21 +351,22 @@ def summarise(cell: Cell, engine: Cell | None) -> dict[str, Any]:
         row["ttft_added_ms"] = row["ttft_p50_ms"] - summarise(engine, None)["ttft_p50_ms"]
         row["tok_added_ms"] = row["tok_p50_ms"] - summarise(engine, None)["tok_p50_ms"]
         row["tok_s_vs_engine"] = row["tok_s"] / max(1e-9, summarise(engine, None)["tok_s"])
-        ref = engine.ok()[0].tokens if engine.ok() else None
-        row["same_tokens"] = ref is not None and all(r.tokens == ref for r in ok)
+        ref = engine.ok()[0].output if engine.ok() else None
+        row["same_tokens"] = ref is not None and all(r.output == ref for r in ok)
     return row
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (
-        f"{'step':>5} {'layer':>6} {'conc':>4} {'reqs':>5} {'err':>3} {'resp/s':>8} "
+        f"{'step':>5} {'si':>2} {'layer':>6} {'conc':>4} {'reqs':>5} {'err':>3} {'resp/s':>8} "
         f"{'tok/s':>8} {'x eng':>6} {'ttft50':>7} {'+ttft':>7} {'tok50':>7} {'+tok50':>7} "
         f"{'tok99':>7} {'srvCPU':>7} {'cliCPU':>7} {'ms/rnd':>7} same"
     )
     print(head)
     for r in rows:
         print(
-            f"{r['step_ms']:>5g} {r['layer']:>6} {r['level']:>4} {r['requests']:>5} "
+            f"{r['step_ms']:>5g} {r.get('stream_interval', 1):>2} {r['layer']:>6} "
+            f"{r['level']:>4} {r['requests']:>5} "
             f"{r['errors']:>3} {r['resp_s']:>8.0f} {r['tok_s']:>8.0f} "
             f"{r.get('tok_s_vs_engine', 1.0):>6.2f} {r['ttft_p50_ms']:>7.2f} "
             f"{r.get('ttft_added_ms', 0.0):>7.2f} {r['tok_p50_ms']:>7.3f} "
@@ -312,7 +376,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
     print(
         "  (ms; tok50/tok99: latency per token between responses; +: added over the engine "
-        "alone; srvCPU/cliCPU: CPU ms per token of the server's processes / this client)"
+        "alone; srvCPU/cliCPU: CPU ms per token of the server's processes / this client;\n"
+        "   si: the LLM's stream_interval, --flow llmapi)"
     )
 
 
@@ -323,21 +388,30 @@ def router_caps(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for layer, model in (("full", "router"), ("bls", "router_bls")):
         cells = [r for r in rows if r["layer"] == layer]
-        for step in sorted({r["step_ms"] for r in cells}):
-            top = max((r for r in cells if r["step_ms"] == step), key=lambda r: r["level"])
+        for step, si in sorted({(r["step_ms"], r.get("stream_interval", 1)) for r in cells}):
+            top = max(
+                (r for r in cells if (r["step_ms"], r.get("stream_interval", 1)) == (step, si)),
+                key=lambda r: r["level"],
+            )
             ms = top["cpu_ms_per_tok_by_model"].get(model)
+            setting = f" si {si}" if top.get("flow") == "llmapi" else ""
             if ms:
                 out.append(
-                    f"{step:g} ms {layer} x{top['level']}: {model} {ms:.3f} ms CPU per token "
-                    f"-> at most ~{1000 / ms:,.0f} tokens/s through one {model} process "
-                    f"(engine alone here: {engine_tok_s(rows, step, top['level']):,.0f})"
+                    f"{step:g} ms{setting} {layer} x{top['level']}: {model} {ms:.3f} ms CPU per "
+                    f"token -> at most ~{1000 / ms:,.0f} tokens/s through one {model} process "
+                    f"(engine alone here: {engine_tok_s(rows, step, top['level'], si):,.0f})"
                 )
     return out
 
 
-def engine_tok_s(rows: list[dict[str, Any]], step: float, level: int) -> float:
+def engine_tok_s(rows: list[dict[str, Any]], step: float, level: int, si: int = 1) -> float:
     for r in rows:
-        if r["layer"] == "engine" and r["step_ms"] == step and r["level"] == level:
+        if (
+            r["layer"] == "engine"
+            and r["step_ms"] == step
+            and r["level"] == level
+            and r.get("stream_interval", 1) == si
+        ):
             return float(r["tok_s"])
     return float("nan")
 
@@ -413,23 +487,72 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--model", help="a Hugging Face folder for the tokenizer (default: tiny one)")
     p.add_argument("--json", type=Path, help="also write every row here")
     p.add_argument("--check", action="store_true", help="exit 3 when a budget line fails")
+    p.add_argument(
+        "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
+    )
+    p.add_argument(
+        "--stream-intervals",
+        default="1",
+        help="--flow llmapi: the LLM's stream_interval values, comma list (one server each)",
+    )
     return p.parse_args(argv)
+
+
+def run_layers(
+    server: Any, step: float, grid: tuple[list[str], list[int]], prompt: Any, args: Any
+) -> list[dict[str, Any]]:
+    """Every layer at every level on one server (a warm-up request first),
+    each row summarised against the engine's cell at its level."""
+    prompt_ids, end_pad = prompt
+    layers, levels = grid
+    rows = []
+    cells: dict[tuple[str, int], Cell] = {}
+    for level in levels:
+        for layer in layers:
+            io = inputs_for(layer, prompt_ids, end_pad, args.max_tokens, args.flow)
+            load = Load(server.grpc_url, layer, io, args.max_tokens, args.flow)
+            warm = argparse.Namespace(requests=1, cell_seconds=30)
+            run_cell(server, step, load, 1, warm)
+            cells[(layer, level)] = run_cell(server, step, load, level, args)
+            rows.append(summarise(cells[(layer, level)], cells.get(("engine", level))))
+            print(f"  {layer} x{level}: {rows[-1]['tok_s']:.0f} tok/s", flush=True)
+            failed = [r.error for r in cells[(layer, level)].records if r.error]
+            if failed:
+                print(f"    {len(failed)} failed, the first: {failed[0][:300]}", flush=True)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     steps = [float(s) for s in args.step_ms.split(",") if s]
     levels = [int(s) for s in args.levels.split(",") if s]
+    known = LLMAPI_LAYERS if args.flow == "llmapi" else LAYERS
+    if args.flow == "llmapi" and args.layers == ",".join(LAYERS):
+        args.layers = ",".join(LLMAPI_LAYERS)
     layers = [s for s in args.layers.split(",") if s]
-    unknown = [s for s in layers if s not in LAYERS]
+    unknown = [s for s in layers if s not in known]
     if unknown:
         print(
-            f"error: --layers: unknown layer {unknown[0]!r} (known: {', '.join(LAYERS)})",
+            f"error: --layers: unknown layer {unknown[0]!r} for --flow {args.flow} "
+            f"(known: {', '.join(known)})",
             file=sys.stderr,
         )
         return 2
+    try:
+        intervals = [int(s) for s in args.stream_intervals.split(",") if s]
+    except ValueError:
+        intervals = []
+    if not intervals or min(intervals) < 1:
+        print(
+            f"error: --stream-intervals {args.stream_intervals!r}: give positive integers, "
+            "e.g. 1,4",
+            file=sys.stderr,
+        )
+        return 2
+    if args.flow == "engine":
+        intervals = [1]  # the engine flow has no stream_interval: one response a step
     layers = ["engine", *[s for s in layers if s != "engine"]]  # the reference for "added"
-    from trtspec.bench.instant import instant_repository
+    from trtspec.bench.instant import instant_llmapi_repository, instant_repository
     from trtspec.repo.models.text import Tokenizer
     from trtspec.serve import Server
 
@@ -443,33 +566,36 @@ def main(argv: list[str] | None = None) -> int:
         prompt_ids = tok.encode(PROMPT)
         end_pad = (tok.end_id if tok.end_id is not None else -1, tok.pad_id or 0)
         print(f"load average before: {os.getloadavg()}", flush=True)
+        batch = max(128, *levels)
         for step in steps:
-            repo = instant_repository(
-                root / f"step{step:g}", model, step, max_batch_size=max(128, *levels)
-            )
-            server = Server(repo, log_path=root / f"step{step:g}.log")
-            t0 = time.monotonic()
-            server.start(timeout=300)
-            print(f"step {step:g} ms: server ready in {time.monotonic() - t0:.1f} s", flush=True)
-            try:
-                cells: dict[tuple[str, int], Cell] = {}
-                for level in levels:
-                    for layer in layers:
-                        io = inputs_for(layer, prompt_ids, end_pad, args.max_tokens)
-                        load = Load(server.grpc_url, layer, io, args.max_tokens)
-                        warm = argparse.Namespace(requests=1, cell_seconds=30)
-                        run_cell(server, step, load, 1, warm)
-                        cells[(layer, level)] = run_cell(server, step, load, level, args)
-                        rows.append(summarise(cells[(layer, level)], cells.get(("engine", level))))
-                        print(f"  {layer} x{level}: {rows[-1]['tok_s']:.0f} tok/s", flush=True)
-            finally:
-                server.stop()
+            for interval in intervals:
+                where = root / f"step{step:g}-si{interval}"
+                if args.flow == "llmapi":
+                    repo = instant_llmapi_repository(
+                        where, model, step, stream_interval=interval, max_batch_size=batch
+                    )
+                else:
+                    repo = instant_repository(where, model, step, max_batch_size=batch)
+                server = Server(repo, log_path=where.with_suffix(".log"))
+                t0 = time.monotonic()
+                server.start(timeout=300)
+                setting = f" stream_interval {interval}" if args.flow == "llmapi" else ""
+                ready = time.monotonic() - t0
+                print(f"step {step:g} ms{setting}: server ready in {ready:.1f} s", flush=True)
+                try:
+                    rows += run_layers(server, step, (layers, levels), (prompt_ids, end_pad), args)
+                finally:
+                    server.stop()
+                for row in rows:
+                    row.setdefault("flow", args.flow)
+                    row.setdefault("stream_interval", interval)
     print(f"load average after: {os.getloadavg()}\n")
     print_table(rows)
     print("\nCPU ms per token by model (server processes):")
     for r in rows:
         print(
-            f"  {r['step_ms']:g} ms {r['layer']:>6} x{r['level']:<3} {r['cpu_ms_per_tok_by_model']}"
+            f"  {r['step_ms']:g} ms si {r.get('stream_interval', 1)} {r['layer']:>6} "
+            f"x{r['level']:<3} {r['cpu_ms_per_tok_by_model']}"
         )
     print("\none router process's ceiling (a stub is one Python process: on a many-core")
     print("GPU host it saturates one core while the engine does not):")
@@ -477,11 +603,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {text}")
     print("\nbudget (docs/internals.md §6):")
     failed = False
-    lines = [line for name in ("full", "bls") for line in budget_lines(rows, name)]
-    for text, met in lines:
-        mark = "n/a " if met is None else ("MEETS" if met else "MISSES")
-        failed = failed or met is False
-        print(f"  [{mark}] {text}")
+    for interval in intervals:
+        group = [r for r in rows if r["stream_interval"] == interval]
+        if args.flow == "llmapi":
+            print(f"  LLM-API flow, stream_interval {interval}:")
+        lines = [line for name in ("full", "bls") for line in budget_lines(group, name)]
+        for text, met in lines:
+            mark = "n/a " if met is None else ("MEETS" if met else "MISSES")
+            failed = failed or met is False
+            print(f"  [{mark}] {text}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 3 if (args.check and failed) else 0

@@ -3,7 +3,8 @@ its enforcement in the caller (``within_deadline``, ``call_within``,
 ``ExecStream``), the reused worker threads they run on (``Workers``), and
 ``BlsStreams`` keeping finished response iterators alive past the 2.51 stub's
 GIL-less cleanup, then dropping them on its own Python thread, and the
-``Responder`` an engine model's step loop hands its responses to."""
+``Responder`` an engine model's step loop hands its responses to, and the
+``PruningSender`` that sends only the requested outputs."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from typing import Any, ClassVar
 
 import pytest
 
+from trtspec.repo.models import threads
 from trtspec.repo.models.threads import (
     BlsStreams,
     DeadlineExceeded,
+    PruningSender,
     Responder,
     call_within,
     stream_timeout_us,
@@ -331,3 +334,63 @@ def test_a_full_responder_makes_the_step_wait() -> None:
     assert responder.close()
     assert waited >= 0.15  # backpressure: at most one response waits
     assert [r for r, _ in slow.sent] == [0, 1, 2, 3]
+
+
+class FakeTensor:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def name(self) -> str:
+        return self._name
+
+
+class FakeResponse:
+    def __init__(self, output_tensors: list[FakeTensor], error: object = None) -> None:
+        self.tensors = output_tensors
+        self._error = error
+
+    def output_tensors(self) -> list[FakeTensor]:
+        return list(self.tensors)
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> object:
+        return self._error
+
+
+class FakeRequest:
+    def __init__(self, wanted: list[str]) -> None:
+        self.wanted = wanted
+
+    def requested_output_names(self) -> list[str]:
+        return self.wanted
+
+
+def test_the_pruning_sender_sends_only_the_requested_outputs() -> None:
+    # on 2.51 the stub would prune the rest without the GIL (docs/internals.md §9)
+    raw = SlowSender()
+    sender = PruningSender.wrap(raw, FakeRequest(["text_output", "is_final"]), FakeResponse)
+    full = FakeResponse([FakeTensor(n) for n in ("text_output", "output_ids", "is_final")])
+    sender.send(full, flags=0)
+    exact = FakeResponse([FakeTensor("text_output")])
+    sender.send(exact, flags=0)  # nothing to drop: sent as it is
+    failed = FakeResponse([FakeTensor("output_ids")], error="boom")
+    sender.send(failed, flags=1)
+    sender.send(None, flags=1)
+    (first, f1), (second, _), (third, f3), (fourth, f4) = raw.sent
+    assert isinstance(first, FakeResponse) and first is not full and f1 == 0
+    assert [t.name() for t in first.tensors] == ["text_output", "is_final"]
+    assert second is exact
+    assert isinstance(third, FakeResponse) and third.tensors == [] and third.error() == "boom"
+    assert f3 == 1 and (fourth, f4) == (None, 1)
+
+
+def test_the_pruning_sender_passes_everything_when_nothing_was_named(monkeypatch: Any) -> None:
+    raw = SlowSender()
+    sender = PruningSender.wrap(raw, FakeRequest([]), FakeResponse)
+    full = FakeResponse([FakeTensor("a"), FakeTensor("b")])
+    sender.send(full)
+    assert raw.sent == [(full, 0)]
+    monkeypatch.setattr(threads, "WORKAROUND", False)
+    assert PruningSender.wrap(raw, FakeRequest(["a"]), FakeResponse) is raw

@@ -140,3 +140,111 @@ def test_ceiling_names_one_router_processs_ceiling() -> None:
     (line,) = ceiling.router_caps(rows)
     assert line.startswith("8 ms full x64: router 0.500 ms CPU per token")
     assert "at most ~2,000 tokens/s through one router process (engine alone here: 2,000)" in line
+
+
+def test_the_instant_llm_steps_every_request_to_its_max_tokens() -> None:
+    from trtspec.engine.decode import GenerationRequest
+    from trtspec.engine.instant_llmapi import InstantScheduler
+
+    scheduler = InstantScheduler(0.0, vocab=50, avoid=(7, 0))
+    try:
+        streams = [
+            scheduler.submit(GenerationRequest(input_ids=[5, 6], max_new_tokens=n))
+            for n in (6, 3, 0)
+        ]
+        outs = [list(s) for s in streams]
+    finally:
+        scheduler.close()
+    # one token a step, each list one step's delta, the instant engine's tokens
+    expected, last = [], 6
+    for length in range(2, 8):
+        last = next_token(last, length, 50, (7, 0))
+        expected.append(last)
+    assert outs[0] == [[t] for t in expected]
+    assert outs[1] == [[t] for t in expected[:3]]
+    assert outs[2] == []
+    assert all(7 not in d and 0 not in d for d in outs[0])
+    stopped = {"now": False}
+    slow = InstantScheduler(0.01, vocab=50, avoid=())
+    try:
+        request = GenerationRequest(input_ids=[5], max_new_tokens=1000)
+        cancelled = iter(slow.submit(request, is_cancelled=lambda: stopped["now"]))
+        first = next(cancelled)
+        stopped["now"] = True
+        rest = list(cancelled)
+    finally:
+        slow.close()
+    assert len(first) == 1 and len(rest) < 50  # a cancelled request ends at a step
+
+
+def test_instant_llmapi_repository_serves_the_instant_llm(tmp_path: Path) -> None:
+    import yaml
+    from tests.fixtures.tiny_model import train_tokenizer
+
+    from trtspec.bench.instant import (
+        BLS_ROUTER,
+        STEP_PARAMETER,
+        engine_models,
+        instant_llmapi_repository,
+    )
+    from trtspec.repo import configs
+    from trtspec.repo.models.inprocess import PARAMETER
+
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    train_tokenizer(tokenizer)
+    (tokenizer / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    repo = instant_llmapi_repository(tmp_path / "r", tokenizer, 8, stream_interval=4)
+    assert engine_models(repo, "llmapi") == ["baseline__llmapi"]
+    llm = repo / "baseline__llmapi"
+    assert "trtspec.engine.instant_llmapi" in (llm / "1" / "model.py").read_text()
+    assert configs.parameters_of(configs.read_config(llm / "config.pbtxt"))[STEP_PARAMETER] == "8"
+    assert yaml.safe_load((llm / "1" / "model.yaml").read_text())["stream_interval"] == 4
+    assert (
+        "trtspec.repo.models.llmapi_adapter" in (repo / "baseline" / "1" / "model.py").read_text()
+    )
+    routers = {
+        name: configs.parameters_of(configs.read_config(repo / name / "config.pbtxt"))[PARAMETER]
+        for name in ("router", BLS_ROUTER)
+    }
+    assert routers == {"router": "true", BLS_ROUTER: "false"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--flow", "llmapi", "--layers", "orch"], "unknown layer 'orch' for --flow llmapi"),
+        (["--flow", "llmapi", "--stream-intervals", "0,4"], "--stream-intervals '0,4'"),
+    ],
+)
+def test_ceiling_refuses_what_the_llmapi_flow_cannot_measure(argv: list[str], message: str) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import ceiling
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ceiling.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    # router caps are per stream_interval: one line for each
+    rows = [
+        {"step_ms": 8.0, "layer": "engine", "level": 64, "tok_s": 2000.0, "stream_interval": si}
+        for si in (1, 4)
+    ] + [
+        {
+            "step_ms": 8.0,
+            "layer": "full",
+            "level": 64,
+            "flow": "llmapi",
+            "stream_interval": si,
+            "cpu_ms_per_tok_by_model": {"router": 0.5 / si},
+        }
+        for si in (1, 4)
+    ]
+    lines = ceiling.router_caps(rows)
+    assert [line.split(":")[0] for line in lines] == ["8 ms si 1 full x64", "8 ms si 4 full x64"]

@@ -10,6 +10,8 @@ orchestrators and text models cost when the engine costs nothing (or a fixed
 GPU-like step). ``write_engine_stub(folder, tokenizer_dir)`` writes the
 engine folder such a repository needs (``config.json`` with the tokenizer's
 vocabulary size, and ``tokenizer/``) without building weights.
+``use_instant_llm`` and ``instant_llmapi_repository`` do the same for the
+LLM-API flow: its ``llmapi`` models become ``trtspec.engine.instant_llmapi``.
 """
 
 from __future__ import annotations
@@ -24,27 +26,42 @@ from trtspec.repo import configs
 from trtspec.repo.assemble import MANIFEST_NAME, _model_py
 
 INSTANT_MODULE = "trtspec.engine.instant_model"
+INSTANT_LLM_MODULE = "trtspec.engine.instant_llmapi"
 STEP_PARAMETER = "instant_step_ms"  # read by trtspec.engine.instant_model
 
 
-def engine_models(repo: Path) -> list[str]:
-    """The engine models named in ``repo``'s manifest."""
+def engine_models(repo: Path, role: str = "engine") -> list[str]:
+    """The models of ``role`` (``engine``; ``llmapi`` in the LLM-API flow)
+    named in ``repo``'s manifest."""
     path = Path(repo) / MANIFEST_NAME
     if not path.is_file():
         raise RepoError(f"{path}: not found", "Pass a folder `trtspec repo` wrote.")
     models = json.loads(path.read_text(encoding="utf-8")).get("models", {})
-    return sorted(name for name, info in models.items() if info.get("role") == "engine")
+    return sorted(name for name, info in models.items() if info.get("role") == role)
 
 
 def use_instant_engines(repo: Path, step_ms: float) -> list[str]:
     """Point every engine model of ``repo`` at the instant engine stepping every
     ``step_ms`` milliseconds (0: as fast as it can); returns their names."""
+    return _use_instant(repo, step_ms, "engine", INSTANT_MODULE)
+
+
+def use_instant_llm(repo: Path, step_ms: float) -> list[str]:
+    """Point every ``llmapi`` model of an LLM-API flow ``repo`` at the instant
+    LLM (its ``model.yaml``, ``stream_interval`` included, stays as written);
+    returns their names."""
+    return _use_instant(repo, step_ms, "llmapi", INSTANT_LLM_MODULE)
+
+
+def _use_instant(repo: Path, step_ms: float, role: str, module: str) -> list[str]:
     if step_ms < 0:
         raise RepoError(
             f"instant engine step {step_ms} ms is negative", "Pass a step of 0 ms or more."
         )
     repo = Path(repo)
-    names = engine_models(repo)
+    names = engine_models(repo, role)
+    if not names:
+        raise RepoError(f"{repo}: no {role} model in its manifest", "Pass a matching repository.")
     for name in names:
         config_path = repo / name / "config.pbtxt"
         config = configs.read_config(config_path)
@@ -53,7 +70,7 @@ def use_instant_engines(repo: Path, step_ms: float) -> list[str]:
         configs.set_parameters(config, {STEP_PARAMETER: f"{step_ms:g}"})
         configs.write_config(config_path, config)
         (repo / name / "1").mkdir(parents=True, exist_ok=True)
-        atomic_write_text(repo / name / "1" / "model.py", _model_py(INSTANT_MODULE))
+        atomic_write_text(repo / name / "1" / "model.py", _model_py(module))
     return names
 
 
@@ -151,3 +168,56 @@ def add_bls_router(repo: Path) -> str:
     configs.set_parameters(config, {PARAMETER: False})
     configs.write_config(target / "config.pbtxt", config)
     return BLS_ROUTER
+
+
+INSTANT_LLMAPI_SPEC = """\
+name: {name}
+backend: reference
+flow: {{kind: llmapi, trtllm_version: "1.2.1", llm_args: {{stream_interval: {interval}}}}}
+target: {{model: {model}, family: llama, dtype: float32, max_batch_size: {batch},
+         max_input_len: 1024, max_seq_len: 2048, max_num_tokens: 8192}}
+variants: []
+rollout: {{canary_percent: 100, fallback_variant: baseline}}
+"""
+
+
+def instant_llmapi_repository(
+    root: Path,
+    model: Path,
+    step_ms: float,
+    *,
+    stream_interval: int = 1,
+    max_batch_size: int = 128,
+    name: str = "instant-llmapi",
+) -> Path:
+    """Assemble, under ``root``, a baseline-only ``flow: llmapi`` repository
+    (``stream_interval`` as the LLM argument) whose ``baseline__llmapi``
+    model is the instant LLM, plus the ``router_bls`` router; ``model`` is a
+    Hugging Face folder whose tokenizer is used (no weights are read)."""
+    from trtspec.flows import flow_for, make_plan
+    from trtspec.spec import load_spec
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    spec_path = root / f"{name}.yaml"
+    spec_path.write_text(
+        INSTANT_LLMAPI_SPEC.format(
+            name=name,
+            model=Path(model).resolve(),
+            batch=max_batch_size,
+            interval=stream_interval,
+        ),
+        encoding="utf-8",
+    )
+    spec = load_spec(spec_path)
+    flow = flow_for(spec)
+    engines = root / "engines"
+    plan = make_plan(spec, engines)
+    for engine in plan.engines:
+        write_engine_stub(engines / spec.name / engine.name, Path(model))
+    flow.write_files(flow.files(spec, plan, engines))
+    repo = flow.assemble(spec, plan, engines, root / "triton_repo", routing=None, gpu_bytes=None)
+    use_instant_llm(repo, step_ms)
+    in_process_router(repo)
+    add_bls_router(repo)
+    return repo

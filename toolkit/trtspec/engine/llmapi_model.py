@@ -49,7 +49,7 @@ import numpy as np
 
 from trtspec.cancel import Cancellation, Cancelled
 from trtspec.limits import ParamError, check_sampling
-from trtspec.repo.models.threads import RequestThreads
+from trtspec.repo.models.threads import PruningSender, RequestThreads
 from trtspec.speculate import (
     RoundStats,
     accepted_count,
@@ -164,14 +164,13 @@ def _input(request: Any, name: str, default: Any = None) -> Any:
 class TritonPythonModel:
     """The reference engine behind the ``llmapi`` model's tensors."""
 
-    def initialize(self, args: dict[str, Any]) -> None:
-        from trtspec.engine.batching import BatchScheduler
-        from trtspec.engine.decode import ReferenceEngine, default_threads
-        from trtspec.repo.models.text import Tokenizer
-
+    def _configure(self, args: dict[str, Any]) -> tuple[dict[str, Any], Path, Path]:
+        """Read and check ``model.yaml`` and the model's settings: (LLM
+        arguments, the yaml's path, the model folder)."""
         config = json.loads(args["model_config"])
         self.name = args["model_name"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.config = config
         path = Path(args["model_repository"]) / str(args["model_version"]) / "model.yaml"
         llm, triton = read_model_yaml(path)
         if bool(triton["decoupled"]) != self.decoupled:
@@ -181,7 +180,6 @@ class TritonPythonModel:
             )
         self.speculation = speculation_of(llm, str(path))
         self.stream_interval = stream_interval_of(llm, str(path))
-        reuse = bool((llm.get("kv_cache_config") or {}).get("enable_block_reuse", True))
         model_dir = Path(str(llm["model"]))
         if not (model_dir / "config.json").is_file():
             raise LlmApiConfigError(
@@ -189,6 +187,25 @@ class TritonPythonModel:
                 "`trtspec build` for the spec (on CPU the LLM-API flow serves the reference "
                 "engines it builds)"
             )
+        self._requests = RequestThreads()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self.draft_scheduler: Any = None
+        return llm, path, model_dir
+
+    def _load_tokenizer(self, llm: dict[str, Any], model_dir: Path) -> None:
+        from trtspec.repo.models.text import Tokenizer
+
+        tokenizer_dir = Path(str(llm.get("tokenizer") or model_dir / "tokenizer"))
+        self.tokenizer = Tokenizer(tokenizer_dir, add_special_tokens=True)
+        self.end_id = self.tokenizer.end_id
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        from trtspec.engine.batching import BatchScheduler
+        from trtspec.engine.decode import ReferenceEngine, default_threads
+
+        llm, path, model_dir = self._configure(args)
+        reuse = bool((llm.get("kv_cache_config") or {}).get("enable_block_reuse", True))
         threads = default_threads()
         self.target = ReferenceEngine.load(model_dir, threads=threads, kv_reuse=16 if reuse else 0)
         limits = {
@@ -196,7 +213,6 @@ class TritonPythonModel:
             "max_num_tokens": llm.get("max_num_tokens"),
         }
         self.scheduler = BatchScheduler(self.target, **{k: int(v) for k, v in limits.items() if v})
-        self.draft_scheduler: Any = None
         if self.speculation is not None and self.speculation.kind == "draft":
             sc = llm["speculative_config"]
             draft_dir = sc.get("speculative_model") or sc.get("speculative_model_dir")
@@ -204,12 +220,7 @@ class TritonPythonModel:
                 raise LlmApiConfigError(f"{path}: Draft_Target needs speculative_model")
             draft = ReferenceEngine.load(Path(str(draft_dir)), threads=threads, kv_reuse=16)
             self.draft_scheduler = BatchScheduler(draft)
-        tokenizer_dir = Path(str(llm.get("tokenizer") or model_dir / "tokenizer"))
-        self.tokenizer = Tokenizer(tokenizer_dir, add_special_tokens=True)
-        self.end_id = self.tokenizer.end_id
-        self._requests = RequestThreads()
-        self._lock = threading.Lock()
-        self._in_flight = 0
+        self._load_tokenizer(llm, model_dir)
 
     def execute(self, requests: list) -> None:
         for request in requests:
@@ -225,6 +236,8 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
         cancel = Cancellation.of(request, sender)
+        # only the requested outputs: the 2.51 stub would prune the rest without the GIL
+        sender = PruningSender.wrap(sender, request, pb_utils.InferenceResponse)
         with self._lock:
             self._in_flight += 1
         try:

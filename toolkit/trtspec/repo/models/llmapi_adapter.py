@@ -45,6 +45,7 @@ from trtspec.repo.models.orchestrator import (
 from trtspec.repo.models.threads import (
     BlsStreams,
     ExecStream,
+    PruningSender,
     RequestThreads,
     stream_timeout_us,
     string_params,
@@ -80,6 +81,7 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
         cancel = Cancellation.of(request, sender)
+        sender = PruningSender.wrap(sender, request, pb_utils.InferenceResponse)
         try:
             self._run(RequestParams.from_request(request), sender, cancel)
         except Cancelled:

@@ -68,6 +68,7 @@ from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
     ExecStream,
+    PruningSender,
     RequestThreads,
     call_within,
     stream_timeout_us,
@@ -767,6 +768,7 @@ class TritonPythonModel:
         start_ns = time.monotonic_ns()
         sender = request.get_response_sender()
         cancel = Cancellation.of(request, sender, poll_s=POLL_S)
+        sender = PruningSender.wrap(sender, request, pb_utils.InferenceResponse)
         gen: _Generation | None = None
         try:
             params = RequestParams.from_request(request)

@@ -59,6 +59,7 @@ from trtspec.repo.models.threads import (
     BlsStreams,
     DeadlineExceeded,
     ExecStream,
+    PruningSender,
     RequestThreads,
     stream_timeout_us,
     string_params,
@@ -151,6 +152,7 @@ class TritonPythonModel:
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
         cancel = Cancellation.of(request, sender, poll_s=POLL_S)
+        sender = PruningSender.wrap(sender, request, pb_utils.InferenceResponse)
         progress = _Progress(time.monotonic() + stream_timeout_us(None) / 1e6)
         error: str | None = None
         try:

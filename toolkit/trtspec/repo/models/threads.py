@@ -6,7 +6,8 @@ deadline of a streamed BLS call (from the request's ``max_tokens``), and
 enforce a BLS call's deadline in the caller whatever the callee does, and
 ``ExecStream``, which makes a decoupled BLS call and pumps its responses on
 one thread; ``Workers``, the reused threads all of these run on;
-``Responder``, the thread an engine model sends its responses from; and
+``Responder``, the thread an engine model sends its responses from;
+``PruningSender``, which sends only the requested outputs; and
 ``BlsStreams``, which keeps finished decoupled-BLS response iterators alive
 until the stub's own C++ thread has let go of them (the crash workaround
 described there). No Triton imports: unit-testable as is."""
@@ -294,6 +295,51 @@ class BlsStreams:
         self._closed = True
         self._wake.set()
         self._release(float("inf"))
+
+
+class PruningSender:
+    """A response sender that sends only the outputs its request asked for.
+
+    Why: in tritonserver 2.51's Python backend (python_backend r24.10)
+    ``ResponseSender::Send`` releases the GIL and then erases the outputs the
+    caller did not request (``PruneOutputTensors``); their NumPy arrays are
+    freed there without the GIL, which corrupts pymalloc (the SIGSEGV of
+    docs/internals.md §9; python_backend #390, r24.12 on, fixes it). A client
+    that requests a subset of the router's or an orchestrator's outputs made
+    every response of its stream take that path: the router died within
+    seconds at 64 streams in flight (``benchmarks/ceiling.py --flow llmapi``,
+    a client asking for ``text_output`` and ``is_final``). Dropping them here,
+    in Python with the GIL, leaves the stub nothing to prune.
+    ``make(output_tensors=..., error=...)`` builds a response
+    (``pb_utils.InferenceResponse``). Off with ``TRTSPEC_BLS_WORKAROUND=0``."""
+
+    def __init__(self, sender: Any, wanted: Iterable[str] | None, make: Callable[..., Any]) -> None:
+        self._sender = sender
+        self._wanted = frozenset(wanted or ())
+        self._make = make
+
+    @classmethod
+    def wrap(cls, sender: Any, request: Any, make: Callable[..., Any]) -> Any:
+        """``sender`` wrapped for ``request`` (as is with the workaround off)."""
+        if not WORKAROUND:
+            return sender
+        return cls(sender, request.requested_output_names(), make)
+
+    def send(self, response: Any = None, flags: int = 0) -> None:
+        if response is not None and self._wanted:
+            tensors = response.output_tensors()
+            kept = [t for t in tensors if t.name() in self._wanted]
+            if len(kept) < len(tensors):
+                error = response.error() if response.has_error() else None
+                response = self._make(output_tensors=kept, error=error)
+            del tensors, kept
+        if response is None:
+            self._sender.send(flags=flags)
+        else:
+            self._sender.send(response, flags=flags)
+
+    def is_cancelled(self) -> bool:
+        return bool(self._sender.is_cancelled())
 
 
 class Responder:

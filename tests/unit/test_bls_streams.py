@@ -394,3 +394,16 @@ def test_the_pruning_sender_passes_everything_when_nothing_was_named(monkeypatch
     assert raw.sent == [(full, 0)]
     monkeypatch.setattr(threads, "WORKAROUND", False)
     assert PruningSender.wrap(raw, FakeRequest(["a"]), FakeResponse) is raw
+
+
+def test_a_queued_sender_sends_through_its_responder_in_order() -> None:
+    responder = Responder()
+    raw = SlowSender(delay_s=0.02)
+    sender = responder.sender(raw)
+    started = time.monotonic()
+    sender.send("a")
+    sender.send("b", flags=0)
+    sender.send(flags=1)
+    assert time.monotonic() - started < 0.05  # the caller did not wait on the sends
+    assert responder.close()
+    assert raw.sent == [("a", 0), ("b", 0), (None, 1)]

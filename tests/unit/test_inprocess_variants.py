@@ -213,11 +213,16 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from tritonclient.grpc import model_config_pb2 as mc
 
     names = [
+        "trtspec.repo.models.protocol",
         "trtspec.repo.models.orchestrator",
         "trtspec.repo.models.inprocess",
         "trtspec.repo.models.llmapi_adapter",
     ]
     saved = {n: sys.modules.pop(n) for n in names if n in sys.modules}
+    # `from trtspec.repo.models import x` reads the package's attribute first:
+    # drop those too, or a fresh module would meet a stale sibling
+    package = importlib.import_module("trtspec.repo.models")
+    attrs = {n: package.__dict__.pop(n.rpartition(".")[2], None) for n in names}
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
     config = mc.ModelConfig(name="baseline", backend="python")
     params = {
@@ -262,7 +267,11 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         ENGINE.release.set()
         for n in names:
             sys.modules.pop(n, None)
+            package.__dict__.pop(n.rpartition(".")[2], None)
         sys.modules.update(saved)
+        for n, module in attrs.items():
+            if module is not None:
+                setattr(package, n.rpartition(".")[2], module)
 
 
 def _request(text: str = "abc", max_tokens: int = 8) -> dict[str, np.ndarray]:
@@ -346,7 +355,7 @@ def test_a_cancel_stops_the_generation_between_steps(inprocess: Any) -> None:
 
 
 def test_an_engine_refusal_is_the_clients_error_named_for_the_variant(inprocess: Any) -> None:
-    from trtspec.repo.models.orchestrator import CalleeError
+    from trtspec.repo.models.protocol import CalleeError
 
     ENGINE.script = ["invalid request: Prompt length (3) exceeds maximum input length (2)."]
     with pytest.raises(CalleeError) as info:
@@ -356,7 +365,7 @@ def test_an_engine_refusal_is_the_clients_error_named_for_the_variant(inprocess:
 
 
 def test_a_bad_value_is_the_clients_error_before_any_engine_call(inprocess: Any) -> None:
-    from trtspec.repo.models.orchestrator import CalleeError
+    from trtspec.repo.models.protocol import CalleeError
 
     with pytest.raises(CalleeError) as info:
         run(inprocess, max_tokens=0)

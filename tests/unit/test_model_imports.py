@@ -16,7 +16,10 @@ LIGHT = [
     "trtspec.repo.models.preprocessing",
     "trtspec.repo.models.postprocessing",
     "trtspec.repo.models.inprocess",
+    "trtspec.repo.models.protocol",
+    "trtspec.repo.models.llmapi_adapter",
     "trtspec.engine.instant_model",
+    "trtspec.engine.instant_llmapi",  # the LLM-API flow's instant LLM
     "trtspec.engine.triton_model",  # imports torch in initialize() only
 ]
 PROBE = """

@@ -49,7 +49,7 @@ import numpy as np
 
 from trtspec.cancel import Cancellation, Cancelled
 from trtspec.limits import ParamError, check_sampling
-from trtspec.repo.models.threads import PruningSender, RequestThreads
+from trtspec.repo.models.threads import PruningSender, RequestThreads, Responder
 from trtspec.speculate import (
     RoundStats,
     accepted_count,
@@ -191,6 +191,9 @@ class TritonPythonModel:
         self._lock = threading.Lock()
         self._in_flight = 0
         self.draft_scheduler: Any = None
+        # every response goes out from one thread, as upstream's model sends
+        # from its one asyncio loop
+        self.responder = Responder(log=pb_utils.Logger.log_error)
         return llm, path, model_dir
 
     def _load_tokenizer(self, llm: dict[str, Any], model_dir: Path) -> None:
@@ -231,6 +234,7 @@ class TritonPythonModel:
         self.scheduler.close()
         if self.draft_scheduler is not None:
             self.draft_scheduler.close()
+        self.responder.close()
 
     # ---------------------------------------------------------------- serving
     def _serve(self, request: Any) -> None:
@@ -238,6 +242,7 @@ class TritonPythonModel:
         cancel = Cancellation.of(request, sender)
         # only the requested outputs: the 2.51 stub would prune the rest without the GIL
         sender = PruningSender.wrap(sender, request, pb_utils.InferenceResponse)
+        sender = self.responder.sender(sender)
         with self._lock:
             self._in_flight += 1
         try:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.cancel import Cancelled
+from trtspec.limits import CLIENT_ERROR
 from trtspec.repo.models.text import LocalText
 from trtspec.repo.models.threads import DeadlineExceeded
 
@@ -150,14 +151,14 @@ class InProcessVariants:
         """Generate ``variant``'s answer to the request whose input tensors are
         ``inputs`` (name → array) through the router's ``sender`` by
         ``progress.deadline``; raises as the router's BLS call and relay would."""
-        from trtspec.repo.models import orchestrator
+        from trtspec.repo.models import orchestrator, protocol
 
         start_ns = time.monotonic_ns()
         budget_s = max(0.0, progress.deadline - time.monotonic())
         gen = None
         try:
             model = self.model(variant)
-            params = orchestrator.RequestParams.from_inputs(inputs)
+            params = protocol.RequestParams.from_inputs(inputs)
             relay = _RelayingSender(
                 sender, progress, orchestrator.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
             )
@@ -181,10 +182,10 @@ class InProcessVariants:
                 "the request was stopped"
             ) from exc
         except Exception as exc:
-            message = orchestrator.error_reply(variant, exc).message()
-            marked = message.startswith(f"{variant}: {orchestrator.CLIENT_ERROR}: ")
-            raise orchestrator.CalleeError(
-                message, client=orchestrator.is_client_error(exc), marked=marked
+            message = protocol.error_reply(variant, exc).message()
+            marked = message.startswith(f"{variant}: {CLIENT_ERROR}: ")
+            raise protocol.CalleeError(
+                message, client=protocol.is_client_error(exc), marked=marked
             ) from exc
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ import triton_python_backend_utils as pb_utils
 
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.repo.contract import LLMAPI_ACCEPTANCE_AVAILABLE
-from trtspec.repo.models.orchestrator import (
+from trtspec.repo.models.protocol import (
     RequestParams,
     callee_error,
     end_cancelled,

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,15 +54,17 @@ import triton_python_backend_utils as pb_utils
 from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.catalogue import DRAFT_LOOP_MODES, MODES
 from trtspec.limits import (
-    CLIENT_ERROR,
     ParamError,
     check,
-    check_sampling,
-    decode_text,
     draft_tokens_problem,
-    draft_tokens_request_problem,
 )
 from trtspec.procutil import skip_interpreter_teardown
+from trtspec.repo.models.protocol import (
+    RequestParams,
+    callee_error,
+    end_cancelled,
+    error_reply,
+)
 from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
     BlsStreams,
@@ -96,114 +97,6 @@ REUSED_BLOCKS = "kv_cache_reused_blocks"
 # single verify/draft/detokenize step; a stream is a whole generation, whose
 # deadline follows its max_tokens (threads.stream_timeout_us).
 CALL_TIMEOUT_US = 120 * 1_000_000
-
-
-class CalleeError(RuntimeError):
-    """A BLS callee answered with an error: its message, whether it is the
-    client's error (an ``INVALID_ARG`` code, or the callee's mark), and
-    whether the message already carries the mark."""
-
-    def __init__(self, message: str, *, client: bool, marked: bool) -> None:
-        super().__init__(message)
-        self.client = client
-        self.marked = marked
-
-
-def callee_error(model_name: str, error: Any, *, name_it: bool = True) -> CalleeError:
-    """``error`` of a call to ``model_name``; ``name_it=False`` when the callee
-    names itself first (our orchestrators do)."""
-    message = error.message()
-    marked = message.startswith(f"{model_name}: {CLIENT_ERROR}: ")
-    code = error.code() if callable(getattr(error, "code", None)) else None
-    # An engine model marks its refusals (prompt too long, no prompt tokens)
-    # with a bare prefix: the code does not survive a 2.51 BLS call.
-    bare = message.startswith(f"{CLIENT_ERROR}: ")
-    if bare:
-        message = message[len(CLIENT_ERROR) + 2 :]
-    client = marked or bare or code == pb_utils.TritonError.INVALID_ARG
-    return CalleeError(
-        f"{model_name}: {message}" if name_it else message, client=client, marked=marked
-    )
-
-
-def is_client_error(exc: BaseException) -> bool:
-    return isinstance(exc, ParamError) or (isinstance(exc, CalleeError) and exc.client)
-
-
-def error_reply(who: str, exc: BaseException) -> Any:
-    """The error to answer ``exc`` with: a client's error is ``INVALID_ARG``
-    and marked; everything else is a server-side ``INTERNAL``."""
-    if not is_client_error(exc):
-        return pb_utils.TritonError(f"{who}: {exc}")
-    marked = isinstance(exc, CalleeError) and exc.marked
-    message = f"{who}: {exc}" if marked else f"{who}: {CLIENT_ERROR}: {exc}"
-    return pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
-
-
-def end_cancelled(sender: Any) -> None:
-    """End a cancelled request with an empty final response. Not an error: on
-    2.51 an error response after streamed ones never reaches a BLS caller,
-    whose response iterator then waits forever."""
-    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
-
-def _scalar(inputs: dict[str, np.ndarray], name: str) -> Any:
-    array = inputs.get(name)
-    if array is None:
-        return None
-    array = array.reshape(-1)
-    return array[0] if array.size else None
-
-
-@dataclass
-class RequestParams:
-    text: str
-    max_tokens: int
-    temperature: float | None
-    top_k: int | None
-    top_p: float | None
-    seed: int | None
-    stream: bool
-    num_draft_tokens: int | None
-
-    @classmethod
-    def from_request(cls, request: Any) -> RequestParams:
-        """The parameters of a Triton request (its ``inputs()`` read once)."""
-        return cls.from_inputs({t.name(): t.as_numpy() for t in request.inputs()})
-
-    @classmethod
-    def from_inputs(cls, inputs: dict[str, np.ndarray]) -> RequestParams:
-        """The parameters of a request whose input tensors are ``inputs``
-        (name → array); raises ``ParamError`` on a bad value."""
-        text = _scalar(inputs, "text_input")
-        max_tokens = _scalar(inputs, "max_tokens")
-        if text is None or max_tokens is None:
-            raise ParamError("text_input and max_tokens are required")
-
-        def opt(name: str, kind: type) -> Any:
-            value = _scalar(inputs, name)
-            return None if value is None else kind(value)
-
-        params = cls(
-            text=decode_text("text_input", text),
-            max_tokens=int(max_tokens),
-            temperature=opt("temperature", float),
-            top_k=opt("top_k", int),
-            top_p=opt("top_p", float),
-            seed=opt("seed", int),
-            stream=bool(opt("stream", bool) or False),
-            num_draft_tokens=opt("num_draft_tokens", int),
-        )
-        if params.num_draft_tokens is not None:  # ignored by non-drafting modes, never wrong
-            check("num_draft_tokens", params.num_draft_tokens, draft_tokens_request_problem)
-        check_sampling(
-            max_tokens=params.max_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,
-            seed=params.seed,
-        )
-        return params
 
 
 def _cut_at_end(ids: list[int], end_id: int | None) -> list[int]:

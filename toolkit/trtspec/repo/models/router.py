@@ -48,7 +48,7 @@ from trtspec.limits import check_sampling, decode_text
 from trtspec.procutil import skip_interpreter_teardown
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.inprocess import InProcessVariants
-from trtspec.repo.models.orchestrator import (
+from trtspec.repo.models.protocol import (
     callee_error,
     end_cancelled,
     error_reply,

@@ -391,6 +391,10 @@ class Responder:
                         self._log(f"sending a response failed: {exc}")
             del sender, response  # drop them before waiting for the next item
 
+    def sender(self, sender: Any) -> _QueuedSender:
+        """``sender`` with its ``send`` going through this responder."""
+        return _QueuedSender(self, sender)
+
     def close(self, timeout: float = 5.0) -> bool:
         """Send what is queued, then stop; False if that took over ``timeout`` s."""
         try:
@@ -399,6 +403,20 @@ class Responder:
             return False
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+
+class _QueuedSender:
+    """A response sender whose ``send`` is queued on a ``Responder``."""
+
+    def __init__(self, responder: Responder, sender: Any) -> None:
+        self._responder = responder
+        self._sender = sender
+
+    def send(self, response: Any = None, flags: int = 0) -> None:
+        self._responder.send(self._sender, response, flags)
+
+    def is_cancelled(self) -> bool:
+        return bool(self._sender.is_cancelled())
 
 
 def string_params(config: dict[str, Any]) -> dict[str, str]:

@@ -526,3 +526,63 @@ def test_concurrent_requests_are_served_independently(served, baseline) -> None:
     for (_, index), reply in zip(jobs, replies, strict=True):
         assert reply.error is None, reply.error
         assert reply.ids == baseline[index].ids
+
+
+def _stream_asking_for(server, model: str, prompt: str, outputs: list[str], route: str) -> list:
+    """Every response of one streamed request that asks ``model`` for ``outputs`` only."""
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, array: np.ndarray, dtype: str):
+        t = grpcclient.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(array)
+        return t
+
+    inputs = [
+        tensor("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES"),
+        tensor("max_tokens", np.array([MAX_TOKENS], dtype=np.int32), "INT32"),
+        tensor("temperature", np.array([0.0], dtype=np.float32), "FP32"),
+        tensor("stream", np.array([True]), "BOOL"),
+    ]
+    if model == "router":
+        inputs.append(tensor("route", np.array([route.encode()], dtype=np.object_), "BYTES"))
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    got = []
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer(
+            model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs]
+        )
+        while True:
+            result, error = results.get(timeout=120)
+            assert error is None, error
+            got.append(result)
+            if bool(result.as_numpy("is_final")[0]):
+                return got
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+@pytest.mark.parametrize("model", ["router", "baseline"])
+def test_a_client_asking_for_some_outputs_gets_exactly_those(served, baseline, model) -> None:
+    # On 2.51 the stub pruning the rest freed their arrays without the GIL and
+    # crashed the router at 64 streams (threads.PruningSender, docs §9).
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = served[0]
+    wanted = ["text_output", "is_final"]
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(
+            pool.map(
+                lambda i: _stream_asking_for(server, model, PROMPTS[i % 2], wanted, "chat"),
+                range(4),
+            )
+        )
+    for i, responses in enumerate(runs):
+        for result in responses:
+            assert sorted(o.name for o in result.get_response().outputs) == sorted(wanted)
+        text = "".join(r.as_numpy("text_output")[0].decode() for r in responses)
+        assert text == baseline[i % 2].text
+    after = infer(server, model, PROMPTS[0], route="chat")  # still serving, every output
+    assert after.error is None and after.final["completion_tokens"] > 0

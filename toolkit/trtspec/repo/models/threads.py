@@ -351,7 +351,7 @@ class Responder:
     taken the response (~0.3–0.5 ms a response on two busy cores, the GIL
     released meanwhile), so a step loop that sends itself waits that long per
     request per step: at one request in flight a tiny model's served engine
-    streamed at ~73% of its in-process speed. TensorRT-LLM's own backend never
+    streamed at 73–84% of its in-process speed. TensorRT-LLM's own backend never
     waits on a send in its generation loop: its executor queues responses
     and the backend's response thread sends them
     (``ModelInstanceState::WaitForResponse`` in

@@ -192,7 +192,9 @@ class TritonPythonModel:
         self._in_flight = 0
         self.draft_scheduler: Any = None
         # every response goes out from one thread, as upstream's model sends
-        # from its one asyncio loop
+        # them (its `_response_thread` over a queue: "allows TRT-LLM to keep
+        # making progress while response sender(s) are sending responses";
+        # triton_backend/all_models/llmapi/tensorrt_llm/1/model.py at 044a90d2)
         self.responder = Responder(log=pb_utils.Logger.log_error)
         return llm, path, model_dir
 

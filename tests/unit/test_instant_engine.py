@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,6 +100,16 @@ def test_use_instant_engines_rewrites_only_the_engines(tmp_path: Path) -> None:
         use_instant_engines(repo, -1)
 
 
+def _ceiling() -> Any:
+    """benchmarks/ceiling.py as a module."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import ceiling
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return ceiling
+
+
 def test_ceiling_help_runs() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "ceiling.py"), "--help"],
@@ -112,11 +123,7 @@ def test_ceiling_help_runs() -> None:
 
 
 def test_ceiling_budget_lines_judge_the_8ms_rows() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import ceiling
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    ceiling = _ceiling()
     rows = [
         {"step_ms": 8.0, "layer": "full", "level": 64, "tok_s_vs_engine": 0.95},
         {"step_ms": 8.0, "layer": "full", "level": 1, "ttft_added_ms": 1.5, "tok_added_ms": 0.1},
@@ -127,11 +134,7 @@ def test_ceiling_budget_lines_judge_the_8ms_rows() -> None:
 
 
 def test_ceiling_names_one_router_processs_ceiling() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import ceiling
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    ceiling = _ceiling()
     rows = [
         {"step_ms": 8.0, "layer": "engine", "level": 64, "tok_s": 2000.0},
         {"step_ms": 8.0, "layer": "full", "level": 1, "cpu_ms_per_tok_by_model": {"router": 2.0}},
@@ -218,11 +221,7 @@ def test_instant_llmapi_repository_serves_the_instant_llm(tmp_path: Path) -> Non
     ],
 )
 def test_ceiling_refuses_what_the_llmapi_flow_cannot_measure(argv: list[str], message: str) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import ceiling
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    ceiling = _ceiling()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "ceiling.py"), *argv],
         capture_output=True,

@@ -219,16 +219,16 @@ class TritonPythonModel:
         try:
             if seq.cancel.is_cancelled():
                 if seq.options["streaming"] or self.decoupled:
-                    self.responder.send(seq.sender, None, final)
+                    seq.sender.send(flags=final)
                 else:
                     error = pb.TritonError("request cancelled", pb.TritonError.CANCELLED)
                     response = pb.InferenceResponse(output_tensors=[], error=error)
-                    self.responder.send(seq.sender, response, final)
+                    seq.sender.send(response, flags=final)
             elif seq.options["streaming"]:
-                self.responder.send(seq.sender, self._response(seq, delta), final)
+                seq.sender.send(self._response(seq, delta), flags=final)
             else:
                 tokens = seq.out if seq.options["exclude"] else seq.ids
-                self.responder.send(seq.sender, self._response(seq, list(tokens)), final)
+                seq.sender.send(self._response(seq, list(tokens)), flags=final)
         finally:
             seq.cancel.close()
 
@@ -255,11 +255,11 @@ class TritonPythonModel:
                         self._end(seq, delta)
                         continue
                     if seq.options["streaming"]:
-                        self.responder.send(seq.sender, self._response(seq, delta), 0)
+                        seq.sender.send(self._response(seq, delta), flags=0)
                     still.append(seq)
                 except Exception as exc:  # a bug fails this request, not the model
                     final = reference.pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-                    self.responder.send(seq.sender, self._error(exc), final)
+                    seq.sender.send(self._error(exc), flags=final)
             self._active = still
             # The next step starts a step after this one; an idle engine starts
             # one as soon as a request arrives (a request arriving mid-step
@@ -279,7 +279,8 @@ class TritonPythonModel:
                 cancel.close()
                 sender.send(self._error(exc), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 continue
-            seq.sender, seq.cancel = sender, cancel
+            # answers leave from the responder's thread: a step never waits on a send
+            seq.sender, seq.cancel = self.responder.sender(sender), cancel
             if seq.max_new <= 0:
                 self._end(seq, [])
                 continue

@@ -318,10 +318,6 @@ class TritonPythonModel:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         state = {"sent_final": False, "done": 0}
 
-        def send(response: Any, flags: int) -> None:
-            # from the responder's thread: this one goes on to the next step
-            self.responder.send(sender, response, flags)
-
         def listen(gen: Any, delta: list[int] | None, error: BaseException | None) -> None:
             if state["sent_final"]:
                 return
@@ -331,24 +327,26 @@ class TritonPythonModel:
                     done = state["done"]
                     rows = gen.generation_logits[done : done + len(delta)]
                     state["done"] = done + len(delta)
-                    send(self._response(delta, gen, options, rows), flags)
+                    sender.send(self._response(delta, gen, options, rows), flags=flags)
                     state["sent_final"] = bool(flags)
                 return
             try:
                 if error is not None:
-                    send(self._error(error), final)
+                    sender.send(self._error(error), flags=final)
                 elif gen.cancelled and (options["streaming"] or self.decoupled):
                     self._cancelled(gen)
-                    send(None, final)
+                    sender.send(flags=final)
                 elif gen.cancelled:
-                    send(self._cancelled(gen), final)
+                    sender.send(self._cancelled(gen), flags=final)
                 elif options["streaming"]:
-                    send(self._response([], gen, options), final)
+                    sender.send(self._response([], gen, options), flags=final)
                 else:
                     tokens = list(gen.output_ids)
                     if not options["exclude"]:
                         tokens = list(gen.request.input_ids) + tokens
-                    send(self._response(tokens, gen, options, gen.generation_logits), final)
+                    sender.send(
+                        self._response(tokens, gen, options, gen.generation_logits), flags=final
+                    )
             finally:
                 state["sent_final"] = True
                 cancel.close()
@@ -365,7 +363,8 @@ class TritonPythonModel:
             options["outputs"] = set(request.requested_output_names() or ())
             self.scheduler.submit(
                 req,
-                listener=self._listener(sender, options, cancel),
+                # answers leave from the responder's thread: a step never waits on a send
+                listener=self._listener(self.responder.sender(sender), options, cancel),
                 is_cancelled=cancel.is_cancelled,
             )
         except Exception as exc:

@@ -163,6 +163,39 @@ def test_a_stub_that_exits_with_code_1_is_a_crash(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
 
 
+def test_a_stub_caught_on_its_way_out_keeps_its_signal(tmp_path: Path, monkeypatch) -> None:
+    """A process that is exiting but not yet a zombie has an empty cmdline
+    (its memory goes first) and a state that is not Z. A poll landing in that
+    moment used to miss the stub, take it for reaped and report a SIGKILL as
+    "exited" (seen once in CI). The stub must still be seen, and the signal
+    reported once it is a zombie."""
+    from trtspec.serve import watchdog
+
+    pid = _spawn_stub(tmp_path, "import time\ntime.sleep(600)\n")
+    try:
+        server = ThisProcess()
+        deadline = time.monotonic() + 10
+        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dog = StubWatchdog(server, interval_s=0.1).prime()
+        real = watchdog._cmdline
+        monkeypatch.setattr(watchdog, "_cmdline", lambda p: [] if p == pid else real(p))
+        # the window, held open: alive (state S), cmdline empty
+        assert stubs_of(server.pid)[pid] == Stub(pid, "", False, None)
+        assert dog.check() == [] and server.restarts == 0
+        os.kill(pid, signal.SIGKILL)
+        found: list = []
+        deadline = time.monotonic() + 10
+        while not found and time.monotonic() < deadline:
+            found = dog.check()
+            time.sleep(0.05)
+        assert [(i.model, i.cause) for i in found] == [("router", "was killed by SIGKILL")]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
 def test_stale_regions_of_dead_owners_are_removed(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -124,6 +124,16 @@ def _comm(pid: int) -> str:
     return stat[stat.index("(") + 1 : stat.rindex(")")]
 
 
+def _cmdline(pid: int) -> list[bytes]:
+    """argv from ``/proc``; empty for a zombie or a process whose memory is
+    already released on its way out."""
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return data.split(b"\0") if data else []
+
+
 def stubs_of(root_pid: int) -> dict[int, Stub]:
     """The Python-backend stubs among ``root_pid``'s descendants (zombies
     included), read from ``/proc``."""
@@ -141,15 +151,16 @@ def stubs_of(root_pid: int) -> dict[int, Stub]:
         fields = _stat_fields(pid)
         if fields is None:
             continue
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            argv = []
+        argv = _cmdline(pid)
         zombie = fields[0] in ("Z", "X")
         # A zombie's cmdline is empty (its instance name is remembered from
         # earlier polls); its command name, cut to 15 characters, remains.
+        # So is the cmdline of a process that is exiting but not yet a zombie
+        # (its memory is gone first): still a stub, or a polling watchdog that
+        # lands in that moment would take a crash for a reaped stub and lose
+        # its signal.
         is_stub = bool(argv and argv[0].endswith(STUB_BINARY.encode())) or (
-            zombie and _comm(pid) == STUB_BINARY[:15]
+            not argv and _comm(pid) == STUB_BINARY[:15]
         )
         instance = argv[8].decode("utf-8", "replace") if len(argv) > 8 and is_stub else ""
         status = int(fields[49]) if zombie and len(fields) > 49 else None

@@ -216,12 +216,18 @@ def load_target(config: EngineConfig) -> Any:
             hint="rebuild the engine with `trtspec build` (backend: reference)",
         )
     int8 = config.quantization == "int8"
+    from trtspec.engine import shared_weights
+
+    share = not int8 and onednn_enabled() and shared_weights.enabled()
     # An int8 model is loaded and quantized on one thread: fbgemm's packed
     # layout and every quantized value are the same on any thread count (the
     # tests check), and a second thread only spins beside the serial prepack
     # (demo draft: 4.1 CPU-s on two threads, 2.1 on one, same wall time).
     # Float32 weights are packed on the decode thread count (see decode.py).
-    with _threads(1) if int8 else contextlib.nullcontext():
+    with (
+        _threads(1) if int8 else contextlib.nullcontext(),
+        shared_weights.page_aligned_packing() if share else contextlib.nullcontext(),
+    ):
         model, declined = None, ""
         if uses_lean_loader(config):
             from trtspec.engine.lean_model import load_lean
@@ -241,6 +247,13 @@ def load_target(config: EngineConfig) -> Any:
             pack_linears(model)
         mapped = map_input_embeddings(model, hf / "model.safetensors")
         own_weights(model, keep=mapped)
+    # engines serving the same weights (target, target_dte, lookahead, a
+    # benchmark's parity copy) share one packed copy (shared_weights.py)
+    model._trtspec_shared = (
+        shared_weights.share_packed(model, config.path.parent / shared_weights.FOLDER)
+        if share
+        else shared_weights.Shared(None, 0, why_not="off")
+    )
     return model
 
 

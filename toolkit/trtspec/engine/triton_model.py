@@ -142,6 +142,17 @@ class TritonPythonModel:
             # KV memory, not a count)
             kv_reuse=max(4, 2 * read_engine_config(path).max_batch_size) if reuse else 0,
         )
+        shared = getattr(self.engine.model, "_trtspec_shared", None)
+        if shared is not None and shared.file is not None:
+            pb_utils.Logger.log_info(
+                f"reference engine: {shared.shared_bytes / 2**20:.0f} MiB of packed weights "
+                f"{'written to' if shared.wrote else 'shared with'} {shared.file}"
+            )
+        elif shared is not None and shared.why_not not in ("off", "no packed weights"):
+            pb_utils.Logger.log_warn(
+                f"reference engine: packed weights not shared ({shared.why_not}); "
+                "this engine holds its own copy"
+            )
         self.scheduler: Any = None
         # gpt_model_type as the tensorrtllm backend reads it: V1 = no in-flight batching
         if (_param(config, "gpt_model_type") or "inflight_fused_batching").lower() != "v1":

@@ -1,0 +1,201 @@
+"""Engines that serve the same weights share one packed copy
+(engine/shared_weights.py): the packed bytes are written once, whole, and
+every engine whose bytes are identical maps that file over its own buffers;
+a file with other bytes, a folder that cannot be written and a write that
+fails leave the engine with its own copy and no file behind. The tokens do
+not change (checked against Hugging Face's greedy tokens)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trtspec.engine import shared_weights
+from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+from trtspec.engine.loader import _packed_linear_class
+
+PROMPT = [5, 17, 33, 2, 99, 41, 7, 250, 12]
+
+
+def _mapped_ranges(file: Path) -> list[tuple[int, int]]:
+    """Address ranges of this process that map ``file``."""
+    ranges = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith(str(file)):
+            start, end = line.split()[0].split("-")
+            ranges.append((int(start, 16), int(end, 16)))
+    return ranges
+
+
+def _covered(model, file: Path) -> bool:
+    """Whether every packed buffer's whole pages are mapped from ``file``."""
+    ranges = _mapped_ranges(file)
+    regions = shared_weights._regions(shared_weights.packed_buffers(model))
+    return bool(regions) and all(
+        any(lo <= r.address and r.address + r.length <= hi for lo, hi in ranges) for r in regions
+    )
+
+
+@pytest.fixture(scope="module")
+def wide_engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two engines (none, draft_tokens_external) of one model whose packed
+    buffers exceed glibc's 128 KB mmap threshold, as a real model's do (the
+    session's tiny model's are 32 KB: heap blocks at any offset)."""
+    from tests.fixtures.spec_checkpoints import build_engine
+    from tests.fixtures.tiny_model import make_tiny_llama
+
+    root = tmp_path_factory.mktemp("wide")
+    model = make_tiny_llama(root / "model", hidden_size=256, num_layers=1)
+    return {
+        "none": build_engine(model, root / "engines" / "target", "none"),
+        "dte": build_engine(
+            model, root / "engines" / "target_dte", "draft_tokens_external", max_draft_len=4
+        ),
+    }
+
+
+_LOAD = """
+import json, sys
+from pathlib import Path
+from trtspec.engine import shared_weights
+from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+engine = ReferenceEngine.load(Path(sys.argv[1]), threads=1, kv_reuse=0)
+shared = engine.model._trtspec_shared
+regions = shared_weights._regions(shared_weights.packed_buffers(engine.model))
+maps = Path("/proc/self/maps").read_text().splitlines()
+ranges = [
+    [int(v, 16) for v in line.split()[0].split("-")]
+    for line in maps
+    if shared.file is not None and line.endswith(str(shared.file))
+]
+covered = bool(regions) and all(
+    any(lo <= r.address and r.address + r.length <= hi for lo, hi in ranges) for r in regions
+)
+tokens = engine.generate(GenerationRequest(json.loads(sys.argv[2]), 16)).output_ids
+print(json.dumps({
+    "file": str(shared.file), "bytes": shared.shared_bytes, "wrote": shared.wrote,
+    "why_not": shared.why_not, "covered": covered, "tokens": tokens,
+}))
+"""
+
+
+def _load_in_a_stub(engine: Path) -> dict:
+    """Load ``engine`` in a fresh interpreter, as a Triton stub does (a
+    long-lived test process's heap would place the buffers differently)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(engine), json.dumps(PROMPT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_engines_of_the_same_weights_map_one_file_and_keep_their_tokens(
+    wide_engines: dict[str, Path], monkeypatch
+) -> None:
+    monkeypatch.setenv("TRTSPEC_ENGINE_SHARE_WEIGHTS", "0")
+    own = ReferenceEngine.load(wide_engines["none"], threads=1, kv_reuse=0)
+    assert own.model._trtspec_shared == shared_weights.Shared(None, 0, why_not="off")
+    want = own.generate(GenerationRequest(PROMPT, 16)).output_ids
+    monkeypatch.delenv("TRTSPEC_ENGINE_SHARE_WEIGHTS")
+
+    a = _load_in_a_stub(wide_engines["none"])
+    b = _load_in_a_stub(wide_engines["dte"])
+    folder = wide_engines["none"].parent / shared_weights.FOLDER
+    assert a["wrote"] and not a["why_not"] and Path(a["file"]).parent == folder, a
+    assert (b["file"], b["bytes"], b["wrote"], b["why_not"]) == (a["file"], a["bytes"], False, "")
+    assert a["bytes"] >= 1_000_000  # every projection and the LM head
+    assert a["covered"] and b["covered"]
+    assert [p.name for p in folder.iterdir()] == [Path(a["file"]).name]  # nothing else left
+    assert a["tokens"] == b["tokens"] == want
+
+
+def _packed_model(seed: int = 0) -> torch.nn.Module:
+    """Two packed projections large enough for whole pages, built as the
+    loader builds them (page_aligned_packing)."""
+    torch.manual_seed(seed)
+    packed = _packed_linear_class()
+    with shared_weights.page_aligned_packing():
+        return torch.nn.Sequential(
+            packed(torch.nn.Linear(256, 512), keep_dense=False),
+            packed(torch.nn.Linear(512, 256), keep_dense=False),
+        )
+
+
+def _corrupted_copy(file: Path, folder: Path, positions: list[int]) -> Path:
+    copy = folder / file.name
+    folder.mkdir(exist_ok=True)
+    data = bytearray(file.read_bytes())
+    for position in positions:
+        data[position] ^= 0xFF
+    copy.unlink(missing_ok=True)  # never edit a shared file in place: its mappers see it
+    copy.write_bytes(bytes(data))
+    return copy
+
+
+def test_bytes_that_differ_from_the_file_are_never_mapped(tmp_path: Path) -> None:
+    """The same model shared twice (so its buffers' offsets are the
+    writer's): against a copy of its file with a byte changed in every
+    page nothing is mapped; with one byte changed in the second buffer's
+    pages only the first buffer is."""
+    model = _packed_model()
+    x = torch.randn(3, 256)
+    want = model(x)
+    shared = shared_weights.share_packed(model, tmp_path / "a")
+    assert shared.wrote and shared.file is not None and not shared.why_not
+    regions = shared_weights._regions(shared_weights.packed_buffers(model))
+    size = shared.file.stat().st_size
+
+    every_page = list(range(100, size, shared_weights.PAGE))
+    other = _corrupted_copy(shared.file, tmp_path / "b", every_page)
+    refused = shared_weights.share_packed(model, tmp_path / "b")
+    assert refused.file is None and "other bytes" in refused.why_not
+    assert not _mapped_ranges(other)
+    assert torch.equal(model(x), want)
+
+    second = regions[1]
+    other = _corrupted_copy(shared.file, tmp_path / "c", [second.offset + second.length // 2])
+    partial = shared_weights.share_packed(model, tmp_path / "c")
+    assert partial.file == other and partial.shared_bytes == regions[0].length
+    assert partial.why_not == "1 of 2 buffers differ from the file's"
+    [(lo, hi)] = _mapped_ranges(other)
+    assert lo <= regions[0].address and regions[0].address + regions[0].length <= hi
+    assert not lo <= second.address < hi
+    assert torch.equal(model(x), want)
+
+
+def test_a_folder_that_cannot_be_used_leaves_the_model_its_copy(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    model = _packed_model()
+    x = torch.randn(2, 256)
+    want = model(x)
+    shared = shared_weights.share_packed(model, blocker / shared_weights.FOLDER)
+    assert shared.file is None and str(blocker) in shared.why_not
+    assert torch.equal(model(x), want)
+
+
+def test_a_failed_write_leaves_no_file(tmp_path: Path, monkeypatch) -> None:
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shared_weights.os, "link", full_disk)
+    model = _packed_model()
+    shared = shared_weights.share_packed(model, tmp_path)
+    assert shared.file is None and "No space left" in shared.why_not
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_other_weights_get_a_file_of_their_own(tmp_path: Path, seed: int) -> None:
+    base = shared_weights.share_packed(_packed_model(0), tmp_path)
+    other = shared_weights.share_packed(_packed_model(seed), tmp_path)
+    assert base.file is not None and other.file is not None and other.file != base.file

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from trtspec.build.executor import (
+    SHARED_WEIGHTS,
     ReferenceBackend,
     TrtllmBackend,
     execute,
@@ -145,6 +146,13 @@ def test_changed_key_rebuilds_only_that_unit(tmp_path: Path) -> None:
     root = tmp_path / "engines" / "t"
     plan = make_plan_for(root, tmp_path / "no-flag")
     execute(plan, backend=ReferenceBackend())
+    # the packed weights the spec's engines share (engine/shared_weights.py):
+    # kept while nothing is rebuilt, removed with a rebuilt engine's old weights
+    shared = root / SHARED_WEIGHTS / "packed-0.bin"
+    shared.parent.mkdir()
+    shared.write_bytes(b"old")
+    execute(plan, backend=ReferenceBackend())
+    assert shared.is_file()
     steps = list(plan.steps)
     steps[1] = Step(
         **{
@@ -160,6 +168,7 @@ def test_changed_key_rebuilds_only_that_unit(tmp_path: Path) -> None:
     rec = Recorder()
     execute(plan, backend=ReferenceBackend(), runner=rec)
     assert len(rec.calls) == 1 and rec.calls[0][2] == WRITE_B
+    assert not shared.parent.exists()
 
 
 def test_only_selects_needed_units(tmp_path: Path) -> None:

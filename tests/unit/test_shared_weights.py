@@ -29,15 +29,6 @@ def _mapped_ranges(file: Path) -> list[tuple[int, int]]:
     return ranges
 
 
-def _covered(model, file: Path) -> bool:
-    """Whether every packed buffer's whole pages are mapped from ``file``."""
-    ranges = _mapped_ranges(file)
-    regions = shared_weights._regions(shared_weights.packed_buffers(model))
-    return bool(regions) and all(
-        any(lo <= r.address and r.address + r.length <= hi for lo, hi in ranges) for r in regions
-    )
-
-
 @pytest.fixture(scope="module")
 def wide_engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two engines (none, draft_tokens_external) of one model whose packed
@@ -199,3 +190,11 @@ def test_other_weights_get_a_file_of_their_own(tmp_path: Path, seed: int) -> Non
     base = shared_weights.share_packed(_packed_model(0), tmp_path)
     other = shared_weights.share_packed(_packed_model(seed), tmp_path)
     assert base.file is not None and other.file is not None and other.file != base.file
+
+
+def test_the_build_clears_the_folder_the_engines_use() -> None:
+    """`trtspec build` removes it when it rebuilds an engine next to it
+    (tests/unit/test_build_executor.py); it must be this folder."""
+    from trtspec.build.executor import SHARED_WEIGHTS
+
+    assert SHARED_WEIGHTS == shared_weights.FOLDER

@@ -265,6 +265,29 @@ def read_tensors(file: Path, shapes: dict[str, tuple[int, ...]]) -> dict[str, An
     return tensors
 
 
+def drop_pages(tensor: Any) -> None:
+    """Unmap the whole pages of ``tensor``, a view of ``read_tensors``'
+    copy-on-write file mapping that nothing wrote to, from this process: a
+    stub that has packed a layer no longer holds the file's pages of it while
+    it loads the rest (they count in its resident memory until the mapping
+    goes; four engines load at once). A later read would fault them back in
+    from the file, unchanged."""
+    import ctypes
+    import mmap
+
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        libc = ctypes.CDLL(None)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise(first, last - first, _MADV_DONTNEED)
+
+
+_MADV_DONTNEED = 4  # Linux
+
+
 def _modules() -> dict[str, type]:
     """The few torch modules of the lean model (built on first use: torch is
     imported lazily, as everywhere in the engine)."""
@@ -399,6 +422,9 @@ def build(
         done = finish(linear)
         if done is linear:  # not converted: it must not keep the scratch buffer
             linear.weight = nn.Parameter(weight.clone(), requires_grad=False)
+        else:  # converted: the file's pages of its weights are read no more
+            for w in weights:
+                drop_pages(w)
         return done
 
     layers = []

@@ -250,7 +250,7 @@ def load_target(config: EngineConfig) -> Any:
     # engines serving the same weights (target, target_dte, lookahead, a
     # benchmark's parity copy) share one packed copy (shared_weights.py)
     model._trtspec_shared = (
-        shared_weights.share_packed(model, config.path.parent / shared_weights.FOLDER)
+        shared_weights.share_packed(model, hf.parent.parent / shared_weights.FOLDER)
         if share
         else shared_weights.Shared(None, 0, why_not="off")
     )

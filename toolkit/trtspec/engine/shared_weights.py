@@ -25,8 +25,10 @@ change the file. The buffers live as long as the model, i.e. the stub.
 
 Where: ``.shared-weights/`` next to the engine folders (the spec's engine
 folder), one file per distinct packed model, reused across server starts.
-It may be deleted at any time (a running stub keeps its mapping); a folder
-that cannot be written means private copies, as before, and one log line.
+It may be deleted at any time (a running stub keeps its mapping), never
+edited in place (a stub's unwritten pages would see the edit: the file is
+written read-only); a folder that cannot be written means private copies,
+as before, and one warning in the server log.
 ``TRTSPEC_ENGINE_SHARE_WEIGHTS=0`` turns it off.
 """
 
@@ -191,6 +193,7 @@ def _write(file: Path, buffers: list[tuple[str, int, int, bytes]]) -> bool:
                 out.write(bytes(lead))
                 out.write(memoryview((ctypes.c_char * size).from_address(address)))
                 out.write(bytes(_slot(size) - lead - size))
+        os.chmod(tmp, 0o444)  # stubs map it: an edit in place would reach them
         try:
             os.link(tmp, file)
         except FileExistsError:

@@ -369,3 +369,88 @@ def test_manifest_records_files_and_the_cache_rebuilds_a_damaged_unit(
     (ckpt / "trtspec.json").write_text(json.dumps(manifest))
     assert integrity.verify_files(ckpt, manifest) is None
     assert is_cached(plan, str(ckpt))
+
+
+WRITE_WEIGHTS = textwrap.dedent("""\
+    import os, sys
+    out, fill = sys.argv[1], sys.argv[2]
+    os.makedirs(os.path.join(out, "hf"), exist_ok=True)
+    open(os.path.join(out, "hf", "model.safetensors"), "w").write(fill * 4096)
+    open(os.path.join(out, "small.txt"), "w").write(fill * 16)
+""")
+
+
+def _weights_plan(root: Path, fills: dict[str, str], backend: str = "reference") -> Plan:
+    steps = [
+        Step(
+            id=f"build:{name}",
+            kind="build",
+            unit=str(root / name),
+            argv=("python", "-c", WRITE_WEIGHTS, str(root / name), fill),
+            cwd=None,
+            env={},
+            inputs=(),
+            outputs=(str(root / name),),
+            cache_key=f"{name}:{fill}",
+            engine=None,
+            description=f"build {name}",
+        )
+        for name, fill in fills.items()
+    ]
+    return Plan(
+        spec_name="t",
+        spec_hash="h",
+        backend=backend,
+        root=root,
+        engines=[],
+        steps=steps,
+        variants={},
+    )
+
+
+def test_reference_units_store_identical_large_files_once(tmp_path: Path, monkeypatch) -> None:
+    """The demo's four engines hold the same 513 MB model.safetensors: the
+    build stores it once (hard links to root/.blobs/<sha256>), keeps files
+    under the size limit as they are, and drops a blob no unit links."""
+    import hashlib
+    import os
+
+    from trtspec.build import executor
+
+    monkeypatch.setattr(executor, "SHARE_MIN_BYTES", 1024)
+    root = tmp_path / "engines" / "t"
+    execute(_weights_plan(root, {"target": "a", "target_dte": "a", "other": "b"}))
+    a, dte, other = (
+        root / n / "hf" / "model.safetensors" for n in ("target", "target_dte", "other")
+    )
+    blob = root / ".blobs" / hashlib.sha256(b"a" * 4096).hexdigest()
+    assert os.stat(a).st_ino == os.stat(dte).st_ino == os.stat(blob).st_ino
+    assert os.stat(blob).st_nlink == 3 and a.read_text() == "a" * 4096
+    assert os.stat(other).st_ino != os.stat(a).st_ino and os.stat(other).st_nlink == 2
+    assert os.stat(root / "target" / "small.txt").st_nlink == 1  # under the limit
+    plan = _weights_plan(root, {"target": "a", "target_dte": "a", "other": "b"})
+    assert all(is_cached(plan, s.unit) for s in plan.steps)  # the records still hold
+
+    # Both "a" units rebuilt with other bytes: the "a" blob is linked by no
+    # unit any more and goes; nothing the old units held is changed.
+    execute(_weights_plan(root, {"target": "c", "target_dte": "c", "other": "b"}))
+    assert not blob.exists() and a.read_text() == "c" * 4096
+    assert os.stat(a).st_ino == os.stat(dte).st_ino and os.stat(a).st_nlink == 3
+    assert sorted(p.name for p in (root / ".blobs").iterdir()) == sorted(
+        hashlib.sha256(f.encode() * 4096).hexdigest() for f in "bc"
+    )
+
+
+def test_other_backends_keep_their_copies(tmp_path: Path, monkeypatch) -> None:
+    """TensorRT-LLM engines differ between units; hashing them (GBs) is not
+    worth it, and their checkpoints are already converted once."""
+    import os
+
+    from trtspec.build import executor
+
+    monkeypatch.setattr(executor, "SHARE_MIN_BYTES", 1024)
+    root = tmp_path / "engines" / "t"
+    plan = _weights_plan(root, {"target": "a", "target_dte": "a"}, backend="tensorrt_llm")
+    execute(plan, backend=ReferenceBackend())
+    assert not (root / ".blobs").exists()
+    assert os.stat(root / "target" / "hf" / "model.safetensors").st_nlink == 1

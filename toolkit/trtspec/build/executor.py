@@ -325,6 +325,59 @@ def _build_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+BLOBS = ".blobs"
+#: files this large are stored once per spec's engine folder (``share_identical``)
+SHARE_MIN_BYTES = 64 * 1024 * 1024
+
+
+def share_identical(staging: Path, root: Path) -> int:
+    """Store each large file of a just-built reference unit once per engine
+    root: ``root/.blobs/<sha256>`` and every unit's copy are hard links of
+    one file. The demo's four engines hold the same 513 MB
+    ``hf/model.safetensors``: written, cached and read once instead of four
+    times (a cold server start reads it from disk once; the engine stubs that
+    map it share its pages). Returns the bytes saved. A file system without
+    hard links keeps the copies. Nothing is ever written through a link: the
+    units are replaced whole on a rebuild, and ``prune_blobs`` drops a blob
+    no unit links any more."""
+    import hashlib
+
+    saved = 0
+    blobs = root / BLOBS
+    for path in sorted(p for p in staging.rglob("*") if p.is_file() and not p.is_symlink()):
+        size = path.stat().st_size
+        if size < SHARE_MIN_BYTES:
+            continue
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 22):
+                digest.update(chunk)
+        blob = blobs / digest.hexdigest()
+        try:
+            blobs.mkdir(exist_ok=True)
+            if blob.is_file() and blob.stat().st_size == size:
+                tmp = path.with_name(f".{path.name}.link")
+                os.link(blob, tmp)
+                os.replace(tmp, path)
+                saved += size
+            else:
+                os.link(path, blob)
+        except OSError:
+            continue  # no hard links here: the unit keeps its own copy
+    return saved
+
+
+def prune_blobs(root: Path) -> None:
+    """Remove the blobs no unit links any more (a link count of 1)."""
+    blobs = root / BLOBS
+    if not blobs.is_dir():
+        return
+    for blob in blobs.iterdir():
+        with contextlib.suppress(OSError):
+            if blob.stat().st_nlink <= 1:
+                blob.unlink()
+
+
 def _replace_dir(staging: Path, final: Path, trash: Path) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():
@@ -428,6 +481,8 @@ def execute(
                     }
                 )
                 result.outcomes.append(StepOutcome(s, "ran", seconds))
+            if plan.backend == "reference":
+                share_identical(staging, plan.root)
             atomic_write_json(staging / MANIFEST, _manifest(plan, unit, records, backend, staging))
             trash = plan.root / ".staging" / f"{name}.old.{os.getpid()}"
             _replace_dir(staging, Path(unit), trash)
@@ -435,4 +490,6 @@ def execute(
         # (engine/shared_weights.py); a running server keeps its mapping.
         for folder in {Path(unit).parent / SHARED_WEIGHTS for unit in todo}:
             shutil.rmtree(folder, ignore_errors=True)
+        if todo:
+            prune_blobs(plan.root)
     return result

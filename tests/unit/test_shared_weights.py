@@ -7,6 +7,8 @@ not change (checked against Hugging Face's greedy tokens)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,14 +67,35 @@ covered = bool(regions) and all(
     any(lo <= r.address and r.address + r.length <= hi for lo, hi in ranges) for r in regions
 )
 tokens = engine.generate(GenerationRequest(json.loads(sys.argv[2]), 16)).output_ids
+# the file's pages: locked, and the page cache's, not copies (anonymous)
+fields = {"Locked": 0, "Anonymous": 0, "Rss": 0}
+blocks = Path("/proc/self/smaps").read_text().splitlines()
+mapped = False
+for line in blocks:
+    if "-" in line.split(" ")[0] and len(line.split()) >= 5:
+        mapped = shared.file is not None and line.endswith(str(shared.file))
+    elif mapped and line.split(":")[0] in fields:
+        fields[line.split(":")[0]] += int(line.split()[1])
 print(json.dumps({
     "file": str(shared.file), "bytes": shared.shared_bytes, "wrote": shared.wrote,
-    "why_not": shared.why_not, "covered": covered, "tokens": tokens,
+    "why_not": shared.why_not, "covered": covered, "tokens": tokens, "kb": fields,
+    "locked": shared.locked,
 }))
 """
 
 
-def _load_in_a_stub(engine: Path) -> dict:
+def _may_lock(size: int) -> bool:
+    """Whether a process like this one may lock ``size`` bytes: CAP_IPC_LOCK
+    (bit 14 of CapEff) or a `ulimit -l` that allows it."""
+    import resource
+
+    status = Path("/proc/self/status").read_text()
+    caps = int(next(x.split()[1] for x in status.splitlines() if x.startswith("CapEff")), 16)
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return bool(caps >> 14 & 1) or soft == resource.RLIM_INFINITY or soft >= size
+
+
+def _load_in_a_stub(engine: Path, prefix: tuple[str, ...] = ()) -> dict:
     """Load ``engine`` in a fresh interpreter, as a Triton stub does (a
     long-lived test process's heap would place the buffers differently)."""
     import json
@@ -80,7 +103,7 @@ def _load_in_a_stub(engine: Path) -> dict:
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-c", _LOAD, str(engine), json.dumps(PROMPT)],
+        [*prefix, sys.executable, "-c", _LOAD, str(engine), json.dumps(PROMPT)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -102,11 +125,45 @@ def test_engines_of_the_same_weights_map_one_file_and_keep_their_tokens(
     b = _load_in_a_stub(wide_engines["dte"])
     folder = wide_engines["none"].parent / shared_weights.FOLDER
     assert a["wrote"] and not a["why_not"] and Path(a["file"]).parent == folder, a
-    assert (b["file"], b["bytes"], b["wrote"], b["why_not"]) == (a["file"], a["bytes"], False, "")
+    assert (b["file"], b["wrote"]) == (a["file"], False), b
+    assert a["locked"] == b["locked"] == _may_lock(a["bytes"] + 2**20)
+    # Now and then glibc still serves a buffer from a free heap block (at
+    # another offset in its page) in one of the stubs: that buffer stays
+    # private, the rest is shared (the demo: 511 of 513 MiB, once).
+    assert b["bytes"] == a["bytes"] or (
+        b["bytes"] >= 0.75 * a["bytes"] and b["why_not"].endswith("differ from the file's")
+    ), b
     assert a["bytes"] >= 1_000_000  # every projection and the LM head
-    assert a["covered"] and b["covered"]
+    assert a["covered"] and (b["covered"] or b["bytes"] < a["bytes"])
+    for stub in (a, b):  # every shared page resident and locked (where allowed), not copied
+        kb = stub["kb"]
+        assert kb["Anonymous"] == 0, kb
+        if stub["locked"]:
+            assert kb["Locked"] == kb["Rss"] >= stub["bytes"] // 1024, kb
     assert [p.name for p in folder.iterdir()] == [Path(a["file"]).name]  # nothing else left
     assert a["tokens"] == b["tokens"] == want
+
+
+@pytest.mark.skipif(
+    not (shutil.which("setpriv") and shutil.which("prlimit")), reason="needs setpriv, prlimit"
+)
+def test_an_engine_that_may_not_lock_its_pages_shares_them_unlocked(
+    wide_engines: dict[str, Path],
+) -> None:
+    """Without CAP_IPC_LOCK and under a small `ulimit -l` the pages are
+    shared but not locked (file pages, evictable like any memory-mapped
+    model's); the tokens are the same."""
+    _load_in_a_stub(wide_engines["none"])  # the file exists
+    prefix = ("prlimit", "--memlock=65536", "setpriv", "--inh-caps=-ipc_lock")
+    prefix += ("--bounding-set=-ipc_lock",)
+    if os.geteuid() != 0:
+        prefix = ("prlimit", "--memlock=65536")
+    stub = _load_in_a_stub(wide_engines["none"], prefix)
+    locked = _load_in_a_stub(wide_engines["dte"])
+    assert stub["file"] == locked["file"] != "None" and stub["bytes"] > 0
+    assert not stub["locked"] and locked["locked"] == _may_lock(locked["bytes"] + 2**20)
+    assert stub["kb"]["Locked"] == 0 and stub["kb"]["Anonymous"] == 0
+    assert stub["tokens"] == locked["tokens"]
 
 
 def _packed_model(seed: int = 0) -> torch.nn.Module:

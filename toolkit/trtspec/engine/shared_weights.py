@@ -75,6 +75,10 @@ def _libc() -> Any:
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.memcmp.restype = ctypes.c_int
     libc.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    libc.mlock2.restype = ctypes.c_int
+    libc.mlock2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    libc.munlock.restype = ctypes.c_int
+    libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.memcpy.restype = ctypes.c_void_p
     libc.memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     return libc
@@ -103,6 +107,7 @@ class Shared:
     shared_bytes: int
     wrote: bool = False
     why_not: str = ""
+    locked: bool = False  # kept in memory (``_lock``); not when `ulimit -l` forbids it
 
 
 _M_MMAP_THRESHOLD = -3  # mallopt
@@ -233,8 +238,11 @@ def share_packed(model: Any, folder: Path) -> Shared:
             return Shared(None, 0, wrote, f"{file}: cannot map it")
         try:
             same = [r for r in regions if libc.memcmp(r.address, base + r.offset, r.length) == 0]
+            locked = bool(same) and _lockable(libc, base, total)
             for region in same:
                 _overlay(libc, region, fd, base)
+                if locked:
+                    _lock(libc, region)
         finally:
             libc.munmap(base, total)
     finally:
@@ -243,7 +251,42 @@ def share_packed(model: Any, folder: Path) -> Shared:
         return Shared(None, 0, wrote, f"{file}: other bytes than this model's")
     missed = len(regions) - len(same)
     why = f"{missed} of {len(regions)} buffers differ from the file's" if missed else ""
-    return Shared(file, sum(r.length for r in same), wrote, why)
+    return Shared(file, sum(r.length for r in same), wrote, why, locked)
+
+
+_MLOCK_ONFAULT = 1
+
+
+def _lockable(libc: Any, base: int, total: int) -> bool:
+    """Whether this process may lock ``total`` bytes (tried on the file's
+    own mapping, locked on fault only, so nothing is read). A process
+    without CAP_IPC_LOCK may lock `ulimit -l` (often 8 MiB): its engine
+    shares unlocked, its pages as evictable as any memory-mapped model's."""
+    if libc.mlock2(base, total, _MLOCK_ONFAULT) != 0:
+        return False
+    libc.munlock(base, total)
+    return True
+
+
+def _lock(libc: Any, region: Region) -> None:
+    """Keep the region's pages in memory, as the private copy's were.
+
+    A private copy is anonymous memory, which without swap is never paged
+    out; file pages are, when the kernel reclaims idle memory (this
+    machine's DAMON pages out whatever was not touched for a minute, and its
+    disk reads ~30 MB/s): an engine idle for minutes would read its weights
+    back from disk on the next request. The pages are locked as they are
+    faulted (``MLOCK_ONFAULT``: locking a writable private mapping outright
+    would fault every page for writing, i.e. copy it) and then read once, so
+    each is the page cache's page, shared and locked."""
+    if libc.mlock2(region.address, region.length, _MLOCK_ONFAULT) != 0:
+        return
+    import numpy as np
+
+    pages = np.frombuffer(
+        (ctypes.c_uint8 * region.length).from_address(region.address), dtype=np.uint8
+    )
+    int(pages[::PAGE].sum())  # a read fault on every page
 
 
 def _overlay(libc: Any, region: Region, fd: int, base: int) -> None:

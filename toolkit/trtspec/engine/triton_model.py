@@ -147,6 +147,13 @@ class TritonPythonModel:
             pb_utils.Logger.log_info(
                 f"reference engine: {shared.shared_bytes / 2**20:.0f} MiB of packed weights "
                 f"{'written to' if shared.wrote else 'shared with'} {shared.file}"
+                + (
+                    ""
+                    if shared.locked
+                    else " (not locked in memory: `ulimit -l` allows less; while the engine "
+                    "idles the kernel may page them out, to be read back on its next request)"
+                )
+                + (f"; {shared.why_not}" if shared.why_not else "")
             )
         elif shared is not None and shared.why_not not in ("off", "no packed weights"):
             pb_utils.Logger.log_warn(

@@ -284,7 +284,7 @@ def _lock(libc: Any, region: Region) -> None:
     import numpy as np
 
     pages = np.frombuffer(
-        (ctypes.c_uint8 * region.length).from_address(region.address), dtype=np.uint8
+        memoryview((ctypes.c_uint8 * region.length).from_address(region.address)), dtype=np.uint8
     )
     int(pages[::PAGE].sum())  # a read fault on every page
 

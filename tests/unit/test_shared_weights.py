@@ -112,8 +112,15 @@ def _load_in_a_stub(engine: Path, prefix: tuple[str, ...] = ()) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def stubs(wide_engines: dict[str, Path]) -> dict[str, dict]:
+    """The two engines loaded one after the other in fresh interpreters:
+    the first writes the file, the second maps it."""
+    return {name: _load_in_a_stub(wide_engines[name]) for name in ("none", "dte")}
+
+
 def test_engines_of_the_same_weights_map_one_file_and_keep_their_tokens(
-    wide_engines: dict[str, Path], monkeypatch
+    wide_engines: dict[str, Path], stubs: dict[str, dict], monkeypatch
 ) -> None:
     monkeypatch.setenv("TRTSPEC_ENGINE_SHARE_WEIGHTS", "0")
     own = ReferenceEngine.load(wide_engines["none"], threads=1, kv_reuse=0)
@@ -121,8 +128,7 @@ def test_engines_of_the_same_weights_map_one_file_and_keep_their_tokens(
     want = own.generate(GenerationRequest(PROMPT, 16)).output_ids
     monkeypatch.delenv("TRTSPEC_ENGINE_SHARE_WEIGHTS")
 
-    a = _load_in_a_stub(wide_engines["none"])
-    b = _load_in_a_stub(wide_engines["dte"])
+    a, b = stubs["none"], stubs["dte"]
     folder = wide_engines["none"].parent / shared_weights.FOLDER
     assert a["wrote"] and not a["why_not"] and Path(a["file"]).parent == folder, a
     assert (b["file"], b["wrote"]) == (a["file"], False), b
@@ -148,18 +154,17 @@ def test_engines_of_the_same_weights_map_one_file_and_keep_their_tokens(
     not (shutil.which("setpriv") and shutil.which("prlimit")), reason="needs setpriv, prlimit"
 )
 def test_an_engine_that_may_not_lock_its_pages_shares_them_unlocked(
-    wide_engines: dict[str, Path],
+    wide_engines: dict[str, Path], stubs: dict[str, dict]
 ) -> None:
     """Without CAP_IPC_LOCK and under a small `ulimit -l` the pages are
     shared but not locked (file pages, evictable like any memory-mapped
     model's); the tokens are the same."""
-    _load_in_a_stub(wide_engines["none"])  # the file exists
     prefix = ("prlimit", "--memlock=65536", "setpriv", "--inh-caps=-ipc_lock")
     prefix += ("--bounding-set=-ipc_lock",)
     if os.geteuid() != 0:
         prefix = ("prlimit", "--memlock=65536")
     stub = _load_in_a_stub(wide_engines["none"], prefix)
-    locked = _load_in_a_stub(wide_engines["dte"])
+    locked = stubs["none"]
     assert stub["file"] == locked["file"] != "None" and stub["bytes"] > 0
     assert not stub["locked"] and locked["locked"] == _may_lock(locked["bytes"] + 2**20)
     assert stub["kb"]["Locked"] == 0 and stub["kb"]["Anonymous"] == 0

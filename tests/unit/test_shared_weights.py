@@ -260,3 +260,46 @@ def test_the_build_clears_the_folder_the_engines_use() -> None:
     from trtspec.build.executor import SHARED_WEIGHTS
 
     assert SHARED_WEIGHTS == shared_weights.FOLDER
+
+
+def test_one_stub_writes_and_the_others_wait_for_its_file(tmp_path: Path) -> None:
+    """The temporary name is the writers' lock: a stub that finds another's
+    write under way waits for the file and maps it (the demo's four engine
+    stubs finish packing together); a temporary file left unchanged by a
+    writer that died is taken over."""
+    import threading
+    import time
+
+    model = _packed_model()
+    first = shared_weights.share_packed(model, tmp_path / "x")
+    assert first.wrote and first.file is not None
+    name = first.file.name
+
+    waiting = tmp_path / "y"
+    waiting.mkdir()
+    tmp = waiting / f".{name}.tmp"
+    tmp.write_bytes(b"being written")
+
+    def finish_the_write() -> None:
+        time.sleep(0.3)
+        os.link(first.file, waiting / name)
+        tmp.unlink()
+
+    writer = threading.Thread(target=finish_the_write)
+    started = time.monotonic()
+    writer.start()
+    shared = shared_weights.share_packed(model, waiting)
+    writer.join()
+    assert time.monotonic() - started >= 0.3
+    assert shared.file == waiting / name and not shared.wrote
+    assert shared.shared_bytes == first.shared_bytes
+
+    dead = tmp_path / "z"
+    dead.mkdir()
+    stale = dead / f".{name}.tmp"
+    stale.write_bytes(b"half")
+    old = time.time() - shared_weights.STALE_S - 5
+    os.utime(stale, (old, old))
+    taken = shared_weights.share_packed(model, dead)
+    assert taken.wrote and taken.file == dead / name and not stale.exists()
+    assert (dead / name).read_bytes() == first.file.read_bytes()

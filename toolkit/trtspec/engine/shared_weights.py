@@ -39,6 +39,7 @@ import ctypes
 import hashlib
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,12 +188,36 @@ def _key(buffers: list[tuple[str, int, int, bytes]]) -> str:
     return digest.hexdigest()
 
 
+WAIT_S = 60.0  # longest wait for another stub's write
+STALE_S = 10.0  # a temporary file unchanged this long: its writer died
+
+
 def _write(file: Path, buffers: list[tuple[str, int, int, bytes]]) -> bool:
     """Write every buffer into its slot of ``file``, whole (a temporary name,
-    then a link); False when another stub linked it first."""
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    then a link); False when another stub wrote it. One stub writes at a
+    time (the temporary name is the lock): the demo's four engine stubs
+    finish packing within a second of each other, and four 513 MB writes
+    of the same bytes cost the first start seconds. The others wait for
+    the file (their own copy meanwhile in use), up to ``WAIT_S``."""
+    tmp = file.with_name(f".{file.name}.tmp")
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            out = open(tmp, "xb")  # noqa: SIM115 (closed by the `with out` below)
+            break
+        except FileExistsError:
+            pass
+        if file.is_file():
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - tmp.stat().st_mtime > STALE_S:
+                tmp.unlink()  # its writer died mid-write
+                continue
+        if time.monotonic() > deadline:
+            return False  # the caller finds no file: the model keeps its copy
+        time.sleep(0.05)
     try:
-        with open(tmp, "xb") as out:
+        with out:
             for _, address, size, _ in buffers:
                 lead = address % PAGE
                 out.write(bytes(lead))

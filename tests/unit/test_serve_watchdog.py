@@ -38,6 +38,13 @@ class ThisProcess:
         self.restarts += 1
 
 
+def _wait_until_seen(server: ThisProcess, pid: int) -> None:
+    """Until ``pid`` is among ``server``'s stubs (it has exec'd), 10 s at most."""
+    deadline = time.monotonic() + 10
+    while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_wait_status_words() -> None:
     assert describe_wait_status(signal.SIGSEGV) == "was killed by SIGSEGV"
     assert describe_wait_status(signal.SIGKILL) == "was killed by SIGKILL"
@@ -73,9 +80,7 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
     try:
         server = ThisProcess()
         seen = []
-        deadline = time.monotonic() + 10
-        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until_seen(server, pid)
         found = stubs_of(server.pid)
         assert found[pid].model == "router", found
         with StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime() as dog:
@@ -122,9 +127,7 @@ def test_a_stub_that_exits_with_code_0_is_no_incident(tmp_path: Path) -> None:
     try:
         server = ThisProcess()
         seen: list = []
-        deadline = time.monotonic() + 10
-        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until_seen(server, pid)
         dog = StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime()
         assert pid in dog._known
         deadline = time.monotonic() + 10
@@ -144,9 +147,7 @@ def test_a_stub_that_exits_with_code_1_is_a_crash(tmp_path: Path) -> None:
     pid = _spawn_stub(tmp_path, "import sys, time\ntime.sleep(1.0)\nsys.exit(1)\n")
     try:
         server = ThisProcess()
-        deadline = time.monotonic() + 10
-        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until_seen(server, pid)
         dog = StubWatchdog(server, interval_s=0.1).prime()
         found: list = []
         deadline = time.monotonic() + 10
@@ -174,9 +175,7 @@ def test_a_stub_caught_on_its_way_out_keeps_its_signal(tmp_path: Path, monkeypat
     pid = _spawn_stub(tmp_path, "import time\ntime.sleep(600)\n")
     try:
         server = ThisProcess()
-        deadline = time.monotonic() + 10
-        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until_seen(server, pid)
         dog = StubWatchdog(server, interval_s=0.1).prime()
         real = watchdog._cmdline
         monkeypatch.setattr(watchdog, "_cmdline", lambda p: [] if p == pid else real(p))
@@ -257,9 +256,7 @@ def test_a_covered_stub_crash_leaves_its_variant_down_without_a_restart(
     try:
         server = ThisProcess()
         seen: list = []
-        deadline = time.monotonic() + 10
-        while pid not in stubs_of(server.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until_seen(server, pid)
         server.down_dir = tmp_path / "down"  # type: ignore[attr-defined]
         # the stand-in is named router_0_0: cover "router" as if it were a variant's
         dog = StubWatchdog(

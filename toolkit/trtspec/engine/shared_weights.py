@@ -9,9 +9,10 @@ Engine models that hold the same target (the demo's ``target``,
 ``target_dte``, ``target_lookahead_lookahead`` and the benchmark's parity
 copy ``target_dte__arm2``) each held a private copy: four times 538 MB.
 
-``share_packed`` writes the packed bytes once to a file (the first stub to
-load writes it, whole, under a temporary name, then links it into place, so
-an interrupted load leaves no partial file), and every stub whose packed
+``share_packed`` writes the packed bytes once to a file (one stub writes
+it, whole, under a temporary name that is also the writers' lock, then
+links it into place, so an interrupted load leaves no partial file; the
+others wait for it), and every stub whose packed
 bytes are identical maps that file copy-on-write over its own buffer: the
 page-aligned interior of each buffer is replaced, in place, by the file's
 pages (``mmap(MAP_FIXED | MAP_PRIVATE)``). Nothing moves: oneDNN keeps
@@ -22,6 +23,8 @@ every region is compared in full with the stub's own bytes before it is
 replaced (a stale or foreign file is left alone and the stub keeps its
 copy). The weights are never written; a write would copy the page, not
 change the file. The buffers live as long as the model, i.e. the stub.
+The shared pages are locked in memory where the process may (``_lock``),
+as the private copy's anonymous pages never left it.
 
 Where: ``.shared-weights/`` next to the engine folders (the spec's engine
 folder), one file per distinct packed model, reused across server starts.
@@ -47,7 +50,7 @@ from typing import Any
 
 FOLDER = ".shared-weights"
 PAGE = mmap.PAGESIZE
-_SAMPLE = 4096  # bytes of each region's head and tail that go into the file's name
+_SAMPLE = 4096  # bytes of each buffer's head and tail that go into the file's name
 
 _PROT_READ, _PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 _MAP_SHARED, _MAP_PRIVATE = mmap.MAP_SHARED, mmap.MAP_PRIVATE
@@ -126,6 +129,8 @@ def page_aligned_packing() -> Iterator[None]:
     fixed header) only above its mmap threshold, which it raises as large
     blocks are freed (up to 32 MB); a load frees many, so later packed
     buffers came from the heap at offsets that differ from stub to stub.
+    (A free heap block that fits is still used first: such a buffer keeps
+    its own copy, see ``share_packed``.)
     The threshold is held at glibc's initial 128 KB while packing, then set
     to the 32 MB the dynamic threshold climbs towards (setting it ends the
     dynamic adjustment for the process)."""

@@ -12,9 +12,13 @@ $(STAMP): pyproject.toml
 	# --no-compile: pip would byte-compile every installed module (~50 s here);
 	# Python compiles the ones actually imported on first use instead.
 	$(PY) -m pip install --quiet --no-compile -e '.[cpu,dev]'
-	# trtspec's own modules are compiled here (~1 s), as a regular install
-	# would: otherwise the first server start's dozen stubs each compile them.
+	# Compiled here once, as a regular install would (--no-compile above):
+	# trtspec's modules (~1 s), and torch, numpy and tokenizers as an engine
+	# stub imports them (~10 s). Otherwise the first server start's stubs each
+	# compile the same ~800 modules at once (Triton's stub ignores
+	# PYTHONDONTWRITEBYTECODE; a first demo start took 18 s instead of 12).
 	$(PY) -m compileall -q toolkit/trtspec
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -c 'import numpy, tokenizers, torch'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -353,17 +353,18 @@ def share_identical(staging: Path, root: Path) -> int:
             while chunk := fh.read(1 << 22):
                 digest.update(chunk)
         blob = blobs / digest.hexdigest()
+        tmp = path.with_name(f".{path.name}.link")
         try:
             blobs.mkdir(exist_ok=True)
             if blob.is_file() and blob.stat().st_size == size:
-                tmp = path.with_name(f".{path.name}.link")
                 os.link(blob, tmp)
                 os.replace(tmp, path)
                 saved += size
             else:
                 os.link(path, blob)
-        except OSError:
-            continue  # no hard links here: the unit keeps its own copy
+        except OSError:  # no hard links here: the unit keeps its own copy
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     return saved
 
 

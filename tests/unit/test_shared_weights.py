@@ -263,10 +263,10 @@ def test_the_build_clears_the_folder_the_engines_use() -> None:
 
 
 def test_one_stub_writes_and_the_others_wait_for_its_file(tmp_path: Path) -> None:
-    """The temporary name is the writers' lock: a stub that finds another's
+    """A lock file makes one stub the writer: a stub that finds another's
     write under way waits for the file and maps it (the demo's four engine
-    stubs finish packing together); a temporary file left unchanged by a
-    writer that died is taken over."""
+    stubs finish packing together); a lock left untouched by a writer that
+    died is taken over; nothing but the file is left behind."""
     import threading
     import time
 
@@ -274,16 +274,17 @@ def test_one_stub_writes_and_the_others_wait_for_its_file(tmp_path: Path) -> Non
     first = shared_weights.share_packed(model, tmp_path / "x")
     assert first.wrote and first.file is not None
     name = first.file.name
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == [name]
 
     waiting = tmp_path / "y"
     waiting.mkdir()
-    tmp = waiting / f".{name}.tmp"
-    tmp.write_bytes(b"being written")
+    lock = waiting / f".{name}.lock"
+    lock.write_bytes(b"")
 
     def finish_the_write() -> None:
         time.sleep(0.3)
         os.link(first.file, waiting / name)
-        tmp.unlink()
+        lock.unlink()
 
     writer = threading.Thread(target=finish_the_write)
     started = time.monotonic()
@@ -296,10 +297,11 @@ def test_one_stub_writes_and_the_others_wait_for_its_file(tmp_path: Path) -> Non
 
     dead = tmp_path / "z"
     dead.mkdir()
-    stale = dead / f".{name}.tmp"
-    stale.write_bytes(b"half")
+    stale = dead / f".{name}.lock"
+    stale.write_bytes(b"")
     old = time.time() - shared_weights.STALE_S - 5
     os.utime(stale, (old, old))
     taken = shared_weights.share_packed(model, dead)
-    assert taken.wrote and taken.file == dead / name and not stale.exists()
+    assert taken.wrote and taken.file == dead / name
+    assert sorted(p.name for p in dead.iterdir()) == [name]
     assert (dead / name).read_bytes() == first.file.read_bytes()

@@ -10,9 +10,9 @@ Engine models that hold the same target (the demo's ``target``,
 copy ``target_dte__arm2``) each held a private copy: four times 538 MB.
 
 ``share_packed`` writes the packed bytes once to a file (one stub writes
-it, whole, under a temporary name that is also the writers' lock, then
-links it into place, so an interrupted load leaves no partial file; the
-others wait for it), and every stub whose packed
+it, holding a lock file, whole under a name of its own, then links it into
+place, so an interrupted load leaves no partial file; the others wait for
+it), and every stub whose packed
 bytes are identical maps that file copy-on-write over its own buffer: the
 page-aligned interior of each buffer is replaced, in place, by the file's
 pages (``mmap(MAP_FIXED | MAP_PRIVATE)``). Nothing moves: oneDNN keeps
@@ -194,48 +194,54 @@ def _key(buffers: list[tuple[str, int, int, bytes]]) -> str:
 
 
 WAIT_S = 60.0  # longest wait for another stub's write
-STALE_S = 10.0  # a temporary file unchanged this long: its writer died
+STALE_S = 30.0  # a lock its writer has not touched this long: the writer died
 
 
 def _write(file: Path, buffers: list[tuple[str, int, int, bytes]]) -> bool:
-    """Write every buffer into its slot of ``file``, whole (a temporary name,
-    then a link); False when another stub wrote it. One stub writes at a
-    time (the temporary name is the lock): the demo's four engine stubs
-    finish packing within a second of each other, and four 513 MB writes
-    of the same bytes cost the first start seconds. The others wait for
-    the file (their own copy meanwhile in use), up to ``WAIT_S``."""
-    tmp = file.with_name(f".{file.name}.tmp")
+    """Write every buffer into its slot of ``file``, whole (a file of this
+    process's own, then a link); False when another stub wrote it. One stub
+    writes at a time (``.<name>.lock``, touched after every buffer): the
+    demo's four engine stubs finish packing within a second of each other,
+    and four 513 MB writes of the same bytes cost the first start seconds.
+    The others wait for the file (their own copy meanwhile in use), up to
+    ``WAIT_S``; a lock left by a writer that died is taken over. Only a
+    whole file is ever linked into place, even if two stubs end up writing."""
+    lock = file.with_name(f".{file.name}.lock")
+    part = file.with_name(f".{file.name}.{os.getpid()}.part")
     deadline = time.monotonic() + WAIT_S
     while True:
         try:
-            out = open(tmp, "xb")  # noqa: SIM115 (closed by the `with out` below)
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
             break
         except FileExistsError:
             pass
         if file.is_file():
             return False
         with contextlib.suppress(FileNotFoundError):
-            if time.time() - tmp.stat().st_mtime > STALE_S:
-                tmp.unlink()  # its writer died mid-write
+            if time.time() - lock.stat().st_mtime > STALE_S:
+                lock.unlink()  # its writer died mid-write
                 continue
         if time.monotonic() > deadline:
             return False  # the caller finds no file: the model keeps its copy
         time.sleep(0.05)
     try:
-        with out:
+        with open(part, "xb") as out:
             for _, address, size, _ in buffers:
                 lead = address % PAGE
                 out.write(bytes(lead))
                 out.write(memoryview((ctypes.c_char * size).from_address(address)))
                 out.write(bytes(_slot(size) - lead - size))
-        os.chmod(tmp, 0o444)  # stubs map it: an edit in place would reach them
+                with contextlib.suppress(OSError):
+                    os.utime(lock)  # still writing
+        os.chmod(part, 0o444)  # stubs map it: an edit in place would reach them
         try:
-            os.link(tmp, file)
+            os.link(part, file)
         except FileExistsError:
             return False
         return True
     finally:
-        tmp.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)
 
 
 def share_packed(model: Any, folder: Path) -> Shared:

@@ -43,6 +43,7 @@ Hugging Face-loaded one. It imports torch and numpy only.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -272,7 +273,6 @@ def drop_pages(tensor: Any) -> None:
     it loads the rest (they count in its resident memory until the mapping
     goes; four engines load at once). A later read would fault them back in
     from the file, unchanged."""
-    import ctypes
     import mmap
 
     start = tensor.data_ptr()
@@ -280,12 +280,20 @@ def drop_pages(tensor: Any) -> None:
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
     last = end // mmap.PAGESIZE * mmap.PAGESIZE
     if last > first:
-        libc = ctypes.CDLL(None)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        libc.madvise(first, last - first, _MADV_DONTNEED)
+        _madvise()(first, last - first, _MADV_DONTNEED)
 
 
 _MADV_DONTNEED = 4  # Linux
+
+
+@functools.cache
+def _madvise() -> Any:
+    """libc's ``madvise`` with its signature (built once, not per projection)."""
+    import ctypes
+
+    madvise = ctypes.CDLL(None).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return madvise
 
 
 def _modules() -> dict[str, type]:

@@ -112,3 +112,89 @@ def test_local_text_answers_what_the_text_models_answer(tokenizer_dir: Path) -> 
             ids = local.encode(text)
             assert ids == pre.encode(text)
             assert local.decode([*ids, pre.end_id]) == post.decode([*ids, pre.end_id])
+
+
+def _sentencepiece_style(folder: Path) -> Tokenizer:
+    """A Llama-2-style tokenizer trained here: BPE over ``▁``-marked words
+    with byte fallback, a decoder that turns ``▁`` into spaces, merges the
+    fallback bytes and strips the first token's leading space."""
+    from tokenizers import Tokenizer as FastTokenizer
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = FastTokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<unk>", "<s>", "</s>", *bytes_], show_progress=False
+    )
+    tok.train_from_iterator([TEXT, *SAMPLES, "the quick brown fox " * 20] * 4, trainer=trainer)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text('{"eos_token": "</s>", "pad_token": "<unk>"}')
+    return Tokenizer(folder)
+
+
+def _streamed(tok: Tokenizer, ids: list[int], chunks: list[int]) -> tuple[list[str], str]:
+    stream = IncrementalText(tok.decode)
+    deltas, at = [], 0
+    for size in chunks:
+        deltas.append(stream.push(ids[at : at + size]))
+        at += size
+    deltas.append(stream.push(ids[at:]))
+    return deltas, stream.flush()
+
+
+def test_window_decoding_gives_the_whole_decode(tokenizer_dir: Path, tmp_path: Path) -> None:
+    """Each push decodes a few ids, not the whole output: the concatenated
+    deltas equal one decode of everything, token by token and in chunks, for
+    real text and for random ids (special tokens, bytes that never finish a
+    character), with byte-level BPE (the tiny tokenizer, SmolLM2 when
+    present) and a SentencePiece-style tokenizer (leading-space stripping,
+    byte fallback)."""
+    import random
+
+    rng = random.Random(7)
+    tokenizers = [Tokenizer(f) for f in _folders(tokenizer_dir)]
+    tokenizers.append(_sentencepiece_style(tmp_path / "sp"))
+    for tok in tokenizers:
+        vocab = tok._fast.get_vocab_size()
+        texts = [*SAMPLES, TEXT * 3]
+        cases = [tok.encode(t) for t in texts]
+        cases += [[rng.randrange(vocab) for _ in range(rng.randrange(1, 80))] for _ in range(60)]
+        for ids in cases:
+            whole = tok.decode(ids)
+            ones = [1] * len(ids)
+            mixed = [rng.randrange(1, 5) for _ in range(len(ids))]
+            for chunks in (ones, mixed):
+                deltas, tail = _streamed(tok, ids, chunks)
+                assert "".join(deltas) + tail == whole, (tok.folder, ids, chunks)
+                assert not any(d.endswith(REPLACEMENT) for d in deltas), (tok.folder, ids)
+
+
+def test_a_push_decodes_a_window_not_the_whole_output(tokenizer_dir: Path) -> None:
+    """What each push hands the decoder stays short however long the answer
+    gets (the cost per token no longer grows with the output)."""
+    tok = Tokenizer(tokenizer_dir)
+    seen: list[int] = []
+
+    def decode(ids: list[int]) -> str:
+        seen.append(len(ids))
+        return tok.decode(ids)
+
+    ids = tok.encode(("the quick brown fox, " * 80) + TEXT)
+    stream = IncrementalText(decode)
+    text = "".join(stream.push([t]) for t in ids)
+    assert len(ids) > 300
+    assert max(seen) <= 8, max(seen)  # a character spans at most a few byte tokens
+    seen.clear()
+    assert text + stream.flush() == tok.decode(ids)
+    assert seen == [len(ids)]  # flush: one whole decode

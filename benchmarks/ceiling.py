@@ -24,8 +24,11 @@ llmapi`` repository whose ``baseline__llmapi`` model is the instant LLM,
 ``trtspec.engine.instant_llmapi``): ``engine`` is then that llmapi model alone
 (its own tensors, text deltas), ``full`` the router as assembled (router →
 llmapi model, the adapter in the router's process) and ``bls`` the router →
-adapter model → llmapi model. ``--stream-intervals`` (e.g. ``1,4``) serves it
-once per ``stream_interval`` LLM argument, side by side in one run. There a
+adapter model → llmapi model. ``--stream-intervals`` (e.g. ``1,4``) serves a
+repository once per value, side by side in one run: the ``stream_interval``
+LLM argument there, the spec's ``flow.stream_interval`` in the engine flow
+(the orchestrators, and so the router, answer with a request's first tokens
+and then once per N tokens; the engine alone still answers every step). There a
 response carries text, so a request's tokens are its ``max_tokens`` (the
 instant LLM never stops early; the texts of every layer are compared) and its
 per-token latency is (last response − first) / (tokens − 1).
@@ -377,7 +380,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(
         "  (ms; tok50/tok99: latency per token between responses; +: added over the engine "
         "alone; srvCPU/cliCPU: CPU ms per token of the server's processes / this client;\n"
-        "   si: the LLM's stream_interval, --flow llmapi)"
+        "   si: stream_interval, the LLM's (--flow llmapi) or the orchestrators' (engine flow))"
     )
 
 
@@ -394,7 +397,7 @@ def router_caps(rows: list[dict[str, Any]]) -> list[str]:
                 key=lambda r: r["level"],
             )
             ms = top["cpu_ms_per_tok_by_model"].get(model)
-            setting = f" si {si}" if top.get("flow") == "llmapi" else ""
+            setting = f" si {si}"
             if ms:
                 out.append(
                     f"{step:g} ms{setting} {layer} x{top['level']}: {model} {ms:.3f} ms CPU per "
@@ -493,7 +496,9 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument(
         "--stream-intervals",
         default="1",
-        help="--flow llmapi: the LLM's stream_interval values, comma list (one server each)",
+        help="stream_interval values, comma list (one server each): the LLM argument "
+        "(--flow llmapi) or the spec's flow.stream_interval (engine flow: the orchestrators "
+        "answer with the first tokens, then every N-th)",
     )
     return p.parse_args(argv)
 
@@ -549,8 +554,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.flow == "engine":
-        intervals = [1]  # the engine flow has no stream_interval: one response a step
     layers = ["engine", *[s for s in layers if s != "engine"]]  # the reference for "added"
     from trtspec.bench.instant import instant_llmapi_repository, instant_repository
     from trtspec.repo.models.text import Tokenizer
@@ -575,11 +578,13 @@ def main(argv: list[str] | None = None) -> int:
                         where, model, step, stream_interval=interval, max_batch_size=batch
                     )
                 else:
-                    repo = instant_repository(where, model, step, max_batch_size=batch)
+                    repo = instant_repository(
+                        where, model, step, max_batch_size=batch, stream_interval=interval
+                    )
                 server = Server(repo, log_path=where.with_suffix(".log"))
                 t0 = time.monotonic()
                 server.start(timeout=300)
-                setting = f" stream_interval {interval}" if args.flow == "llmapi" else ""
+                setting = f" stream_interval {interval}"
                 ready = time.monotonic() - t0
                 print(f"step {step:g} ms{setting}: server ready in {ready:.1f} s", flush=True)
                 try:
@@ -605,8 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for interval in intervals:
         group = [r for r in rows if r["stream_interval"] == interval]
-        if args.flow == "llmapi":
-            print(f"  LLM-API flow, stream_interval {interval}:")
+        flow = "LLM-API flow" if args.flow == "llmapi" else "engine flow"
+        print(f"  {flow}, stream_interval {interval}:")
         lines = [line for name in ("full", "bls") for line in budget_lines(group, name)]
         for text, met in lines:
             mark = "n/a " if met is None else ("MEETS" if met else "MISSES")

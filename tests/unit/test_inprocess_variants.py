@@ -79,6 +79,7 @@ class Engine:
         self.script: Script = []
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()  # ends a "stall"
+        self.step_s = 0.0  # time between two responses
 
     def stream(self, inputs: dict[str, np.ndarray]) -> Iterator[Response]:
         self.requests.append(inputs)
@@ -89,6 +90,8 @@ class Engine:
             if isinstance(step, str):
                 yield Response(error=TritonError(step, TritonError.INVALID_ARG))
                 return
+            if self.step_s:
+                time.sleep(self.step_s)
             ids = np.asarray(step, dtype=np.int32)
             yield Response(
                 [
@@ -396,6 +399,56 @@ def test_responses_that_queued_up_go_out_as_one(inprocess: Any, monkeypatch) -> 
     assert json.dumps([t["text_output"][0].decode() for t, _ in sender.sent]) == '["defg", ""]'
     final = progress.tracked[-1][0]
     assert int(final["rounds"][0]) == 4  # still one round per engine response
+
+
+def test_stream_interval_sends_the_first_tokens_at_once_then_every_nth(
+    inprocess: Any,
+) -> None:
+    """``stream_interval`` 3: the first token goes out alone (time to first
+    token unchanged), then a response per three tokens, and the final one
+    carries the rest; same ids, same text, fewer responses."""
+    ENGINE.script = [[4], [5], [6], [7], [8], [9], [10], [11]]
+    ENGINE.step_s = 0.02  # one engine response per batch
+    inprocess.model("baseline").stream_interval = 3
+    sender, progress = run(inprocess, max_tokens=8)
+    tokens = [t["output_ids"].tolist() for t, _ in sender.sent]
+    texts = [t["text_output"][0].decode() for t, _ in sender.sent]
+    assert tokens == [[4], [5, 6, 7], [8, 9, 10], [11]]
+    assert texts == ["d", "efg", "hij", "k"]
+    assert [flags for _, flags in sender.sent] == [0, 0, 0, FINAL]
+    final = progress.tracked[-1][0]
+    assert int(final["completion_tokens"][0]) == 8 and int(final["rounds"][0]) == 8
+    # the rollout's time to first token is the first token's
+    assert progress.tracked[0][0]["output_ids"].tolist() == [4]
+
+
+def test_tokens_held_by_stream_interval_go_out_before_an_error(inprocess: Any) -> None:
+    from trtspec.repo.models.protocol import CalleeError
+
+    ENGINE.script = [[4], [5], "invalid request: the engine gave up"]
+    ENGINE.step_s = 0.02
+    inprocess.model("baseline").stream_interval = 4
+    sender = Sender()
+    with pytest.raises(CalleeError):
+        inprocess.run("baseline", _request(max_tokens=8), sender, Progress(30.0), Cancel())
+    assert [t["text_output"][0].decode() for t, _ in sender.sent] == ["d", "e"]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "four"])
+def test_a_bad_stream_interval_parameter_fails_the_model_load(inprocess: Any, value: str) -> None:
+    from trtspec.repo.models import orchestrator
+
+    params = {
+        "variant": "v",
+        "mode": "none",
+        "preprocessing_model": "p",
+        "postprocessing_model": "q",
+        "target_model": "target",
+        "stream_interval": value,
+    }
+    config = {"name": "v", "parameters": {k: {"string_value": v} for k, v in params.items()}}
+    with pytest.raises(RuntimeError, match="v: parameter stream_interval must be a positive"):
+        orchestrator.TritonPythonModel().initialize({"model_config": json.dumps(config)})
 
 
 def test_the_llmapi_adapter_runs_in_process_against_its_llmapi_model(inprocess: Any) -> None:

@@ -514,6 +514,46 @@ def test_check_reads_the_confidence_schedule(tmp_path: Path) -> None:
     )
 
 
+def test_flow_stream_interval_reaches_every_orchestrator(tmp_path: Path) -> None:
+    """The spec's ``flow.stream_interval`` is written into every orchestrator
+    (baseline included) and nowhere else; 1, the default, writes nothing (a
+    repository as before it); ``check`` refuses a value the model would."""
+    write_spec(tmp_path)
+    text = (tmp_path / "spec.yaml").read_text(encoding="utf-8")
+    (tmp_path / "spec.yaml").write_text(
+        text + "flow: {kind: engine, stream_interval: 4}\n", encoding="utf-8"
+    )
+    spec = load_spec(tmp_path / "spec.yaml")
+    assert spec.flow.stream_interval == 4
+    plan = make_plan(spec, tmp_path / "engines")
+    write_engines(plan)
+    repo = assemble(spec, plan, tmp_path / "engines", tmp_path / "triton_repo")
+    written = {
+        path.parent.name: params(parse(path))["stream_interval"]
+        for path in repo.glob("*/config.pbtxt")
+        if "stream_interval" in params(parse(path))
+    }
+    orchestrators = {"baseline", *(v.name for v in spec.variants)}
+    assert written == dict.fromkeys(orchestrators, "4")
+    assert check_repository(repo) == []
+    config = repo / "baseline" / "config.pbtxt"
+    edit(
+        config,
+        'key: "stream_interval"\n  value {\n    string_value: "4"',
+        'key: "stream_interval"\n  value {\n    string_value: "0"',
+    )
+    assert [str(p) for p in check_repository(repo)] == [
+        f"{config}: parameter stream_interval '0' is not a positive integer "
+        "(the spec's flow.stream_interval; absent = 1)"
+    ]
+
+
+def test_the_default_stream_interval_writes_nothing(built) -> None:
+    spec, plan, engines, out = built
+    repo = assemble(spec, plan, engines, out)
+    assert not [p for p in repo.glob("*/config.pbtxt") if "stream_interval" in p.read_text()]
+
+
 def test_check_rejects_router_to_missing_variant(repo: Path) -> None:
     routing = repo / "router" / "routing.json"
     routing.write_text(

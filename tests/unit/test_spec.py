@@ -98,6 +98,30 @@ def test_unknown_key_in_variant_and_no_suggestion(tmp_path: Path) -> None:
     ]
 
 
+def test_flow_stream_interval_is_the_engine_flows_and_named_where_it_lives(
+    tmp_path: Path,
+) -> None:
+    """The engine flow takes ``flow.stream_interval`` (>= 1); the LLM-API flow
+    is told it is an LLM argument there; a flow's unknown key is placed at
+    ``flow.<key>`` (not the union's ``flow.llmapi.<key>``) with its fix."""
+    ok = load_spec(write(tmp_path, BASE + "flow: {kind: engine, stream_interval: 8}\n"))
+    assert ok.flow.stream_interval == 8
+    assert load_spec(write(tmp_path, BASE, "d.yaml")).flow.stream_interval == 1
+    p = write(tmp_path, BASE + "flow:\n  kind: engine\n  stream_interval: 0\n", "a.yaml")
+    assert issues(p) == [
+        f"{p}:11:20: flow.stream_interval: input should be greater than or equal to 1 (got 0)"
+    ]
+    p = write(tmp_path, BASE + "flow:\n  kind: llmapi\n  stream_interval: 4\n", "b.yaml")
+    assert issues(p) == [
+        f"{p}:11:3: flow.stream_interval: unknown key 'stream_interval'; in the LLM-API flow "
+        "it is an LLM argument: set flow.llm_args.stream_interval"
+    ]
+    p = write(tmp_path, BASE + "flow:\n  kind: llmapi\n  cuda_graph: true\n", "c.yaml")
+    assert issues(p) == [
+        f"{p}:11:3: flow.cuda_graph: unknown key 'cuda_graph'; did you mean 'cuda_graphs'?"
+    ]
+
+
 def test_duplicate_yaml_key(tmp_path: Path) -> None:
     p = write(tmp_path, BASE.replace("  family: llama", "  family: llama\n  family: qwen2"))
     assert issues(p) == [

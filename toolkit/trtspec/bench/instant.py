@@ -97,6 +97,7 @@ def write_engine_stub(folder: Path, tokenizer_dir: Path) -> Path:
 INSTANT_SPEC = """\
 name: {name}
 backend: reference
+flow: {{kind: engine, stream_interval: {interval}}}
 target: {{model: {model}, family: llama, dtype: float32, max_batch_size: {batch},
          max_input_len: 1024, max_seq_len: 2048, max_num_tokens: 8192}}
 variants:
@@ -108,12 +109,19 @@ rollout: {{canary_percent: 100, fallback_variant: baseline}}
 
 
 def instant_repository(
-    root: Path, model: Path, step_ms: float, *, max_batch_size: int = 128, name: str = "instant"
+    root: Path,
+    model: Path,
+    step_ms: float,
+    *,
+    max_batch_size: int = 128,
+    name: str = "instant",
+    stream_interval: int = 1,
 ) -> Path:
     """Assemble, under ``root``, a repository of ``baseline``, a ``draft``
     (draft_model, k=3) and an ``ngram`` variant whose engines are all the
     instant engine; ``model`` is a Hugging Face folder whose tokenizer the
-    text models load (no weights are read). Returns the repository folder."""
+    text models load (no weights are read); ``stream_interval`` is the
+    spec's ``flow.stream_interval``. Returns the repository folder."""
     from trtspec.plan import make_plan
     from trtspec.repo.assemble import assemble
     from trtspec.spec import load_spec
@@ -122,7 +130,12 @@ def instant_repository(
     root.mkdir(parents=True, exist_ok=True)
     spec_path = root / f"{name}.yaml"
     spec_path.write_text(
-        INSTANT_SPEC.format(name=name, model=Path(model).resolve(), batch=max_batch_size),
+        INSTANT_SPEC.format(
+            name=name,
+            model=Path(model).resolve(),
+            batch=max_batch_size,
+            interval=int(stream_interval),
+        ),
         encoding="utf-8",
     )
     spec = load_spec(spec_path)

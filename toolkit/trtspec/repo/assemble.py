@@ -106,6 +106,9 @@ class Layout:
     tokenizer_dir: Path
     # kv_cache_free_gpu_mem_fraction per engine, from trtspec.memory's plan
     kv_fractions: dict[str, float] = field(default_factory=dict)
+    # the engine flow's stream_interval (spec flow.stream_interval): tokens per
+    # streamed orchestrator response after the first
+    stream_interval: int = 1
 
 
 def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
@@ -174,6 +177,7 @@ def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
         engines=engines,
         variants=variants,
         tokenizer_dir=engines[variants[BASELINE].target].path / "tokenizer",
+        stream_interval=int(getattr(spec.flow, "stream_interval", 1)),
     )
 
 
@@ -293,6 +297,8 @@ def orchestrator_config(
         params.update(_loop_lengths(layout, variant, lengths))
     if variant.spec is not None:
         params.update(module_for(variant.spec).orchestrator_parameters(variant.spec))
+    if layout.stream_interval > 1:  # absent = 1: a repository as before it
+        params["stream_interval"] = layout.stream_interval
     return configs.base_config(
         variant.name,
         backend="python",

@@ -288,6 +288,13 @@ class _Checker:
                 f"parameter draft_schedule 'confidence' reads a draft model's "
                 f"probabilities; mode {mode} has none (use constant or adaptive)",
             )
+        interval = params.get("stream_interval")
+        if interval is not None and not (interval.strip().isdigit() and int(interval) >= 1):
+            self.add(
+                model.path,
+                f"parameter stream_interval {interval!r} is not a positive integer "
+                "(the spec's flow.stream_interval; absent = 1)",
+            )
         threshold = params.get("draft_confidence_threshold")
         if loop and threshold and not _fraction(threshold):
             self.add(

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from trtspec.catalogue import BASELINE
 from trtspec.modes.draft_model import DraftModel
 from trtspec.spec.external import check_external
+from trtspec.spec.flows import EngineFlowSpec, LlmApiFlowSpec
 from trtspec.spec.schema import (
     MODES,
     RESERVED_NAMES,
@@ -38,6 +39,7 @@ from trtspec.spec.yamlmarks import Path_, format_path
 from trtspec.trtllm_argv import tp_split_problem
 from trtspec.versions import MAX_TRTLLM_EXCLUSIVE, MIN_TRTLLM, parse_version, shipped_by
 
+_FLOWS: dict[str, type[BaseModel]] = {"engine": EngineFlowSpec, "llmapi": LlmApiFlowSpec}
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     (): Spec,
     ("stack",): Stack,
@@ -100,6 +102,8 @@ def _model_at(path: Path_, data: Any) -> type[BaseModel] | None:
         node = node[part] if isinstance(node, dict | list) and _has(node, part) else None  # type: ignore[index]
     if len(norm) == 2 and norm[0] == "variants" and isinstance(node, dict):
         return MODES.get(str(node.get("mode")))
+    if norm == ["flow"] and isinstance(node, dict):
+        return _FLOWS.get(str(node.get("kind", "engine")))
     return _SECTIONS.get(tuple(norm))
 
 
@@ -163,6 +167,8 @@ def _pydantic_issues(exc: ValidationError, data: Any, issues: _Issues) -> None:
         # Discriminated unions put the tag in the location: variants.1.ngram.x.
         if len(loc) >= 3 and loc[0] == "variants" and loc[2] in MODES:
             del loc[2]
+        if len(loc) >= 2 and loc[0] == "flow" and loc[1] in _FLOWS:  # flow.llmapi.x
+            del loc[1]
         path = tuple(loc)
         kind = err["type"]
         if kind == "extra_forbidden":
@@ -174,6 +180,8 @@ def _pydantic_issues(exc: ValidationError, data: Any, issues: _Issues) -> None:
                 if close
                 else "remove it; allowed keys: " + ", ".join(known)
             )
+            if model is LlmApiFlowSpec and path[-1] == "stream_interval":
+                fix = "in the LLM-API flow it is an LLM argument: set flow.llm_args.stream_interval"
             issues.add(path, f"unknown key {path[-1]!r}; {fix}", key=True)
         elif kind == "missing":
             issues.add(path[:-1], f"missing required key {path[-1]!r}; add it", key=True)

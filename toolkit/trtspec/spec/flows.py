@@ -79,6 +79,17 @@ class EngineFlowSpec(Strict):
         description="TensorRT-LLM's engine flow: trtllm-build engines served by Triton's "
         "tensorrtllm C++ backend (NGC Triton <= 26.07, TensorRT-LLM <= 1.2.x).",
     )
+    stream_interval: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Tokens per streamed response after the first (trtspec's orchestrators "
+        "and router; the tensorrtllm backend answers every step): a request answers with its "
+        "first tokens at once, then once at least this many more have arrived, and with the "
+        "rest at its end, as the PyTorch flow's stream_interval LLM argument does. Fewer, "
+        "fuller responses cut the Python path's cost per token at high concurrency; time to "
+        "first token and the tokens are unchanged. 1 = a response per engine step.",
+    )
     #: a request may set its own draft length (num_draft_tokens): the bench sweeps k
     per_request_draft_len: ClassVar[bool] = True
 

@@ -141,7 +141,7 @@ def test_ceiling_names_one_router_processs_ceiling() -> None:
         {"step_ms": 8.0, "layer": "full", "level": 64, "cpu_ms_per_tok_by_model": {"router": 0.5}},
     ]
     (line,) = ceiling.router_caps(rows)
-    assert line.startswith("8 ms full x64: router 0.500 ms CPU per token")
+    assert line.startswith("8 ms si 1 full x64: router 0.500 ms CPU per token")
     assert "at most ~2,000 tokens/s through one router process (engine alone here: 2,000)" in line
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,36 @@ SERIES = {
 }
 
 
+Update = tuple[str, str, dict[str, str], float]
+
+
+def coalesce(updates: list[Update]) -> list[Update]:
+    """``updates`` (op, series, labels, value) with the same end state in
+    fewer calls: a metric whose updates in the batch are all increments gets
+    one increment of their sum (when it is 0, as a request's +1 and -1 of
+    ``trtspec_in_flight``, a ``touch``: the metric is made, nothing is
+    sent), all sets the last set; observations stay one
+    each, and a metric with mixed kinds of update keeps them all, in order.
+    Every metrics call is a round trip from the stub to tritonserver, and a
+    finished request makes about ten: under load most of them go."""
+    order: dict[tuple[str, tuple[tuple[str, str], ...]], list[Update]] = {}
+    for update in updates:
+        order.setdefault((update[1], tuple(sorted(update[2].items()))), []).append(update)
+    out: list[Update] = []
+    for group in order.values():
+        ops = {u[0] for u in group}
+        if ops == {"increment"}:
+            _, name, labels, _ = group[0]
+            total = sum(u[3] for u in group)
+            # 0: made (it shows on /metrics) but not sent an increment
+            out.append(("increment" if total else "touch", name, labels, total))
+        elif ops == {"set"}:
+            out.append(group[-1])
+        else:
+            out.extend(group)
+    return out
+
+
 class RouterMetrics:
     """One ``MetricFamily`` per series and one ``Metric`` per label set,
     made on first use. Every call to the metrics API happens on this
@@ -76,7 +107,19 @@ class RouterMetrics:
     update): with calls from many request threads at once, tritonserver
     2.51's Python backend crashed (SIGSEGV in libtriton_python.so, seen in
     tests/integration/test_rollout_served.py), and one thread also keeps the
-    stub's round trips off the request path. ``pb_utils`` is passed in (the
+    stub's round trips off the request path; what queued up meanwhile is
+    applied as one batch (``coalesce``), at most one batch every
+    ``APPLY_EVERY_S`` (an update waits at most that long to show on
+    /metrics; an idle router's goes out at once).
+
+    Why so few calls: each is a round trip that the 2.51 stub makes holding
+    the lock of its whole stub-to-parent channel (``Stub::SendMessage``,
+    python_backend r24.10 src/pb_stub.h), the channel every BLS stream's
+    cleanup and every ``is_cancelled()`` also goes through. With one metric
+    call after another at ~10 a request, a router serving short requests
+    at 16 in flight stalled for good in 3 of 3 runs (every engine call
+    waiting for a first response the engine never got; docs/internals.md
+    §9); with metrics off, in 0 of 3. ``pb_utils`` is passed in (the
     stub's module) so this imports nothing from Triton; ``enabled`` is False
     without the API (or with TRTSPEC_ROUTER_METRICS=0)."""
 
@@ -123,19 +166,41 @@ class RouterMetrics:
             self.dropped += 1
 
     def _run(self) -> None:
+        next_apply = 0.0
         while True:
-            item = self._queue.get()
-            if item is None:
+            items = [self._queue.get()]
+            # at most one batch per APPLY_EVERY_S: under load the updates of
+            # that long go out together (an idle router's at once)
+            wait = next_apply - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            # and whatever else queued up meanwhile, applied as one batch
+            while len(items) < self.BATCH:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in items
+            updates = [i for i in items if isinstance(i, tuple)]
+            for op, name, labels, value in coalesce(updates):
+                try:
+                    metric = self._metric(name, labels)
+                    if op != "touch":
+                        getattr(metric, op)(value)
+                except Exception as exc:  # a metric never fails the router
+                    if self._warn is not None:
+                        self._warn(f"router: metric {name}: {exc!r}")
+            next_apply = time.monotonic() + self.APPLY_EVERY_S
+            for item in items:
+                if isinstance(item, threading.Event):
+                    item.set()
+            if stop:
                 return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            op, name, labels, value = item
-            try:
-                getattr(self._metric(name, labels), op)(value)
-            except Exception as exc:  # a metric never fails the router
-                if self._warn is not None:
-                    self._warn(f"router: metric {name}: {exc!r}")
+
+    # updates applied at most per batch (one round trip to the server each)
+    BATCH = 4096
+    # seconds between two batches at least; see the class docstring
+    APPLY_EVERY_S = 0.5
 
     def inc(self, name: str, labels: dict[str, str], value: float = 1.0) -> None:
         if value:

@@ -223,7 +223,11 @@ def test_default_canary_share_log_and_metrics(served) -> None:
     control_labels = 'arm="control",route="code",variant="baseline"'
     for line in (
         f"trtspec_requests_total{{{control_labels}}} {400 - n_canary}",
-        f'trtspec_latency_seconds_bucket{{{canary_labels},le="+Inf"}} {n_canary}',
+        # histograms as counter families (rollout_metrics): le among the sorted labels
+        f'trtspec_latency_seconds_bucket{{arm="canary",le="+Inf",route="code",variant="ngram"}} '
+        f"{n_canary}",
+        f'trtspec_latency_seconds_bucket{{arm="canary",le="120",route="code",variant="ngram"}} '
+        f"{n_canary}",
         f"trtspec_latency_seconds_count{{{canary_labels}}} {n_canary}",
         f"trtspec_ttft_seconds_count{{{control_labels}}} {400 - n_canary}",
         f"trtspec_generated_tokens_total{{{canary_labels}}} {n_canary * MAX_TOKENS}",

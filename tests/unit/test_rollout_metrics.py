@@ -10,7 +10,12 @@ import threading
 import types
 from typing import Any, ClassVar
 
-from trtspec.repo.models.rollout_metrics import SERIES, RouterMetrics, coalesce
+from trtspec.repo.models.rollout_metrics import (
+    SECONDS_BUCKETS,
+    RouterMetrics,
+    coalesce,
+    histogram_updates,
+)
 
 A = {"route": "r", "variant": "v", "arm": "canary"}
 B = {"route": "r", "variant": "base", "arm": "control"}
@@ -48,19 +53,20 @@ class Family:
         return Metric()
 
 
-def state(calls: list[tuple[str, str, Any, float]]) -> dict[Any, Any]:
-    """What /metrics would show: counters and gauges by value, histograms by
-    their observations (sorted: the buckets do not keep an order)."""
-    out: dict[Any, Any] = {}
+def state(calls: list[tuple[str, str, Any, float]]) -> dict[Any, float]:
+    """What /metrics would show: every metric made, by value."""
+    out: dict[Any, float] = {}
     for op, name, key, value in calls:
         if op == "made":
-            out.setdefault((name, key), [] if SERIES[name].kind == "HISTOGRAM" else 0.0)
+            out.setdefault((name, key), 0.0)
         elif op == "increment":
             out[(name, key)] = out.get((name, key), 0.0) + value
         elif op == "set":
             out[(name, key)] = value
-        else:
-            out[(name, key)] = sorted([*out.get((name, key), []), value])
+        else:  # observe: one value, as the histogram's counters would count it
+            for u in histogram_updates(name, dict(key), [value]):
+                k = (u[1], tuple(sorted(u[2].items())))
+                out[k] = out.get(k, 0.0) + u[3]
     return out
 
 
@@ -77,11 +83,23 @@ def test_coalesce_keeps_the_end_state_in_fewer_calls() -> None:
         ("set", "trtspec_canary_percent", {"route": "r", "variant": "v"}, 25.0),
         ("increment", "trtspec_requests_total", B, 1.0),
     ]
+    buckets = [
+        (
+            "touch" if le < 0.25 else "increment",
+            "trtspec_latency_seconds_bucket",
+            {**A, "le": f"{le:g}"},
+            0.0 if le < 0.25 else (1.0 if le < 0.5 else 2.0),
+        )
+        for le in SECONDS_BUCKETS
+    ]
     assert coalesce(updates) == [
         ("touch", "trtspec_in_flight", A, 0.0),  # +1 -1: made, nothing sent
         ("increment", "trtspec_requests_total", A, 2.0),
-        ("observe", "trtspec_latency_seconds", A, 0.5),
-        ("observe", "trtspec_latency_seconds", A, 0.25),
+        # two observations: cumulative buckets, +Inf, sum and count
+        *buckets,
+        ("increment", "trtspec_latency_seconds_bucket", {**A, "le": "+Inf"}, 2.0),
+        ("increment", "trtspec_latency_seconds_sum", A, 0.75),
+        ("increment", "trtspec_latency_seconds_count", A, 2.0),
         ("set", "trtspec_canary_percent", {"route": "r", "variant": "v"}, 25.0),
         ("increment", "trtspec_generated_tokens_total", B, 32.0),
         ("increment", "trtspec_requests_total", B, 1.0),
@@ -119,7 +137,7 @@ def test_updates_that_queued_up_are_applied_together_with_the_same_result() -> N
         made = [c for c in Family.calls if c[0] == "made"]
         sent = [c for c in Family.calls if c[0] != "made"]
         expected = state(
-            [("made", n, k, 0.0) for _, n, k, _ in sequential]
+            [("made", n, k, 0.0) for op, n, k, _ in sequential if op != "observe"]
             + [
                 (
                     "increment",
@@ -131,9 +149,12 @@ def test_updates_that_queued_up_are_applied_together_with_the_same_result() -> N
             + sequential
         )
         assert state(Family.calls) == expected
-        assert len(made) == 6  # every metric shows, in_flight included (at 0)
-        # 1 + 50 observations + one sum per counter + the last set, not 301 calls
-        assert len(sent) == 1 + 50 + 2 + 1, len(sent)
+        # every metric shows, in_flight at 0 and each histogram bound included:
+        # five series and TTFT's 14 buckets, sum and count
+        assert len(made) == 5 + 16
+        # the first call, then one per changed metric: 2 counters, the
+        # histogram's 16 and the last set, where one at a time took 301
+        assert len(sent) == 1 + 2 + 16 + 1, len(sent)
     finally:
         Family.gate = None
         metrics.close()

@@ -4,13 +4,14 @@
 once — name, kind, help, labels — and the Grafana dashboard
 (``docs/grafana/trtspec-rollout.json``) is checked against it by a test.
 
-The Python backend stub of tritonserver 2.51 (python_backend r24.10, the one
-the ``nvidia-pytriton`` 0.7.0 wheel ships) has ``MetricFamily.HISTOGRAM`` with
-``Metric(labels=..., buckets=[...])`` and ``observe``: the strings
-"HISTOGRAM", "buckets", "observe" and "Missing required buckets" are in
-``pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub``
-(python_backend src/pb_metric_reporter / metric_family.cc, r24.10), and
-tests/integration/test_rollout_served.py reads the ``_bucket`` lines back
+A ``HISTOGRAM`` series (TTFT, latency) is served as the three counter
+families Prometheus reads a histogram from, ``<name>_bucket`` (label ``le``,
+cumulative), ``<name>_sum`` and ``<name>_count``, counted here: the stub's
+own ``MetricFamily.HISTOGRAM`` takes one ``observe`` round trip per value,
+two per request, and under load those round trips stalled the router on
+2.51 (``RouterMetrics``). ``histogram_quantile`` over ``_bucket`` reads
+them as it reads a histogram's (the dashboard does); the ``# TYPE`` lines
+say counter. tests/integration/test_rollout_served.py reads the lines back
 from the served ``/metrics``. Where a stub lacks ``MetricFamily`` the router
 serves without metrics and says so once in the server log.
 """
@@ -26,6 +27,12 @@ from typing import Any
 
 LABELS = ("route", "variant", "arm")
 SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# a HISTOGRAM series is served as these counter families (histogram_updates)
+HISTOGRAM_PARTS = (
+    ("bucket", "cumulative count per le bound"),
+    ("sum", "sum of the values"),
+    ("count", "number of values"),
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,10 @@ def coalesce(updates: list[Update]) -> list[Update]:
     out: list[Update] = []
     for group in order.values():
         ops = {u[0] for u in group}
-        if ops == {"increment"}:
+        if ops == {"observe"}:
+            _, name, labels, _ = group[0]
+            out.extend(histogram_updates(name, labels, [u[3] for u in group]))
+        elif ops == {"increment"}:
             _, name, labels, _ = group[0]
             total = sum(u[3] for u in group)
             # 0: made (it shows on /metrics) but not sent an increment
@@ -97,6 +107,28 @@ def coalesce(updates: list[Update]) -> list[Update]:
             out.append(group[-1])
         else:
             out.extend(group)
+    return out
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}"
+
+
+def histogram_updates(name: str, labels: dict[str, str], values: list[float]) -> list[Update]:
+    """Observations of the histogram ``name`` as increments of the three
+    counter families Prometheus reads a histogram from: ``<name>_bucket``
+    (cumulative, one per ``le`` bound and ``+Inf``), ``<name>_sum`` and
+    ``<name>_count`` (a bound no value fell under is made, not sent)."""
+    out: list[Update] = []
+    for bound in SECONDS_BUCKETS:
+        n = float(sum(1 for v in values if v <= bound))
+        op = "increment" if n else "touch"
+        out.append((op, f"{name}_bucket", {**labels, "le": _le(bound)}, n))
+    count = float(len(values))
+    out.append(("increment", f"{name}_bucket", {**labels, "le": "+Inf"}, count))
+    total = float(sum(values))
+    out.append(("increment" if total else "touch", f"{name}_sum", labels, total))
+    out.append(("increment", f"{name}_count", labels, count))
     return out
 
 
@@ -119,7 +151,9 @@ class RouterMetrics:
     call after another at ~10 a request, a router serving short requests
     at 16 in flight stalled for good in 3 of 3 runs (every engine call
     waiting for a first response the engine never got; docs/internals.md
-    §9); with metrics off, in 0 of 3. ``pb_utils`` is passed in (the
+    §9); batched every 0.5 s, in 2 of 3 (the histograms' two ``observe``
+    calls a request were left); with no ``observe`` calls, in 0 of 3, as
+    with metrics off. ``pb_utils`` is passed in (the
     stub's module) so this imports nothing from Triton; ``enabled`` is False
     without the API (or with TRTSPEC_ROUTER_METRICS=0)."""
 
@@ -138,6 +172,14 @@ class RouterMetrics:
                 warn("router: this Python backend has no custom-metrics API; no trtspec_* metrics")
             return
         for s in SERIES.values():
+            if s.kind == "HISTOGRAM":  # as three counter families, see histogram_updates
+                for suffix, what in HISTOGRAM_PARTS:
+                    self.families[f"{s.name}_{suffix}"] = family_cls(
+                        name=f"{s.name}_{suffix}",
+                        description=f"{s.help} ({what})",
+                        kind=family_cls.COUNTER,
+                    )
+                continue
             self.families[s.name] = family_cls(
                 name=s.name, description=s.help, kind=getattr(family_cls, s.kind)
             )
@@ -149,11 +191,7 @@ class RouterMetrics:
         key = (name, tuple(sorted(labels.items())))
         metric = self._metrics.get(key)
         if metric is None:
-            family = self.families[name]
-            if SERIES[name].kind == "HISTOGRAM":
-                metric = family.Metric(labels=labels, buckets=list(SECONDS_BUCKETS))
-            else:
-                metric = family.Metric(labels=labels)
+            metric = self.families[name].Metric(labels=labels)
             self._metrics[key] = metric
         return metric
 
@@ -197,8 +235,9 @@ class RouterMetrics:
             if stop:
                 return
 
-    # updates applied at most per batch (one round trip to the server each)
-    BATCH = 4096
+    # updates taken into one batch at most (each batch: one round trip to the
+    # server per metric it changes)
+    BATCH = 100000
     # seconds between two batches at least; see the class docstring
     APPLY_EVERY_S = 0.5
 

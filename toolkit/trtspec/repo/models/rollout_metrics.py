@@ -8,8 +8,8 @@ A ``HISTOGRAM`` series (TTFT, latency) is served as the three counter
 families Prometheus reads a histogram from, ``<name>_bucket`` (label ``le``,
 cumulative), ``<name>_sum`` and ``<name>_count``, counted here: the stub's
 own ``MetricFamily.HISTOGRAM`` takes one ``observe`` round trip per value,
-two per request, and under load those round trips stalled the router on
-2.51 (``RouterMetrics``). ``histogram_quantile`` over ``_bucket`` reads
+two per request, and under load such round trips made the router's 2.51
+stall likely (``RouterMetrics``). ``histogram_quantile`` over ``_bucket`` reads
 them as it reads a histogram's (the dashboard does); the ``# TYPE`` lines
 say counter. tests/integration/test_rollout_served.py reads the lines back
 from the served ``/metrics``. Where a stub lacks ``MetricFamily`` the router
@@ -149,11 +149,11 @@ class RouterMetrics:
     python_backend r24.10 src/pb_stub.h), the channel every BLS stream's
     cleanup and every ``is_cancelled()`` also goes through. With one metric
     call after another at ~10 a request, a router serving short requests
-    at 16 in flight stalled for good in 3 of 3 runs (every engine call
-    waiting for a first response the engine never got; docs/internals.md
-    §9); batched every 0.5 s, in 2 of 3 (the histograms' two ``observe``
-    calls a request were left); with no ``observe`` calls, in 0 of 3, as
-    with metrics off. ``pb_utils`` is passed in (the
+    at 16 or 64 in flight stalled for good in 4 of 5 runs (every engine
+    call waiting for a first response the engine never got;
+    docs/internals.md §9); batched, with the histograms counted here, in 3
+    of 8, as with metrics off (2 of 8): the stall that is left has another
+    cause. ``pb_utils`` is passed in (the
     stub's module) so this imports nothing from Triton; ``enabled`` is False
     without the API (or with TRTSPEC_ROUTER_METRICS=0)."""
 

@@ -85,8 +85,9 @@ def coalesce(updates: list[Update]) -> list[Update]:
     fewer calls: a metric whose updates in the batch are all increments gets
     one increment of their sum (when it is 0, as a request's +1 and -1 of
     ``trtspec_in_flight``, a ``touch``: the metric is made, nothing is
-    sent), all sets the last set; observations stay one
-    each, and a metric with mixed kinds of update keeps them all, in order.
+    sent), all sets the last set, all observations of a histogram its
+    counters' increments (``histogram_updates``); a metric with mixed kinds
+    of update keeps them all, in order.
     Every metrics call is a round trip from the stub to tritonserver, and a
     finished request makes about ten: under load most of them go."""
     order: dict[tuple[str, tuple[tuple[str, str], ...]], list[Update]] = {}

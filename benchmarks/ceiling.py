@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -217,62 +218,87 @@ class Load:
 async def worker(load: Load, budget: dict, records: list[Record]) -> None:
     import tritonclient.grpc.aio as grpcclient
 
-    url, layer, max_tokens = load.url, load.layer, load.max_tokens
+    url, layer = load.url, load.layer
     inputs, outputs = load.io
     model = (LLMAPI_LAYERS if load.flow == "llmapi" else LAYERS)[layer]
     queue: asyncio.Queue = asyncio.Queue()
 
-    async def requests() -> Any:
+    async def requests(q: asyncio.Queue) -> Any:
         while True:
-            item = await queue.get()
+            item = await q.get()
             if item is None:
                 return
             yield item
 
     client = grpcclient.InferenceServerClient(url)
     try:
-        stream = client.stream_infer(requests())
+        stream = client.stream_infer(requests(queue))
         while budget["left"] > 0 and time.perf_counter() < budget["deadline"]:
             budget["left"] -= 1
             rec = Record(sent=time.perf_counter())
             records.append(rec)
             await queue.put({"model_name": model, "inputs": inputs, "outputs": outputs})
-            while True:
-                result, error = await stream.__anext__()
-                now = time.perf_counter()
-                if error is not None:
-                    rec.error = str(error)
-                    break
-                if load.flow == "llmapi":
-                    if llmapi_response(rec, result, now, max_tokens):
-                        break
-                    continue
-                ids = result.as_numpy("output_ids")
-                new = [] if ids is None else [int(t) for t in ids.reshape(-1)]
-                if new:
-                    gap = now - (rec.last or rec.sent)
-                    if rec.first:
-                        rec.gaps.append(gap / len(new))
-                    else:
-                        rec.first = now
-                    rec.last = now
-                    rec.responses += 1
-                    rec.tokens.extend(new)
-                if layer == "engine":
-                    done = len(rec.tokens) >= max_tokens
-                else:
-                    final = result.as_numpy("is_final")
-                    done = final is not None and bool(final.reshape(-1)[0])
-                    rounds = result.as_numpy("rounds")
-                    if done and rounds is not None:
-                        rec.rounds = int(rounds.reshape(-1)[0])
-                if done:
-                    break
+            try:
+                await read_one(stream, rec, load)
+            except Exception as exc:  # the stream itself broke (--watchdog: a restart)
+                rec.error = f"stream: {exc}"
+                await queue.put(None)
+                await client.close()
+                client = grpcclient.InferenceServerClient(url)
+                await wait_ready(client, budget["deadline"])
+                queue = asyncio.Queue()
+                stream = client.stream_infer(requests(queue))
+                continue
             if rec.error:
                 break
         await queue.put(None)
     finally:
         await client.close()
+
+
+async def wait_ready(client: Any, deadline: float) -> None:
+    """Until the (restarted) server is ready or ``deadline`` passed."""
+    while time.perf_counter() < deadline + 120:
+        with contextlib.suppress(Exception):
+            if await client.is_server_ready():
+                return
+        await asyncio.sleep(0.2)
+
+
+async def read_one(stream: Any, rec: Record, load: Load) -> None:
+    """Read one request's responses off ``stream`` into ``rec``."""
+    layer, max_tokens = load.layer, load.max_tokens
+    while True:
+        result, error = await stream.__anext__()
+        now = time.perf_counter()
+        if error is not None:
+            rec.error = str(error)
+            return
+        if load.flow == "llmapi":
+            if llmapi_response(rec, result, now, max_tokens):
+                return
+            continue
+        ids = result.as_numpy("output_ids")
+        new = [] if ids is None else [int(t) for t in ids.reshape(-1)]
+        if new:
+            gap = now - (rec.last or rec.sent)
+            if rec.first:
+                rec.gaps.append(gap / len(new))
+            else:
+                rec.first = now
+            rec.last = now
+            rec.responses += 1
+            rec.tokens.extend(new)
+        if layer == "engine":
+            done = len(rec.tokens) >= max_tokens
+        else:
+            final = result.as_numpy("is_final")
+            done = final is not None and bool(final.reshape(-1)[0])
+            rounds = result.as_numpy("rounds")
+            if done and rounds is not None:
+                rec.rounds = int(rounds.reshape(-1)[0])
+        if done:
+            return
 
 
 def llmapi_response(rec: Record, result: Any, now: float, max_tokens: int) -> bool:
@@ -491,6 +517,12 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--json", type=Path, help="also write every row here")
     p.add_argument("--check", action="store_true", help="exit 3 when a budget line fails")
     p.add_argument(
+        "--watchdog",
+        action="store_true",
+        help="watch each server's stubs as `trtspec serve` does (a dead or frozen stub: "
+        "restart) and print every incident",
+    )
+    p.add_argument(
         "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
     )
     p.add_argument(
@@ -587,9 +619,19 @@ def main(argv: list[str] | None = None) -> int:
                 setting = f" stream_interval {interval}"
                 ready = time.monotonic() - t0
                 print(f"step {step:g} ms{setting}: server ready in {ready:.1f} s", flush=True)
+                dog = None
+                if args.watchdog:
+                    from trtspec.serve import StubWatchdog
+
+                    def report(incident: Any) -> None:
+                        print(f"    incident: {incident.message()} ({incident.action})", flush=True)
+
+                    dog = StubWatchdog(server, on_incident=report).prime().start()
                 try:
                     rows += run_layers(server, step, (layers, levels), (prompt_ids, end_pad), args)
                 finally:
+                    if dog is not None:
+                        dog.stop()
                     server.stop()
                 for row in rows:
                     row.setdefault("flow", args.flow)

@@ -68,6 +68,7 @@ def trial(args: argparse.Namespace, setting: str) -> tuple[bool, float, str]:
         str(args.requests),
         "--cell-seconds",
         "8",
+        *(["--watchdog"] if args.watchdog else []),
     ]
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -88,6 +89,9 @@ def trial(args: argparse.Namespace, setting: str) -> tuple[bool, float, str]:
     kill_leftovers()
     seconds = time.monotonic() - started
     line = next((ln.strip() for ln in out.splitlines() if ln.strip().startswith("full x")), "")
+    incidents = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("incident:")]
+    if incidents:
+        line = f"{line}  [{len(incidents)} incident(s): {incidents[0]}]"
     return finished, seconds, line
 
 
@@ -99,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=4, help="tokens a request")
     p.add_argument("--requests", type=int, default=800, help="requests a cell")
     p.add_argument("--timeout", type=float, default=100.0, help="seconds before a trial stalled")
+    p.add_argument(
+        "--watchdog",
+        action="store_true",
+        help="serve under the stub watchdog (a frozen router is killed and the server "
+        "restarted): trials should then finish, with the incidents printed",
+    )
     args = p.parse_args(argv)
     settings = [s for s in args.settings.split(",") if s]
     if not settings or any(s not in ("on", "off") for s in settings):

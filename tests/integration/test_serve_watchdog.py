@@ -3,7 +3,9 @@
 - A stub killed with SIGSEGV (what the 2.51 Python backend's heap corruption
   does) is noticed by the watchdog, the request in flight in it fails at once
   instead of waiting out its model, and the server serves again on the same
-  ports.
+  ports. Then a stub that freezes (a thread holding the GIL for good, what
+  the 2.51 stub's BLS deadlock leaves) is found by its stopped heartbeat,
+  killed, and recovered from the same way.
 - kill -9 (or SIGTERM) of the process that owns a ``Server``, at a random
   moment of its start, steady state or stop, leaves no tritonserver, no stub
   and no ``/dev/shm`` region behind (the guard process cleans up)."""
@@ -44,6 +46,25 @@ class TritonPythonModel:
 """
 
 
+FREEZE = """\
+import ctypes
+import pathlib
+
+import triton_python_backend_utils  # noqa: F401  (first: it puts the venv on the path)
+
+from trtspec import heartbeat
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        heartbeat.start()  # as the router, orchestrators and adapter do
+
+    def execute(self, requests):
+        pathlib.Path({marker!r}).touch()
+        ctypes.PyDLL(None).pause()  # keeps the GIL: no Python runs in this stub again
+"""
+
+
 def _infer(url: str, model: str, timeout: float = 200.0) -> tuple[Any, str | None]:
     import tritonclient.http as httpclient
 
@@ -67,10 +88,12 @@ def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_se
     repo.add_python_model("addone", ADD_ONE)
     inside = repo.path.parent / "slow-is-executing"
     repo.add_python_model("slow", SLOW_EXEC.format(marker=str(inside)))
-    server = start_server(repo.path, models=["addone", "slow"], timeout=180)
+    frozen_inside = repo.path.parent / "freeze-is-executing"
+    repo.add_python_model("freeze", FREEZE.format(marker=str(frozen_inside)))
+    server = start_server(repo.path, models=["addone", "slow", "freeze"], timeout=180)
     ports = (server.http_port, server.grpc_port, server.metrics_port)
     seen = []
-    with StubWatchdog(server, on_incident=seen.append).prime():
+    with StubWatchdog(server, on_incident=seen.append, frozen_s=2.0).prime() as dog:
         result: dict[str, Any] = {}
 
         def call() -> None:
@@ -105,6 +128,34 @@ def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_se
     value, error = _infer(server.http_url, "addone")
     assert error is None and value.tolist() == [42]
     assert server.restarts == 1
+
+    # a stub that freezes: alive, asleep for good, its heartbeat stopped
+    beating = next(s.pid for s in stubs_of(server.pid).values() if s.model == "freeze")
+    assert (server.heartbeat_dir / str(beating)).exists()  # it beats from initialize
+    with dog.start():
+        frozen: dict[str, Any] = {}
+
+        def call_frozen() -> None:
+            frozen["value"], frozen["error"] = _infer(server.http_url, "freeze")
+
+        caller = threading.Thread(target=call_frozen)
+        caller.start()
+        deadline = time.monotonic() + 120
+        while not frozen_inside.exists() and caller.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert frozen_inside.exists(), f"the request never reached the freezing model: {frozen}"
+        stub = next(s for s in stubs_of(server.pid).values() if s.model == "freeze")
+        caller.join(timeout=200)
+        deadline = time.monotonic() + 200
+        while not (len(seen) == 2 and seen[1].recovery_s is not None):
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.1)
+    incident = seen[1]
+    assert (incident.kind, incident.model, incident.pid) == ("stub_frozen", "freeze", stub.pid)
+    assert incident.recovered and server.restarts == 2, incident
+    assert frozen["value"] is None and frozen["error"], frozen  # failed, not hung
+    value, error = _infer(server.http_url, "addone")
+    assert error is None and value.tolist() == [42]
 
 
 OWNER = """\

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from trtspec import heartbeat
 from trtspec.health import is_down
 from trtspec.serve.manifest import fallback_covered
 from trtspec.serve.supervisor import remove_stale_shm_regions
@@ -307,3 +308,75 @@ def test_the_guard_removes_the_servers_private_folder(tmp_path: Path) -> None:
     other.mkdir()
     guard.clean("", set(), 0.0, str(other))
     assert other.is_dir()
+
+
+FREEZING_STUB = """\
+import ctypes
+import os
+import pathlib
+import time
+
+from trtspec import heartbeat
+
+assert heartbeat.start(interval_s=0.05)  # from $TRTSPEC_HEARTBEAT_DIR, as a model does
+while not pathlib.Path({go!r}).exists():
+    time.sleep(0.02)
+# What the 2.51 stub's deadlock leaves: a thread that holds the GIL, blocked in C
+# for good (PyDLL keeps the GIL over the call), so no Python runs again.
+ctypes.PyDLL(None).pause()
+"""
+
+
+def test_a_frozen_stub_is_killed_and_recovered_from(tmp_path: Path, monkeypatch) -> None:
+    """A stub whose Python stops running (its heartbeat file ages) is killed
+    and handled as a crash of kind stub_frozen; while it beats, and for a
+    stub that never beat, nothing happens; its zombie is not reported again."""
+    beats = tmp_path / "heartbeat"
+    beats.mkdir(mode=0o700)
+    go = tmp_path / "freeze-now"
+    monkeypatch.setenv("TRTSPEC_HEARTBEAT_DIR", str(beats))
+    # the stand-in runs the interpreter under another name, outside the venv
+    monkeypatch.setenv("PYTHONPATH", str(Path(heartbeat.__file__).parents[1]))
+    pid = _spawn_stub(tmp_path, FREEZING_STUB.format(go=str(go)))
+    silent_dir = tmp_path / "silent"
+    silent_dir.mkdir()
+    silent = _spawn_stub(silent_dir, "import time\ntime.sleep(600)\n")  # never beats
+    try:
+        server = ThisProcess()
+        server.heartbeat_dir = beats  # type: ignore[attr-defined]
+        seen: list = []
+        _wait_until_seen(server, pid)
+        _wait_until_seen(server, silent)
+        deadline = time.monotonic() + 30
+        while not (beats / str(pid)).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dog = StubWatchdog(server, on_incident=seen.append, frozen_s=1.5).prime()
+        for _ in range(5):  # beating (and silent): alive
+            assert dog.check() == []
+            time.sleep(0.2)
+        go.touch()
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            dog.check()
+            time.sleep(0.1)
+        [incident] = seen
+        assert (incident.kind, incident.model, incident.pid) == ("stub_frozen", "router", pid)
+        assert incident.cause.startswith("stopped running Python ")
+        assert incident.cause.endswith("and was killed")
+        assert incident.message().startswith(
+            f"the Python-backend stub of model 'router' (pid {pid})"
+        )
+        assert incident.recovered and server.restarts == 1
+        # killed: a zombie by SIGKILL, which the watchdog does not report again
+        deadline = time.monotonic() + 10
+        while not stubs_of(server.pid)[pid].zombie and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stubs_of(server.pid)[pid].wait_status == signal.SIGKILL
+        assert not (beats / str(pid)).exists()
+        assert dog.check() == [] and len(dog.incidents) == 1
+        assert not stubs_of(server.pid)[silent].zombie  # never beat: never judged
+    finally:
+        for p in (pid, silent):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+            os.waitpid(p, 0)

@@ -49,6 +49,8 @@ from trtspec.cancel import DIR_ENV as CANCEL_DIR_ENV
 from trtspec.errors import ServerError
 from trtspec.health import DOWN_ENV
 from trtspec.health import clear as clear_down
+from trtspec.heartbeat import DIR_ENV as HEARTBEAT_ENV
+from trtspec.heartbeat import clear as clear_heartbeats
 from trtspec.procutil import parent_death_hook, pid_alive
 from trtspec.serve.access import (
     admin_headers,
@@ -381,6 +383,12 @@ class Server:
         return self.runtime_dir / "down"
 
     @property
+    def heartbeat_dir(self) -> Path:
+        """Where stubs that call decoupled BLS beat (``trtspec.heartbeat``)
+        and the watchdog reads how long ago each did."""
+        return self.runtime_dir / "heartbeat"
+
+    @property
     def view_dir(self) -> Path:
         """The repository view served when ``models`` are given without control."""
         return self.runtime_dir / "repository"
@@ -397,6 +405,7 @@ class Server:
             self.runtime_dir.mkdir(mode=0o700)
             (self.runtime_dir / "cancel").mkdir(mode=0o700)
             self.down_dir.mkdir(mode=0o700)
+            self.heartbeat_dir.mkdir(mode=0o700)
             if self.models is not None and not self.control:
                 self.view_dir.mkdir(mode=0o700)
                 for name in self.models:
@@ -461,6 +470,7 @@ class Server:
             self.restarts += 1
             self._log_mode = "ab"
             clear_down(self.down_dir)  # every stub starts afresh: no variant is down
+            clear_heartbeats(self.heartbeat_dir)
             self.start(timeout=timeout)
             return self
 
@@ -516,6 +526,7 @@ class Server:
             **self.install.env,
             CANCEL_DIR_ENV: str(self.runtime_dir / "cancel"),
             DOWN_ENV: str(self.down_dir),
+            HEARTBEAT_ENV: str(self.heartbeat_dir),
             **self.env,
         }
         self._start_guard()

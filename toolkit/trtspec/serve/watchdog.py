@@ -1,6 +1,7 @@
 """The stub watchdog: notices within a poll interval (default 0.5 s) that a
-Python-backend stub of a supervised tritonserver died, or that the server
-itself did, and gets the models serving again.
+Python-backend stub of a supervised tritonserver died, that one froze (its
+heartbeat stopped: ``trtspec.heartbeat``, the 2.51 stub's BLS deadlock), or
+that the server itself did, and gets the models serving again.
 
 Why it is needed: when a stub dies (the SIGSEGV of the 2.51 bundled Python
 backend, docs/internals.md §9), tritonserver neither reaps it nor marks the
@@ -16,6 +17,13 @@ unloading a model whose in-flight requests are blocked on the dead stub,
 which Triton's unload would wait for. Each incident is kept as plain data
 (model, pid, cause, detection and recovery times) for ``trtspec serve``'s
 stderr and the benchmark's ``summary.json``.
+
+A frozen stub (alive, asleep for good, its heartbeat file older than
+``heartbeat.FROZEN_S``) is killed with SIGKILL and handled as a crash of
+kind ``stub_frozen``: the same restart, or the same "variant down" where
+the router has a fallback for it. Only stubs that beat are judged; one that
+never wrote a heartbeat (a model that does not beat, or a server started
+without the folder) is never taken for frozen.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec import heartbeat
 from trtspec.errors import ServerError
 from trtspec.health import mark_down
 
@@ -56,7 +65,7 @@ class Stub:
 class Incident:
     """One dead stub (or dead server) and what the watchdog did about it."""
 
-    kind: str  # "stub_crash" | "server_exit" | "stub_unresponsive"
+    kind: str  # "stub_crash" | "stub_frozen" | "server_exit" | "stub_unresponsive"
     model: str | None
     pid: int | None
     cause: str
@@ -72,7 +81,7 @@ class Incident:
         model = repr(self.model) if self.model else "(not known: it died before the first look)"
         what = (
             f"the Python-backend stub of model {model} (pid {self.pid}) {self.cause}"
-            if self.kind == "stub_crash"
+            if self.kind in ("stub_crash", "stub_frozen")
             else f"tritonserver (pid {self.pid}) {self.cause}"
             if self.kind == "server_exit"
             else f"model {self.model!r}: {self.cause}"
@@ -186,8 +195,11 @@ class StubWatchdog:
         restart_timeout_s: float = 300.0,
         restart_dead_server: bool = True,
         fallback: Mapping[str, tuple[str, ...]] | None = None,
+        frozen_s: float = heartbeat.FROZEN_S,
     ) -> None:
         self.server = server
+        # a stub whose heartbeat is older than this is frozen (trtspec.heartbeat)
+        self.frozen_s = frozen_s
         # {model: variants}: a dead stub of one of these leaves its variants down
         # instead of restarting the server (manifest.fallback_covered).
         self.fallback = dict(fallback or {})
@@ -201,6 +213,7 @@ class StubWatchdog:
         self.restart_timeout_s = restart_timeout_s
         self.incidents: list[Incident] = []
         self._known: dict[int, Stub] = {}
+        self._killed: set[int] = set()  # frozen stubs this watchdog killed
         self._server_pid: int | None = None
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -252,9 +265,12 @@ class StubWatchdog:
         if exited is not None:
             return exited
         now = stubs_of(pid)
+        self._killed &= set(now)  # reaped: the pid may be reused
         found = []
         for stub_pid, stub in now.items():
             known = self._known.get(stub_pid)
+            if stub_pid in self._killed:
+                continue  # reported as frozen when it was killed
             if stub.zombie:
                 if exited_cleanly(stub.wait_status):
                     # A stub ends with code 0 when its model is unloaded or
@@ -275,6 +291,9 @@ class StubWatchdog:
                     )
             elif stub.instance:
                 self._known[stub_pid] = stub
+                frozen = self._frozen(stub)
+                if frozen is not None:
+                    found.append(frozen)
         for stub_pid, known in list(self._known.items()):
             if stub_pid not in now and not known.zombie:  # reaped already
                 found.append(Incident("stub_crash", known.model, stub_pid, "exited"))
@@ -286,6 +305,29 @@ class StubWatchdog:
                     return exited
                 time.sleep(0.05)
         return found
+
+    def _frozen(self, stub: Stub) -> Incident | None:
+        """A live stub whose heartbeat stopped ``frozen_s`` ago: killed here
+        (SIGKILL: nothing of it runs any more), remembered as killed so that
+        its zombie is not reported again, and returned as the incident."""
+        folder = getattr(self.server, "heartbeat_dir", None)
+        if folder is None:
+            return None
+        age = heartbeat.age(Path(folder), stub.pid)
+        if age is None or age < self.frozen_s:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stub.pid, signal.SIGKILL)
+        heartbeat.forget(Path(folder), stub.pid)
+        self._killed.add(stub.pid)
+        self._known.pop(stub.pid, None)
+        return Incident(
+            "stub_frozen",
+            stub.model,
+            stub.pid,
+            f"stopped running Python {age:.0f} s ago (its heartbeat stopped: the "
+            "tritonserver 2.51 stub deadlock of docs/internals.md §9) and was killed",
+        )
 
     def _server_exit(self, pid: int) -> list[Incident] | None:
         code = self.server.poll()
@@ -299,7 +341,9 @@ class StubWatchdog:
     def _handle(self, incident: Incident) -> None:
         self.incidents.append(incident)
         variants = (
-            self.fallback.get(incident.model or "") if incident.kind == "stub_crash" else None
+            self.fallback.get(incident.model or "")
+            if incident.kind in ("stub_crash", "stub_frozen")
+            else None
         )
         if variants and self.server.poll() is None:
             # The router fails over: a restart would fail every request in

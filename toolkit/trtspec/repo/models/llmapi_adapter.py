@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec import heartbeat
 from trtspec.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.repo.contract import LLMAPI_ACCEPTANCE_AVAILABLE
 from trtspec.repo.models.protocol import (
@@ -69,6 +70,9 @@ class TritonPythonModel:
         self.counter = Tokenizer(params["tokenizer_dir"], add_special_tokens=False)
         self._requests = RequestThreads()
         self._streams = BlsStreams()
+        # it calls decoupled BLS from several threads: the 2.51 stub can
+        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat)
+        heartbeat.start()
 
     def execute(self, requests: list) -> None:
         for request in requests:

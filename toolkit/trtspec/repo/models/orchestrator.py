@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec import heartbeat
 from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.catalogue import DRAFT_LOOP_MODES, MODES
 from trtspec.limits import (
@@ -696,6 +697,9 @@ class TritonPythonModel:
             )
         self._requests = RequestThreads()
         self.streams = BlsStreams()
+        # it calls decoupled BLS from several threads: the 2.51 stub can
+        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat)
+        heartbeat.start()
 
     def execute(self, requests: list) -> None:
         # Decoupled: answer through each request's sender from a thread, so a

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec import heartbeat
 from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.health import is_down
 from trtspec.limits import check_sampling, decode_text
@@ -137,6 +138,9 @@ class TritonPythonModel:
         self.variants = {v for v in params.get("variants", "").split(",") if v}
         self._requests = RequestThreads()
         self._streams = BlsStreams()
+        # it calls decoupled BLS from several threads: the 2.51 stub can
+        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat)
+        heartbeat.start()
         self._in_flight = InFlight()
         # in_process_variants: the first try runs in this process (inprocess.py)
         self._inprocess = (

@@ -161,13 +161,30 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
         "failureThreshold": 180,  # the 1800 s default budget when the plan is unknown
         "timeoutSeconds": 5,
     }
-    assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    # liveness: Triton's live endpoint and the stubs' heartbeats (a deadlocked
+    # router stub leaves Triton "live"; tests/unit/test_heartbeat.py runs the command)
+    assert c["livenessProbe"] == {
+        "exec": {
+            "command": [
+                "python3",
+                "-m",
+                "trtspec.heartbeat",
+                "/tmp/trtspec-heartbeat",
+                "--live-url",
+                "http://127.0.0.1:8000/v2/health/live",
+            ]
+        },
+        "periodSeconds": 15,
+        "failureThreshold": 4,
+        "timeoutSeconds": 5,
+    }
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["env"] == [
         {
             "name": "TRTSPEC_ADMIN_KEY",
             "valueFrom": {"secretKeyRef": {"name": "qwen2-5-7b-admin", "key": "admin-key"}},
-        }
+        },
+        {"name": "TRTSPEC_HEARTBEAT_DIR", "value": "/tmp/trtspec-heartbeat"},
     ]
     service = load_dir(out)["service.yaml"][0]
     assert [p["name"] for p in service["spec"]["ports"]] == ["http", "grpc", "metrics"]
@@ -316,7 +333,10 @@ def test_several_engines_on_one_node_use_orchestrator_mode(tmp_path: Path, monke
         **PORTS,
     )  # fmt: skip
     assert c["command"] == orchestrator_mode_argv(one, gpus=8)
-    assert {e["name"]: e.get("value") for e in c["env"][1:]} == ORCHESTRATOR_ENV
+    assert {e["name"]: e.get("value") for e in c["env"][1:]} == {
+        "TRTSPEC_HEARTBEAT_DIR": "/tmp/trtspec-heartbeat",
+        **ORCHESTRATOR_ENV,
+    }
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
 
 

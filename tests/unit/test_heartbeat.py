@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +63,61 @@ def test_a_beating_process_stays_young_and_a_stopped_one_ages(tmp_path: Path) ->
 
 
 def test_an_unwritable_folder_means_no_heartbeat(tmp_path: Path) -> None:
-    missing = tmp_path / "not-there"
-    assert heartbeat.start(missing) is False
-    assert not missing.exists()
+    (tmp_path / "a-file").write_text("")
+    assert heartbeat.start(tmp_path / "a-file" / "beats") is False
+
+
+class _Live(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_liveness_command(tmp_path: Path, capfd) -> None:
+    """What the Kubernetes pod's liveness probe runs (trtspec deploy k8s):
+    0 while every live stub beats and Triton answers "live"; 1 on a live
+    process whose beat is stale, or a live endpoint that fails; files of
+    processes that are gone are not judged."""
+    folder = tmp_path / "beats"
+    assert heartbeat.main([str(folder)]) == 0  # nothing beats (yet): nothing frozen
+    folder.mkdir()
+    me = folder / str(os.getpid())
+    me.touch()
+    gone = folder / "999999999"  # no such process: a stub restarted under a new pid
+    gone.touch()
+    os.utime(gone, (time.time() - 3600, time.time() - 3600))
+    assert heartbeat.main([str(folder)]) == 0
+    os.utime(me, (time.time() - 30, time.time() - 30))
+    assert heartbeat.main([str(folder)]) == 1
+    assert (
+        f"stub pid {os.getpid()} last beat 30 s ago (over 10 s): frozen" in capfd.readouterr().err
+    )
+    assert heartbeat.main([str(folder), "--frozen-s", "60"]) == 0
+    me.touch()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Live)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v2/health/live"
+    try:
+        assert heartbeat.main([str(folder), "--live-url", url]) == 0
+        _Live.status = 503
+        assert heartbeat.main([str(folder), "--live-url", url]) == 1
+        assert "503" in capfd.readouterr().err
+    finally:
+        _Live.status = 200
+        server.shutdown()
+        server.server_close()
+    assert heartbeat.main([str(folder), "--live-url", url]) == 1  # nobody listens
+    # as the probe runs it: a fresh interpreter, stdlib and trtspec only
+    ok = subprocess.run(
+        [sys.executable, "-m", "trtspec.heartbeat", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr

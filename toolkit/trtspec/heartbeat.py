@@ -19,17 +19,27 @@ daemon thread touches ``$TRTSPEC_HEARTBEAT_DIR/<pid>`` every ``INTERVAL_S``
 (``trtspec.serve.watchdog``) kills a stub whose file is older than
 ``FROZEN_S`` so that its usual recovery runs. Models that call decoupled
 BLS (router, orchestrators, LLM-API adapter) start it; where the variable
-is unset (a server not started by ``trtspec.serve.Server``) nothing runs.
+is unset (a server not started by ``trtspec.serve.Server`` or by
+``trtspec deploy k8s``'s manifests) nothing runs.
+
+Where no trtspec process watches the server (a Kubernetes pod runs
+tritonserver itself), ``python3 -m trtspec.heartbeat DIR --live-url URL``
+is the container's liveness probe: exit 1 when a live stub's beat is older
+than ``--frozen-s`` or the URL does not answer 200, so the kubelet restarts
+the container.
 
 Stdlib only: imported inside the Triton stub.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
+import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 DIR_ENV = "TRTSPEC_HEARTBEAT_DIR"
@@ -54,6 +64,7 @@ def start(folder: str | os.PathLike[str] | None = None, interval_s: float = INTE
         if os.getpid() in _started:
             return True
         try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _beat(path)
         except OSError:
             return False  # a folder we cannot write: no heartbeat, no false alarm
@@ -102,3 +113,55 @@ def clear(folder: Path) -> None:
         for entry in folder.iterdir():
             with contextlib.suppress(OSError):
                 entry.unlink()
+
+
+def frozen(folder: Path, frozen_s: float = FROZEN_S) -> list[tuple[int, float]]:
+    """``(pid, age)`` of every live process in ``folder`` whose beat is older
+    than ``frozen_s`` (files of processes that are gone are not judged: a
+    stub the Python backend restarted beats under its new pid)."""
+    out = []
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            if not entry.name.isdigit() or not Path(f"/proc/{entry.name}").exists():
+                continue
+            seconds = age(folder, int(entry.name))
+            if seconds is not None and seconds > frozen_s:
+                out.append((int(entry.name), seconds))
+    return sorted(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The liveness check: 0 when every live stub beats (and ``--live-url``
+    answers 200), 1 otherwise, with the reason on stderr."""
+    p = argparse.ArgumentParser(
+        prog="python3 -m trtspec.heartbeat",
+        description="Liveness: fail when a Python-backend stub stopped beating.",
+    )
+    p.add_argument("folder", type=Path, help="the heartbeat folder ($TRTSPEC_HEARTBEAT_DIR)")
+    p.add_argument("--frozen-s", type=float, default=FROZEN_S, help="oldest beat allowed")
+    p.add_argument("--live-url", help="also require this URL to answer 200 (Triton's live)")
+    args = p.parse_args(argv)
+    stale = frozen(args.folder, args.frozen_s)
+    if stale:
+        pid, seconds = stale[0]
+        print(
+            f"stub pid {pid} last beat {seconds:.0f} s ago (over {args.frozen_s:g} s): frozen "
+            "(the tritonserver Python-backend deadlock, trtspec docs/internals.md §9)",
+            file=sys.stderr,
+        )
+        return 1
+    if args.live_url:
+        try:  # an HTTP error status raises too (HTTPError is an OSError)
+            with urllib.request.urlopen(args.live_url, timeout=3) as reply:
+                status = reply.status
+        except OSError as exc:
+            print(f"{args.live_url}: {exc}", file=sys.stderr)
+            return 1
+        if status != 200:
+            print(f"{args.live_url}: HTTP {status}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -31,6 +31,7 @@ import yaml
 from trtspec.catalogue import BASELINE
 from trtspec.deploy.sizing import DeployError, Sizing
 from trtspec.fsutil import make_staging_dir
+from trtspec.heartbeat import DIR_ENV as HEARTBEAT_ENV
 from trtspec.repo.routing import RoutingTable
 from trtspec.serve.access import ADMIN_HEADER, new_admin_key, restricted_api_args
 from trtspec.serve.launch import LEADER, ORCHESTRATOR, ORCHESTRATOR_ENV, orchestrator_mode_argv
@@ -52,6 +53,9 @@ HPA_METRICS = {
     "queue": ("nv_inference_pending_request_count", {"model": "router"}),
     "inflight": ("nv_trt_llm_request_metrics", {"request_type": "active"}),
 }
+# Where the stubs that call decoupled BLS beat inside the pod (trtspec.heartbeat);
+# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/internals.md §9).
+HEARTBEAT_DIR = "/tmp/trtspec-heartbeat"
 EXIT_TIMEOUT_S = 45  # tritonserver waits this long for in-flight requests on SIGTERM
 
 KUBESSH = """#!/bin/sh
@@ -158,6 +162,18 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
     }
 
 
+def _liveness() -> dict[str, Any]:
+    """Triton's live endpoint and, unlike it, the stubs' heartbeats: a
+    deadlocked router stub leaves tritonserver answering "live" and "ready"
+    while every request hangs (docs/internals.md §9)."""
+    command = [
+        "python3", "-m", "trtspec.heartbeat", HEARTBEAT_DIR,
+        "--live-url", f"http://127.0.0.1:{HTTP_PORT}/v2/health/live",
+    ]  # fmt: skip
+    return {"exec": {"command": command}, "periodSeconds": 15, "failureThreshold": 4,
+            "timeoutSeconds": 5}  # fmt: skip
+
+
 def _triton_argv(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
     """The tritonserver command of the instance (rank 0's pod), as ``trtspec serve`` builds it."""
     restricted = restricted_api_args(f"$({KEY_ENV})")  # Kubernetes expands $(VAR) from env
@@ -218,6 +234,7 @@ def _env(sizing: Sizing, opts: K8sOptions) -> list[dict[str, Any]]:
             "valueFrom": {"secretKeyRef": {"name": opts.secret, "key": SECRET_KEY}},
         }
     ]
+    env.append({"name": HEARTBEAT_ENV, "value": HEARTBEAT_DIR})
     if sizing.launch == ORCHESTRATOR:
         env += [{"name": k, "value": v} for k, v in sorted(ORCHESTRATOR_ENV.items())]
     if sizing.multi_node:
@@ -261,7 +278,7 @@ def _triton_container(
         # Triton listens only once every model has loaded: the start-up probe
         # allows the loading budget, then liveness and readiness take over.
         "startupProbe": _probe("/v2/health/ready", period, -(-sizing.startup_seconds // period), 5),
-        "livenessProbe": _probe("/v2/health/live", 15, 4, 5),
+        "livenessProbe": _liveness(),
         "readinessProbe": _probe("/v2/health/ready", 5, 3, 3),
         "resources": _resources(sizing),
         "volumeMounts": mounts,

@@ -138,9 +138,6 @@ class TritonPythonModel:
         self.variants = {v for v in params.get("variants", "").split(",") if v}
         self._requests = RequestThreads()
         self._streams = BlsStreams()
-        # it calls decoupled BLS from several threads: the 2.51 stub can
-        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat)
-        heartbeat.start()
         self._in_flight = InFlight()
         # in_process_variants: the first try runs in this process (inprocess.py)
         self._inprocess = (
@@ -148,6 +145,10 @@ class TritonPythonModel:
             if InProcessVariants.enabled(params)
             else None
         )
+        # it calls decoupled BLS from several threads: the 2.51 stub can
+        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat;
+        # started last, once everything is loaded)
+        heartbeat.start()
 
     def execute(self, requests: list) -> None:
         for request in requests:

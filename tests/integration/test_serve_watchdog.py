@@ -81,6 +81,25 @@ def _infer(url: str, model: str, timeout: float = 200.0) -> tuple[Any, str | Non
         client.close()
 
 
+def _call_until_inside(url: str, model: str, marker: Path) -> tuple[threading.Thread, dict]:
+    """Send one request to ``model`` from a thread and return once the model
+    touched ``marker`` (synchronised on the model's own signal, not on a
+    guess of how long it takes): (the thread, what the call returns into)."""
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        result["value"], result["error"] = _infer(url, model)
+        result["at"] = time.monotonic()
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 120
+    while not marker.exists() and caller.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), f"the request never reached model {model!r}: {result}"
+    return caller, result
+
+
 def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_server) -> None:
     from trtspec.serve import StubWatchdog, stubs_of
 
@@ -94,19 +113,7 @@ def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_se
     ports = (server.http_port, server.grpc_port, server.metrics_port)
     seen = []
     with StubWatchdog(server, on_incident=seen.append, frozen_s=2.0).prime() as dog:
-        result: dict[str, Any] = {}
-
-        def call() -> None:
-            result["value"], result["error"] = _infer(server.http_url, "slow")
-            result["at"] = time.monotonic()
-
-        caller = threading.Thread(target=call)
-        caller.start()
-        # synchronise on the model's own signal, not on a guess of how long it takes
-        deadline = time.monotonic() + 120
-        while not inside.exists() and caller.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert inside.exists(), f"the request never reached the slow model: {result}"
+        caller, result = _call_until_inside(server.http_url, "slow", inside)
         stub = next(s for s in stubs_of(server.pid).values() if s.model == "slow")
         killed_at, killed_wall = time.monotonic(), time.time()
         os.kill(stub.pid, signal.SIGSEGV)
@@ -133,17 +140,7 @@ def test_watchdog_fails_in_flight_requests_and_serves_again(model_repo, start_se
     beating = next(s.pid for s in stubs_of(server.pid).values() if s.model == "freeze")
     assert (server.heartbeat_dir / str(beating)).exists()  # it beats from initialize
     with dog.start():
-        frozen: dict[str, Any] = {}
-
-        def call_frozen() -> None:
-            frozen["value"], frozen["error"] = _infer(server.http_url, "freeze")
-
-        caller = threading.Thread(target=call_frozen)
-        caller.start()
-        deadline = time.monotonic() + 120
-        while not frozen_inside.exists() and caller.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert frozen_inside.exists(), f"the request never reached the freezing model: {frozen}"
+        caller, frozen = _call_until_inside(server.http_url, "freeze", frozen_inside)
         stub = next(s for s in stubs_of(server.pid).values() if s.model == "freeze")
         caller.join(timeout=200)
         deadline = time.monotonic() + 200

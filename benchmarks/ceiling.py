@@ -42,7 +42,11 @@ the engine's (they must be identical: the instant engine is deterministic).
 The budget of docs/internals.md §6 is checked on the 8 ms step: at 64 in
 flight the full path keeps at least 90% of the engine's tokens/s; at 1 in
 flight it adds at most 1 ms to TTFT and 0.2 ms per token at p50.
-``--check`` exits 3 when a budget line fails.
+``--check`` exits 3 when a budget line fails. ``--watchdog`` serves under
+the stub watchdog, as ``trtspec serve`` does: a stub that dies or freezes
+(the 2.51 deadlock of docs/internals.md §9) is reported and the server
+restarted; the requests that failed count as errors and the clients carry
+on once it is ready.
 
 Loopback only; each cell is bounded by ``--requests`` and ``--cell-seconds``;
 every server it starts is stopped before it exits. Run:

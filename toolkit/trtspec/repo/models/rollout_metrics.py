@@ -153,8 +153,9 @@ class RouterMetrics:
     at 16 or 64 in flight stalled for good in 4 of 5 runs (every engine
     call waiting for a first response the engine never got;
     docs/internals.md §9); batched, with the histograms counted here, in 3
-    of 8, as with metrics off (3 of 9): the stall that is left has another
-    cause. ``pb_utils`` is passed in (the
+    of 8, as with metrics off (3 of 9). That stall is a lock-order deadlock
+    in the stub's BLS stream handling (§9); the metrics' round trips only
+    widened its window. ``pb_utils`` is passed in (the
     stub's module) so this imports nothing from Triton; ``enabled`` is False
     without the API (or with TRTSPEC_ROUTER_METRICS=0)."""
 

@@ -123,7 +123,8 @@ def serve_command(
         took = f" in {incident.recovery_s:.1f} s" if incident.recovery_s is not None else ""
         progress(f"Error: {incident.message()}; {incident.action}{took}")
 
-    # A dead stub is noticed within a second. One only a speculative variant
+    # A dead stub is noticed within a second, a frozen one (its heartbeat
+    # stopped: docs/internals.md §9) within ~10 s and killed. One only a speculative variant
     # uses leaves that variant down (the router serves its routes from their
     # fallback); any other restarts the server on the same ports; a dead
     # server ends the command (check_alive below).

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from trtspec import heartbeat
+from trtspec import health, heartbeat
 
 
 def test_no_folder_no_heartbeat(monkeypatch) -> None:
@@ -58,7 +58,7 @@ def test_a_beating_process_stays_young_and_a_stopped_one_ages(tmp_path: Path) ->
     heartbeat.forget(tmp_path, child.pid)
     assert heartbeat.age(tmp_path, child.pid) is None
     (tmp_path / "123").touch()
-    heartbeat.clear(tmp_path)
+    health.clear(tmp_path)  # what a restart does to the folder (trtspec.serve.Server)
     assert os.listdir(tmp_path) == []
 
 

@@ -43,7 +43,9 @@ def mark_down(folder: Path, variant: str) -> None:
 
 
 def clear(folder: Path) -> None:
-    """Every variant is up again (after a restart)."""
+    """Remove every file of one of the server's private flag folders (after
+    a restart every stub is new: no variant is down, no heartbeat is old);
+    best effort."""
     with contextlib.suppress(OSError):
         for entry in folder.iterdir():
             with contextlib.suppress(OSError):

@@ -107,14 +107,6 @@ def forget(folder: Path, pid: int) -> None:
         (folder / str(pid)).unlink()
 
 
-def clear(folder: Path) -> None:
-    """Remove every file (a restarted server's stubs are all new)."""
-    with contextlib.suppress(OSError):
-        for entry in folder.iterdir():
-            with contextlib.suppress(OSError):
-                entry.unlink()
-
-
 def frozen(folder: Path, frozen_s: float = FROZEN_S) -> list[tuple[int, float]]:
     """``(pid, age)`` of every live process in ``folder`` whose beat is older
     than ``frozen_s`` (files of processes that are gone are not judged: a

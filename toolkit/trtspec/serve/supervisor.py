@@ -48,9 +48,8 @@ from types import TracebackType
 from trtspec.cancel import DIR_ENV as CANCEL_DIR_ENV
 from trtspec.errors import ServerError
 from trtspec.health import DOWN_ENV
-from trtspec.health import clear as clear_down
+from trtspec.health import clear as clear_flags
 from trtspec.heartbeat import DIR_ENV as HEARTBEAT_ENV
-from trtspec.heartbeat import clear as clear_heartbeats
 from trtspec.procutil import parent_death_hook, pid_alive
 from trtspec.serve.access import (
     admin_headers,
@@ -469,8 +468,9 @@ class Server:
                 self._requested = ports
             self.restarts += 1
             self._log_mode = "ab"
-            clear_down(self.down_dir)  # every stub starts afresh: no variant is down
-            clear_heartbeats(self.heartbeat_dir)
+            # every stub starts afresh: no variant is down, no heartbeat is old
+            for folder in (self.down_dir, self.heartbeat_dir):
+                clear_flags(folder)
             self.start(timeout=timeout)
             return self
 

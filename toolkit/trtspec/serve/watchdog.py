@@ -46,6 +46,8 @@ from trtspec.health import mark_down
 STUB_BINARY = "triton_python_backend_stub"
 _wall_clock, _perf_ns = time.time, time.perf_counter_ns
 _INSTANCE = re.compile(r"^(?P<model>.+)_\d+_\d+$")
+# incident kinds where one stub is dead (crashed, or frozen and killed)
+STUB_DEATHS = ("stub_crash", "stub_frozen")
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Incident:
         model = repr(self.model) if self.model else "(not known: it died before the first look)"
         what = (
             f"the Python-backend stub of model {model} (pid {self.pid}) {self.cause}"
-            if self.kind in ("stub_crash", "stub_frozen")
+            if self.kind in STUB_DEATHS
             else f"tritonserver (pid {self.pid}) {self.cause}"
             if self.kind == "server_exit"
             else f"model {self.model!r}: {self.cause}"
@@ -340,11 +342,7 @@ class StubWatchdog:
 
     def _handle(self, incident: Incident) -> None:
         self.incidents.append(incident)
-        variants = (
-            self.fallback.get(incident.model or "")
-            if incident.kind in ("stub_crash", "stub_frozen")
-            else None
-        )
+        variants = self.fallback.get(incident.model or "") if incident.kind in STUB_DEATHS else None
         if variants and self.server.poll() is None:
             # The router fails over: a restart would fail every request in
             # flight on every variant and refuse new ones for its duration.

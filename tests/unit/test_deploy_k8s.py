@@ -27,8 +27,12 @@ from trtspec.plan import make_plan
 from trtspec.repo.assemble import assemble
 from trtspec.repo.routing import RouteRule, RoutingTable
 from trtspec.serve.access import restricted_api_args
-from trtspec.serve.launch import ORCHESTRATOR_ENV, orchestrator_mode_argv
-from trtspec.serve.supervisor import leader_mode_argv, server_argv
+from trtspec.serve.launch import (
+    ORCHESTRATOR_ENV,
+    leader_mode_argv,
+    orchestrator_mode_argv,
+    server_argv,
+)
 from trtspec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.serve.supervisor import leader_mode_argv
+from trtspec.serve.launch import leader_mode_argv
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "launch_triton_server_1.x.txt"
 

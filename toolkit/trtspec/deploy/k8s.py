@@ -34,8 +34,14 @@ from trtspec.fsutil import make_staging_dir
 from trtspec.heartbeat import DIR_ENV as HEARTBEAT_ENV
 from trtspec.repo.routing import RoutingTable
 from trtspec.serve.access import ADMIN_HEADER, new_admin_key, restricted_api_args
-from trtspec.serve.launch import LEADER, ORCHESTRATOR, ORCHESTRATOR_ENV, orchestrator_mode_argv
-from trtspec.serve.supervisor import leader_mode_argv, server_argv
+from trtspec.serve.launch import (
+    LEADER,
+    ORCHESTRATOR,
+    ORCHESTRATOR_ENV,
+    leader_mode_argv,
+    orchestrator_mode_argv,
+    server_argv,
+)
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 KEY_ENV = "TRTSPEC_ADMIN_KEY"

@@ -3,10 +3,11 @@
 One supervisor for the CLI, the benchmark and the tests: ``discovery`` finds
 tritonserver and prepares what the nvidia-pytriton build needs on a CPU
 machine, ``manifest`` reads which models a variant needs from
-``trtspec-repo.json``, ``launch`` picks leader or orchestrator mode for TP×PP
-> 1, ``supervisor`` builds the command line and runs, watches and stops the
-server, ``guard`` cleans up after an owner that died and ``watchdog`` notices
-dead stubs and restarts the server. This module re-exports the public names.
+``trtspec-repo.json``, ``launch`` builds the command lines (one server, or
+leader or orchestrator mode for TP×PP > 1), ``supervisor`` runs, watches and
+stops the server, ``guard`` cleans up after an owner that died and
+``watchdog`` notices dead stubs and restarts the server. This module
+re-exports the public names.
 """
 
 from trtspec.serve.discovery import (
@@ -18,7 +19,13 @@ from trtspec.serve.discovery import (
     pytriton_server_dir,
     wheel_env,
 )
-from trtspec.serve.launch import ORCHESTRATOR_ENV, launch_mode, orchestrator_mode_argv
+from trtspec.serve.launch import (
+    ORCHESTRATOR_ENV,
+    launch_mode,
+    leader_mode_argv,
+    orchestrator_mode_argv,
+    server_argv,
+)
 from trtspec.serve.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA_VERSION,
@@ -35,11 +42,9 @@ from trtspec.serve.supervisor import (
     Server,
     free_ports,
     group_members,
-    leader_mode_argv,
     log_errors,
     remove_shm_regions,
     remove_stale_shm_regions,
-    server_argv,
 )
 from trtspec.serve.watchdog import Incident, StubWatchdog, stubs_of
 

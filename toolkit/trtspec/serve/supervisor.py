@@ -1,25 +1,25 @@
-"""The tritonserver supervisor: argv, start, readiness, logs and teardown.
+"""The tritonserver supervisor: start, readiness, logs and teardown.
 
-Owns the command lines (one server, or for TP×PP > 1 ``mpirun`` in leader
-mode or, with several engine models, orchestrator mode — see ``launch``;
-ports picked free, 127.0.0.1 unless told otherwise, explicit loading of a model
-list) and ``Server``: it starts tritonserver in its own process group with its
-log in a file, waits for ``/v2/health/ready`` with a deadline (failing with the
-log's errors and tail), and stops it with SIGTERM then SIGKILL so that no
+Owns ``Server``, which picks its command line (built by ``launch``: one server,
+or for TP×PP > 1 ``mpirun`` in leader mode or, with several engine models,
+orchestrator mode; ports picked free, 127.0.0.1 unless told otherwise, explicit
+loading of a model list). It starts tritonserver in its own process group with
+its log in a file, waits for ``/v2/health/ready`` with a deadline (failing with
+the log's errors and tail), and stops it with SIGTERM then SIGKILL so that no
 server or Python-backend stub outlives it — also when the supervising process
 is killed: through the parent-death signal, and through a guard process
 (``serve/guard.py``) that notices its owner is gone at any moment (start,
 steady, stop) and removes what the server left. Every server restricts the
-model-repository API and the other state-changing APIs to a random key only
-no client can send (``trtspec.serve.access``): a server has no model control
-(mode ``none``); ``models`` are served from a private repository view of
-symlinks, and the engine folders are checked against their build manifests
-before the first start (``verify_engines``). Each server gets its own
-Python-backend shared-memory prefix (``trtspec_<pid>_<random>_``): a server
-stopped gracefully removes its regions itself, after a SIGKILL (a crashed
-stub, a start that timed out) ``stop()`` removes the ones it left in
-``/dev/shm``, and a new ``Server`` removes the regions of owners that died
-without either. ``restart()`` brings a server back on the same ports.
+model-repository API and the other state-changing APIs to a random key only no
+client can send (``trtspec.serve.access``): a server has no model control (mode
+``none``); ``models`` are served from a private repository view of symlinks,
+and the engine folders are checked against their build manifests before the
+first start (``verify_engines``). Each server gets its own Python-backend
+shared-memory prefix (``trtspec_<pid>_<random>_``): a server stopped gracefully
+removes its regions itself, after a SIGKILL (a crashed stub, a start that timed
+out) ``stop()`` removes the ones it left in ``/dev/shm``, and a new ``Server``
+removes the regions of owners that died without either. ``restart()`` brings a
+server back on the same ports.
 """
 
 from __future__ import annotations
@@ -63,9 +63,12 @@ from trtspec.serve.launch import (
     LEADER,
     ORCHESTRATOR,
     ORCHESTRATOR_ENV,
+    SHM_OPTION,
     SINGLE,
     launch_mode,
+    leader_mode_argv,
     orchestrator_mode_argv,
+    server_argv,
     visible_gpus,
 )
 from trtspec.serve.manifest import verify_engines
@@ -76,7 +79,6 @@ _BENIGN_ERRORS = (
     "Failed to initialize NVML",
 )
 SHM_DIR = Path("/dev/shm")
-_SHM_OPTION = "shm-region-prefix-name="
 _OWN_SHM = re.compile(r"^trtspec_(\d+)_[0-9a-f]{8}_")
 _GUARD = Path(__file__).with_name("guard.py")
 GUARD_GRACE_S = 3.0
@@ -95,88 +97,6 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def server_argv(
-    binary: str | os.PathLike[str],
-    repo: str | os.PathLike[str],
-    *,
-    host: str,
-    http_port: int,
-    grpc_port: int,
-    metrics_port: int,
-    backend_dir: str | os.PathLike[str] | None = None,
-    models: Sequence[str] | None = None,
-    extra_args: Sequence[str] = (),
-) -> list[str]:
-    """The argv of one tritonserver process (pure)."""
-    argv = [str(binary), f"--model-repository={repo}"]
-    if backend_dir is not None:
-        argv.append(f"--backend-directory={backend_dir}")
-    argv += [
-        f"--http-address={host}",
-        f"--http-port={http_port}",
-        f"--grpc-address={host}",
-        f"--grpc-port={grpc_port}",
-        f"--metrics-address={host}",
-        f"--metrics-port={metrics_port}",
-    ]
-    if models is not None:
-        argv.append("--model-control-mode=explicit")
-        argv += [f"--load-model={name}" for name in models]
-    argv += list(extra_args)
-    return argv
-
-
-def leader_mode_argv(
-    world_size: int,
-    repo: str | os.PathLike[str],
-    *,
-    engine_model: str | Sequence[str],
-    http_port: int = 8000,
-    grpc_port: int = 8001,
-    metrics_port: int = 8002,
-    host: str = "127.0.0.1",
-    binary: str | os.PathLike[str] = "tritonserver",
-    mpirun: str = "mpirun",
-    backend_dir: str | os.PathLike[str] | None = None,
-    models: Sequence[str] | None = None,
-    oversubscribe: bool = False,
-    extra_args: Sequence[str] = (),
-    shm_prefix: str = "prefix",
-    rank0_repo: str | os.PathLike[str] | None = None,
-) -> list[str]:
-    """The ``mpirun`` command for TP×PP = ``world_size`` in TRT-LLM's leader
-    mode: one tritonserver per rank, each with its own Python-backend shared
-    memory prefix (``<shm_prefix><rank>_``). Ranks > 0 load only the engine
-    model(s) explicitly; they block inside the engine's instance
-    initialisation, so sharing the ports with rank 0 never clashes. ``models``
-    restricts rank 0 to those models (explicit loading); ``rank0_repo`` serves
-    rank 0 from another repository (a view holding only its models)."""
-    if world_size < 2:
-        raise ValueError("leader mode needs world_size >= 2")
-    engines = [engine_model] if isinstance(engine_model, str) else list(engine_model)
-    if not engines:
-        raise ValueError("leader mode needs at least one engine model for ranks > 0")
-    argv = [mpirun, "--allow-run-as-root"]
-    if oversubscribe:
-        argv.append("--oversubscribe")
-    for rank in range(world_size):
-        if rank:
-            argv.append(":")
-        argv += ["-n", "1"]
-        served = rank0_repo if rank == 0 and rank0_repo is not None else repo
-        argv += server_argv(
-            binary, served, host=host, http_port=http_port, grpc_port=grpc_port,
-            metrics_port=metrics_port, backend_dir=backend_dir,
-            models=models if rank == 0 else engines,
-            extra_args=[
-                "--disable-auto-complete-config",
-                f"--backend-config=python,{_SHM_OPTION}{shm_prefix}{rank}_",
-                *extra_args,
-            ],
-        )  # fmt: skip
-    return argv
 
 
 def _connect_host(host: str) -> str:
@@ -257,7 +177,7 @@ class Server:
         self.log_path = Path(log_path).absolute()
         # Our own shared-memory prefix, unless the caller chose one.
         self.shm_prefix: str | None = None
-        if not any(_SHM_OPTION in arg for arg in self.extra_args):
+        if not any(SHM_OPTION in arg for arg in self.extra_args):
             self.shm_prefix = f"trtspec_{os.getpid()}_{secrets.token_hex(4)}_"
         self.control = control
         self.verify = verify
@@ -351,7 +271,7 @@ class Server:
                 binary, repo, host=self.host, http_port=http, grpc_port=grpc,
                 metrics_port=metrics, backend_dir=backend_dir, models=models,
                 extra_args=["--disable-auto-complete-config",
-                            f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix or 'prefix'}0_",
+                            f"--backend-config=python,{SHM_OPTION}{self.shm_prefix or 'prefix'}0_",
                             *self.extra_args],
             )  # fmt: skip
             seen = {**os.environ, **self.install.env, **self.env}
@@ -369,7 +289,7 @@ class Server:
         # only to be told nothing new.
         extra = ["--disable-auto-complete-config", *self.extra_args]
         if self.shm_prefix:
-            extra.append(f"--backend-config=python,{_SHM_OPTION}{self.shm_prefix}")
+            extra.append(f"--backend-config=python,{SHM_OPTION}{self.shm_prefix}")
         return server_argv(
             binary, repo, host=self.host, http_port=http, grpc_port=grpc,
             metrics_port=metrics, backend_dir=backend_dir, models=models,

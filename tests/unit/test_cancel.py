@@ -152,7 +152,9 @@ def test_an_unwritable_flag_folder_never_fails_the_model(
 def test_a_polling_model_asks_at_most_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``poll_s`` (what the served models pass: ``cancel.POLL_S``) the
     sender's round trip and the flag's ``stat`` happen at most once per
-    interval; a cancel is seen at the first ask after it."""
+    interval, the first time one interval after the request began (so no
+    round trip delays its first token); a cancel is seen at the first ask
+    after it."""
     clock = [100.0]
     monkeypatch.setattr(cancel.time, "monotonic", lambda: clock[0])
     asked = []
@@ -165,10 +167,14 @@ def test_a_polling_model_asks_at_most_once_per_interval(monkeypatch: pytest.Monk
     client = Counting()
     head = Cancellation(client, poll_s=cancel.POLL_S)
     assert not any(head.is_cancelled() for _ in range(50))
-    assert asked == [100.0]  # 50 steps within one interval: one round trip
+    assert asked == []  # the first interval: no round trip
+    clock[0] += cancel.POLL_S
+    assert not any(head.is_cancelled() for _ in range(50))
+    first = 100.0 + cancel.POLL_S
+    assert asked == [first]  # 50 steps within one interval: one round trip
     client.cancelled = True
     assert not head.is_cancelled()  # not asked again yet
     clock[0] += cancel.POLL_S
     assert head.is_cancelled() and head.is_cancelled()
-    assert asked == [100.0, 100.0 + cancel.POLL_S]  # seen, then remembered
+    assert asked == [first, first + cancel.POLL_S]  # seen, then remembered
     head.close()

@@ -26,9 +26,10 @@ import os
 import stat
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
+
+from trtspec.procutil import unique_id
 
 PARAMETER = "trtspec_cancel"
 # How often a served model asks at most (seconds): Triton's
@@ -111,11 +112,14 @@ class Cancellation:
         self.source = source
         # 0: ask every time (what a test wants); models pass ``POLL_S``
         self.poll_s = poll_s
-        self._next_poll = 0.0
+        # The first ask waits a period too: it is a round trip to the server
+        # (~0.2 ms on two cores), and a model's first check comes right before
+        # its first token, which would wait for it (benchmarks/ceiling.py).
+        self._next_poll = time.monotonic() + poll_s if poll_s > 0 else 0.0
         # A token handed down means the caller is a model of the chain (BLS),
         # not a client: what it can receive differs on 2.51 (orchestrator).
         self.from_caller = token is not None
-        self.token = token or uuid.uuid4().hex
+        self.token = token or unique_id()
         self._cancelled = False
         self._raised = False
 
@@ -134,8 +138,9 @@ class Cancellation:
     def is_cancelled(self) -> bool:
         """Whether the client went away: this model's own client (then the
         flag is raised for the models below) or a caller's (the flag is up).
-        With ``poll_s`` it asks at most once per ``poll_s`` seconds and answers
-        ``False`` in between."""
+        With ``poll_s`` it asks at most once per ``poll_s`` seconds, the first
+        time ``poll_s`` after this object was made, and answers ``False`` in
+        between."""
         if self._cancelled:
             return True
         if self.poll_s > 0:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from trtspec import heartbeat
 from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.health import is_down
 from trtspec.limits import check_sampling, decode_text
-from trtspec.procutil import skip_interpreter_teardown
+from trtspec.procutil import skip_interpreter_teardown, unique_id
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.repo.models.inprocess import InProcessVariants
 from trtspec.repo.models.protocol import (
@@ -175,7 +174,7 @@ class TritonPythonModel:
             if "request_id" in inputs:
                 request_id = decode_text("request_id", inputs["request_id"].reshape(-1)[0])
             else:
-                request_id = request.request_id() or uuid.uuid4().hex
+                request_id = request.request_id() or unique_id()
             table = self.live.table()  # this request keeps it to its end
             picked = choose(table, route, request_id)
             down = picked.variant != picked.fallback_variant and is_down(picked.variant)

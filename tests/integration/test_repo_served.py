@@ -223,6 +223,10 @@ def test_every_variant_through_the_router_equals_baseline_at_temperature_zero(
     from trtspec.repo.models.rollout_log import read_lines
 
     server, _, _, repo = served
+    # loaded when the router started, not at each variant's first request
+    loaded = re.search(r"router: variants run in process: ([^\"\n]*)", server.log_text())
+    assert loaded is not None, server.log_text()[-3000:]
+    assert set(ROUTED.values()) <= set(loaded.group(1).split(", ")), loaded.group(1)
 
     def orchestrator_calls(variant: str) -> int:
         pattern = rf'nv_inference_request_success{{model="{re.escape(variant)}",version="1"}} (\d+)'

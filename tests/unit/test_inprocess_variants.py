@@ -478,3 +478,24 @@ def test_a_stalled_llmapi_model_ends_at_the_routers_deadline(inprocess: Any) -> 
         inprocess.run("ad", _request(), Sender(), Progress(0.5), Cancel())
     assert 0.4 <= time.monotonic() - started < 5
     assert str(info.value).startswith("ad: no answer within its deadline of 0.")
+
+
+def test_the_router_loads_its_in_process_variants_at_start(inprocess: Any) -> None:
+    """``preload`` (the router's ``initialize``) loads every variant that runs
+    here, so no first request pays for it; a variant that fails to load is
+    reported and left for its first request (which falls back as before);
+    a model that is not trtspec's runs over BLS and is not loaded."""
+    repo = inprocess.repository
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "config.pbtxt").write_text("this is { not a config")
+    (repo / "broken" / "1" / "model.py").write_text(
+        "from trtspec.repo.models.orchestrator import TritonPythonModel\n"
+    )
+    warnings: list[str] = []
+    loaded = inprocess.preload(["ad", "baseline", "broken", "echo", "missing"], warnings.append)
+    assert loaded == ["ad", "baseline"]
+    assert set(inprocess._models) == {"ad", "baseline"}
+    assert len(warnings) == 1
+    assert warnings[0].startswith("router: variant 'broken' not loaded in process at start: ")
+    with pytest.raises(Exception, match="ModelConfig"):  # its first request meets the error
+        inprocess.model("broken")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,27 @@ class InProcessVariants:
         """Whether ``variant`` runs here; anything else (an echo model, say)
         is called over BLS."""
         return self.kind(variant) is not None
+
+    def preload(self, variants: Iterable[str], warn: Callable[[str], None]) -> list[str]:
+        """Load every one of ``variants`` that runs here now (the router's
+        ``initialize``), so that no request pays for it: a variant's first
+        request used to import the config reader (protobuf and tritonclient's
+        gRPC package, ~0.2 s) and load the orchestrator and its tokenizer,
+        ~165 ms more time to first token on the demo repository. A variant
+        that fails to load is left for its first request (which fails over to
+        the fallback as before) and reported through ``warn``. Returns the
+        variants loaded."""
+        loaded = []
+        for variant in sorted(variants):
+            if not self.accepts(variant):
+                continue
+            try:
+                self.model(variant)
+            except Exception as exc:  # its first request meets the error, as before
+                warn(f"router: variant {variant!r} not loaded in process at start: {exc}")
+                continue
+            loaded.append(variant)
+        return loaded
 
     def model(self, variant: str) -> Any:
         kind = self.kind(variant)

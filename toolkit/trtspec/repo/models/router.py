@@ -144,6 +144,9 @@ class TritonPythonModel:
             if InProcessVariants.enabled(params)
             else None
         )
+        if self._inprocess is not None:  # now, not at each variant's first request
+            loaded = self._inprocess.preload(self.variants, pb_utils.Logger.log_warn)
+            pb_utils.Logger.log_info(f"router: variants run in process: {', '.join(loaded)}")
         # it calls decoupled BLS from several threads: the 2.51 stub can
         # deadlock, and the watchdog learns of it from this (trtspec.heartbeat;
         # started last, once everything is loaded)

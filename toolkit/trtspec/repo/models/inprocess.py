@@ -74,7 +74,8 @@ class _RelayingSender:
 
 class InProcessVariants:
     """Orchestrator models loaded in the router's process, one per variant,
-    on first use; one tokenizer per folder shared by all of them."""
+    when the router starts (``preload``), else on first use; one tokenizer
+    per folder shared by all of them."""
 
     def __init__(self, repository: Path) -> None:
         self.repository = Path(repository)

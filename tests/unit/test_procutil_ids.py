@@ -1,5 +1,6 @@
 """``procutil.unique_id``: the ids the router gives requests without one and
-the cancellation tokens a chain's head mints (no system call per id)."""
+the cancellation tokens a chain's head mints (no system call per id, as
+unguessable as ``uuid4``)."""
 
 from __future__ import annotations
 
@@ -19,23 +20,30 @@ def test_ids_are_distinct_hex_of_uuid4_length() -> None:
     assert all(i.isalnum() for i in ids[:10])
 
 
-def test_each_process_has_its_own_prefix_also_after_a_fork() -> None:
-    here = unique_id()
+def test_ids_share_nothing_a_guess_could_use() -> None:
+    """Keyed hashes of a counter, not a prefix and a count: knowing one id
+    (a cancellation token, say) tells nothing of the next."""
+    ids = [unique_id() for _ in range(200)]
+    assert len({i[:6] for i in ids}) > 190
+    assert len({i[-6:] for i in ids}) > 190
+
+
+def test_every_process_has_its_own_key_also_after_a_fork() -> None:
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: an id of its own, then gone without cleanup
-        os.write(write, unique_id().encode())
+    if pid == 0:  # the child: ids of its own, then gone without cleanup
+        os.write(write, " ".join(unique_id() for _ in range(3)).encode())
         os._exit(0)
+    here = [unique_id() for _ in range(3)]  # same counter state as the child's
     os.close(write)
     os.waitpid(pid, 0)
-    child = os.read(read, 64).decode()
+    child = os.read(read, 256).decode().split()
     os.close(read)
-    code = "from trtspec.procutil import unique_id; print(unique_id())"
+    code = "from trtspec.procutil import unique_id; print(unique_id(), unique_id(), unique_id())"
     other = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    prefixes = {here[:16], child[:16], other[:16]}
-    assert len(prefixes) == 3
+    ).stdout.split()
+    assert len(set(here + child + other)) == 9
 
 
 def test_a_chain_head_mints_a_distinct_token_per_request() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import importlib.metadata
 import itertools
 import os
@@ -17,7 +18,7 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class _Ids:
-    """``unique_id()``'s state: a random prefix per process (drawn again in a
+    """``unique_id()``'s state: a random key per process (drawn again in a
     forked child) and a counter."""
 
     def __init__(self) -> None:
@@ -25,25 +26,28 @@ class _Ids:
         os.register_at_fork(after_in_child=self.reset)
 
     def reset(self) -> None:
-        self.prefix = os.urandom(8).hex()
+        self.key = os.urandom(32)
         self.counter = itertools.count(1)
         self.lock = threading.Lock()
 
     def next(self) -> str:
         with self.lock:
-            return f"{self.prefix}{next(self.counter):016x}"
+            n = next(self.counter)
+        return hashlib.blake2b(n.to_bytes(8, "little"), key=self.key, digest_size=16).hexdigest()
 
 
 _IDS = _Ids()
 
 
 def unique_id() -> str:
-    """A 32-character hex id no other call in any process returns (a random
-    64-bit prefix per process, then a counter), as ``uuid.uuid4().hex`` but
-    without its ``getrandom`` system call per id: that call releases the GIL,
-    and a served request's thread that lets go of the GIL before its first
-    token waits for the stub's other threads to hand it back (~40 µs a call
-    on two cores, benchmarks/ceiling.py)."""
+    """A 32-character hex id as unguessable as ``uuid.uuid4().hex`` (keyed
+    BLAKE2b of a counter, the key random per process), without its
+    ``getrandom`` system call per id: that call releases the GIL, and a served
+    request's thread that lets go of the GIL before its first token waits for
+    the stub's other threads to hand it back (~40 µs a call on two cores,
+    benchmarks/ceiling.py). Unguessable matters: a cancellation token that
+    could be predicted from another would let one client cancel another's
+    request (``trtspec.cancel``)."""
     return _IDS.next()
 
 

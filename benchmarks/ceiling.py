@@ -42,11 +42,12 @@ the engine's (they must be identical: the instant engine is deterministic).
 The budget of docs/internals.md §6 is checked on the 8 ms step: at 64 in
 flight the full path keeps at least 90% of the engine's tokens/s; at 1 in
 flight it adds at most 1 ms to TTFT and 0.2 ms per token at p50.
-``--check`` exits 3 when a budget line fails. ``--watchdog`` serves under
-the stub watchdog, as ``trtspec serve`` does: a stub that dies or freezes
-(the 2.51 deadlock of docs/internals.md §9) is reported and the server
-restarted; the requests that failed count as errors and the clients carry
-on once it is ready.
+``--check`` exits 3 when a budget line fails. Every server runs under the
+stub watchdog, as ``trtspec serve`` does (``--no-watchdog``: not): a stub
+that dies or freezes (the 2.51 deadlock of docs/internals.md §9) is reported
+and the server restarted; the requests that failed count as errors, the
+clients carry on once it is ready, and the run ends with the incidents'
+count. Without it a frozen router stalls the run for good.
 
 Loopback only; each cell is bounded by ``--requests`` and ``--cell-seconds``;
 every server it starts is stopped before it exits. Run:
@@ -522,9 +523,10 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--check", action="store_true", help="exit 3 when a budget line fails")
     p.add_argument(
         "--watchdog",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="watch each server's stubs as `trtspec serve` does (a dead or frozen stub: "
-        "restart) and print every incident",
+        "restart) and print every incident (default: on; off, a frozen stub stalls the run)",
     )
     p.add_argument(
         "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
@@ -596,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     from trtspec.serve import Server
 
     rows: list[dict[str, Any]] = []
+    incidents: list[str] = []  # the watchdog's, by kind
     with tempfile.TemporaryDirectory(prefix="trtspec-ceiling-") as tmp:
         root = Path(tmp)
         model = tokenizer_folder(args, root)
@@ -628,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
                     from trtspec.serve import StubWatchdog
 
                     def report(incident: Any) -> None:
+                        incidents.append(incident.kind)
                         print(f"    incident: {incident.message()} ({incident.action})", flush=True)
 
                     dog = StubWatchdog(server, on_incident=report).prime().start()
@@ -640,7 +644,11 @@ def main(argv: list[str] | None = None) -> int:
                 for row in rows:
                     row.setdefault("flow", args.flow)
                     row.setdefault("stream_interval", interval)
-    print(f"load average after: {os.getloadavg()}\n")
+    print(f"load average after: {os.getloadavg()}")
+    if args.watchdog:
+        kinds = ", ".join(f"{k} {incidents.count(k)}" for k in sorted(set(incidents)))
+        print(f"watchdog: {len(incidents)} incident(s){': ' + kinds if kinds else ''}")
+    print()
     print_table(rows)
     print("\nCPU ms per token by model (server processes):")
     for r in rows:

@@ -75,7 +75,7 @@ def trial(args: argparse.Namespace, setting: str) -> tuple[bool, float, str]:
         str(args.requests),
         "--cell-seconds",
         "8",
-        *(["--watchdog"] if args.watchdog else []),
+        "--watchdog" if args.watchdog else "--no-watchdog",
     ]
     started = time.monotonic()
     proc = subprocess.Popen(

@@ -62,6 +62,7 @@ def infer(
     temperature: float = 0.0,
     seed: int | None = None,
     max_tokens: int = MAX_TOKENS,
+    parameters: dict[str, str] | None = None,
 ) -> Reply:
     import tritonclient.grpc as grpcclient
 
@@ -98,7 +99,7 @@ def infer(
         client.start_stream(
             callback=lambda result, error: results.put((result, error, time.monotonic()))
         )
-        client.async_stream_infer(model, inputs, request_id=request_id or "")
+        client.async_stream_infer(model, inputs, request_id=request_id or "", parameters=parameters)
         deadline = time.monotonic() + 120
         while True:
             result, error, at = results.get(timeout=max(1.0, deadline - time.monotonic()))
@@ -460,6 +461,31 @@ def test_router_sends_the_canary_share_deterministically(served, baseline) -> No
     # an unknown route goes to the default variant
     other = infer(server, "router", PROMPTS[1], route="unknown", request_id="x")
     assert other.final["variant"] == "baseline"
+
+
+def test_the_router_never_takes_a_cancellation_token_from_its_client(served) -> None:
+    """The router heads every chain and mints the token the models below
+    watch: a client that names one (the ``trtspec_cancel`` request parameter
+    a calling model passes down) is not heard, so no client can tie its
+    request to another's cancel. Here the named token's flag is already up:
+    taken, it would end the request at its first poll."""
+    from trtspec.cancel import PARAMETER
+
+    server = served[0]
+    expected = infer(server, "baseline", PROMPTS[0], max_tokens=64)
+    assert expected.error is None and len(expected.ids) == 64, expected.error
+    folder = server.runtime_dir / "cancel"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    flag = folder / "clientpickedtoken42"
+    flag.touch()
+    try:
+        reply = infer(
+            server, "router", PROMPTS[0], max_tokens=64, parameters={PARAMETER: flag.name}
+        )
+    finally:
+        flag.unlink(missing_ok=True)
+    assert reply.error is None, reply.error
+    assert reply.ids == expected.ids and reply.text == expected.text
 
 
 def test_router_falls_back_when_the_draft_engine_fails(served, baseline) -> None:

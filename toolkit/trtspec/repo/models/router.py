@@ -158,7 +158,10 @@ class TritonPythonModel:
 
     def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
-        cancel = Cancellation.of(request, sender, poll_s=POLL_S)
+        # The head of every chain: it mints the request's cancellation token
+        # and never takes one from its client, who could otherwise share a
+        # token (and so a cancel) with another request.
+        cancel = Cancellation(sender, poll_s=POLL_S)
         sender = PruningSender.wrap(sender, request, pb_utils.InferenceResponse)
         progress = _Progress(time.monotonic() + stream_timeout_us(None) / 1e6)
         error: str | None = None

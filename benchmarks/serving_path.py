@@ -34,6 +34,12 @@ router calling the adapter model over BLS (router → adapter → llm, the path
 before that cut). Tokens are the completion's text re-tokenized; every layer's
 text is compared with the ``llm`` layer's.
 
+Every server runs under the stub watchdog, as ``trtspec serve`` does
+(``--no-watchdog``: not): a stub that dies or freezes (the 2.51 deadlock of
+docs/internals.md §9) is reported and the server restarted, the requests it
+held count as errors, and the run goes on; the incidents are counted at the
+end.
+
 Loopback only; bounded by ``--tokens``, ``--repeats`` and the prompt set.
 Run: ``.venv/bin/python benchmarks/serving_path.py [--models demo,tiny] [--flow llmapi]``.
 """
@@ -47,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +238,23 @@ def _inputs(layer: str, prompt: str, ids: list[int], tokens: int, end_pad: tuple
     return ("baseline" if layer == "orch" else "router"), inputs, ["output_ids", "is_final"]
 
 
+INCIDENTS: list[str] = []  # the watchdog's, by kind, over the whole run
+
+
+def watch(server: Any, args: Any) -> Callable[[], None]:
+    """Put ``server`` under the stub watchdog (``--watchdog``); returns what
+    stops it."""
+    if not args.watchdog:
+        return lambda: None
+    from trtspec.serve import StubWatchdog
+
+    def report(incident: Any) -> None:
+        INCIDENTS.append(incident.kind)
+        print(f"    incident: {incident.message()} ({incident.action})", file=sys.stderr)
+
+    return StubWatchdog(server, on_incident=report).prime().start().stop
+
+
 def _open_stream(url: str) -> tuple[Any, Any]:
     """A gRPC client with its stream started, and the queue its (result,
     error, arrival time) triples land in."""
@@ -351,6 +375,7 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     t0 = time.monotonic()
     server.start(timeout=600)
     print(f"{name}: server ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    unwatch = watch(server, args)
     rows: list[Row] = []
 
     def note(row: Row) -> None:
@@ -372,6 +397,7 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
                     note(served(server, layer, level, jobs * level, args))
         local.close()
     finally:
+        unwatch()
         server.stop()
     for row in rows:
         row.model = name
@@ -467,6 +493,7 @@ def measure_llmapi(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     prompts = held_out_prompts(tokenizer_dir)
     server = Server(repo, log_path=root / "tritonserver.log")
     server.start(timeout=600)
+    unwatch = watch(server, args)
     layers = ("llm", "adapter", "router", "bls")
     rows: list[Row] = []
     try:
@@ -482,6 +509,7 @@ def measure_llmapi(name: str, model: Path, root: Path, args: Any) -> list[Row]:
                         f"  {name} {layer} x{level}: {rows[-1].tok_s():.1f} tok/s", file=sys.stderr
                     )
     finally:
+        unwatch()
         server.stop()
     for row in rows:
         row.model = name
@@ -595,6 +623,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
     )
+    p.add_argument(
+        "--watchdog",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="watch each server's stubs as `trtspec serve` does (a dead or frozen stub: "
+        "restart) and print every incident (default: on; off, a frozen stub stalls the run)",
+    )
     args = p.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",") if x]
     models = [m for m in args.models.split(",") if m]
@@ -623,6 +658,12 @@ def main(argv: list[str] | None = None) -> int:
                 model = args.demo_model
             rows += (measure_llmapi if args.flow == "llmapi" else measure)(name, model, root, args)
     print(f"load average after: {os.getloadavg()}", file=sys.stderr)
+    if args.watchdog:
+        kinds = ", ".join(f"{k} {INCIDENTS.count(k)}" for k in sorted(set(INCIDENTS)))
+        print(
+            f"watchdog: {len(INCIDENTS)} incident(s){': ' + kinds if kinds else ''}",
+            file=sys.stderr,
+        )
     lines = summarise(rows)
     print(
         f"{'model':>5} {'layer':>10} {'conc':>4} {'reqs':>4} {'err':>3} {'tokens':>6} "

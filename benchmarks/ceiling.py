@@ -510,6 +510,36 @@ def tokenizer_folder(args: Any, root: Path) -> Path:
     return folder
 
 
+def add_watchdog_option(p: argparse.ArgumentParser) -> None:
+    """``--watchdog`` / ``--no-watchdog`` (on by default); serving_path.py too."""
+    p.add_argument(
+        "--watchdog",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="watch each server's stubs as `trtspec serve` does (a dead or frozen stub: "
+        "restart) and print every incident (default: on; off, a frozen stub stalls the run)",
+    )
+
+
+def watch(server: Any, incidents: list[str], out: Any = None) -> Any:
+    """Put ``server`` under the stub watchdog; every incident is printed (to
+    ``out``, default stdout) and its kind appended to ``incidents``. Returns
+    what stops the watchdog."""
+    from trtspec.serve import StubWatchdog
+
+    def report(incident: Any) -> None:
+        incidents.append(incident.kind)
+        print(f"    incident: {incident.message()} ({incident.action})", file=out, flush=True)
+
+    return StubWatchdog(server, on_incident=report).prime().start().stop
+
+
+def incidents_line(incidents: list[str]) -> str:
+    """The run's last word on the watchdog: how many incidents, by kind."""
+    kinds = ", ".join(f"{k} {incidents.count(k)}" for k in sorted(set(incidents)))
+    return f"watchdog: {len(incidents)} incident(s){': ' + kinds if kinds else ''}"
+
+
 def parse_args(argv: list[str] | None) -> Any:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--step-ms", default="0,8", help="simulated engine step times (ms), comma list")
@@ -521,13 +551,7 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--model", help="a Hugging Face folder for the tokenizer (default: tiny one)")
     p.add_argument("--json", type=Path, help="also write every row here")
     p.add_argument("--check", action="store_true", help="exit 3 when a budget line fails")
-    p.add_argument(
-        "--watchdog",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="watch each server's stubs as `trtspec serve` does (a dead or frozen stub: "
-        "restart) and print every incident (default: on; off, a frozen stub stalls the run)",
-    )
+    add_watchdog_option(p)
     p.add_argument(
         "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
     )
@@ -626,28 +650,19 @@ def main(argv: list[str] | None = None) -> int:
                 setting = f" stream_interval {interval}"
                 ready = time.monotonic() - t0
                 print(f"step {step:g} ms{setting}: server ready in {ready:.1f} s", flush=True)
-                dog = None
-                if args.watchdog:
-                    from trtspec.serve import StubWatchdog
-
-                    def report(incident: Any) -> None:
-                        incidents.append(incident.kind)
-                        print(f"    incident: {incident.message()} ({incident.action})", flush=True)
-
-                    dog = StubWatchdog(server, on_incident=report).prime().start()
+                unwatch = watch(server, incidents) if args.watchdog else None
                 try:
                     rows += run_layers(server, step, (layers, levels), (prompt_ids, end_pad), args)
                 finally:
-                    if dog is not None:
-                        dog.stop()
+                    if unwatch is not None:
+                        unwatch()
                     server.stop()
                 for row in rows:
                     row.setdefault("flow", args.flow)
                     row.setdefault("stream_interval", interval)
     print(f"load average after: {os.getloadavg()}")
     if args.watchdog:
-        kinds = ", ".join(f"{k} {incidents.count(k)}" for k in sorted(set(incidents)))
-        print(f"watchdog: {len(incidents)} incident(s){': ' + kinds if kinds else ''}")
+        print(incidents_line(incidents))
     print()
     print_table(rows)
     print("\nCPU ms per token by model (server processes):")

@@ -53,7 +53,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/fixtures (tiny model), benchmarks/ (prompts)
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from ceiling import add_watchdog_option, incidents_line, watch  # noqa: E402
 
 DEMO_MODEL = ROOT / ".cache" / "models" / "smollm2-135m-instruct"
 SINGLE_STREAM_SHARE = 0.90  # item 4: router single stream over the engine in process
@@ -241,20 +242,6 @@ def _inputs(layer: str, prompt: str, ids: list[int], tokens: int, end_pad: tuple
 INCIDENTS: list[str] = []  # the watchdog's, by kind, over the whole run
 
 
-def watch(server: Any, args: Any) -> Callable[[], None]:
-    """Put ``server`` under the stub watchdog (``--watchdog``); returns what
-    stops it."""
-    if not args.watchdog:
-        return lambda: None
-    from trtspec.serve import StubWatchdog
-
-    def report(incident: Any) -> None:
-        INCIDENTS.append(incident.kind)
-        print(f"    incident: {incident.message()} ({incident.action})", file=sys.stderr)
-
-    return StubWatchdog(server, on_incident=report).prime().start().stop
-
-
 def _open_stream(url: str) -> tuple[Any, Any]:
     """A gRPC client with its stream started, and the queue its (result,
     error, arrival time) triples land in."""
@@ -375,7 +362,7 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     t0 = time.monotonic()
     server.start(timeout=600)
     print(f"{name}: server ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
-    unwatch = watch(server, args)
+    unwatch = watch(server, INCIDENTS, sys.stderr) if args.watchdog else (lambda: None)
     rows: list[Row] = []
 
     def note(row: Row) -> None:
@@ -493,7 +480,7 @@ def measure_llmapi(name: str, model: Path, root: Path, args: Any) -> list[Row]:
     prompts = held_out_prompts(tokenizer_dir)
     server = Server(repo, log_path=root / "tritonserver.log")
     server.start(timeout=600)
-    unwatch = watch(server, args)
+    unwatch = watch(server, INCIDENTS, sys.stderr) if args.watchdog else (lambda: None)
     layers = ("llm", "adapter", "router", "bls")
     rows: list[Row] = []
     try:
@@ -623,13 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
     )
-    p.add_argument(
-        "--watchdog",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="watch each server's stubs as `trtspec serve` does (a dead or frozen stub: "
-        "restart) and print every incident (default: on; off, a frozen stub stalls the run)",
-    )
+    add_watchdog_option(p)
     args = p.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",") if x]
     models = [m for m in args.models.split(",") if m]
@@ -659,11 +640,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += (measure_llmapi if args.flow == "llmapi" else measure)(name, model, root, args)
     print(f"load average after: {os.getloadavg()}", file=sys.stderr)
     if args.watchdog:
-        kinds = ", ".join(f"{k} {INCIDENTS.count(k)}" for k in sorted(set(INCIDENTS)))
-        print(
-            f"watchdog: {len(INCIDENTS)} incident(s){': ' + kinds if kinds else ''}",
-            file=sys.stderr,
-        )
+        print(incidents_line(INCIDENTS), file=sys.stderr)
     lines = summarise(rows)
     print(
         f"{'model':>5} {'layer':>10} {'conc':>4} {'reqs':>4} {'err':>3} {'tokens':>6} "

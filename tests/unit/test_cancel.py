@@ -55,6 +55,32 @@ def test_a_cancel_seen_at_the_head_reaches_every_model_below(flags: Path) -> Non
     assert list(flags.iterdir()) == []
 
 
+def test_a_model_below_the_head_reads_the_flag_and_never_asks_its_sender() -> None:
+    """Its sender's ``is_cancelled()`` is a round trip to the server that
+    says nothing the flag does not (a BLS callee hears of a cancel only
+    through the flag on 2.51; callers raise it before cancelling a stream)."""
+    asked: list[str] = []
+
+    class Counting(Sender):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def is_cancelled(self) -> bool:
+            asked.append(self.name)
+            return self.cancelled
+
+    client = Counting("router")
+    router = Cancellation(client)
+    engine = Cancellation.of(Request(router.parameters()), Counting("engine"))
+    assert not router.is_cancelled() and not engine.is_cancelled()
+    assert asked == ["router"]
+    client.cancelled = True
+    assert router.is_cancelled() and engine.is_cancelled()  # the flag
+    assert asked == ["router", "router"]
+    router.close()
+
+
 def test_heads_mint_distinct_tokens_and_odd_parameters_are_ignored() -> None:
     assert Cancellation(None).token != Cancellation(None).token
     for params in ({}, {PARAMETER: "../../etc/passwd"}, {PARAMETER: 7}, [1, 2], "x" * 3):

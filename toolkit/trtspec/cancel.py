@@ -140,12 +140,13 @@ class Cancellation:
         flag is raised for the models below) or a caller's (the flag is up).
         With ``poll_s`` it asks at most once per ``poll_s`` seconds, the first
         time ``poll_s`` after this object was made, and answers ``False`` in
-        between. A model below the head reads the flag only: its own sender
-        is a round trip to the server (~40 µs of the stub's CPU, once a token
-        under load: ~18% of the router's CPU per token at 64 in flight in
-        benchmarks/ceiling.py), and it never says more than the flag, since
-        2.51 does not tell a BLS callee of a cancel and every caller that
-        cancels a BLS stream (``cancel_stream``) has raised the flag first."""
+        between. A model below the head reads the flag only. Asking its own
+        sender is a round trip to the server (~0.02–0.03 ms of the instant
+        engine's CPU a token at 64 in flight in benchmarks/ceiling.py, where
+        a poll falls on nearly every token). And it never says more than the
+        flag: 2.51 does not tell a BLS callee of a cancel, and every caller
+        that cancels a BLS stream (``cancel_stream``) has raised the flag
+        first."""
         if self._cancelled:
             return True
         if self.poll_s > 0:

@@ -42,12 +42,15 @@ the engine's (they must be identical: the instant engine is deterministic).
 The budget of docs/internals.md §6 is checked on the 8 ms step: at 64 in
 flight the full path keeps at least 90% of the engine's tokens/s; at 1 in
 flight it adds at most 1 ms to TTFT and 0.2 ms per token at p50.
-``--check`` exits 3 when a budget line fails. Every server runs under the
-stub watchdog, as ``trtspec serve`` does (``--no-watchdog``: not): a stub
-that dies or freezes (the 2.51 deadlock of docs/internals.md §9) is reported
-and the server restarted; the requests that failed count as errors, the
-clients carry on once it is ready, and the run ends with the incidents'
-count. Without it a frozen router stalls the run for good.
+``--check`` exits 3 when a budget line fails. ``--router-instances N``
+serves the router as N processes (the spec's ``router.instances``): one
+process's CPU per token caps what it relays, which a many-core GPU host
+lifts this way. Every server runs under the stub watchdog, as ``trtspec
+serve`` does (``--no-watchdog``: not): a stub that dies or freezes (the
+2.51 deadlock of docs/internals.md §9) is reported and the server
+restarted; the requests that failed count as errors, the clients carry on
+once it is ready, and the run ends with the incidents' count. Without it a
+frozen router stalls the run for good.
 
 Loopback only; each cell is bounded by ``--requests`` and ``--cell-seconds``;
 every server it starts is stopped before it exits. Run:
@@ -429,10 +432,14 @@ def router_caps(rows: list[dict[str, Any]]) -> list[str]:
             )
             ms = top["cpu_ms_per_tok_by_model"].get(model)
             setting = f" si {si}"
+            n = int(top.get("router_instances", 1))
             if ms:
+                # the CPU of n processes, each carrying 1/n of the tokens
+                each = f" (its {n} processes' sum)" if n > 1 else ""
                 out.append(
                     f"{step:g} ms{setting} {layer} x{top['level']}: {model} {ms:.3f} ms CPU per "
-                    f"token -> at most ~{1000 / ms:,.0f} tokens/s through one {model} process "
+                    f"token{each} -> at most ~{n * 1000 / ms:,.0f} tokens/s through "
+                    f"{n if n > 1 else 'one'} {model} process{'es' if n > 1 else ''} "
                     f"(engine alone here: {engine_tok_s(rows, step, top['level'], si):,.0f})"
                 )
     return out
@@ -551,6 +558,12 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--model", help="a Hugging Face folder for the tokenizer (default: tiny one)")
     p.add_argument("--json", type=Path, help="also write every row here")
     p.add_argument("--check", action="store_true", help="exit 3 when a budget line fails")
+    p.add_argument(
+        "--router-instances",
+        type=int,
+        default=1,
+        help="router processes (the spec's router.instances; its layers' CPU is their sum)",
+    )
     add_watchdog_option(p)
     p.add_argument(
         "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
@@ -616,6 +629,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if not 1 <= args.router_instances <= 32:
+        print(f"error: --router-instances {args.router_instances}: give 1 to 32", file=sys.stderr)
+        return 2
     layers = ["engine", *[s for s in layers if s != "engine"]]  # the reference for "added"
     from trtspec.bench.instant import instant_llmapi_repository, instant_repository
     from trtspec.repo.models.text import Tokenizer
@@ -638,11 +654,21 @@ def main(argv: list[str] | None = None) -> int:
                 where = root / f"step{step:g}-si{interval}"
                 if args.flow == "llmapi":
                     repo = instant_llmapi_repository(
-                        where, model, step, stream_interval=interval, max_batch_size=batch
+                        where,
+                        model,
+                        step,
+                        stream_interval=interval,
+                        max_batch_size=batch,
+                        router_instances=args.router_instances,
                     )
                 else:
                     repo = instant_repository(
-                        where, model, step, max_batch_size=batch, stream_interval=interval
+                        where,
+                        model,
+                        step,
+                        max_batch_size=batch,
+                        stream_interval=interval,
+                        router_instances=args.router_instances,
                     )
                 server = Server(repo, log_path=where.with_suffix(".log"))
                 t0 = time.monotonic()
@@ -659,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
                     server.stop()
                 for row in rows:
                     row.setdefault("flow", args.flow)
+                    row.setdefault("router_instances", args.router_instances)
                     row.setdefault("stream_interval", interval)
     print(f"load average after: {os.getloadavg()}")
     if args.watchdog:
@@ -671,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  {r['step_ms']:g} ms si {r.get('stream_interval', 1)} {r['layer']:>6} "
             f"x{r['level']:<3} {r['cpu_ms_per_tok_by_model']}"
         )
-    print("\none router process's ceiling (a stub is one Python process: on a many-core")
+    print("\nthe router processes' ceiling (a stub is one Python process: on a many-core")
     print("GPU host it saturates one core while the engine does not):")
     for text in router_caps(rows):
         print(f"  {text}")

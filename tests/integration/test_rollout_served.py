@@ -10,6 +10,13 @@ its rollout hooks) in front of four echo orchestrators
 - ``lossy`` — corrupted text at the baseline's pace: route ``lossy`` at 50%,
   whose golden diff sends it back automatically.
 
+The router runs as two processes (``instance_group`` count 2, the spec's
+``router.instances``), so everything below holds across them: one request
+log both write, metrics per process (label ``instance``) that add up, a
+change by ``trtspec rollout`` or by either process's golden diff applied by
+both, and a route's ``max_concurrency`` counted over both (route ``capped``:
+its in-flight file names both processes and ends at zero).
+
 Checked: the default share over 400 requests (the exact ids the hash picks,
 and 5% within binomial bounds), one log line per request with every field,
 the per-route metric series (histograms included), ``advance`` and
@@ -43,6 +50,7 @@ pytestmark = pytest.mark.slow
 
 PROMPT = "abcdefghijklmnopqrstuvwxyz0123456789"
 MAX_TOKENS = 4
+ROUTERS = 2  # router processes
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +75,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         backend="python",
         max_batch_size=0,
         decoupled=True,
+        instances=ROUTERS,
         inputs=ORCHESTRATOR_INPUTS,
         outputs=ORCHESTRATOR_OUTPUTS,
         parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,flat,lossy,ngram"},
@@ -76,6 +85,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         "code": {"variant": "ngram", "num_draft_tokens": 3, "canary_percent": 5},
         "flat": {"variant": "flat", "canary_percent": 50},
         "lossy": {"variant": "lossy", "canary_percent": 50},
+        "capped": {"variant": "ngram", "canary_percent": 100, "max_concurrency": 2},
     }
     (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(
         json.dumps({"schema_version": 1, "default_variant": "baseline", "routes": routes})
@@ -216,40 +226,68 @@ def test_default_canary_share_log_and_metrics(served) -> None:
     )
 
     n_canary = len(canary)
-    canary_labels = 'arm="canary",route="code",variant="ngram"'
-    control_labels = 'arm="control",route="code",variant="baseline"'
+    canary_labels = {"arm": "canary", "route": "code", "variant": "ngram"}
+    control_labels = {"arm": "control", "route": "code", "variant": "baseline"}
+    # summed over the router processes (each series has its label `instance`)
     expected = [
-        f"trtspec_requests_total{{{canary_labels}}} {n_canary}",
-        f"trtspec_requests_total{{{control_labels}}} {400 - n_canary}",
-        # histograms as counter families (rollout_metrics): le among the sorted labels
-        f'trtspec_latency_seconds_bucket{{arm="canary",le="+Inf",route="code",variant="ngram"}} '
-        f"{n_canary}",
-        f'trtspec_latency_seconds_bucket{{arm="canary",le="120",route="code",variant="ngram"}} '
-        f"{n_canary}",
-        f"trtspec_latency_seconds_count{{{canary_labels}}} {n_canary}",
-        f"trtspec_ttft_seconds_count{{{control_labels}}} {400 - n_canary}",
-        f"trtspec_generated_tokens_total{{{canary_labels}}} {n_canary * MAX_TOKENS}",
-        f"trtspec_draft_tokens_total{{{canary_labels}}} {n_canary * 3}",
-        f"trtspec_accepted_tokens_total{{{canary_labels}}} {n_canary * 3}",
-        f"trtspec_in_flight{{{canary_labels}}} 0",
-        'trtspec_canary_percent{route="code",variant="ngram"} 5',
+        ("trtspec_requests_total", canary_labels, n_canary),
+        ("trtspec_requests_total", control_labels, 400 - n_canary),
+        # histograms as counter families (rollout_metrics)
+        ("trtspec_latency_seconds_bucket", {**canary_labels, "le": "+Inf"}, n_canary),
+        ("trtspec_latency_seconds_bucket", {**canary_labels, "le": "120"}, n_canary),
+        ("trtspec_latency_seconds_count", canary_labels, n_canary),
+        ("trtspec_ttft_seconds_count", control_labels, 400 - n_canary),
+        ("trtspec_generated_tokens_total", canary_labels, n_canary * MAX_TOKENS),
+        ("trtspec_draft_tokens_total", canary_labels, n_canary * 3),
+        ("trtspec_accepted_tokens_total", canary_labels, n_canary * 3),
+        ("trtspec_in_flight", canary_labels, 0),
     ]
     # the router applies its metrics in batches (rollout_metrics): the last
     # requests' updates may come a batch after the first ones'
-    metrics = _metrics_with(server, *(line + "\n" for line in expected))
-    for line in expected:
-        assert line + "\n" in metrics, (line, metrics[-3000:])
+    metrics = _metrics_with(server, expected)
+    for name, labels, value in expected:
+        assert _total(metrics, name, labels) == value, (name, labels, metrics[-3000:])
     assert "trtspec_errors_total{" not in metrics  # no request failed
+    # every process served a share, under its own label
+    served_by = _series(metrics, "trtspec_requests_total", {"route": "code"})
+    names = sorted({labels["instance"] for labels, _ in served_by})
+    assert names == [f"router_0_{i}" for i in range(ROUTERS)], served_by
+    assert all(count > 0 for _, count in served_by), served_by
+    percents = _series(metrics, "trtspec_canary_percent", {"route": "code", "variant": "ngram"})
+    assert percents and {value for _, value in percents} == {5.0}, percents
 
 
-def _metrics_with(server: Any, *lines: str) -> str:
-    """The /metrics page once it shows every one of ``lines`` (metrics are
-    updated off the request path, in batches), or as it is after a deadline."""
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)$")
+
+
+def _series(page: str, name: str, labels: dict[str, str]) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample of ``name`` on a /metrics page whose
+    labels include ``labels``."""
+    out = []
+    for line in page.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None or match.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+        if all(have.get(k) == v for k, v in labels.items()):
+            out.append((have, float(match.group(3))))
+    return out
+
+
+def _total(page: str, name: str, labels: dict[str, str]) -> float:
+    return sum(value for _, value in _series(page, name, labels))
+
+
+def _metrics_with(server: Any, expected: list[tuple[str, dict[str, str], float]]) -> str:
+    """The /metrics page once every ``(name, labels, total)`` of ``expected``
+    adds up (metrics are updated off the request path, in batches), or as it
+    is after a deadline."""
     deadline = time.monotonic() + 10
     while True:
         page = urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10)
         text = page.read().decode()
-        if all(line in text for line in lines) or time.monotonic() > deadline:
+        done = all(_total(text, n, labels) == v for n, labels, v in expected)
+        if done or time.monotonic() > deadline:
             return text
         time.sleep(0.2)
 
@@ -354,3 +392,19 @@ def test_a_lossy_variant_is_rolled_back_by_the_golden_diff(served) -> None:
     time.sleep(2 * st.POLL_S)
     finals = _send_many(server.grpc_url, "lossy", [f"after-lossy-{i}" for i in range(20)])
     assert {v["variant"] for v in finals.values()} == {"baseline"}
+
+
+def test_the_router_processes_share_a_routes_concurrency_limit(served) -> None:
+    server, repo = served
+    # 24 requests 8 at a time on a route capped at 2 in flight: some go to
+    # the fallback, every one answers, and the in-flight file (the count of
+    # both processes) names both and is back at zero
+    finals = _send_many(server.grpc_url, "capped", [f"capped-{i}" for i in range(24)])
+    assert all(isinstance(v, dict) for v in finals.values()), finals
+    variants = {v["variant"] for v in finals.values()}
+    assert variants == {"ngram", "baseline"}, variants
+    files = list((repo / "router" / st.STATE_DIR).glob("in_flight.*.json"))
+    assert len(files) == 1, files
+    counts = json.loads(files[0].read_text())
+    assert sorted(counts) == [f"router_0_{i}" for i in range(ROUTERS)], counts
+    assert all(n == 0 for slot in counts.values() for n in slot.values()), counts

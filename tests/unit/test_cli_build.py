@@ -82,7 +82,7 @@ def test_validate_several_errors(tmp_path: Path) -> None:
         "Error: 2 problems in the spec:\n"
         f"  {spec}:2:43: target.tp: input should be greater than or equal to 1 (got 0)\n"
         f"  {spec}:3:1: bogus: unknown key 'bogus'; remove it; allowed keys: name, stack, backend, "
-        "flow, target, variants, routes, bench, rollout\n"
+        "flow, target, variants, routes, bench, rollout, router\n"
         "Hint: fix the fields named above; `trtspec validate` rechecks\n"
     )
 

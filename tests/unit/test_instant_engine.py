@@ -143,6 +143,11 @@ def test_ceiling_names_one_router_processs_ceiling() -> None:
     (line,) = ceiling.router_caps(rows)
     assert line.startswith("8 ms si 1 full x64: router 0.500 ms CPU per token")
     assert "at most ~2,000 tokens/s through one router process (engine alone here: 2,000)" in line
+    # several router processes: their summed CPU carries n times one's share
+    rows[2]["router_instances"] = 2
+    (line,) = ceiling.router_caps(rows)
+    assert "0.500 ms CPU per token (its 2 processes' sum)" in line
+    assert "at most ~4,000 tokens/s through 2 router processes" in line
 
 
 def test_the_instant_llm_steps_every_request_to_its_max_tokens() -> None:

@@ -370,6 +370,7 @@ def test_the_gpu_repository_uses_upstreams_model(
         "router",
         "trtspec-repo.json",
     ]
+    assert [g.count for g in read_config(repo / "router" / "config.pbtxt").instance_group] == [1]
     llm = repo / "dt__llmapi"
     assert (llm / "1" / "helpers.py").read_text() == "# helpers.py\n"
     model_yaml = yaml.safe_load((llm / "1" / "model.yaml").read_text())
@@ -492,3 +493,25 @@ def test_the_stand_in_answers_as_the_pytorch_executor_does_with_stream_interval(
     for bad in (0, -1, True, "4", 1.5):
         with pytest.raises(LlmApiConfigError, match="m: stream_interval must be a positive"):
             stream_interval_of({"stream_interval": bad}, "m")
+
+
+def test_the_llmapi_router_runs_as_many_processes_as_the_spec_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = {
+        "name": "x",
+        "backend": "tensorrt_llm",
+        "flow": {"kind": "llmapi"},
+        "target": {"model": "org/target", "family": "llama", "max_batch_size": 16},
+        "router": {"instances": 4},
+    }
+    spec = parse_spec(data, "spec.yaml")
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    for name in llmapi_repo.UPSTREAM_FILES:
+        (upstream / name).write_text(f"# {name}\n")
+    monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(upstream))
+    repo = flow_for(spec).assemble(
+        spec, make_plan(spec), tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
+    )
+    assert [g.count for g in read_config(repo / "router" / "config.pbtxt").instance_group] == [4]

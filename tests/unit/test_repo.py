@@ -541,3 +541,17 @@ def test_parity_copy_gives_each_arm_its_own_shared_engine_models(built) -> None:
     assert check_repository(copy) == []
     # the source repository is untouched
     assert not (repo / "target_dte__arm2").exists()
+
+
+def test_router_instances_set_the_routers_instance_group(built) -> None:
+    from trtspec.spec.schema import Router
+
+    spec, plan, engines, output = built
+    one = parse(assemble(spec, plan, engines, output) / "router" / "config.pbtxt")
+    assert [(g.count, g.kind) for g in one.instance_group] == [(1, 2)]  # 2: KIND_CPU
+    three = spec.model_copy(update={"router": Router(instances=3)})
+    repo = assemble(three, plan, engines, output)
+    config = parse(repo / "router" / "config.pbtxt")
+    assert [(g.count, g.kind) for g in config.instance_group] == [(3, 2)]
+    # only the router: the other models keep theirs
+    assert [g.count for g in parse(repo / "baseline" / "config.pbtxt").instance_group] == [1]

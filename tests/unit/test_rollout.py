@@ -76,7 +76,12 @@ def test_the_log_rotates_at_its_size_and_keeps_its_backups(tmp_path: Path) -> No
         assert writer.write({"i": i, "pad": "x" * 40})
     writer.close()
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["requests.jsonl", "requests.jsonl.1", "requests.jsonl.2"]
+    assert files == [
+        "requests.jsonl",
+        "requests.jsonl.1",
+        "requests.jsonl.2",
+        "requests.jsonl.lock",
+    ]
     assert all((tmp_path / f).stat().st_size <= 4096 for f in files)
     got = [r["i"] for r in read_lines(path)]
     assert got == list(range(300 - len(got), 300))  # oldest first, the newest kept

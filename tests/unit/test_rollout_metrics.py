@@ -176,3 +176,28 @@ def test_a_lone_update_goes_out_as_it_came() -> None:
         ]
     finally:
         metrics.close()
+
+
+def test_several_router_processes_label_every_metric_with_their_instance() -> None:
+    # Two processes' families of one name share a Prometheus family in
+    # tritonserver; only distinct labels keep one's metric from being the
+    # other's (which the first to close would free).
+    pb = types.SimpleNamespace(MetricFamily=Family)
+    Family.calls, Family.gate = [], None
+    metrics = RouterMetrics(pb, extra_labels={"instance": "router_0_1"})
+    try:
+        metrics.inc("trtspec_requests_total", A)
+        metrics.set("trtspec_canary_percent", {"route": "r", "variant": "v"}, 5)
+        metrics.inc("trtspec_log_dropped_lines_total", {}, 2)
+        metrics.flush()
+        made = {(c[1], c[2]) for c in Family.calls if c[0] == "made"}
+        assert made == {
+            ("trtspec_requests_total", tuple(sorted({**A, "instance": "router_0_1"}.items()))),
+            (
+                "trtspec_canary_percent",
+                (("instance", "router_0_1"), ("route", "r"), ("variant", "v")),
+            ),
+            ("trtspec_log_dropped_lines_total", (("instance", "router_0_1"),)),
+        }
+    finally:
+        metrics.close()

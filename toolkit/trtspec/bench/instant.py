@@ -105,6 +105,7 @@ variants:
      max_draft_len: 4, num_draft_tokens: [3]}}
   - {{name: ngram, mode: ngram, max_draft_len: 4, max_matching_ngram_size: 2}}
 rollout: {{canary_percent: 100, fallback_variant: baseline}}
+router: {{instances: {instances}}}
 """
 
 
@@ -116,12 +117,14 @@ def instant_repository(
     max_batch_size: int = 128,
     name: str = "instant",
     stream_interval: int = 1,
+    router_instances: int = 1,
 ) -> Path:
     """Assemble, under ``root``, a repository of ``baseline``, a ``draft``
     (draft_model, k=3) and an ``ngram`` variant whose engines are all the
     instant engine; ``model`` is a Hugging Face folder whose tokenizer the
     text models load (no weights are read); ``stream_interval`` is the
-    spec's ``flow.stream_interval``. Returns the repository folder."""
+    spec's ``flow.stream_interval``, ``router_instances`` its
+    ``router.instances``. Returns the repository folder."""
     from trtspec.plan import make_plan
     from trtspec.repo.assemble import assemble
     from trtspec.spec import load_spec
@@ -135,6 +138,7 @@ def instant_repository(
             model=Path(model).resolve(),
             batch=max_batch_size,
             interval=int(stream_interval),
+            instances=int(router_instances),
         ),
         encoding="utf-8",
     )
@@ -191,6 +195,7 @@ target: {{model: {model}, family: llama, dtype: float32, max_batch_size: {batch}
          max_input_len: 1024, max_seq_len: 2048, max_num_tokens: 8192}}
 variants: []
 rollout: {{canary_percent: 100, fallback_variant: baseline}}
+router: {{instances: {instances}}}
 """
 
 
@@ -202,6 +207,7 @@ def instant_llmapi_repository(
     stream_interval: int = 1,
     max_batch_size: int = 128,
     name: str = "instant-llmapi",
+    router_instances: int = 1,
 ) -> Path:
     """Assemble, under ``root``, a baseline-only ``flow: llmapi`` repository
     (``stream_interval`` as the LLM argument) whose ``baseline__llmapi``
@@ -219,6 +225,7 @@ def instant_llmapi_repository(
             model=Path(model).resolve(),
             batch=max_batch_size,
             interval=stream_interval,
+            instances=int(router_instances),
         ),
         encoding="utf-8",
     )

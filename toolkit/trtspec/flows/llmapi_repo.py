@@ -164,6 +164,7 @@ def write_tree(
         backend="python",
         max_batch_size=0,
         decoupled=True,
+        instances=int(spec.router.instances),  # as the engine flow's (assemble.py)
         inputs=ORCHESTRATOR_INPUTS,
         outputs=ORCHESTRATOR_OUTPUTS,
         parameters={

@@ -409,6 +409,9 @@ def write_tree(
         backend="python",
         max_batch_size=0,
         decoupled=True,
+        # several router processes share their state (router.py: in-flight
+        # counts, request log, metrics labelled by instance)
+        instances=int(spec.router.instances),
         inputs=ORCHESTRATOR_INPUTS,
         outputs=ORCHESTRATOR_OUTPUTS,
         parameters={

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,7 +299,7 @@ class InFlight:
         import threading
 
         self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, int] = {}  # this process's own
 
     @staticmethod
     def _limited(table: RoutingTable, route: str | None, choice: Choice) -> str | None:
@@ -310,6 +312,13 @@ class InFlight:
             return None
         return route
 
+    @contextmanager
+    def _elsewhere(self, write: bool) -> Iterator[dict[str, int]]:
+        """Per route, what other router processes have in flight, for the
+        time of one look (``write``: and change) at the counts, under
+        ``_lock``; none here: this counter sees only its own process."""
+        yield {}
+
     def admit(self, table: RoutingTable, route: str | None, choice: Choice) -> Choice:
         """``choice``, or its fallback while the route's variant already serves
         ``max_concurrency`` requests, with the draft length its schedule gives
@@ -319,11 +328,12 @@ class InFlight:
         if key is None:
             return choice
         rule = table.routes[key]
-        with self._lock:
-            current = self._counts.get(key, 0)
+        with self._lock, self._elsewhere(write=True) as others:
+            own = self._counts.get(key, 0)
+            current = others.get(key, 0) + own
             if rule.max_concurrency is not None and current >= rule.max_concurrency:
                 return Choice(choice.fallback_variant, choice.fallback_variant, None, canary=False)
-            self._counts[key] = current + 1
+            self._counts[key] = own + 1
         if rule.draft_len_schedule:
             return Choice(
                 choice.variant, choice.fallback_variant, rule.draft_len_at(current + 1), True
@@ -333,9 +343,9 @@ class InFlight:
     def release(self, table: RoutingTable, route: str | None, choice: Choice) -> None:
         key = self._limited(table, route, choice)
         if key is not None:
-            with self._lock:
+            with self._lock, self._elsewhere(write=True):
                 self._counts[key] = max(0, self._counts.get(key, 0) - 1)
 
     def count(self, route: str) -> int:
-        with self._lock:
-            return self._counts.get(route, 0)
+        with self._lock, self._elsewhere(write=False) as others:
+            return others.get(route, 0) + self._counts.get(route, 0)

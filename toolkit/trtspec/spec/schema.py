@@ -440,6 +440,22 @@ class Rollout(_Strict):
         return steps
 
 
+class Router(_Strict):
+    instances: int = Field(
+        default=1,
+        ge=1,
+        le=32,
+        description="Router processes (the router model's Triton instance_group count). "
+        "Every streamed token of every request passes through one of them, and one Python "
+        "process relays a few thousand tokens a second (benchmarks/ceiling.py prints that "
+        "ceiling): where cores are free (a GPU host serving more), more instances raise it; "
+        "measure with ceiling.py --router-instances. They share the routes' max_concurrency "
+        "and draft-length schedules, the request log and the metrics (label `instance`); "
+        "each judges its own share of a canary's live window. On a two-core CPU they only "
+        "add contention: keep 1.",
+    )
+
+
 class Spec(_Strict):
     name: str = Field(
         pattern=r"^[a-z0-9][a-z0-9._-]*$",
@@ -472,6 +488,7 @@ class Spec(_Strict):
     rollout: Rollout = Field(
         default_factory=Rollout, description="Router defaults before a benchmark decides."
     )
+    router: Router = Field(default_factory=Router, description="How the router model is served.")
 
     _source_path: Path | None = PrivateAttr(None)
     _warnings: list[str] = PrivateAttr(default_factory=list)

@@ -101,13 +101,22 @@ class Live:
         table: RoutingTable,
         pb_utils: Any,
         config: st.RolloutConfig | None = None,
+        *,
+        instance: str | None = None,
     ) -> None:
+        """``instance``: this router process's name when the server runs
+        several (each metric then carries it as the label ``instance``, and
+        the live windows hold the requests this process served)."""
         self.pb = pb_utils
         self.config = config or st.RolloutConfig.load(router_dir)
         self.folder = st.rollout_dir(router_dir)
         self.routing_path = Path(routing_path)
         self.watcher = st.StateWatcher(table, routing_path, self.folder, warn=self._warn)
-        self.metrics = RouterMetrics(pb_utils, warn=self._warn)
+        self.metrics = RouterMetrics(
+            pb_utils,
+            warn=self._warn,
+            extra_labels={"instance": instance} if instance else None,
+        )
         log = self.config.log
         self.writer: LineWriter | None = None
         self.golden_writer: LineWriter | None = None

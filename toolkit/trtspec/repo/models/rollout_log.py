@@ -4,12 +4,25 @@ disk never holds a request (a full queue drops the line and counts it in
 ``dropped``). To a size-bounded rotating file (``requests.jsonl``, rotated to
 ``.1`` … ``.backups``) or to stdout (a container's log collector). The
 prompt's text is never logged unless the rollout's ``log.prompts`` asks
-(then as ``prompt``, after the fixed fields). Stdlib-only.
+(then as ``prompt``, after the fixed fields). Stdlib-only (POSIX).
+
+Several router processes (Triton's ``instance_group { count: N }``) may each
+hold a ``LineWriter`` on the same file. Each one gathers the lines it has at
+hand into a batch of whole lines and appends it with a single ``os.write``
+on an ``O_APPEND`` descriptor, while holding an ``flock`` on ``<name>.lock``
+next to the log. Under that lock it first reopens the path if another
+process rotated it away, then rotates itself when the batch would not fit.
+So no line is ever torn or mixed with another process's line, only one
+process rotates at a time, no process appends to a file already rotated
+away, every file stays within ``max_bytes`` (unless one line alone is
+longer), and with enough ``backups`` no line is lost. The lock dies with
+its process, so a crashed router never blocks the others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import queue
@@ -43,6 +56,8 @@ FIELDS = (
 OPTIONAL_FIELDS = ("prompt",)
 TIME_FIELD = "time"
 
+# The most bytes one batch gathers (one write, one lock hold).
+BATCH_BYTES = 64 * 1024
 _STOP = object()
 
 
@@ -65,8 +80,10 @@ class LineWriter:
         self.dropped = 0
         self.written = 0
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
-        self._file: Any = None
-        self._size = 0
+        # A batch that fits max_bytes keeps every file within it.
+        self._batch = BATCH_BYTES if path is None else min(BATCH_BYTES, max_bytes)
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._run, name="trtspec-log", daemon=True)
@@ -96,53 +113,107 @@ class LineWriter:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                break
-            if isinstance(item, threading.Event):
-                self._flush_out()
-                item.set()
-                continue
-            try:
-                line = json.dumps(item, separators=(",", ":"), default=str) + "\n"
-                self._emit(line)
-                self.written += 1
-                if self._queue.empty():
-                    self._flush_out()
-            except (OSError, ValueError, TypeError) as exc:
-                self.dropped += 1
-                print(f"trtspec request log: {exc}", file=sys.stderr)
-        self._flush_out()
-        if self._file is not None:
-            self._file.close()
+        held: str | None = None  # the line that did not fit the last batch
+        stop = False
+        while not stop:
+            lines = [held] if held is not None else []
+            size = len(held) if held is not None else 0
+            held = None
+            done: list[threading.Event] = []
+            item = self._take() if lines else self._queue.get()
+            while item is not None:
+                if item is _STOP:
+                    stop = True
+                    break
+                if isinstance(item, threading.Event):
+                    done.append(item)
+                elif (line := self._line(item)) is not None:
+                    if lines and size + len(line) > self._batch:
+                        held = line
+                        break
+                    lines.append(line)
+                    size += len(line)
+                item = self._take()
+            if lines:
+                self._write(lines)
+            for event in done:
+                event.set()
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
 
-    def _flush_out(self) -> None:
+    def _take(self) -> Any:
+        """The next queued item, or None when the queue is empty right now."""
         try:
-            if self._file is not None:
-                self._file.flush()
-            elif self.stream is not None:
-                self.stream.flush()
-        except (OSError, ValueError):
-            pass
+            return self._queue.get_nowait()
+        except queue.Empty:
+            return None
 
-    def _emit(self, line: str) -> None:
+    def _line(self, record: Any) -> str | None:
+        """One JSON line (ASCII, so its length is its size in bytes); None,
+        counted in ``dropped``, when the record cannot be written as JSON."""
+        try:
+            return json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        except (ValueError, TypeError) as exc:
+            self.dropped += 1
+            print(f"trtspec request log: {exc}", file=sys.stderr)
+            return None
+
+    def _write(self, lines: list[str]) -> None:
+        try:
+            self._emit("".join(lines))
+            self.written += len(lines)
+        except (OSError, ValueError, TypeError) as exc:
+            self.dropped += len(lines)
+            print(f"trtspec request log: {exc}", file=sys.stderr)
         if self.path is None:
-            (self.stream or sys.stdout).write(line)
-            return
-        data = line.encode("utf-8")
-        if self._file is None:
-            self._file = open(self.path, "ab")  # noqa: SIM115 (kept open; closed in _run)
-            self._size = self._file.tell()
-        if self._size and self._size + len(data) > self.max_bytes:
-            self._rotate()
-        self._file.write(data)
-        self._size += len(data)
+            with contextlib.suppress(OSError, ValueError):
+                (self.stream or sys.stdout).flush()
 
-    def _rotate(self) -> None:
+    def _emit(self, text: str) -> None:
+        """Append whole lines: one write, under the lock shared by every
+        process writing this path."""
+        if self.path is None:
+            (self.stream or sys.stdout).write(text)
+            return
+        data = memoryview(text.encode("utf-8"))
+        if self._lock_fd is None:
+            lock = self.path.with_name(self.path.name + ".lock")
+            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            fd = self._current()
+            size = os.fstat(fd).st_size
+            if size and size + len(data) > self.max_bytes:
+                fd = self._rotate()
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _current(self) -> int:
+        """The open file, reopened when the path no longer names it (another
+        process rotated it away, or it was removed)."""
         assert self.path is not None
-        self._file.close()
-        self._file = None
+        if self._fd is not None:
+            mine = os.fstat(self._fd)
+            try:
+                now = os.stat(self.path)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev):
+                return self._fd
+            os.close(self._fd)
+            self._fd = None
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._fd
+
+    def _rotate(self) -> int:
+        """Shift ``path`` → ``.1`` → … ``.backups`` (the oldest falls off); the
+        caller holds the lock, so no other process rotates at the same time."""
+        assert self.path is not None and self._fd is not None
+        os.close(self._fd)
+        self._fd = None
         if self.backups > 0:
             for i in range(self.backups - 1, 0, -1):
                 older = self.path.with_name(f"{self.path.name}.{i}")
@@ -151,12 +222,11 @@ class LineWriter:
             os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink(missing_ok=True)
-        self._file = open(self.path, "ab")  # noqa: SIM115
-        self._size = 0
+        return self._current()
 
 
 def log_files(path: Path) -> list[Path]:
-    """``path`` and its rotated copies, oldest first."""
+    """``path`` and its rotated copies, oldest first (not ``<name>.lock``)."""
     path = Path(path)
     rotated = sorted(
         (p for p in path.parent.glob(path.name + ".*") if p.suffix[1:].isdigit()),

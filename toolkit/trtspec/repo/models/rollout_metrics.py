@@ -159,7 +159,20 @@ class RouterMetrics:
     stub's module) so this imports nothing from Triton; ``enabled`` is False
     without the API (or with TRTSPEC_ROUTER_METRICS=0)."""
 
-    def __init__(self, pb_utils: Any, warn: Any = None, queue_size: int = 100000) -> None:
+    def __init__(
+        self,
+        pb_utils: Any,
+        warn: Any = None,
+        queue_size: int = 100000,
+        extra_labels: dict[str, str] | None = None,
+    ) -> None:
+        # Added to every metric's labels: ``instance`` when several router
+        # processes serve. Two processes creating a family of one name get
+        # the same Prometheus family (Triton core r24.10 metric_family.cc:
+        # prometheus-cpp's registry merges), and with equal labels the same
+        # child, which the first process to delete its metric (close) would
+        # free under the other; distinct labels keep the children apart.
+        self._extra = dict(extra_labels or {})
         self._pb = pb_utils
         self._metrics: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         self.families: dict[str, Any] = {}
@@ -193,7 +206,7 @@ class RouterMetrics:
         key = (name, tuple(sorted(labels.items())))
         metric = self._metrics.get(key)
         if metric is None:
-            metric = self.families[name].Metric(labels=labels)
+            metric = self.families[name].Metric(labels={**labels, **self._extra})
             self._metrics[key] = metric
         return metric
 

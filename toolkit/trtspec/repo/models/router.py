@@ -33,6 +33,7 @@ over BLS.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ from trtspec.health import is_down
 from trtspec.limits import check_sampling, decode_text
 from trtspec.procutil import skip_interpreter_teardown, unique_id
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.repo.in_flight import SharedInFlight
 from trtspec.repo.models.inprocess import InProcessVariants
 from trtspec.repo.models.protocol import (
     callee_error,
@@ -116,6 +118,17 @@ def check_inputs(inputs: dict[str, np.ndarray]) -> None:
     )
 
 
+def instance_names(config: dict[str, Any]) -> list[str]:
+    """The names Triton gives the instances of a model whose config (as the
+    stub's ``args["model_config"]`` JSON) is ``config``: ``<group>_<i>`` for
+    each ``instance_group`` (its ``name``, else ``<model>_<index>``)."""
+    names = []
+    for index, group in enumerate(config.get("instance_group") or [{}]):
+        name = group.get("name") or f"{config.get('name', 'router')}_{index}"
+        names += [f"{name}_{i}" for i in range(int(group.get("count", 1) or 1))]
+    return names
+
+
 def server_side(exc: BaseException) -> bool:
     """Whether a variant's failure is the server's (worth the fallback) rather
     than the client's bad input or cancel (which the fallback cannot fix)."""
@@ -128,16 +141,40 @@ class TritonPythonModel:
         params = string_params(config)
         routing_file = params.get("routing_file") or "routing.json"
         self.table = load_routing(Path(args["model_repository"]) / routing_file)
+        # Several router processes (instance_group count > 1, spec
+        # `router.instances`) share one server's limits: the in-flight counts
+        # live in a file (trtspec.repo.in_flight), the request log takes
+        # lines from all of them, each metric carries its process's label.
+        slots = instance_names(config)
+        instance = args.get("model_instance_name") or ""
+        shared = len(slots) > 1
         self.live = Live(
             Path(args["model_repository"]),
             Path(args["model_repository"]) / routing_file,
             self.table,
             pb_utils,
+            instance=instance if shared else None,
         )
         self.variants = {v for v in params.get("variants", "").split(",") if v}
         self._requests = RequestThreads()
         self._streams = BlsStreams()
         self._in_flight = InFlight()
+        if shared:
+            try:
+                self.live.folder.mkdir(parents=True, exist_ok=True)
+                self._in_flight = SharedInFlight(
+                    self.live.folder, instance, slots, key=os.getppid()
+                )
+                pb_utils.Logger.log_info(
+                    f"router: instance {instance} of {len(slots)}; in-flight counts shared "
+                    f"in {self.live.folder}"
+                )
+            except OSError as exc:  # each process then limits its own share
+                pb_utils.Logger.log_warn(
+                    f"router: instance {instance} of {len(slots)}: cannot share in-flight "
+                    f"counts in {self.live.folder} ({exc}); max_concurrency and draft-length "
+                    "schedules count this process's requests only"
+                )
         # in_process_variants: the first try runs in this process (inprocess.py)
         self._inprocess = (
             InProcessVariants(Path(args["model_repository"]).parent)
@@ -326,6 +363,8 @@ class TritonPythonModel:
         self._requests.join()
         self._streams.close()
         self.live.close()
+        if isinstance(self._in_flight, SharedInFlight):
+            self._in_flight.close()
         if self._inprocess is not None:
             self._inprocess.close()
         skip_interpreter_teardown()  # the stub's exit counts in the server's stop time

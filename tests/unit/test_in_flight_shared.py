@@ -1,0 +1,179 @@
+"""``SharedInFlight``: the router's in-flight counts summed over the router
+processes of one server through a small locked file, so a route's
+``max_concurrency`` and ``draft_len_schedule`` hold across all of them."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trtspec.repo.in_flight import SharedInFlight
+from trtspec.repo.routing import Choice, choose, parse_routing
+
+ROUTES = {
+    "routes": {
+        "code": {"variant": "ngram", "max_concurrency": 3},
+        "rag": {"variant": "ngram", "draft_len_schedule": {"1": 4, "3": 2}},
+    }
+}
+TABLE = parse_routing(ROUTES)
+SLOTS = ["router_0_0", "router_0_1"]
+
+
+def admit(flight: SharedInFlight, route: str, request_id: str = "r") -> Choice:
+    return flight.admit(TABLE, route, choose(TABLE, route, request_id))
+
+
+def pair(folder: Path, key: int | str = "run") -> tuple[SharedInFlight, SharedInFlight]:
+    return SharedInFlight(folder, SLOTS[0], SLOTS, key), SharedInFlight(
+        folder, SLOTS[1], SLOTS, key
+    )
+
+
+def test_two_processes_slots_share_the_limit(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    first = [admit(a, "code"), admit(a, "code"), admit(b, "code")]
+    assert [c.variant for c in first] == ["ngram"] * 3
+    assert admit(b, "code").variant == "baseline"  # the 4th across both
+    assert admit(a, "code").variant == "baseline"
+    assert a.count("code") == b.count("code") == 3
+    a.release(TABLE, "code", first[0])  # a release on either frees a place
+    assert b.count("code") == 2
+    again = admit(b, "code")
+    assert again.variant == "ngram"
+    for flight, choice in ((a, first[1]), (b, first[2]), (b, again)):
+        flight.release(TABLE, "code", choice)
+    assert a.count("code") == b.count("code") == 0
+    assert json.loads((tmp_path / "in_flight.run.json").read_text()) == {s: {} for s in SLOTS}
+    a.close()
+    b.close()
+
+
+def _hammer(folder: str, slot: str, *, start: Any, live: Any, peak: Any, fell: Any) -> None:
+    """300 admit/release pairs on 3 threads, holding each admitted request
+    briefly; ``live``/``peak`` count what was admitted across processes (an
+    unlocked file loses updates: then they pass the limit)."""
+    flight = SharedInFlight(Path(folder), slot, SLOTS, "run")
+    start.wait()
+
+    def worker(n: int) -> None:
+        for i in range(100):
+            choice = admit(flight, "code", f"{slot}-{n}-{i}")
+            if not choice.canary:
+                with fell.get_lock():
+                    fell.value += 1
+                continue
+            with live.get_lock():
+                live.value += 1
+                peak.value = max(peak.value, live.value)
+            time.sleep(0)  # hold it: the other threads run (longer holds race less)
+            with live.get_lock():
+                live.value -= 1
+            flight.release(TABLE, "code", choice)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flight.close()
+
+
+def test_processes_hammering_never_exceed_the_limit(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(2)
+    live, peak, fell = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Value("i", 0)
+    procs = [
+        ctx.Process(
+            target=_hammer,
+            args=(str(tmp_path), slot),
+            kwargs={"start": start, "live": live, "peak": peak, "fell": fell},
+        )
+        for slot in SLOTS
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=30)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert peak.value == 3  # reached, never passed
+    assert fell.value > 0  # 6 threads contended for 3 places
+    counts = json.loads((tmp_path / "in_flight.run.json").read_text())
+    assert counts == {s: {} for s in SLOTS}
+
+
+def test_draft_length_follows_the_summed_count(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    choices = [admit(flight, "rag") for flight in (a, b, a, b)]
+    assert [c.num_draft_tokens for c in choices] == [4, 4, 2, 2]
+    assert b.count("rag") == 4
+    a.release(TABLE, "rag", choices[0])
+    a.release(TABLE, "rag", choices[2])
+    assert admit(b, "rag").num_draft_tokens == 2  # 3 in flight: a's two are gone
+    b.release(TABLE, "rag", choices[1])
+    assert admit(a, "rag").num_draft_tokens == 2
+    a.close()
+    b.close()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_new_process_resets_its_slot_and_drops_stale_slots_and_files(tmp_path: Path) -> None:
+    key, gone = _dead_pid(), _dead_pid()  # its own file is kept even so
+    path = tmp_path / f"in_flight.{key}.json"
+    stale = {"router_0_0": {"code": 2}, "router_0_1": {"code": 1}, "router_9_9": {"code": 5}}
+    path.write_text(json.dumps(stale))
+    leftovers = {name: tmp_path / f"in_flight.{name}.json" for name in (gone, os.getpid(), "x")}
+    for file in leftovers.values():
+        file.write_text("{}")
+    flight = SharedInFlight(tmp_path, "router_0_0", SLOTS, key)
+    assert flight.count("code") == 1  # the replaced process's 2 and router_9_9's 5 are gone
+    assert json.loads(path.read_text()) == {"router_0_0": {}, "router_0_1": {"code": 1}}
+    assert not leftovers[gone].exists()
+    assert leftovers[os.getpid()].exists()  # a live pid's
+    assert leftovers["x"].exists()  # not a pid
+    flight.close()
+
+
+@pytest.mark.parametrize(
+    "content", [b"{not json", b"\xff\xfe", b"[1, 2]", b'{"router_0_1": {"code": "many"}}']
+)
+def test_a_corrupt_file_counts_as_empty(tmp_path: Path, content: bytes) -> None:
+    a, b = pair(tmp_path)
+    (tmp_path / "in_flight.run.json").write_bytes(content)
+    assert b.count("code") == 0
+    assert [admit(a, "code").variant for _ in range(4)] == ["ngram"] * 3 + ["baseline"]
+    assert b.count("code") == 3  # and the file is whole again
+    a.close()
+    b.close()
+
+
+def test_a_failing_file_falls_back_to_own_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = pair(tmp_path)
+    held = [admit(b, "code"), admit(b, "code")]
+
+    def refuse(*_: Any) -> None:
+        raise OSError("no locks here")
+
+    monkeypatch.setattr("trtspec.repo.in_flight.fcntl.flock", refuse)
+    assert [admit(a, "code").variant for _ in range(4)] == ["ngram"] * 3 + ["baseline"]
+    a.release(TABLE, "code", held[0])  # never raises
+    assert a.count("code") == 2
+    monkeypatch.undo()
+    assert a.count("code") == 4  # b's 2 from the file, a's own 2 (its writes failed)
+    a.close()
+    b.close()

@@ -339,6 +339,15 @@ def test_a_bad_generated_file_fails_before_any_step(
 
 
 # --------------------------------------------------------------- repository
+def _fake_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-ins for the llmapi model files a GPU repository copies."""
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    for name in llmapi_repo.UPSTREAM_FILES:
+        (upstream / name).write_text(f"# {name}\n")
+    monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(upstream))
+
+
 def test_the_gpu_repository_uses_upstreams_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,11 +361,7 @@ def test_the_gpu_repository_uses_upstreams_model(
     assert "TensorRT-LLM's llmapi Triton model (model.py, helpers.py) not found" in str(
         info.value.message
     )
-    upstream = tmp_path / "upstream"
-    upstream.mkdir()
-    for name in llmapi_repo.UPSTREAM_FILES:
-        (upstream / name).write_text(f"# {name}\n")
-    monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(upstream))
+    _fake_upstream(tmp_path, monkeypatch)
     repo = flow_for(spec).assemble(
         spec, plan, tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
     )
@@ -506,11 +511,7 @@ def test_the_llmapi_router_runs_as_many_processes_as_the_spec_says(
         "router": {"instances": 4},
     }
     spec = parse_spec(data, "spec.yaml")
-    upstream = tmp_path / "upstream"
-    upstream.mkdir()
-    for name in llmapi_repo.UPSTREAM_FILES:
-        (upstream / name).write_text(f"# {name}\n")
-    monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(upstream))
+    _fake_upstream(tmp_path, monkeypatch)
     repo = flow_for(spec).assemble(
         spec, make_plan(spec), tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
     )

@@ -27,7 +27,9 @@ as that error. A variant the stub watchdog marked down (its stub died;
 ``in_process_variants`` (what ``trtspec repo`` writes) the first try runs the
 variant's generation in this process (``inprocess.py``) under the same
 deadline, tracking, cancellation and fallback rules; the fallback retry goes
-over BLS.
+over BLS. With ``router.instances`` > 1 Triton runs several router processes:
+they count a route's in-flight requests together (``trtspec.repo.in_flight``),
+append to one request log and label their metrics with ``instance``.
 """
 
 from __future__ import annotations

@@ -434,11 +434,15 @@ def router_caps(rows: list[dict[str, Any]]) -> list[str]:
             setting = f" si {si}"
             n = int(top.get("router_instances", 1))
             if ms:
-                # the CPU of n processes, each carrying 1/n of the tokens
+                # the CPU of n processes, each carrying 1/n of the tokens; it
+                # holds at this cell's tokens per response (a saturated router
+                # coalesces what queued up: docs/internals.md §6, seventh round)
                 each = f" (its {n} processes' sum)" if n > 1 else ""
+                per = top["tok_s"] / top["resp_s"] if top.get("resp_s") else None
+                at = f", at {per:.1f} tokens a response" if per else ""
                 out.append(
                     f"{step:g} ms{setting} {layer} x{top['level']}: {model} {ms:.3f} ms CPU per "
-                    f"token{each} -> at most ~{n * 1000 / ms:,.0f} tokens/s through "
+                    f"token{each}{at} -> at most ~{n * 1000 / ms:,.0f} tokens/s through "
                     f"{n if n > 1 else 'one'} {model} process{'es' if n > 1 else ''} "
                     f"(engine alone here: {engine_tok_s(rows, step, top['level'], si):,.0f})"
                 )

@@ -143,10 +143,11 @@ def test_ceiling_names_one_router_processs_ceiling() -> None:
     (line,) = ceiling.router_caps(rows)
     assert line.startswith("8 ms si 1 full x64: router 0.500 ms CPU per token")
     assert "at most ~2,000 tokens/s through one router process (engine alone here: 2,000)" in line
-    # several router processes: their summed CPU carries n times one's share
-    rows[2]["router_instances"] = 2
+    # several router processes: their summed CPU carries n times one's share;
+    # the tokens a response carried are named when the row has them
+    rows[2].update(router_instances=2, tok_s=3000.0, resp_s=1000.0)
     (line,) = ceiling.router_caps(rows)
-    assert "0.500 ms CPU per token (its 2 processes' sum)" in line
+    assert "0.500 ms CPU per token (its 2 processes' sum), at 3.0 tokens a response" in line
     assert "at most ~4,000 tokens/s through 2 router processes" in line
 
 

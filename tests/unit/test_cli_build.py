@@ -234,3 +234,38 @@ def test_reference_build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Pa
     info = json.loads(res.stdout)
     assert info["speculative_decoding_mode"] == 2 and info["max_draft_len"] == 4
     assert info["manifest"]["steps"] == ["reference:target_dte"]
+
+
+def test_an_unknown_key_in_any_section_lists_the_sections_keys(tmp_path: Path) -> None:
+    # every nested section of the schema is known to the checks, so a typo
+    # anywhere names the keys that section allows (router and rollout.log
+    # once listed none)
+    import typing
+
+    from pydantic import BaseModel
+
+    from trtspec.spec.checks import _SECTIONS
+    from trtspec.spec.schema import Spec
+
+    def sections(model: type[BaseModel], path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = []
+        for name, field in model.model_fields.items():
+            kind = field.annotation
+            args = typing.get_args(kind)
+            if typing.get_origin(kind) is dict and args:
+                kind, step = args[-1], (name, "*")
+            else:
+                step = (name,)
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                found += [(*path, *step), *sections(kind, (*path, *step))]
+        return found
+
+    missing = [p for p in sections(Spec, ()) if p not in _SECTIONS]
+    assert not missing, missing
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: x\ntarget: {model: org/m, family: llama}\nrouter: {processes: 2}\n")
+    res = run("validate", str(spec))
+    assert res.exit_code == 1
+    assert "router.processes: unknown key 'processes'; remove it; allowed keys: instances" in (
+        res.stderr
+    )

@@ -30,7 +30,9 @@ from trtspec.spec.schema import (
     Objectives,
     Quantization,
     Rollout,
+    RolloutLog,
     Route,
+    Router,
     Spec,
     Stack,
     Target,
@@ -52,6 +54,8 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("bench", "decision", "objectives"): Objectives,
     ("bench", "external", "*"): ExternalArm,
     ("rollout",): Rollout,
+    ("rollout", "log"): RolloutLog,
+    ("router",): Router,
 }
 
 

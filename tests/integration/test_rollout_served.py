@@ -41,6 +41,7 @@ from click.testing import CliRunner
 
 from trtspec.bench.client import Arm, Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
+from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
 from trtspec.repo import rollout_state as st
 from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, read_lines
@@ -257,21 +258,14 @@ def test_default_canary_share_log_and_metrics(served) -> None:
     assert percents and {value for _, value in percents} == {5.0}, percents
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)$")
-
-
 def _series(page: str, name: str, labels: dict[str, str]) -> list[tuple[dict[str, str], float]]:
     """(labels, value) of every sample of ``name`` on a /metrics page whose
     labels include ``labels``."""
-    out = []
-    for line in page.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None or match.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
-        if all(have.get(k) == v for k, v in labels.items()):
-            out.append((have, float(match.group(3))))
-    return out
+    return [
+        (have, value)
+        for sample, have, value in parse_prometheus(page)
+        if sample == name and all(have.get(k) == v for k, v in labels.items())
+    ]
 
 
 def _total(page: str, name: str, labels: dict[str, str]) -> float:

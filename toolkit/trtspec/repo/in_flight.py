@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from trtspec.procutil import pid_alive
 from trtspec.repo.routing import InFlight
 
 Slots = dict[str, dict[str, int]]
@@ -111,10 +112,6 @@ def _remove_dead(folder: Path, current: Path) -> None:
         match = _FILE.fullmatch(path.name)
         if match is None or path == current:
             continue
-        try:
-            os.kill(int(match[1]), 0)
-        except ProcessLookupError:
+        if not pid_alive(int(match[1])):  # another user's live pid counts as alive
             with suppress(OSError):
                 path.unlink()
-        except OSError:  # PermissionError: alive, another user's
-            pass

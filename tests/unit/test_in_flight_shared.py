@@ -33,9 +33,14 @@ def admit(flight: SharedInFlight, route: str, request_id: str = "r") -> Choice:
 
 
 def pair(folder: Path, key: int | str = "run") -> tuple[SharedInFlight, SharedInFlight]:
-    return SharedInFlight(folder, SLOTS[0], SLOTS, key), SharedInFlight(
-        folder, SLOTS[1], SLOTS, key
-    )
+    return SharedInFlight(folder, SLOTS[0], key), SharedInFlight(folder, SLOTS[1], key)
+
+
+def slots_in(path: Path) -> dict[str, dict[str, int]]:
+    """The file's slots by instance name (each is ``<instance>/<pid>``)."""
+    return {
+        slot.rpartition("/")[0]: counts for slot, counts in json.loads(path.read_text()).items()
+    }
 
 
 def test_two_processes_slots_share_the_limit(tmp_path: Path) -> None:
@@ -52,7 +57,7 @@ def test_two_processes_slots_share_the_limit(tmp_path: Path) -> None:
     for flight, choice in ((a, first[1]), (b, first[2]), (b, again)):
         flight.release(TABLE, "code", choice)
     assert a.count("code") == b.count("code") == 0
-    assert json.loads((tmp_path / "in_flight.run.json").read_text()) == {s: {} for s in SLOTS}
+    assert slots_in(tmp_path / "in_flight.run.json") == {s: {} for s in SLOTS}
     a.close()
     b.close()
 
@@ -61,7 +66,7 @@ def _hammer(folder: str, slot: str, *, start: Any, live: Any, peak: Any, fell: A
     """300 admit/release pairs on 3 threads, holding each admitted request
     briefly; ``live``/``peak`` count what was admitted across processes (an
     unlocked file loses updates: then they pass the limit)."""
-    flight = SharedInFlight(Path(folder), slot, SLOTS, "run")
+    flight = SharedInFlight(Path(folder), slot, "run")
     start.wait()
 
     def worker(n: int) -> None:
@@ -106,8 +111,7 @@ def test_processes_hammering_never_exceed_the_limit(tmp_path: Path) -> None:
     assert [p.exitcode for p in procs] == [0, 0]
     assert peak.value == 3  # reached, never passed
     assert fell.value > 0  # 6 threads contended for 3 places
-    counts = json.loads((tmp_path / "in_flight.run.json").read_text())
-    assert counts == {s: {} for s in SLOTS}
+    assert slots_in(tmp_path / "in_flight.run.json") == {s: {} for s in SLOTS}
 
 
 def test_draft_length_follows_the_summed_count(tmp_path: Path) -> None:
@@ -130,21 +134,74 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_a_new_process_resets_its_slot_and_drops_stale_slots_and_files(tmp_path: Path) -> None:
-    key, gone = _dead_pid(), _dead_pid()  # its own file is kept even so
+def test_dead_processes_slots_and_old_files_are_dropped(tmp_path: Path) -> None:
+    key, gone, dead = _dead_pid(), _dead_pid(), _dead_pid()  # its own file is kept even so
     path = tmp_path / f"in_flight.{key}.json"
-    stale = {"router_0_0": {"code": 2}, "router_0_1": {"code": 1}, "router_9_9": {"code": 5}}
+    live = f"router_0_1/{os.getpid()}"
+    stale = {
+        f"router_0_0/{dead}": {"code": 2},  # a stub killed mid-request
+        live: {"code": 1},
+        "router_0_0": {"code": 5},  # no pid: not a slot this version writes
+        "router_0_0/x": {"code": 7},
+    }
     path.write_text(json.dumps(stale))
     leftovers = {name: tmp_path / f"in_flight.{name}.json" for name in (gone, os.getpid(), "x")}
     for file in leftovers.values():
         file.write_text("{}")
-    flight = SharedInFlight(tmp_path, "router_0_0", SLOTS, key)
-    assert flight.count("code") == 1  # the replaced process's 2 and router_9_9's 5 are gone
-    assert json.loads(path.read_text()) == {"router_0_0": {}, "router_0_1": {"code": 1}}
+    flight = SharedInFlight(tmp_path, "router_0_0", key)
+    assert flight.count("code") == 1  # only the live process's
+    assert json.loads(path.read_text()) == {f"router_0_0/{os.getpid()}": {}, live: {"code": 1}}
     assert not leftovers[gone].exists()
     assert leftovers[os.getpid()].exists()  # a live pid's
     assert leftovers["x"].exists()  # not a pid
     flight.close()
+
+
+def _old_instance(folder: str, held: Any, go: Any) -> None:
+    """An instance that holds two requests of a limited route, then ends
+    without releasing them (killed mid-request)."""
+    flight = SharedInFlight(Path(folder), SLOTS[0], "run")
+    admit(flight, "code", "old-1")
+    admit(flight, "code", "old-2")
+    held.set()
+    go.wait(30)
+    os._exit(0)
+
+
+def test_a_reloaded_instance_of_the_same_name_counts_apart_from_the_draining_one(
+    tmp_path: Path,
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    held, go = ctx.Event(), ctx.Event()
+    old = ctx.Process(target=_old_instance, args=(str(tmp_path), held, go))
+    old.start()
+    try:
+        assert held.wait(60)
+        new = SharedInFlight(tmp_path, SLOTS[0], "run")  # the name Triton reuses
+        assert new.count("code") == 2  # the draining process's requests still count
+        assert admit(new, "code").variant == "ngram"
+        assert admit(new, "code").variant == "baseline"  # 3 across both
+    finally:
+        go.set()
+        old.join(timeout=30)
+    assert old.exitcode == 0
+    assert new.count("code") == 1  # the ended process's slot is gone
+    assert admit(new, "code").variant == "ngram"
+    new.close()
+
+
+def test_a_turned_away_request_writes_nothing(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    for _ in range(3):
+        admit(a, "code")
+    path = tmp_path / "in_flight.run.json"
+    before = path.stat().st_mtime_ns, path.read_bytes()
+    os.utime(path, ns=(0, 0))
+    assert [admit(b, "code").variant for _ in range(5)] == ["baseline"] * 5
+    assert path.stat().st_mtime_ns == 0, "a refused admit rewrote the file"
+    assert path.read_bytes() == before[1]
+    a.close()
+    b.close()
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,19 @@ what the route's variant serves, not what one stub sends it: each stub's own
 count would let N times the limit through. So every stub keeps its counts in
 one small file per server run, ``in_flight.<key>.json`` (``key``: the
 tritonserver's pid), holding ``{slot: {route: count}}``, one slot per stub
-(its ``model_instance_name``), and the limit applies to their sum.
+process (``<model_instance_name>/<pid>``), and the limit applies to their sum.
 
-Cost: a ``flock`` and a read and write of that file (a few hundred bytes) at
-the admit and at the release of each limited request; other requests never
-touch it. Crash rule: a stub killed mid-request leaves its counts in its slot
-until the stub that replaces it starts and resets the slot.
+The pid in the slot's name matters at a model reload: Triton names the new
+instances as it named the old ones (``router_0_0``, ...) while the old ones
+still drain their requests, so a slot named by the instance alone would be
+shared by two processes overwriting each other's counts. A slot counts while
+its process lives; a dead process's slot (a stub killed mid-request, an old
+instance that drained) is dropped by whoever next writes the file.
+
+Cost: a ``flock``, a read of that file (a few hundred bytes) and one
+``kill(pid, 0)`` per other slot at the admit and at the release of each
+limited request, and a write when this process's counts changed (a request
+the limit turned away changes nothing); other requests never touch it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -40,23 +47,21 @@ class SharedInFlight(InFlight):
     to this process's own counts: this bookkeeping never fails a request.
     """
 
-    def __init__(self, folder: Path, slot: str, slots: Iterable[str], key: int | str) -> None:
+    def __init__(self, folder: Path, slot: str, key: int | str) -> None:
         super().__init__()
-        self._slot = slot
-        self._slots = {*slots, slot}  # the other names are stale: dropped
+        self._slot = f"{slot}/{os.getpid()}"
         self.path = Path(folder) / f"in_flight.{key}.json"
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        # a restarted stub must not inherit its predecessor's counts: writing
-        # this (new, empty) process's counts resets the slot
-        with self._lock, self._elsewhere(write=True):
+        # the first write names this process's slot and drops dead ones
+        with self._lock, self._elsewhere(write=True, force=True):
             pass
         _remove_dead(Path(folder), self.path)
 
     @contextmanager
-    def _elsewhere(self, write: bool) -> Iterator[dict[str, int]]:
+    def _elsewhere(self, write: bool, force: bool = False) -> Iterator[dict[str, int]]:
         """The other slots' sums per route, read with the file locked; on
-        ``write``, this process's counts are written into its slot before
-        the file is unlocked."""
+        ``write``, this process's counts, when they changed (``force``:
+        always), are written into its slot before the file is unlocked."""
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         except (OSError, ValueError):  # refused, or closed (fd -1): own counts only
@@ -68,8 +73,9 @@ class SharedInFlight(InFlight):
             for counts in slots.values():
                 for route, n in counts.items():
                     totals[route] = totals.get(route, 0) + n
+            before = dict(self._counts)
             yield totals
-            if write:
+            if write and (force or self._counts != before):
                 slots[self._slot] = {route: n for route, n in self._counts.items() if n}
                 data = json.dumps(slots, sort_keys=True, separators=(",", ":")).encode()
                 with suppress(OSError):
@@ -79,8 +85,9 @@ class SharedInFlight(InFlight):
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _read(self) -> Slots:
-        """The file's slots of this server's other routers, well-formed
-        counts only; a corrupt or unreadable file counts as empty."""
+        """The file's slots of this server's other live router processes,
+        well-formed counts only; a corrupt or unreadable file counts as
+        empty."""
         try:
             data = json.loads(os.pread(self._fd, os.fstat(self._fd).st_size, 0))
         except (OSError, ValueError):
@@ -94,7 +101,7 @@ class SharedInFlight(InFlight):
                 if isinstance(n, int) and not isinstance(n, bool) and n > 0
             }
             for slot, counts in data.items()
-            if slot in self._slots and slot != self._slot and isinstance(counts, dict)
+            if slot != self._slot and isinstance(counts, dict) and _live_slot(slot)
         }
 
     def close(self) -> None:
@@ -103,6 +110,14 @@ class SharedInFlight(InFlight):
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _live_slot(slot: str) -> bool:
+    """Whether ``<instance>/<pid>`` names a process that still exists (a pid
+    reused by another process keeps a slot until this server's run ends: its
+    file is per run)."""
+    _, _, pid = slot.rpartition("/")
+    return pid.isdigit() and 0 < int(pid) < 1 << 31 and pid_alive(int(pid))
 
 
 def _remove_dead(folder: Path, current: Path) -> None:

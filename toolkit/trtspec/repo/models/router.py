@@ -164,9 +164,7 @@ class TritonPythonModel:
         if shared:
             try:
                 self.live.folder.mkdir(parents=True, exist_ok=True)
-                self._in_flight = SharedInFlight(
-                    self.live.folder, instance, slots, key=os.getppid()
-                )
+                self._in_flight = SharedInFlight(self.live.folder, instance, key=os.getppid())
                 pb_utils.Logger.log_info(
                     f"router: instance {instance} of {len(slots)}; in-flight counts shared "
                     f"in {self.live.folder}"

@@ -165,6 +165,41 @@ def test_a_stub_that_exits_with_code_1_is_a_crash(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
 
 
+def test_stubs_found_dead_in_one_poll_cost_one_restart(tmp_path: Path) -> None:
+    """A kill of several stubs at once (the group, the OOM killer's round)
+    restarts the server once: the rest of that poll's deaths are covered by
+    it (before, each took the fresh server down again)."""
+    first = _spawn_stub(tmp_path, "import time\ntime.sleep(600)\n")
+    second = _spawn_stub(tmp_path, "import time\ntime.sleep(600)\n")
+    pids = [first, second]
+    try:
+        server = ThisProcess()
+        seen: list = []
+        for pid in pids:
+            _wait_until_seen(server, pid)
+        dog = StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not all(stubs_of(server.pid).get(p, Stub(0, "", False, None)).zombie for p in pids):
+            assert time.monotonic() < deadline, "the stand-in stubs did not die"
+            time.sleep(0.02)
+        found = dog.check()
+        assert sorted(i.pid for i in found) == sorted(pids)
+        assert server.restarts == 1
+        assert [i.action for i in found] == [
+            "tritonserver restarted on the same ports",
+            "recovered by the same tritonserver restart",
+        ]
+        assert all(i.recovered for i in found) and seen == found
+        assert found[1].message().startswith("the Python-backend stub of model 'router'")
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
 def test_a_stub_caught_on_its_way_out_keeps_its_signal(tmp_path: Path, monkeypatch) -> None:
     """A process that is exiting but not yet a zombie has an empty cmdline
     (its memory goes first) and a state that is not Z. A poll landing in that

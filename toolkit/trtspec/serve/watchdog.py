@@ -252,8 +252,16 @@ class StubWatchdog:
             if self._stop.is_set() and self._thread is not None:
                 return []
             found = self._find()
+            restarted = False
             for incident in found:
-                self._handle(incident)
+                if restarted and incident.kind in STUB_DEATHS:
+                    # Several stubs of one server found dead in one poll (a
+                    # kill of the group, the OOM killer's round): the restart
+                    # the first one caused replaced them all. Another restart
+                    # per stub would only take the server down again.
+                    self._covered(incident)
+                    continue
+                restarted = self._handle(incident) or restarted
             return found
 
     def _find(self) -> list[Incident]:
@@ -340,7 +348,9 @@ class StubWatchdog:
         cause = describe_wait_status(-code & 0x7F) if code < 0 else f"exited with code {code}"
         return [Incident("server_exit", None, pid, cause)]
 
-    def _handle(self, incident: Incident) -> None:
+    def _handle(self, incident: Incident) -> bool:
+        """Record, act on and report ``incident``; True when it restarted the server."""
+        restarted = False
         self.incidents.append(incident)
         variants = self.fallback.get(incident.model or "") if incident.kind in STUB_DEATHS else None
         if variants and self.server.poll() is None:
@@ -371,11 +381,23 @@ class StubWatchdog:
                 self.failed = exc
             else:
                 incident.action = "tritonserver restarted on the same ports"
-                incident.recovered = True
+                incident.recovered = restarted = True
                 self.down.clear()  # every variant is back (restart() cleared the marks)
                 self._server_pid, self._known = self.server.pid, {}
                 self._seed()
             incident.recovery_s = time.monotonic() - start
+        incident.done_ns = time.perf_counter_ns()
+        if self.on_incident is not None:
+            self.on_incident(incident)
+        return restarted
+
+    def _covered(self, incident: Incident) -> None:
+        """Record a stub death that the restart for an earlier incident of the
+        same poll already recovered from."""
+        self.incidents.append(incident)
+        incident.action = "recovered by the same tritonserver restart"
+        incident.recovered = True
+        incident.recovery_s = 0.0
         incident.done_ns = time.perf_counter_ns()
         if self.on_incident is not None:
             self.on_incident(incident)

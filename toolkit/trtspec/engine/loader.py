@@ -226,6 +226,10 @@ def load_target(config: EngineConfig) -> Any:
     # Float32 weights are packed on the decode thread count (see decode.py).
     with (
         _threads(1) if int8 else contextlib.nullcontext(),
+        # one float32 engine of this folder packs at a time (see one_packer)
+        one_packer(hf.parent.parent / shared_weights.FOLDER)
+        if not int8 and onednn_enabled()
+        else contextlib.nullcontext(),
         shared_weights.page_aligned_packing() if share else contextlib.nullcontext(),
     ):
         model, declined = None, ""
@@ -255,6 +259,54 @@ def load_target(config: EngineConfig) -> Any:
         else shared_weights.Shared(None, 0, why_not="off")
     )
     return model
+
+
+PACKING_LOCK = "packing.lock"
+PACKING_WAIT_S = 120.0  # then it packs anyway: a stuck peer never blocks a load
+
+
+@contextlib.contextmanager
+def one_packer(folder: Path, wait_s: float | None = None) -> Iterator[bool]:
+    """Hold ``folder/packing.lock`` (``flock``) for the block, so that the
+    engine stubs of one server starting together build and pack their float32
+    weights one after another; yields whether it holds the lock.
+
+    Why: packing runs on the decode thread count (oneDNN's parallel
+    regions), and several stubs doing it at once on few cores leave each
+    one's threads spinning at every region's barrier for a peer the kernel
+    descheduled. Measured on two cores, four demo targets loading at once:
+    3.1-3.4 CPU-s and ~4 s of packing each; one at a time: 2.3-2.6 CPU-s and
+    0.7-0.9 s each, all four done a second sooner. A single thread has no
+    barrier to spin at: it takes no lock. The lock goes with the process (a
+    crashed stub frees it); past ``wait_s`` or where the folder cannot be
+    written, the load packs without it (``wait_s``: ``PACKING_WAIT_S``)."""
+    import fcntl
+    import time
+
+    import torch
+
+    fd = -1
+    if torch.get_num_threads() > 1:
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / PACKING_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    held = False
+    try:
+        deadline = time.monotonic() + (PACKING_WAIT_S if wait_s is None else wait_s)
+        while fd >= 0 and not held:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+            except OSError:
+                break
+        yield held
+    finally:
+        if fd >= 0:
+            os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager

@@ -109,6 +109,7 @@ def test_an_engine_load_takes_the_folders_lock(
     until the bound) and then loads all the same."""
     from tests.fixtures.spec_checkpoints import build_engine
     from tests.fixtures.tiny_model import make_tiny_llama
+
     from trtspec.engine.decode import GenerationRequest, ReferenceEngine
 
     model = make_tiny_llama(tmp_path / "model", num_layers=1)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from trtspec.repo.in_flight import SharedInFlight
+from trtspec.repo import in_flight
+from trtspec.repo.in_flight import SharedInFlight, run_key
 from trtspec.repo.routing import Choice, choose, parse_routing
 
 ROUTES = {
@@ -58,7 +59,8 @@ def test_two_processes_slots_share_the_limit(tmp_path: Path) -> None:
         flight.release(TABLE, "code", choice)
     assert a.count("code") == b.count("code") == 0
     assert slots_in(tmp_path / "in_flight.run.json") == {s: {} for s in SLOTS}
-    a.close()
+    a.close()  # a closed process takes its slot out
+    assert slots_in(tmp_path / "in_flight.run.json") == {SLOTS[1]: {}}
     b.close()
 
 
@@ -111,7 +113,7 @@ def test_processes_hammering_never_exceed_the_limit(tmp_path: Path) -> None:
     assert [p.exitcode for p in procs] == [0, 0]
     assert peak.value == 3  # reached, never passed
     assert fell.value > 0  # 6 threads contended for 3 places
-    assert slots_in(tmp_path / "in_flight.run.json") == {s: {} for s in SLOTS}
+    assert json.loads((tmp_path / "in_flight.run.json").read_text()) == {}  # both closed
 
 
 def test_draft_length_follows_the_summed_count(tmp_path: Path) -> None:
@@ -135,26 +137,69 @@ def _dead_pid() -> int:
 
 
 def test_dead_processes_slots_and_old_files_are_dropped(tmp_path: Path) -> None:
-    key, gone, dead = _dead_pid(), _dead_pid(), _dead_pid()  # its own file is kept even so
+    key, gone, fresh = _dead_pid(), _dead_pid(), _dead_pid()  # its own file is kept even so
     path = tmp_path / f"in_flight.{key}.json"
-    live = f"router_0_1/{os.getpid()}"
+    me = run_key(os.getpid())
+    live = f"router_0_1/{me}"
     stale = {
-        f"router_0_0/{dead}": {"code": 2},  # a stub killed mid-request
+        f"router_0_0/{_dead_pid()}": {"code": 2},  # a stub killed mid-request
+        f"router_0_2/{os.getpid()}-1": {"code": 3},  # a live pid, another start: reused
         live: {"code": 1},
         "router_0_0": {"code": 5},  # no pid: not a slot this version writes
         "router_0_0/x": {"code": 7},
     }
     path.write_text(json.dumps(stale))
-    leftovers = {name: tmp_path / f"in_flight.{name}.json" for name in (gone, os.getpid(), "x")}
-    for file in leftovers.values():
+    names = (gone, f"{gone}-123", fresh, me, f"{os.getpid()}-1", "x")
+    files = {name: tmp_path / f"in_flight.{name}.json" for name in names}
+    for name, file in files.items():
         file.write_text("{}")
+        if name != fresh:  # left alone for longer than STALE_S
+            old = time.time() - in_flight.STALE_S - 5
+            os.utime(file, (old, old))
     flight = SharedInFlight(tmp_path, "router_0_0", key)
     assert flight.count("code") == 1  # only the live process's
-    assert json.loads(path.read_text()) == {f"router_0_0/{os.getpid()}": {}, live: {"code": 1}}
-    assert not leftovers[gone].exists()
-    assert leftovers[os.getpid()].exists()  # a live pid's
-    assert leftovers["x"].exists()  # not a pid
+    assert json.loads(path.read_text()) == {f"router_0_0/{me}": {}, live: {"code": 1}}
+    assert not files[gone].exists() and not files[f"{gone}-123"].exists()
+    assert not files[f"{os.getpid()}-1"].exists()  # this pid, another process's start
+    assert files[fresh].exists()  # dead, but written lately: maybe another pid namespace's
+    assert files[me].exists()  # a live process's
+    assert files["x"].exists()  # not a key
     flight.close()
+
+
+def test_a_write_cut_short_leaves_whole_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed between writing a shorter text and truncating the
+    file leaves padding, not the old text's tail: the others' counts stay."""
+    a, b = pair(tmp_path)
+    held = [admit(a, "code") for _ in range(2)]
+    admit(b, "code")
+    monkeypatch.setattr(in_flight.os, "ftruncate", lambda *_: None)  # "killed" before it
+    a.release(TABLE, "code", held[0])
+    a.release(TABLE, "code", held[1])
+    monkeypatch.undo()
+    text = (tmp_path / "in_flight.run.json").read_text()
+    assert text.endswith(" ") and json.loads(text)  # padded, whole
+    assert a.count("code") == 1  # b's, still seen
+    assert [admit(a, "code").variant for _ in range(3)] == ["ngram", "ngram", "baseline"]
+    a.close()
+    b.close()
+
+
+def test_a_deleted_file_is_reopened_by_path(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    admit(a, "code")
+    admit(b, "code")
+    (tmp_path / "in_flight.run.json").unlink()  # a cleanup while the server runs
+    admit(a, "code")  # a writes into a new file at the path
+    late = SharedInFlight(tmp_path, "router_0_2", "run")  # e.g. a restarted stub
+    assert late.count("code") == 2  # a's two; b's one shows at its next look
+    assert b.count("code") == 3  # b looked: reopened, its slot written
+    assert late.count("code") == 3
+    assert admit(late, "code").variant == "baseline"  # one limit, not one per file
+    for flight in (a, b, late):
+        flight.close()
 
 
 def _old_instance(folder: str, held: Any, go: Any) -> None:

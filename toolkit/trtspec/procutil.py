@@ -62,6 +62,19 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``
+    field 22): with the pid, a name no later process takes, although pids
+    are reused (a restarted container's processes often get the same ones);
+    None where it cannot be read (no such process, no ``/proc``)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        return int(fields[19])  # field 22; the split starts at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def parent_death_hook(sig: int) -> Callable[[], None] | None:
     """A ``preexec_fn`` asking Linux to send ``sig`` to the child when the thread
     that forked it dies (``PR_SET_PDEATHSIG``), so a SIGKILLed trtspec leaves no

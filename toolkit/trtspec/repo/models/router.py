@@ -50,7 +50,7 @@ from trtspec.health import is_down
 from trtspec.limits import check_sampling, decode_text
 from trtspec.procutil import skip_interpreter_teardown, unique_id
 from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
-from trtspec.repo.in_flight import SharedInFlight
+from trtspec.repo.in_flight import SharedInFlight, run_key
 from trtspec.repo.models.inprocess import InProcessVariants
 from trtspec.repo.models.protocol import (
     callee_error,
@@ -164,7 +164,9 @@ class TritonPythonModel:
         if shared:
             try:
                 self.live.folder.mkdir(parents=True, exist_ok=True)
-                self._in_flight = SharedInFlight(self.live.folder, instance, key=os.getppid())
+                self._in_flight = SharedInFlight(
+                    self.live.folder, instance, key=run_key(os.getppid())
+                )
                 pb_utils.Logger.log_info(
                     f"router: instance {instance} of {len(slots)}; in-flight counts shared "
                     f"in {self.live.folder}"
@@ -235,6 +237,7 @@ class TritonPythonModel:
             )
             if choice.num_draft_tokens is not None and "num_draft_tokens" not in inputs:
                 inputs["num_draft_tokens"] = np.array([choice.num_draft_tokens], dtype=np.int32)
+            held = True  # the route's in-flight place (released once)
             try:
                 self._forward(choice.variant, inputs, sender, progress, cancel, fallback=down)
             except Exception as exc:
@@ -249,12 +252,17 @@ class TritonPythonModel:
                     f"router: variant {choice.variant!r} failed for route {route!r} "
                     f"({exc}); retrying on {choice.fallback_variant!r}"
                 )
+                # the retry runs on the fallback: it no longer holds a place
+                # of the variant's (a failing variant would starve its route)
+                held = False
+                self._in_flight.release(table, route, choice)
                 inputs.pop("num_draft_tokens", None)
                 self._forward(
                     choice.fallback_variant, inputs, sender, progress, cancel, fallback=True
                 )
             finally:
-                self._in_flight.release(table, route, choice)
+                if held:
+                    self._in_flight.release(table, route, choice)
         except Cancelled:
             error = "cancelled"
             pb_utils.Logger.log_info("router: request cancelled")

@@ -17,7 +17,14 @@ step), and drives every layer in closed loop at each concurrency level
 - ``bls``: the router with ``in_process_variants: false`` (router →
   orchestrator model → engine, one hop more: the path before that cut);
 - ``draft``, ``ngram``: the draft-loop orchestrators (per round: a draft call
-  for ``draft``, a target verify call, detokenizing), with the cost per round.
+  for ``draft``, a target verify call, detokenizing), with the cost per round;
+- ``relay``: the floor of any Python router, not trtspec's: a bare decoupled
+  Python model (``RELAY_SOURCE``) that passes the engine layer's own
+  tensors to the engine model over BLS and each response back, nothing
+  else (no routing, text, rollout, deadline or cancel). What ``full`` adds
+  over ``relay`` is trtspec's own router; what ``relay`` adds over
+  ``engine`` is the platform's cost of one more Python stub in the path
+  (engine flow only).
 
 ``--flow llmapi`` measures the LLM-API flow instead (a baseline-only ``flow:
 llmapi`` repository whose ``baseline__llmapi`` model is the instant LLM,
@@ -80,8 +87,82 @@ LAYERS = {
     "draft": "draft",
     "ngram": "ngram",
     "bls": "router_bls",
+    "relay": "relay",
 }
+# (no relay: a Python relay learns that a response was the last only when
+# its BLS stream ends, and so answers with an empty final response, which
+# tritonclient's asyncio client cannot ask for; the engine model's tensors
+# carry the end, the llmapi model's do not)
 LLMAPI_LAYERS = {"engine": "baseline__llmapi", "full": "router", "bls": "router_bls"}
+# Layers that take the engine layer's own tensors (and answer with them).
+ENGINE_CONTRACT = ("engine", "relay")
+
+# The bare relay: one BLS call per request on a pooled thread, every response
+# passed on as it came; what a Python router cannot avoid on this platform.
+RELAY_SOURCE = '''\
+"""Benchmark relay (benchmarks/ceiling.py): passes each request to the model
+named by the parameter ``relay_to`` over decoupled BLS and every response
+back, with nothing else in between."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.to = config["parameters"]["relay_to"]["string_value"]
+        self.pool = ThreadPoolExecutor(max_workers=512)
+
+    def execute(self, requests):
+        for request in requests:
+            self.pool.submit(self.relay, request)
+
+    def relay(self, request):
+        sender = request.get_response_sender()
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            call = pb_utils.InferenceRequest(
+                model_name=self.to,
+                inputs=[pb_utils.Tensor(t.name(), t.as_numpy()) for t in request.inputs()],
+                requested_output_names=list(request.requested_output_names()),
+            )
+            for response in call.exec(decoupled=True):
+                if response.has_error():
+                    sender.send(pb_utils.InferenceResponse(error=response.error()), flags=final)
+                    return
+                tensors = response.output_tensors()
+                if tensors:
+                    sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
+            sender.send(flags=final)
+        except Exception as exc:
+            error = pb_utils.TritonError(f"relay: {exc}")
+            sender.send(pb_utils.InferenceResponse(error=error), flags=final)
+
+    def finalize(self):
+        self.pool.shutdown(wait=False)
+'''
+
+
+def add_relay(repo: Path, engine_model: str) -> None:
+    """``relay`` in ``repo``: ``engine_model``'s config (its tensors, its
+    decoupled policy) served by ``RELAY_SOURCE`` relaying to it."""
+    from trtspec.repo import configs
+
+    folder = Path(repo) / "relay"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    config = configs.read_config(Path(repo) / engine_model / "config.pbtxt")
+    config.name = "relay"
+    config.backend = "python"
+    config.ClearField("parameters")
+    for tensor in [*config.input, *config.output]:
+        tensor.ClearField("reshape")  # it passes tensors on as the client sent them
+    configs.set_parameters(config, {"relay_to": engine_model})
+    configs.write_config(folder / "config.pbtxt", config)
+    (folder / "1" / "model.py").write_text(RELAY_SOURCE, encoding="utf-8")
+
+
 BUDGET_STEP_MS = 8.0
 BUDGET_THROUGHPUT = 0.90  # full path tokens/s over the engine's at 64 in flight
 BUDGET_TTFT_MS = 1.0  # added at p50, 1 in flight
@@ -186,7 +267,7 @@ def inputs_for(
             tensor("sampling_param_temperature", np.array([0.0], dtype=np.float32), "FP32"),
         ]
         outputs = ["text_output"]
-    elif layer == "engine":
+    elif layer in ENGINE_CONTRACT:
         one = lambda v, dt, npdt: tensor(v[0], np.array([[v[1]]], dtype=npdt), dt)  # noqa: E731
         inputs = [
             tensor("input_ids", np.array([prompt_ids], dtype=np.int32), "INT32"),
@@ -297,7 +378,7 @@ async def read_one(stream: Any, rec: Record, load: Load) -> None:
             rec.last = now
             rec.responses += 1
             rec.tokens.extend(new)
-        if layer == "engine":
+        if layer in ENGINE_CONTRACT:
             done = len(rec.tokens) >= max_tokens
         else:
             final = result.as_numpy("is_final")
@@ -508,6 +589,39 @@ def budget_lines(rows: list[dict[str, Any]], layer: str = "full") -> list[tuple[
     return lines
 
 
+def floor_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per step, interval and level where both ran: what the bare relay adds
+    over the engine (one more Python stub: the platform's floor) and what the
+    full path adds over the relay (trtspec's own router)."""
+    lines = []
+    for relay in rows:
+        if relay["layer"] != "relay" or "ttft_added_ms" not in relay:
+            continue
+        key = (relay["step_ms"], relay.get("stream_interval", 1), relay["level"])
+        full = next(
+            (
+                r
+                for r in rows
+                if r["layer"] == "full"
+                and (r["step_ms"], r.get("stream_interval", 1), r["level"]) == key
+                and "ttft_added_ms" in r
+            ),
+            None,
+        )
+        text = (
+            f"{key[0]:g} ms si {key[1]} x{key[2]}: relay adds {relay['ttft_added_ms']:.2f} ms "
+            f"TTFT, {relay['tok_added_ms']:.3f} ms a token, keeps {relay['tok_s_vs_engine']:.1%} "
+            "of the engine's tokens/s"
+        )
+        if full is not None:
+            text += (
+                f"; the full path adds {full['ttft_added_ms'] - relay['ttft_added_ms']:.2f} ms "
+                "TTFT over it (trtspec's router)"
+            )
+        lines.append(text)
+    return lines
+
+
 # ---------------------------------------------------------------- main
 def tokenizer_folder(args: Any, root: Path) -> Path:
     if args.model:
@@ -674,6 +788,8 @@ def main(argv: list[str] | None = None) -> int:
                         stream_interval=interval,
                         router_instances=args.router_instances,
                     )
+                if "relay" in layers:
+                    add_relay(repo, known["engine"])
                 server = Server(repo, log_path=where.with_suffix(".log"))
                 t0 = time.monotonic()
                 server.start(timeout=300)
@@ -706,6 +822,11 @@ def main(argv: list[str] | None = None) -> int:
     print("GPU host it saturates one core while the engine does not):")
     for text in router_caps(rows):
         print(f"  {text}")
+    floors = floor_lines(rows)
+    if floors:
+        print("\nthe floor of any Python router (relay: one bare Python stub, BLS to the engine):")
+        for text in floors:
+            print(f"  {text}")
     print("\nbudget (docs/internals.md §6):")
     failed = False
     for interval in intervals:

@@ -12,7 +12,7 @@ its rollout hooks) in front of four echo orchestrators
 
 The router runs as two processes (``instance_group`` count 2, the spec's
 ``router.instances``), so everything below holds across them: one request
-log both write, metrics per process (label ``instance``) that add up, a
+log both write, metrics per process (label ``router_instance``) that add up, a
 change by ``trtspec rollout`` or by either process's golden diff applied by
 both, and a route's ``max_concurrency`` counted over both (route ``capped``:
 its in-flight file names both processes and ends at zero).
@@ -229,7 +229,7 @@ def test_default_canary_share_log_and_metrics(served) -> None:
     n_canary = len(canary)
     canary_labels = {"arm": "canary", "route": "code", "variant": "ngram"}
     control_labels = {"arm": "control", "route": "code", "variant": "baseline"}
-    # summed over the router processes (each series has its label `instance`)
+    # summed over the router processes (each series has its label `router_instance`)
     expected = [
         ("trtspec_requests_total", canary_labels, n_canary),
         ("trtspec_requests_total", control_labels, 400 - n_canary),
@@ -251,7 +251,7 @@ def test_default_canary_share_log_and_metrics(served) -> None:
     assert "trtspec_errors_total{" not in metrics  # no request failed
     # every process served a share, under its own label
     served_by = _series(metrics, "trtspec_requests_total", {"route": "code"})
-    names = sorted({labels["instance"] for labels, _ in served_by})
+    names = sorted({labels["router_instance"] for labels, _ in served_by})
     assert names == [f"router_0_{i}" for i in range(ROUTERS)], served_by
     assert all(count > 0 for _, count in served_by), served_by
     percents = _series(metrics, "trtspec_canary_percent", {"route": "code", "variant": "ngram"})

@@ -151,6 +151,45 @@ def test_ceiling_names_one_router_processs_ceiling() -> None:
     assert "at most ~4,000 tokens/s through 2 router processes" in line
 
 
+def test_ceiling_relay_copies_the_engines_tensors_and_names_its_target(tmp_path: Path) -> None:
+    """The bare relay layer serves the engine model's own tensors as the
+    client sends them (no reshape) under the Python backend, relaying to it."""
+    from trtspec.repo import configs
+
+    ceiling = _ceiling()
+    config = configs.base_config("target", backend="python", max_batch_size=4, decoupled=True)
+    tensor = config.input.add(name="return_perf_metrics", data_type=9, dims=[1])
+    tensor.reshape.shape[:] = []
+    configs.set_parameters(config, {"instant_step_ms": 8})
+    configs.write_config(tmp_path / "target" / "config.pbtxt", config)
+    ceiling.add_relay(tmp_path, "target")
+    relay = configs.read_config(tmp_path / "relay" / "config.pbtxt")
+    assert (relay.name, relay.backend, relay.max_batch_size) == ("relay", "python", 4)
+    assert relay.model_transaction_policy.decoupled
+    assert configs.parameters_of(relay) == {"relay_to": "target"}
+    assert [t.name for t in relay.input] == ["return_perf_metrics"]
+    assert not relay.input[0].HasField("reshape")
+    source = (tmp_path / "relay" / "1" / "model.py").read_text()
+    compile(source, "model.py", "exec")
+    assert "exec(decoupled=True)" in source
+
+
+def test_ceiling_floor_lines_split_the_hop_from_the_router() -> None:
+    ceiling = _ceiling()
+    base = {"step_ms": 8.0, "stream_interval": 1, "level": 1}
+    rows = [
+        {**base, "layer": "engine"},
+        {**base, "layer": "relay", "ttft_added_ms": 0.7, "tok_added_ms": 0.0,
+         "tok_s_vs_engine": 0.99},
+        {**base, "layer": "full", "ttft_added_ms": 1.5, "tok_added_ms": 0.0,
+         "tok_s_vs_engine": 0.99},
+    ]  # fmt: skip
+    (line,) = ceiling.floor_lines(rows)
+    assert line.startswith("8 ms si 1 x1: relay adds 0.70 ms TTFT")
+    assert line.endswith("the full path adds 0.80 ms TTFT over it (trtspec's router)")
+    assert ceiling.floor_lines(rows[:1] + rows[2:]) == []
+
+
 def test_the_instant_llm_steps_every_request_to_its_max_tokens() -> None:
     from trtspec.engine.decode import GenerationRequest
     from trtspec.engine.instant_llmapi import InstantScheduler

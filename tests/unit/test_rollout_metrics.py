@@ -6,16 +6,23 @@ every call."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 import types
+from pathlib import Path
 from typing import Any, ClassVar
 
+from trtspec.repo import rollout_state as st
+from trtspec.repo.models.rollout_live import Live, Tracked
 from trtspec.repo.models.rollout_metrics import (
+    INSTANCE_LABEL,
     SECONDS_BUCKETS,
     RouterMetrics,
     coalesce,
     histogram_updates,
 )
+from trtspec.repo.routing import Choice, load_routing
 
 A = {"route": "r", "variant": "v", "arm": "canary"}
 B = {"route": "r", "variant": "base", "arm": "control"}
@@ -184,7 +191,7 @@ def test_several_router_processes_label_every_metric_with_their_instance() -> No
     # other's (which the first to close would free).
     pb = types.SimpleNamespace(MetricFamily=Family)
     Family.calls, Family.gate = [], None
-    metrics = RouterMetrics(pb, extra_labels={"instance": "router_0_1"})
+    metrics = RouterMetrics(pb, extra_labels={INSTANCE_LABEL: "router_0_1"})
     try:
         metrics.inc("trtspec_requests_total", A)
         metrics.set("trtspec_canary_percent", {"route": "r", "variant": "v"}, 5)
@@ -192,12 +199,122 @@ def test_several_router_processes_label_every_metric_with_their_instance() -> No
         metrics.flush()
         made = {(c[1], c[2]) for c in Family.calls if c[0] == "made"}
         assert made == {
-            ("trtspec_requests_total", tuple(sorted({**A, "instance": "router_0_1"}.items()))),
+            (
+                "trtspec_requests_total",
+                tuple(sorted({**A, "router_instance": "router_0_1"}.items())),
+            ),
             (
                 "trtspec_canary_percent",
-                (("instance", "router_0_1"), ("route", "r"), ("variant", "v")),
+                (("route", "r"), ("router_instance", "router_0_1"), ("variant", "v")),
             ),
-            ("trtspec_log_dropped_lines_total", (("instance", "router_0_1"),)),
+            ("trtspec_log_dropped_lines_total", (("router_instance", "router_0_1"),)),
         }
     finally:
         metrics.close()
+
+
+def _router(tmp_path: Path) -> tuple[Path, Any]:
+    router = tmp_path / "router"
+    router.mkdir()
+    routes = {"code": {"variant": "ngram", "canary_percent": 5}}
+    (router / "routing.json").write_text(json.dumps({"schema_version": 1, "routes": routes}))
+    return router, load_routing(router / "routing.json")
+
+
+class _Stub:
+    MetricFamily = Family
+
+    class Logger:
+        @staticmethod
+        def log_warn(message: str) -> None:
+            pass
+
+
+def test_the_router_process_label_is_router_instance_not_prometheus_instance(
+    tmp_path: Path,
+) -> None:
+    # Prometheus gives every scraped series `instance` (host:port of the
+    # target); a series' own `instance` would be renamed exported_instance,
+    # or with honor_labels: true replace the target's.
+    router, table = _router(tmp_path)
+    Family.calls, Family.gate = [], None
+    live = Live(
+        router, router / "routing.json", table, _Stub, st.RolloutConfig(), instance="router_0_1"
+    )
+    try:
+        live.metrics.inc("trtspec_log_dropped_lines_total", {}, 1)
+        live.metrics.flush()
+        made = [dict(c[2]) for c in Family.calls if c[0] == "made"]
+        assert made == [{"router_instance": "router_0_1"}]
+    finally:
+        live.close()
+
+
+class _DroppingWriter:
+    """A writer that has dropped 100 lines and drops every further one."""
+
+    def __init__(self) -> None:
+        self.dropped = 100
+
+    def write(self, record: dict[str, Any]) -> bool:
+        time.sleep(0.001)  # a thread switch here, as under load
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class _CountingMetrics:
+    def __init__(self) -> None:
+        self.dropped_total = 0.0
+
+    def inc(self, name: str, labels: dict[str, str], value: float = 1.0) -> None:
+        if name == "trtspec_log_dropped_lines_total":
+            self.dropped_total += value
+            time.sleep(0.001)  # the queue put lets another thread in
+
+    def set(self, *args: Any) -> None:
+        pass
+
+    def observe(self, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_dropped_lines_are_counted_once_by_threads_ending_together(tmp_path: Path) -> None:
+    router, table = _router(tmp_path)
+    live = Live(router, router / "routing.json", table, _Stub, st.RolloutConfig())
+    live.close()
+    live.writer = _DroppingWriter()  # type: ignore[assignment]
+    counting = _CountingMetrics()
+    live.metrics = counting  # type: ignore[assignment]
+    tracked = Tracked()
+    tracked.route, tracked.choice, tracked.begun = "other", Choice("v", "v", None, False), True
+    threads = [threading.Thread(target=live.end, args=(tracked, None)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert counting.dropped_total == 100  # the writer's 100, not once per thread
+
+
+def test_close_is_bounded_when_the_metrics_thread_is_stuck() -> None:
+    pb = types.SimpleNamespace(MetricFamily=Family)
+    Family.calls, Family.gate = [], threading.Event()
+    Family.waiting.clear()
+    metrics = RouterMetrics(pb, queue_size=2)
+    try:
+        metrics.inc("trtspec_requests_total", A)  # taken; the call hangs at the gate
+        assert Family.waiting.wait(10)
+        metrics.inc("trtspec_requests_total", B)
+        metrics.inc("trtspec_requests_total", B)  # the queue is full now
+        closing = threading.Thread(target=metrics.close, kwargs={"timeout": 0.5})
+        started = time.monotonic()
+        closing.start()
+        closing.join(5)
+        assert not closing.is_alive() and time.monotonic() - started < 2
+    finally:
+        Family.gate.set()
+        Family.gate = None

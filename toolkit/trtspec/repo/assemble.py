@@ -410,7 +410,7 @@ def write_tree(
         max_batch_size=0,
         decoupled=True,
         # several router processes share their state (router.py: in-flight
-        # counts, request log, metrics labelled by instance)
+        # counts, request log, metrics labelled by router_instance)
         instances=int(spec.router.instances),
         inputs=ORCHESTRATOR_INPUTS,
         outputs=ORCHESTRATOR_OUTPUTS,

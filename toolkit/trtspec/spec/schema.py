@@ -450,7 +450,7 @@ class Router(_Strict):
         "process relays a few thousand tokens a second (benchmarks/ceiling.py prints that "
         "ceiling): where cores are free (a GPU host serving more), more instances raise it; "
         "measure with ceiling.py --router-instances. They share the routes' max_concurrency "
-        "and draft-length schedules, the request log and the metrics (label `instance`); "
+        "and draft-length schedules, the request log and the metrics (label `router_instance`); "
         "each judges its own share of a canary's live window. On a two-core CPU they only "
         "add contention: keep 1.",
     )

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, LineWriter
-from trtspec.repo.models.rollout_metrics import RouterMetrics
+from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, lock_path
+from trtspec.repo.models.rollout_metrics import INSTANCE_LABEL, RouterMetrics
 from trtspec.repo.models.threads import BlsStreams
 from trtspec.repo.rollout_window import CANARY, CONTROL, arm_window, breaches
 from trtspec.repo.routing import Choice, RoutingTable
@@ -105,8 +105,9 @@ class Live:
         instance: str | None = None,
     ) -> None:
         """``instance``: this router process's name when the server runs
-        several (each metric then carries it as the label ``instance``, and
-        the live windows hold the requests this process served)."""
+        several (each metric then carries it as the label
+        ``router_instance``, ``INSTANCE_LABEL``, and the live windows hold
+        the requests this process served)."""
         self.pb = pb_utils
         self.config = config or st.RolloutConfig.load(router_dir)
         self.folder = st.rollout_dir(router_dir)
@@ -115,7 +116,7 @@ class Live:
         self.metrics = RouterMetrics(
             pb_utils,
             warn=self._warn,
-            extra_labels={"instance": instance} if instance else None,
+            extra_labels={INSTANCE_LABEL: instance} if instance else None,
         )
         log = self.config.log
         self.writer: LineWriter | None = None
@@ -128,6 +129,8 @@ class Live:
                 backups=int(log["backups"]),
                 queue_size=int(log["queue"]),
                 stream=None if to_file else sys.stdout,
+                # to stdout: the router processes take turns on the log's lock
+                lock=None if to_file else lock_path(self.folder / st.LOG_FILE),
             )
         if self.config.golden and self.config.golden_every > 0:
             self.golden_writer = LineWriter(
@@ -141,7 +144,10 @@ class Live:
         self._counts: collections.Counter[str] = collections.Counter()
         self._golden_busy: set[str] = set()
         self._golden_threads: list[threading.Thread] = []
+        # the writer's drops already counted in the metric (request threads
+        # read-and-advance it together, under _dropped_lock)
         self._dropped_seen = 0
+        self._dropped_lock = threading.Lock()
         self._streams = BlsStreams()
 
     # -- the router's calls ------------------------------------------------
@@ -260,12 +266,13 @@ class Live:
         self.metrics.inc("trtspec_in_flight", self._labels(*key), -1)
         if self.writer is not None:
             self.writer.write(rec)
-            dropped = self.writer.dropped
-            if dropped > self._dropped_seen:
-                self.metrics.inc(
-                    "trtspec_log_dropped_lines_total", {}, dropped - self._dropped_seen
-                )
-                self._dropped_seen = dropped
+            with self._dropped_lock:
+                dropped = self.writer.dropped
+                new = dropped - self._dropped_seen
+                if new > 0:
+                    self._dropped_seen = dropped
+            if new > 0:
+                self.metrics.inc("trtspec_log_dropped_lines_total", {}, new)
         labels = self._labels(route, rec["variant"], rec["arm"])
         self.metrics.inc("trtspec_requests_total", labels)
         if error is not None:

@@ -16,7 +16,21 @@ So no line is ever torn or mixed with another process's line, only one
 process rotates at a time, no process appends to a file already rotated
 away, every file stays within ``max_bytes`` (unless one line alone is
 longer), and with enough ``backups`` no line is lost. The lock dies with
-its process, so a crashed router never blocks the others.
+its process, so a crashed router never blocks the others. ``read_lines``
+holds the same lock shared while it lists and reads the files, so a
+rotation never makes it skip or repeat a file.
+
+To stdout, every process's batch goes with ``os.write`` to the shared
+descriptor (not through its own ``sys.stdout`` buffer), under an ``flock``
+on the ``lock`` file the caller names (the router: ``requests.jsonl.lock``
+in the rollout folder): a pipe write over ``PIPE_BUF`` bytes is not atomic,
+and unlocked the lines of several processes tore each other. Where that
+lock cannot be had, a batch goes in writes of at most ``PIPE_BUF`` bytes
+that end on a line's end (each atomic on a pipe; a line longer than that
+alone can still tear).
+
+After ``close`` a ``write`` is refused and counted in ``dropped``: nothing
+would write it.
 """
 
 from __future__ import annotations
@@ -26,8 +40,10 @@ import fcntl
 import json
 import os
 import queue
+import select
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -58,7 +74,14 @@ TIME_FIELD = "time"
 
 # The most bytes one batch gathers (one write, one lock hold).
 BATCH_BYTES = 64 * 1024
+# The most bytes one write to a pipe puts in it whole (POSIX: at least 512).
+PIPE_BUF = getattr(select, "PIPE_BUF", 512)
 _STOP = object()
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of the log ``path``: ``<name>.lock`` beside it."""
+    return path.with_name(path.name + ".lock")
 
 
 class LineWriter:
@@ -72,13 +95,22 @@ class LineWriter:
         backups: int = 3,
         queue_size: int = 10000,
         stream: TextIO | None = None,
+        lock: Path | None = None,
     ) -> None:
+        """``lock``: without a ``path``, the file whose ``flock`` every
+        process writing lines to the same stream holds around its write."""
         self.path = Path(path) if path is not None else None
         self.max_bytes = max_bytes
         self.backups = backups
         self.stream = stream
         self.dropped = 0
         self.written = 0
+        # guards ``dropped`` (request threads and the writer's thread count
+        # into it) and ``_closed`` (no line is queued behind the stop)
+        self._state = threading.Lock()
+        self._closed = False
+        self._lock_path = lock_path(self.path) if self.path is not None else lock
+        self._lock_failed = False
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         # A batch that fits max_bytes keeps every file within it.
         self._batch = BATCH_BYTES if path is None else min(BATCH_BYTES, max_bytes)
@@ -90,16 +122,22 @@ class LineWriter:
         self._thread.start()
 
     def write(self, record: dict[str, Any]) -> bool:
-        """Queue one line; False (and counted in ``dropped``) when the queue is full."""
-        try:
-            self._queue.put_nowait(record)
-            return True
-        except queue.Full:
+        """Queue one line; False (and counted in ``dropped``) when the queue
+        is full or the writer is closed."""
+        with self._state:
+            if not self._closed:
+                try:
+                    self._queue.put_nowait(record)
+                    return True
+                except queue.Full:
+                    pass
             self.dropped += 1
             return False
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until what was queued so far is written (tests, shutdown)."""
+        if not self._thread.is_alive():
+            return
         done = threading.Event()
         try:
             self._queue.put(done, timeout=timeout)
@@ -108,9 +146,18 @@ class LineWriter:
         done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        with contextlib.suppress(queue.Full):
-            self._queue.put(_STOP, timeout=timeout)
+        """Write what was queued (waiting at most about ``timeout`` s for
+        room and as long for the writer) and refuse any later line."""
+        with self._state:
+            closed, self._closed = self._closed, True
+        if not closed:
+            with contextlib.suppress(queue.Full):
+                self._queue.put(_STOP, timeout=timeout)
         self._thread.join(timeout)
+
+    def _drop(self, n: int) -> None:
+        with self._state:
+            self.dropped += n
 
     def _run(self) -> None:
         held: str | None = None  # the line that did not fit the last batch
@@ -155,7 +202,7 @@ class LineWriter:
         try:
             return json.dumps(record, separators=(",", ":"), default=str) + "\n"
         except (ValueError, TypeError) as exc:
-            self.dropped += 1
+            self._drop(1)
             print(f"trtspec request log: {exc}", file=sys.stderr)
             return None
 
@@ -164,32 +211,68 @@ class LineWriter:
             self._emit("".join(lines))
             self.written += len(lines)
         except (OSError, ValueError, TypeError) as exc:
-            self.dropped += len(lines)
+            self._drop(len(lines))
             print(f"trtspec request log: {exc}", file=sys.stderr)
-        if self.path is None:
-            with contextlib.suppress(OSError, ValueError):
-                (self.stream or sys.stdout).flush()
 
     def _emit(self, text: str) -> None:
         """Append whole lines: one write, under the lock shared by every
         process writing this path."""
         if self.path is None:
-            (self.stream or sys.stdout).write(text)
+            self._emit_stream(text)
             return
-        data = memoryview(text.encode("utf-8"))
+        data = text.encode("utf-8")
         if self._lock_fd is None:
-            lock = self.path.with_name(self.path.name + ".lock")
-            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock_fd = os.open(lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
             fd = self._current()
             size = os.fstat(fd).st_size
             if size and size + len(data) > self.max_bytes:
                 fd = self._rotate()
-            while data:
-                data = data[os.write(fd, data) :]
+            _write_all(fd, data)
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _emit_stream(self, text: str) -> None:
+        """Whole lines to the stream's descriptor: one write under the
+        ``lock`` file's ``flock``, else writes of whole lines of at most
+        ``PIPE_BUF`` bytes (see the module's docstring)."""
+        stream = self.stream or sys.stdout
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # in memory: this process's alone
+            stream.write(text)
+            stream.flush()
+            return
+        stream.flush()  # what this process wrote through the stream goes first
+        data = text.encode("utf-8")
+        lock_fd = self._stream_lock()
+        if lock_fd is None:
+            for chunk in line_chunks(data, PIPE_BUF):
+                _write_all(fd, chunk)
+            return
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        try:
+            _write_all(fd, data)
+        finally:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+
+    def _stream_lock(self) -> int | None:
+        """The ``lock`` file's descriptor; None without one, or when it
+        cannot be opened (said once on stderr)."""
+        if self._lock_fd is not None or self._lock_path is None or self._lock_failed:
+            return self._lock_fd
+        try:
+            self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self._lock_failed = True
+            print(
+                f"trtspec request log: no lock file ({exc}); lines go out in writes "
+                f"of at most {PIPE_BUF} bytes",
+                file=sys.stderr,
+            )
+        return self._lock_fd
 
     def _current(self) -> int:
         """The open file, reopened when the path no longer names it (another
@@ -225,6 +308,28 @@ class LineWriter:
         return self._current()
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def line_chunks(data: bytes, limit: int) -> Iterator[bytes]:
+    """``data`` (whole lines) in pieces of whole lines of at most ``limit``
+    bytes; a line longer than that is a piece of its own."""
+    start, end = 0, len(data)
+    while end - start > limit:
+        cut = data.rfind(b"\n", start, start + limit)
+        if cut < 0:  # one line longer than limit: whole
+            cut = data.find(b"\n", start + limit)
+            if cut < 0:
+                break
+        yield data[start : cut + 1]
+        start = cut + 1
+    if start < end:
+        yield data[start:]
+
+
 def log_files(path: Path) -> list[Path]:
     """``path`` and its rotated copies, oldest first (not ``<name>.lock``)."""
     path = Path(path)
@@ -235,12 +340,44 @@ def log_files(path: Path) -> list[Path]:
     return [*rotated, *([path] if path.exists() else [])]
 
 
+@contextlib.contextmanager
+def _shared_lock(path: Path) -> Iterator[bool]:
+    """Hold the writers' lock of ``path`` shared (they rotate holding it
+    exclusive); True when held. Never creates it: a lock file made by a
+    reader of another user could keep the writers from opening it."""
+    try:
+        fd = os.open(lock_path(path), os.O_RDONLY)
+    except OSError:  # no writer yet, or not readable
+        yield False
+        return
+    try:
+        held = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:  # e.g. no locks on this file system
+            held = False
+        yield held
+    finally:
+        os.close(fd)  # and the lock with it
+
+
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """Every record of ``path`` and its rotated copies, oldest first (a torn
-    last line of a file being written is skipped)."""
+    last line of a file being written is skipped). The files are listed and
+    read under the writers' lock, shared, so no rotation comes in between;
+    without it (no lock file, or it cannot be read) a file that went away
+    meanwhile is skipped."""
+    path = Path(path)
+    texts: list[bytes] = []
+    with _shared_lock(path):
+        for file in log_files(path):
+            try:
+                texts.append(file.read_bytes())
+            except FileNotFoundError:
+                continue
     out: list[dict[str, Any]] = []
-    for file in log_files(path):
-        for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+    for text in texts:
+        for line in text.decode("utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
             except ValueError:

@@ -18,6 +18,7 @@ serves without metrics and says so once in the server log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -26,6 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 LABELS = ("route", "variant", "arm")
+# The label naming the router process when several serve (its Triton
+# model_instance_name, e.g. router_0_1). Not ``instance``: Prometheus gives
+# every scraped series ``instance`` (the target's host:port), and a series'
+# own ``instance`` either becomes ``exported_instance`` or, with
+# ``honor_labels: true``, replaces the target's.
+INSTANCE_LABEL = "router_instance"
 SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 # a HISTOGRAM series is served as these counter families (histogram_updates)
 HISTOGRAM_PARTS = (
@@ -166,12 +173,13 @@ class RouterMetrics:
         queue_size: int = 100000,
         extra_labels: dict[str, str] | None = None,
     ) -> None:
-        # Added to every metric's labels: ``instance`` when several router
-        # processes serve. Two processes creating a family of one name get
-        # the same Prometheus family (Triton core r24.10 metric_family.cc:
-        # prometheus-cpp's registry merges), and with equal labels the same
-        # child, which the first process to delete its metric (close) would
-        # free under the other; distinct labels keep the children apart.
+        # Added to every metric's labels: ``router_instance`` (INSTANCE_LABEL)
+        # when several router processes serve. Two processes creating a
+        # family of one name get the same Prometheus family (Triton core
+        # r24.10 metric_family.cc: prometheus-cpp's registry merges), and
+        # with equal labels the same child, which the first process to
+        # delete its metric (close) would free under the other; distinct
+        # labels keep the children apart.
         self._extra = dict(extra_labels or {})
         self._pb = pb_utils
         self._metrics: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
@@ -267,15 +275,23 @@ class RouterMetrics:
         self._put("observe", name, labels, value)
 
     def flush(self, timeout: float = 5.0) -> None:
-        if self.enabled:
+        if self.enabled and self._thread.is_alive():
             done = threading.Event()
-            self._queue.put(done, timeout=timeout)
+            try:
+                self._queue.put(done, timeout=timeout)
+            except queue.Full:
+                return
             done.wait(timeout)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread after what was queued, waiting about ``timeout``
+        s at most in all: a thread stuck in a metrics call (its queue full)
+        never holds the router's finalize."""
         if self.enabled:
-            self._queue.put(None)
-            self._thread.join(timeout=5)
+            deadline = time.monotonic() + timeout
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=timeout)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
         # Metrics before their families (the stub refuses the other order).
         self._metrics.clear()
         self.families.clear()

@@ -29,7 +29,7 @@ variant's generation in this process (``inprocess.py``) under the same
 deadline, tracking, cancellation and fallback rules; the fallback retry goes
 over BLS. With ``router.instances`` > 1 Triton runs several router processes:
 they count a route's in-flight requests together (``trtspec.repo.in_flight``),
-append to one request log and label their metrics with ``instance``.
+append to one request log and label their metrics with ``router_instance``.
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ restarted; the requests that failed count as errors, the clients carry on
 once it is ready, and the run ends with the incidents' count. Without it a
 frozen router stalls the run for good.
 
-Loopback only; each cell is bounded by ``--requests`` and ``--cell-seconds``;
+Loopback only; each cell is bounded by ``--requests`` and ``--cell-seconds``
+(a request whose next response takes over 60 s fails: no cell waits for good);
 every server it starts is stopped before it exits. Run:
 ``.venv/bin/python benchmarks/ceiling.py [--step-ms 0,8] [--levels 1,8,32,64]``.
 """
@@ -163,6 +164,9 @@ def add_relay(repo: Path, engine_model: str) -> None:
     (folder / "1" / "model.py").write_text(RELAY_SOURCE, encoding="utf-8")
 
 
+# A request's next response may take this long; then it fails and the cell
+# goes on (--cell-seconds bounds only when new requests stop being sent).
+RESPONSE_WAIT_S = 60.0
 BUDGET_STEP_MS = 8.0
 BUDGET_THROUGHPUT = 0.90  # full path tokens/s over the engine's at 64 in flight
 BUDGET_TTFT_MS = 1.0  # added at p50, 1 in flight
@@ -358,7 +362,11 @@ async def read_one(stream: Any, rec: Record, load: Load) -> None:
     """Read one request's responses off ``stream`` into ``rec``."""
     layer, max_tokens = load.layer, load.max_tokens
     while True:
-        result, error = await stream.__anext__()
+        try:
+            result, error = await asyncio.wait_for(stream.__anext__(), RESPONSE_WAIT_S)
+        except asyncio.TimeoutError:
+            # a model that stopped answering: the worker reconnects and goes on
+            raise TimeoutError(f"no response for {RESPONSE_WAIT_S:g} s") from None
         now = time.perf_counter()
         if error is not None:
             rec.error = str(error)

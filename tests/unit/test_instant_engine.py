@@ -190,6 +190,23 @@ def test_ceiling_floor_lines_split_the_hop_from_the_router() -> None:
     assert ceiling.floor_lines(rows[:1] + rows[2:]) == []
 
 
+def test_ceiling_never_waits_for_good_on_a_silent_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that stops answering fails its request after RESPONSE_WAIT_S
+    (the worker then reconnects): a cell cannot hang a run."""
+    import asyncio
+
+    ceiling = _ceiling()
+    monkeypatch.setattr(ceiling, "RESPONSE_WAIT_S", 0.05)
+
+    class Silent:
+        async def __anext__(self) -> Any:
+            await asyncio.sleep(30)
+
+    load = ceiling.Load("", "relay", None, 4)
+    with pytest.raises(TimeoutError, match=r"no response for 0\.05 s"):
+        asyncio.run(ceiling.read_one(Silent(), ceiling.Record(sent=0.0), load))
+
+
 def test_the_instant_llm_steps_every_request_to_its_max_tokens() -> None:
     from trtspec.engine.decode import GenerationRequest
     from trtspec.engine.instant_llmapi import InstantScheduler

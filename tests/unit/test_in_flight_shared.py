@@ -279,3 +279,22 @@ def test_a_failing_file_falls_back_to_own_counts(
     assert a.count("code") == 4  # b's 2 from the file, a's own 2 (its writes failed)
     a.close()
     b.close()
+
+
+def test_an_ended_unreaped_process_counts_as_dead() -> None:
+    """tritonserver does not reap its stubs: a crashed router stays a zombie
+    with its pid and start time, and its slot must not count."""
+    from trtspec.procutil import start_ticks
+
+    proc = subprocess.Popen(["sleep", "0.2"])
+    key = run_key(proc.pid)
+    assert in_flight.key_alive(key)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        assert start_ticks(proc.pid) is None
+        assert not in_flight.key_alive(key)
+    finally:
+        proc.wait()

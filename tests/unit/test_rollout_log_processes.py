@@ -353,3 +353,29 @@ def test_a_line_written_after_close_is_refused_and_counted(tmp_path: Path) -> No
     writer.close(timeout=2)  # a second close returns at once too
     assert time.monotonic() - started < 0.5
     assert read_lines(path) == [{"i": 0}]
+
+
+def test_a_stuck_holder_of_the_stdout_lock_does_not_stop_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A frozen router keeps the stream's lock while it waits for its GIL:
+    the others' batches then go out in whole-line PIPE_BUF pieces after
+    STREAM_LOCK_WAIT_S instead of waiting (and dropping lines) for good."""
+    monkeypatch.setattr(rollout_log, "STREAM_LOCK_WAIT_S", 0.05)
+    lock = tmp_path / "requests.jsonl.lock"
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: another "process"
+    read_end, write_end = os.pipe()
+    try:
+        with open(write_end, "w") as stream:
+            writer = rollout_log.LineWriter(None, stream=stream, lock=lock)
+            for seq in range(300):
+                writer.write({"seq": seq, "pad": "x" * 100})
+            writer.close(timeout=10)
+        with open(read_end, "rb") as pipe:
+            lines = pipe.read().splitlines()
+    finally:
+        os.close(holder)
+    assert [json.loads(line)["seq"] for line in lines] == list(range(300))
+    assert writer.dropped == 0
+    assert capfd.readouterr().err.count("held over 0.05 s by another process") == 1

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from trtspec import heartbeat
 from trtspec.health import is_down
 from trtspec.serve.manifest import fallback_covered
@@ -106,7 +108,7 @@ def test_a_stub_killed_by_sigsegv_is_an_incident_within_a_poll(tmp_path: Path) -
         os.waitpid(pid, 0)
 
 
-def _spawn_stub(tmp_path: Path, script: str) -> int:
+def _spawn_stub(tmp_path: Path, script: str, instance: str = "router_0_0") -> int:
     """A stand-in stub running ``script``, under the stub's file name and argv
     (model.py, shm region, sizes, parent pid, lib dir, ipc handle, instance
     name = argv[8], runtime), started with posix_spawn, not Popen: nothing in
@@ -117,7 +119,7 @@ def _spawn_stub(tmp_path: Path, script: str) -> int:
     binary = tmp_path / "triton_python_backend_stub"
     if not binary.exists():
         binary.symlink_to(sys.executable)
-    argv = [str(binary), str(model), "region", "1", "1", "1", "lib", "1", "router_0_0", "DEFAULT"]
+    argv = [str(binary), str(model), "region", "1", "1", "1", "lib", "1", instance, "DEFAULT"]
     return os.posix_spawn(binary, argv, os.environ)
 
 
@@ -193,6 +195,45 @@ def test_stubs_found_dead_in_one_poll_cost_one_restart(tmp_path: Path) -> None:
         ]
         assert all(i.recovered for i in found) and seen == found
         assert found[1].message().startswith("the Python-backend stub of model 'router'")
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("variant_first", [True, False])
+def test_a_poll_restarts_first_so_no_variant_is_reported_down_after_it(
+    tmp_path: Path, variant_first: bool
+) -> None:
+    """A covered variant's stub and the router's die together: the router's
+    death restarts the server, which brings the variant back too, so the
+    variant's death is reported as covered by that restart, whatever order
+    the poll found them in (before: "stays down" when it came first)."""
+    names = ["ngram_0_0", "router_0_0"] if variant_first else ["router_0_0", "ngram_0_0"]
+    pids = [_spawn_stub(tmp_path, "import time\ntime.sleep(600)\n", name) for name in names]
+    try:
+        server = ThisProcess()
+        server.down_dir = tmp_path / "down"  # type: ignore[attr-defined]
+        seen: list = []
+        for pid in pids:
+            _wait_until_seen(server, pid)
+        dog = StubWatchdog(
+            server, interval_s=0.1, on_incident=seen.append, fallback={"ngram": ("ngram",)}
+        ).prime()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not all(stubs_of(server.pid).get(p, Stub(0, "", False, None)).zombie for p in pids):
+            assert time.monotonic() < deadline, "the stand-in stubs did not die"
+            time.sleep(0.02)
+        found = dog.check()
+        assert [(i.model, i.action) for i in found] == [
+            ("router", "tritonserver restarted on the same ports"),
+            ("ngram", "recovered by the same tritonserver restart"),
+        ]
+        assert server.restarts == 1 and dog.down == {} and all(i.recovered for i in seen)
+        assert not is_down("ngram", server.down_dir)  # type: ignore[attr-defined]
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):

@@ -66,10 +66,14 @@ def start_ticks(pid: int) -> int | None:
     """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``
     field 22): with the pid, a name no later process takes, although pids
     are reused (a restarted container's processes often get the same ones);
-    None where it cannot be read (no such process, no ``/proc``)."""
+    None where it cannot be read (no such process, no ``/proc``) and for a
+    process that has ended but is not reaped yet (a zombie: tritonserver does
+    not reap its stubs)."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()
+        if fields[0] in (b"Z", b"X"):  # field 3, the state: ended
+            return None
         return int(fields[19])  # field 22; the split starts at field 3
     except (OSError, ValueError, IndexError):
         return None

@@ -262,7 +262,9 @@ def load_target(config: EngineConfig) -> Any:
 
 
 PACKING_LOCK = "packing.lock"
-PACKING_WAIT_S = 120.0  # then it packs anyway: a stuck peer never blocks a load
+# then it packs anyway: a stuck peer (or another server loading from the same
+# engines) never holds a load for long; well inside a server's start timeout
+PACKING_WAIT_S = 30.0
 
 
 @contextlib.contextmanager

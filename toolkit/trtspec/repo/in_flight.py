@@ -163,9 +163,12 @@ class SharedInFlight(InFlight):
         counts as empty."""
         try:
             size = os.fstat(self._fd).st_size
+        except OSError:
+            return 0, {}
+        try:  # a corrupt file's size still pads the next write
             data = json.loads(os.pread(self._fd, size, 0))
         except (OSError, ValueError):
-            return 0, {}
+            return size, {}
         if not isinstance(data, dict):
             return size, {}
         return size, {

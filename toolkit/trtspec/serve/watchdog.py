@@ -252,6 +252,9 @@ class StubWatchdog:
             if self._stop.is_set() and self._thread is not None:
                 return []
             found = self._find()
+            # the deaths that restart the server first: a restart brings back
+            # every variant, so none of this poll is then reported as down
+            found.sort(key=self._leaves_down)
             restarted = False
             for incident in found:
                 if restarted and incident.kind in STUB_DEATHS:
@@ -390,6 +393,10 @@ class StubWatchdog:
         if self.on_incident is not None:
             self.on_incident(incident)
         return restarted
+
+    def _leaves_down(self, incident: Incident) -> bool:
+        """Whether ``incident`` would only mark variants down (no restart)."""
+        return incident.kind in STUB_DEATHS and bool(self.fallback.get(incident.model or ""))
 
     def _covered(self, incident: Incident) -> None:
         """Record a stub death that the restart for an earlier incident of the

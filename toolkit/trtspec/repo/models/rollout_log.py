@@ -27,7 +27,9 @@ in the rollout folder): a pipe write over ``PIPE_BUF`` bytes is not atomic,
 and unlocked the lines of several processes tore each other. Where that
 lock cannot be had, a batch goes in writes of at most ``PIPE_BUF`` bytes
 that end on a line's end (each atomic on a pipe; a line longer than that
-alone can still tear).
+alone can still tear); so does a batch whose lock another process has held
+for over ``STREAM_LOCK_WAIT_S`` (a frozen router keeps it while it waits for
+its GIL, and must not stop every other router's log).
 
 After ``close`` a ``write`` is refused and counted in ``dropped``: nothing
 would write it.
@@ -43,6 +45,7 @@ import queue
 import select
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -76,6 +79,9 @@ TIME_FIELD = "time"
 BATCH_BYTES = 64 * 1024
 # The most bytes one write to a pipe puts in it whole (POSIX: at least 512).
 PIPE_BUF = getattr(select, "PIPE_BUF", 512)
+# How long a batch for a stream waits for the other processes' lock before it
+# goes out in PIPE_BUF pieces instead (a frozen holder must not stop every log).
+STREAM_LOCK_WAIT_S = 1.0
 _STOP = object()
 
 
@@ -111,6 +117,7 @@ class LineWriter:
         self._closed = False
         self._lock_path = lock_path(self.path) if self.path is not None else lock
         self._lock_failed = False
+        self._lock_waited = False  # said once that the stream's lock was held too long
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         # A batch that fits max_bytes keeps every file within it.
         self._batch = BATCH_BYTES if path is None else min(BATCH_BYTES, max_bytes)
@@ -210,9 +217,9 @@ class LineWriter:
         try:
             self._emit("".join(lines))
             self.written += len(lines)
-        except (OSError, ValueError, TypeError) as exc:
+        except Exception as exc:  # (no stream at all, say) the writer thread lives on
             self._drop(len(lines))
-            print(f"trtspec request log: {exc}", file=sys.stderr)
+            print(f"trtspec request log: {exc!r}", file=sys.stderr)
 
     def _emit(self, text: str) -> None:
         """Append whole lines: one write, under the lock shared by every
@@ -247,11 +254,20 @@ class LineWriter:
         stream.flush()  # what this process wrote through the stream goes first
         data = text.encode("utf-8")
         lock_fd = self._stream_lock()
-        if lock_fd is None:
+        if lock_fd is None or not _lock_within(lock_fd, STREAM_LOCK_WAIT_S):
+            # no lock, or its holder is stuck (a frozen router process keeps
+            # it while it waits for its GIL): whole lines in atomic writes
+            if lock_fd is not None and not self._lock_waited:
+                self._lock_waited = True
+                print(
+                    f"trtspec request log: {self._lock_path} held over "
+                    f"{STREAM_LOCK_WAIT_S:g} s by another process; lines go out in writes "
+                    f"of at most {PIPE_BUF} bytes while it is",
+                    file=sys.stderr,
+                )
             for chunk in line_chunks(data, PIPE_BUF):
                 _write_all(fd, chunk)
             return
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
         try:
             _write_all(fd, data)
         finally:
@@ -306,6 +322,21 @@ class LineWriter:
         else:
             self.path.unlink(missing_ok=True)
         return self._current()
+
+
+def _lock_within(fd: int, wait_s: float) -> bool:
+    """``flock(fd, LOCK_EX)``, giving up after ``wait_s`` (False)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        except OSError:
+            return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -19,9 +19,9 @@ step), and drives every layer in closed loop at each concurrency level
 - ``draft``, ``ngram``: the draft-loop orchestrators (per round: a draft call
   for ``draft``, a target verify call, detokenizing), with the cost per round;
 - ``relay``: the floor of any Python router, not trtspec's: a bare decoupled
-  Python model (``RELAY_SOURCE``) that passes the engine layer's own
-  tensors to the engine model over BLS and each response back, nothing
-  else (no routing, text, rollout, deadline or cancel). What ``full`` adds
+  Python model (``trtspec.bench.instant.RELAY_SOURCE``) that passes the
+  engine layer's own tensors to the engine model over BLS and each response
+  back, nothing else (no routing, text, rollout, deadline or cancel). What ``full`` adds
   over ``relay`` is trtspec's own router; what ``relay`` adds over
   ``engine`` is the platform's cost of one more Python stub in the path
   (engine flow only).
@@ -97,71 +97,6 @@ LAYERS = {
 LLMAPI_LAYERS = {"engine": "baseline__llmapi", "full": "router", "bls": "router_bls"}
 # Layers that take the engine layer's own tensors (and answer with them).
 ENGINE_CONTRACT = ("engine", "relay")
-
-# The bare relay: one BLS call per request on a pooled thread, every response
-# passed on as it came; what a Python router cannot avoid on this platform.
-RELAY_SOURCE = '''\
-"""Benchmark relay (benchmarks/ceiling.py): passes each request to the model
-named by the parameter ``relay_to`` over decoupled BLS and every response
-back, with nothing else in between."""
-import json
-from concurrent.futures import ThreadPoolExecutor
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        self.to = config["parameters"]["relay_to"]["string_value"]
-        self.pool = ThreadPoolExecutor(max_workers=512)
-
-    def execute(self, requests):
-        for request in requests:
-            self.pool.submit(self.relay, request)
-
-    def relay(self, request):
-        sender = request.get_response_sender()
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        try:
-            call = pb_utils.InferenceRequest(
-                model_name=self.to,
-                inputs=[pb_utils.Tensor(t.name(), t.as_numpy()) for t in request.inputs()],
-                requested_output_names=list(request.requested_output_names()),
-            )
-            for response in call.exec(decoupled=True):
-                if response.has_error():
-                    sender.send(pb_utils.InferenceResponse(error=response.error()), flags=final)
-                    return
-                tensors = response.output_tensors()
-                if tensors:
-                    sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
-            sender.send(flags=final)
-        except Exception as exc:
-            error = pb_utils.TritonError(f"relay: {exc}")
-            sender.send(pb_utils.InferenceResponse(error=error), flags=final)
-
-    def finalize(self):
-        self.pool.shutdown(wait=False)
-'''
-
-
-def add_relay(repo: Path, engine_model: str) -> None:
-    """``relay`` in ``repo``: ``engine_model``'s config (its tensors, its
-    decoupled policy) served by ``RELAY_SOURCE`` relaying to it."""
-    from trtspec.repo import configs
-
-    folder = Path(repo) / "relay"
-    (folder / "1").mkdir(parents=True, exist_ok=True)
-    config = configs.read_config(Path(repo) / engine_model / "config.pbtxt")
-    config.name = "relay"
-    config.backend = "python"
-    config.ClearField("parameters")
-    for tensor in [*config.input, *config.output]:
-        tensor.ClearField("reshape")  # it passes tensors on as the client sent them
-    configs.set_parameters(config, {"relay_to": engine_model})
-    configs.write_config(folder / "config.pbtxt", config)
-    (folder / "1" / "model.py").write_text(RELAY_SOURCE, encoding="utf-8")
 
 
 # A request's next response may take this long; then it fails and the cell
@@ -759,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --router-instances {args.router_instances}: give 1 to 32", file=sys.stderr)
         return 2
     layers = ["engine", *[s for s in layers if s != "engine"]]  # the reference for "added"
-    from trtspec.bench.instant import instant_llmapi_repository, instant_repository
+    from trtspec.bench.instant import add_relay, instant_llmapi_repository, instant_repository
     from trtspec.repo.models.text import Tokenizer
     from trtspec.serve import Server
 

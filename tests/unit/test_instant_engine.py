@@ -154,15 +154,15 @@ def test_ceiling_names_one_router_processs_ceiling() -> None:
 def test_ceiling_relay_copies_the_engines_tensors_and_names_its_target(tmp_path: Path) -> None:
     """The bare relay layer serves the engine model's own tensors as the
     client sends them (no reshape) under the Python backend, relaying to it."""
+    from trtspec.bench.instant import add_relay
     from trtspec.repo import configs
 
-    ceiling = _ceiling()
     config = configs.base_config("target", backend="python", max_batch_size=4, decoupled=True)
     tensor = config.input.add(name="return_perf_metrics", data_type=9, dims=[1])
     tensor.reshape.shape[:] = []
     configs.set_parameters(config, {"instant_step_ms": 8})
     configs.write_config(tmp_path / "target" / "config.pbtxt", config)
-    ceiling.add_relay(tmp_path, "target")
+    assert add_relay(tmp_path, "target") == "relay"
     relay = configs.read_config(tmp_path / "relay" / "config.pbtxt")
     assert (relay.name, relay.backend, relay.max_batch_size) == ("relay", "python", 4)
     assert relay.model_transaction_policy.decoupled

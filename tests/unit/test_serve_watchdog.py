@@ -167,6 +167,17 @@ def test_a_stub_that_exits_with_code_1_is_a_crash(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
 
 
+def _kill_and_wait_for_zombies(server: ThisProcess, pids: list[int]) -> None:
+    """SIGKILL the stand-in stubs ``pids`` and wait (10 s at most) until every
+    one is a zombie: one poll then finds them all dead at once."""
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not all(stubs_of(server.pid).get(p, Stub(0, "", False, None)).zombie for p in pids):
+        assert time.monotonic() < deadline, "the stand-in stubs did not die"
+        time.sleep(0.02)
+
+
 def test_stubs_found_dead_in_one_poll_cost_one_restart(tmp_path: Path) -> None:
     """A kill of several stubs at once (the group, the OOM killer's round)
     restarts the server once: the rest of that poll's deaths are covered by
@@ -180,12 +191,7 @@ def test_stubs_found_dead_in_one_poll_cost_one_restart(tmp_path: Path) -> None:
         for pid in pids:
             _wait_until_seen(server, pid)
         dog = StubWatchdog(server, interval_s=0.1, on_incident=seen.append).prime()
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while not all(stubs_of(server.pid).get(p, Stub(0, "", False, None)).zombie for p in pids):
-            assert time.monotonic() < deadline, "the stand-in stubs did not die"
-            time.sleep(0.02)
+        _kill_and_wait_for_zombies(server, pids)
         found = dog.check()
         assert sorted(i.pid for i in found) == sorted(pids)
         assert server.restarts == 1
@@ -221,12 +227,7 @@ def test_a_poll_restarts_first_so_no_variant_is_reported_down_after_it(
         dog = StubWatchdog(
             server, interval_s=0.1, on_incident=seen.append, fallback={"ngram": ("ngram",)}
         ).prime()
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while not all(stubs_of(server.pid).get(p, Stub(0, "", False, None)).zombie for p in pids):
-            assert time.monotonic() < deadline, "the stand-in stubs did not die"
-            time.sleep(0.02)
+        _kill_and_wait_for_zombies(server, pids)
         found = dog.check()
         assert [(i.model, i.action) for i in found] == [
             ("router", "tritonserver restarted on the same ports"),

@@ -187,6 +187,75 @@ def add_bls_router(repo: Path) -> str:
     return BLS_ROUTER
 
 
+RELAY = "relay"
+
+# The bare relay: one BLS call per request on a pooled thread, every response
+# passed on as it came; what a Python router cannot avoid on this platform.
+RELAY_SOURCE = '''\
+"""Benchmark relay (trtspec.bench.instant, for benchmarks/ceiling.py): passes
+each request to the model named by the parameter ``relay_to`` over decoupled
+BLS and every response back, with nothing else in between."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.to = config["parameters"]["relay_to"]["string_value"]
+        self.pool = ThreadPoolExecutor(max_workers=512)
+
+    def execute(self, requests):
+        for request in requests:
+            self.pool.submit(self.relay, request)
+
+    def relay(self, request):
+        sender = request.get_response_sender()
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            call = pb_utils.InferenceRequest(
+                model_name=self.to,
+                inputs=[pb_utils.Tensor(t.name(), t.as_numpy()) for t in request.inputs()],
+                requested_output_names=list(request.requested_output_names()),
+            )
+            for response in call.exec(decoupled=True):
+                if response.has_error():
+                    sender.send(pb_utils.InferenceResponse(error=response.error()), flags=final)
+                    return
+                tensors = response.output_tensors()
+                if tensors:
+                    sender.send(pb_utils.InferenceResponse(output_tensors=tensors))
+            sender.send(flags=final)
+        except Exception as exc:
+            error = pb_utils.TritonError(f"relay: {exc}")
+            sender.send(pb_utils.InferenceResponse(error=error), flags=final)
+
+    def finalize(self):
+        self.pool.shutdown(wait=False)
+'''
+
+
+def add_relay(repo: Path, engine_model: str) -> str:
+    """``relay`` in ``repo``: ``engine_model``'s config (its tensors, its
+    decoupled policy) served by ``RELAY_SOURCE`` relaying to it; the floor of
+    any Python router, which ``benchmarks/ceiling.py`` measures beside the
+    router (``add_bls_router``)."""
+    folder = Path(repo) / RELAY
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    config = configs.read_config(Path(repo) / engine_model / "config.pbtxt")
+    config.name = RELAY
+    config.backend = "python"
+    config.ClearField("parameters")
+    for tensor in [*config.input, *config.output]:
+        tensor.ClearField("reshape")  # it passes tensors on as the client sent them
+    configs.set_parameters(config, {"relay_to": engine_model})
+    configs.write_config(folder / "config.pbtxt", config)
+    (folder / "1" / "model.py").write_text(RELAY_SOURCE, encoding="utf-8")
+    return RELAY
+
+
 INSTANT_LLMAPI_SPEC = """\
 name: {name}
 backend: reference

@@ -17,11 +17,14 @@ reference repository (``trtspec.build.reference`` in process,
 
 Same prompts (three held-out chat prompts, ``benchmarks/reference_engine.py``'s),
 greedy, ``--tokens`` new tokens, every layer's token ids compared with the
-in-process engine's. Tokens/s is completion tokens over wall time (request
-sent to last token) summed over requests; at a level above 1 it is the
-aggregate over the cell. Printed: the table, where the time goes at 1 in
+in-process engine's (column ``same``; ``-`` when level 1, which measures that
+reference, is not in ``--levels``). Tokens/s is completion tokens over wall
+time (request sent to last token) summed over requests; at a level above 1 it
+is the aggregate over the cell. Printed: the table, where the time goes at 1 in
 flight (TTFT and decode time per token of each layer, and CPU seconds per
-token of each server process), and the two checks: (4) the router's single
+token of each server process and of the client, ``cores``: the CPU all of
+them used over the cell's wall time, which near the machine's core count
+says the cell measured who got the CPU), and the two checks: (4) the router's single
 stream >= 90% of the in-process engine's tokens/s, (5) the router at 4 in
 flight >= 80% of the engine model's at 4. ``--check`` exits 3 on a miss.
 
@@ -74,6 +77,7 @@ target: {{model: {model}, family: llama, dtype: float32, max_batch_size: 8,
 variants: []
 """
 TICK = os.sysconf("SC_CLK_TCK")
+CLIENT = "client"  # the CPU of this process's threads during a served cell
 LLMAPI_SPEC = """\
 name: llmapi-{name}
 backend: reference
@@ -334,6 +338,7 @@ def served(server: Any, layer: str, level: int, jobs: list[tuple[str, list[int]]
                 runs.append(run)
 
     before = cpu_by_model(server.pid)
+    client_before = time.process_time()  # this process: the client's threads
     started = time.perf_counter()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(level)]
     for t in threads:
@@ -343,6 +348,7 @@ def served(server: Any, layer: str, level: int, jobs: list[tuple[str, list[int]]
     wall = time.perf_counter() - started
     after = cpu_by_model(server.pid)
     cpu = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0) > 0}
+    cpu[CLIENT] = time.process_time() - client_before
     return Row("", layer, level, runs, wall, cpu)
 
 
@@ -525,6 +531,18 @@ def llmapi_lines(lines: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def same_as_reference(
+    runs: list[Run], ref_ids: dict[tuple[str, str], list[int]], model: str
+) -> bool | None:
+    """Whether every answered run's ids are the reference's for its prompt;
+    None when a prompt has no reference (the in-process layer runs only with
+    level 1 in ``--levels``): unknown, not a mismatch."""
+    answered = [x for x in runs if not x.error]
+    if any((model, x.prompt) not in ref_ids for x in answered):
+        return None
+    return all(x.ids == ref_ids[(model, x.prompt)] for x in answered)
+
+
 def summarise(rows: list[Row]) -> list[dict[str, Any]]:
     """One line per (model, layer, level): the repeats pooled."""
     out: list[dict[str, Any]] = []
@@ -544,7 +562,7 @@ def summarise(rows: list[Row]) -> list[dict[str, Any]]:
             for k, v in r.cpu_s.items():
                 cpu[k] = cpu.get(k, 0.0) + v
         errors = [x.error for x in pooled.runs if x.error]
-        same = all(x.ids == ref_ids.get((model, x.prompt)) for x in pooled.runs if not x.error)
+        same = same_as_reference(pooled.runs, ref_ids, model)
         out.append(
             {
                 "model": model,
@@ -558,12 +576,21 @@ def summarise(rows: list[Row]) -> list[dict[str, Any]]:
                 "ttft_p50_ms": pooled.ttft_ms(),
                 "decode_p50_ms_per_tok": pooled.decode_ms(),
                 "same_ids_as_in_process": same,
+                # cores busy on average over the cell, server and client:
+                # near the machine's count, the cell measured who gets the CPU
+                "cores_busy": round(sum(cpu.values()) / pooled.wall_s, 2)
+                if cpu and pooled.wall_s > 0
+                else None,
                 "cpu_ms_per_tok": {
                     k: round(1e3 * v / max(1, pooled.tokens), 2) for k, v in cpu.items()
                 },
             }
         )
     return out
+
+
+def _same(value: bool | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def checks(lines: list[dict[str, Any]]) -> list[tuple[str, bool | None]]:
@@ -644,13 +671,14 @@ def main(argv: list[str] | None = None) -> int:
     lines = summarise(rows)
     print(
         f"{'model':>5} {'layer':>10} {'conc':>4} {'reqs':>4} {'err':>3} {'tokens':>6} "
-        f"{'tok/s':>7} {'ttft50':>7} {'ms/tok':>7} same  CPU ms/token by process"
+        f"{'tok/s':>7} {'ttft50':>7} {'ms/tok':>7} same cores  CPU ms/token by process"
     )
     for r in lines:
         print(
             f"{r['model']:>5} {r['layer']:>10} {r['level']:>4} {r['requests']:>4} "
             f"{r['errors']:>3} {r['tokens']:>6} {r['tok_s']:>7.1f} {r['ttft_p50_ms']:>7.1f} "
-            f"{r['decode_p50_ms_per_tok']:>7.2f} {r['same_ids_as_in_process']!s:>5}  "
+            f"{r['decode_p50_ms_per_tok']:>7.2f} {_same(r['same_ids_as_in_process']):>5} "
+            f"{'-' if r['cores_busy'] is None else format(r['cores_busy'], '.2f'):>5}  "
             f"{r['cpu_ms_per_tok']}"
         )
         if r["first_error"]:

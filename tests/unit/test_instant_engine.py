@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures.benchmarks import benchmark_module
 
 from trtspec.engine.instant_model import FIRST_TOKEN, _Sequence, next_token
 
@@ -102,12 +103,7 @@ def test_use_instant_engines_rewrites_only_the_engines(tmp_path: Path) -> None:
 
 def _ceiling() -> Any:
     """benchmarks/ceiling.py as a module."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import ceiling
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return ceiling
+    return benchmark_module("ceiling")
 
 
 def test_ceiling_help_runs() -> None:

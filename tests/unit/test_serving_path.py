@@ -4,20 +4,13 @@ layer's token ids with the in-process engine's, and says it cannot tell
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fixtures.benchmarks import benchmark_module
 
 
 def _serving_path() -> Any:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import serving_path
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return serving_path
+    return benchmark_module("serving_path")
 
 
 def _row(sp: Any, layer: str, level: int, ids: dict[str, list[int]]) -> Any:

@@ -11,6 +11,10 @@ reference repository (``trtspec.build.reference`` in process,
   request at a time (item 4's reference);
 - ``engine``: the engine model alone through the server (client-side token
   ids, streaming), at each level (item 5's reference at 4 in flight);
+- ``relay``: a bare decoupled Python model in front of it, passing the
+  engine's tensors over BLS and every response back (``trtspec.bench.instant``'s
+  relay, as ``ceiling.py``'s): the floor any Python-backend router pays for
+  its hop on this machine (``--no-relay``: not measured);
 - ``orch``: the ``baseline`` orchestrator model (text in, text out);
 - ``router``: the router as ``trtspec repo`` assembles it (the path a
   client of ``trtspec serve`` takes; the variant runs in its process).
@@ -78,6 +82,8 @@ variants: []
 """
 TICK = os.sysconf("SC_CLK_TCK")
 CLIENT = "client"  # the CPU of this process's threads during a served cell
+# a bare Python model relaying the engine's tensors (trtspec.bench.instant.add_relay)
+RELAY = "relay"
 LLMAPI_SPEC = """\
 name: llmapi-{name}
 backend: reference
@@ -234,6 +240,9 @@ def _inputs(layer: str, prompt: str, ids: list[int], tokens: int, end_pad: tuple
             one("pad_id", end_pad[1], "INT32", np.int32),
         ]
         return "target", inputs, ["output_ids", "sequence_length"]
+    if layer == RELAY:  # the engine's own tensors, through the bare relay
+        _, inputs, outputs = _inputs("engine", prompt, ids, tokens, end_pad)
+        return RELAY, inputs, outputs
     inputs = [
         tensor("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES"),
         tensor("max_tokens", np.array([tokens], dtype=np.int32), "INT32"),
@@ -295,15 +304,19 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
             if got is None:
                 break
             result, at = got
-            new = [int(t) for t in result.as_numpy("output_ids").reshape(-1)]
-            if layer == "engine":
+            out = result.as_numpy("output_ids")
+            if out is None:  # the relay's empty final response
+                break
+            new = [int(t) for t in out.reshape(-1)]
+            engine_tensors = layer in ("engine", RELAY)
+            if engine_tensors:
                 length = int(result.as_numpy("sequence_length").reshape(-1)[0])
                 new = new[:length]
             if new:
                 run.first = run.first or at
                 run.last = at
                 run.ids.extend(new)
-            if layer == "engine":
+            if engine_tensors:
                 done = len(run.ids) >= tokens or (new and new[-1] == end_pad[0]) or not new
             else:
                 done = bool(result.as_numpy("is_final").reshape(-1)[0])
@@ -312,7 +325,7 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
     finally:
         client.stop_stream()
         client.close()
-    if layer == "engine" and end_pad[0] in run.ids:  # the orchestrator cuts at the end id
+    if layer in ("engine", RELAY) and end_pad[0] in run.ids:  # the orchestrator cuts there
         run.ids = run.ids[: run.ids.index(end_pad[0])]
     return run
 
@@ -358,6 +371,12 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
 
     t0 = time.monotonic()
     repo, engine_dir = build(model, name, root)
+    layers = ["engine", "orch", "router"]
+    if args.relay:
+        from trtspec.bench.instant import add_relay
+
+        add_relay(repo, "target")
+        layers.insert(1, RELAY)
     print(f"{name}: built in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     tok = Tokenizer(engine_dir / "tokenizer")
     prompts = held_out_prompts(engine_dir / "tokenizer")
@@ -380,13 +399,13 @@ def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
         # with the served ones so the machine's load drifts over all of them
         local = InProcess(engine_dir, prompt_ids, end_id)
         jobs = list(zip(prompts, prompt_ids, strict=True))
-        for layer in ("engine", "orch", "router"):
+        for layer in layers:
             served(server, layer, 1, jobs[:1], args)  # warm
         for level in args.levels:
             for _ in range(args.repeats):
                 if level == 1:
                     note(local.row(jobs, args.tokens))
-                for layer in ("engine", "orch", "router"):
+                for layer in layers:
                     note(served(server, layer, level, jobs * level, args))
         local.close()
     finally:
@@ -625,6 +644,34 @@ def checks(lines: list[dict[str, Any]]) -> list[tuple[str, bool | None]]:
     return out
 
 
+def floor_lines(lines: list[dict[str, Any]]) -> list[str]:
+    """What the bare relay keeps of the same references as items 4 and 5
+    (the floor of any Python-backend router in front of this engine), and
+    what the router keeps of the relay's."""
+
+    def tok_s(model: str, layer: str, level: int) -> float | None:
+        for r in lines:
+            if (r["model"], r["layer"], r["level"]) == (model, layer, level):
+                return r["tok_s"] or None
+        return None
+
+    out = []
+    for model in sorted({r["model"] for r in lines}):
+        for item, ref_layer, level in (("4", "in-process", 1), ("5", "engine", 4)):
+            ref, relay = tok_s(model, ref_layer, level), tok_s(model, RELAY, level)
+            router = tok_s(model, "router", level)
+            if ref is None or relay is None:
+                continue
+            text = (
+                f"({item}) {model} x{level}: the bare relay keeps {relay / ref:.1%} of the "
+                f"{'engine in process' if ref_layer == 'in-process' else 'engine model alone'}"
+            )
+            if router is not None:
+                text += f"; the router keeps {router / relay:.1%} of the relay's tokens/s"
+            out.append(text)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="demo,tiny", help="comma list of demo, tiny")
@@ -636,6 +683,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 3 when a target is missed")
     p.add_argument(
         "--flow", choices=("engine", "llmapi"), default="engine", help="the serving flow measured"
+    )
+    p.add_argument(
+        "--relay",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure a bare Python relay in front of the engine model "
+        "(engine flow): the floor of any Python router (default: on)",
     )
     add_watchdog_option(p)
     args = p.parse_args(argv)
@@ -686,6 +740,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.flow == "llmapi":
         print("\nLLM-API flow: each layer over the llm model alone (same level):")
         for text in llmapi_lines(lines):
+            print(f"  {text}")
+    floors = floor_lines(lines)
+    if floors:
+        print("\nthe floor of any Python router (relay: one bare Python stub, BLS to the engine):")
+        for text in floors:
             print(f"  {text}")
     print("\ntargets (issue 24 items 4 and 5):")
     failed = False

@@ -62,3 +62,23 @@ def test_cores_busy_counts_server_and_client_over_the_cell() -> None:
     assert line["cores_busy"] == 1.0
     (alone,) = sp.summarise([_row(sp, "in-process", 1, {"a": [1, 2]})])
     assert alone["cores_busy"] is None  # nothing measured: not "idle"
+
+
+def test_floor_lines_set_the_relay_against_both_items_references() -> None:
+    sp = _serving_path()
+
+    def line(layer: str, level: int, tok_s: float) -> dict[str, Any]:
+        return {"model": "tiny", "layer": layer, "level": level, "tok_s": tok_s}
+
+    lines = [
+        line("in-process", 1, 500.0),
+        line("relay", 1, 450.0),
+        line("router", 1, 405.0),
+        line("engine", 4, 1000.0),
+        line("relay", 4, 750.0),
+    ]
+    one, four = sp.floor_lines(lines)
+    assert "(4) tiny x1: the bare relay keeps 90.0% of the engine in process" in one
+    assert "the router keeps 90.0% of the relay's tokens/s" in one
+    assert four == "(5) tiny x4: the bare relay keeps 75.0% of the engine model alone"
+    assert sp.floor_lines(lines[3:4]) == []  # no relay measured (--no-relay)

@@ -111,8 +111,12 @@ def test_processes_hammering_never_exceed_the_limit(tmp_path: Path) -> None:
     for p in procs:
         p.join(timeout=30)
     assert [p.exitcode for p in procs] == [0, 0]
-    assert peak.value == 3  # reached, never passed
-    assert fell.value > 0  # 6 threads contended for 3 places
+    # never passed; whether 3 were ever live at one instant between the
+    # counters' updates is the scheduler's (a slow VM saw at most 2)
+    assert 0 < peak.value <= 3
+    # the limit was reached: a request falls back only when the summed
+    # count stood at 3 (6 threads contended for 3 places)
+    assert fell.value > 0
     assert json.loads((tmp_path / "in_flight.run.json").read_text()) == {}  # both closed
 
 

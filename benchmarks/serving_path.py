@@ -554,11 +554,12 @@ def same_as_reference(
     runs: list[Run], ref_ids: dict[tuple[str, str], list[int]], model: str
 ) -> bool | None:
     """Whether every answered run's ids are the reference's for its prompt;
-    None when a prompt has no reference (the in-process layer runs only with
-    level 1 in ``--levels``): unknown, not a mismatch."""
+    None when no run was answered or a prompt has no reference (the
+    in-process layer runs only with level 1 in ``--levels``): unknown, not a
+    match or a mismatch."""
     answered = [x for x in runs if not x.error]
-    if any((model, x.prompt) not in ref_ids for x in answered):
-        return None
+    if not answered or any((model, x.prompt) not in ref_ids for x in answered):
+        return None  # nothing answered (a crashed cell) or nothing to compare with
     return all(x.ids == ref_ids[(model, x.prompt)] for x in answered)
 
 

@@ -51,6 +51,10 @@ def test_a_failed_run_is_not_compared() -> None:
     router.runs.append(sp.Run(prompt="unmeasured", sent=0.0, error="stub died"))
     lines = sp.summarise([_row(sp, "in-process", 1, {"a": [1, 2]}), router])
     assert _same(lines, "router", 1) is True
+    crashed = _row(sp, "engine", 1, {})
+    crashed.runs.append(sp.Run(prompt="a", sent=0.0, error="stub died"))
+    lines = sp.summarise([_row(sp, "in-process", 1, {"a": [1, 2]}), crashed])
+    assert _same(lines, "engine", 1) is None  # nothing answered: not "the same"
 
 
 def test_cores_busy_counts_server_and_client_over_the_cell() -> None:

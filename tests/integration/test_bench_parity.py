@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.fixtures.every_mode import in_process_builds
 from trtspec.bench.records import read_requests
 from trtspec.bench.runner import BenchOptions, run_benchmark
 from trtspec.cli.main import cli
@@ -37,6 +38,13 @@ PROMPTS = [
     "Charlie notes: the survey team measured the river at six points and found the water "
     "deepest near the old mill, shallowest by the ford.",
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _builds_in_process() -> Iterator[None]:
+    """This module's ``trtspec build`` runs its reference steps in process."""
+    with in_process_builds():
+        yield
 
 
 @pytest.fixture(scope="module")

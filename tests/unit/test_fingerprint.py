@@ -8,12 +8,14 @@ leave the installed routing table alone, and install with --accept-stale."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from tests.fixtures.every_mode import in_process_builds
 from tests.fixtures.tiny_model import make_tiny_draft
 
 from trtspec import fingerprint
@@ -53,6 +55,13 @@ ROUTING = {
 
 def run(*args: str) -> Any:
     return CliRunner().invoke(cli, list(args))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _builds_in_process() -> Iterator[None]:
+    """This module's ``trtspec build`` runs its reference steps in process."""
+    with in_process_builds():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -294,6 +294,7 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
     model, inputs, outputs = _inputs(layer, prompt, ids, tokens, end_pad)
     client, results = _open_stream(url)
     run = Run(prompt, 0.0)
+    engine_tensors = layer in ("engine", RELAY)  # the engine's own outputs
     try:
         run.sent = time.perf_counter()
         client.async_stream_infer(
@@ -308,7 +309,6 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
             if out is None:  # the relay's empty final response
                 break
             new = [int(t) for t in out.reshape(-1)]
-            engine_tensors = layer in ("engine", RELAY)
             if engine_tensors:
                 length = int(result.as_numpy("sequence_length").reshape(-1)[0])
                 new = new[:length]
@@ -325,7 +325,7 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
     finally:
         client.stop_stream()
         client.close()
-    if layer in ("engine", RELAY) and end_pad[0] in run.ids:  # the orchestrator cuts there
+    if engine_tensors and end_pad[0] in run.ids:  # the orchestrator cuts at the end id
         run.ids = run.ids[: run.ids.index(end_pad[0])]
     return run
 
@@ -613,16 +613,18 @@ def _same(value: bool | None) -> str:
     return "-" if value is None else str(value)
 
 
-def checks(lines: list[dict[str, Any]]) -> list[tuple[str, bool | None]]:
-    def tok_s(model: str, layer: str, level: int) -> float | None:
-        for r in lines:
-            if (r["model"], r["layer"], r["level"]) == (model, layer, level):
-                return r["tok_s"]
-        return None
+def _tok_s(lines: list[dict[str, Any]], model: str, layer: str, level: int) -> float | None:
+    """The summary line's tokens/s for (model, layer, level); None if not measured."""
+    for r in lines:
+        if (r["model"], r["layer"], r["level"]) == (model, layer, level):
+            return r["tok_s"]
+    return None
 
+
+def checks(lines: list[dict[str, Any]]) -> list[tuple[str, bool | None]]:
     out: list[tuple[str, bool | None]] = []
     for model in sorted({r["model"] for r in lines}):
-        ref, got = tok_s(model, "in-process", 1), tok_s(model, "router", 1)
+        ref, got = _tok_s(lines, model, "in-process", 1), _tok_s(lines, model, "router", 1)
         if ref and got is not None:
             share = got / ref
             out.append(
@@ -632,7 +634,7 @@ def checks(lines: list[dict[str, Any]]) -> list[tuple[str, bool | None]]:
                     share >= SINGLE_STREAM_SHARE,
                 )
             )
-        ref, got = tok_s(model, "engine", 4), tok_s(model, "router", 4)
+        ref, got = _tok_s(lines, model, "engine", 4), _tok_s(lines, model, "router", 4)
         if ref and got is not None:
             share = got / ref
             out.append(
@@ -651,10 +653,7 @@ def floor_lines(lines: list[dict[str, Any]]) -> list[str]:
     what the router keeps of the relay's."""
 
     def tok_s(model: str, layer: str, level: int) -> float | None:
-        for r in lines:
-            if (r["model"], r["layer"], r["level"]) == (model, layer, level):
-                return r["tok_s"] or None
-        return None
+        return _tok_s(lines, model, layer, level) or None  # 0 tokens/s: nothing to divide by
 
     out = []
     for model in sorted({r["model"] for r in lines}):

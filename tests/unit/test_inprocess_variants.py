@@ -188,6 +188,7 @@ class Progress:
         self.sent = 0
         self.first_ns: int | None = None
         self.deadline = time.monotonic() + deadline_s
+        self.wants_text = True
         self.tracked: list[tuple[dict[str, Any], bool]] = []
 
     def track(self, tensors: dict[str, Any], is_final: bool) -> None:
@@ -420,6 +421,48 @@ def test_stream_interval_sends_the_first_tokens_at_once_then_every_nth(
     assert int(final["completion_tokens"][0]) == 8 and int(final["rounds"][0]) == 8
     # the rollout's time to first token is the first token's
     assert progress.tracked[0][0]["output_ids"].tolist() == [4]
+
+
+def test_a_client_of_token_ids_gets_no_text_until_the_final_response(inprocess: Any) -> None:
+    """A client that did not ask for ``text_output`` (``progress.wants_text``
+    False, ``protocol.wants_text``): the streamed responses carry the ids as
+    they come and no text, nothing is decoded per token, and the final
+    response still carries the whole text and the stats the rollout reads."""
+    ENGINE.script = [[4], [5], [6], [7]]
+    ENGINE.step_s = 0.02
+    decoded: list[list[int]] = []
+    text = inprocess.model("baseline").text
+    real_decode = text.decode
+    text.decode = lambda ids: decoded.append(list(ids)) or real_decode(ids)
+    sender, progress = Sender(), Progress(30.0)
+    progress.wants_text = False
+    try:
+        inprocess.run("baseline", _request(max_tokens=4), sender, progress, Cancel())
+    finally:
+        text.decode = real_decode
+    streamed, (final, flags) = sender.sent[:-1], sender.sent[-1]
+    assert [t["output_ids"].tolist() for t, _ in streamed] == [[4], [5], [6], [7]]
+    assert all("text_output" not in t and not t["is_final"][0] for t, _ in streamed)
+    assert flags == FINAL and final["text_output"][0] == b"defg"
+    assert final["output_ids"].tolist() == []
+    assert decoded == [[4, 5, 6, 7]]  # once, for the final response
+    assert int(progress.tracked[-1][0]["completion_tokens"][0]) == 4
+    assert progress.tracked[0][0]["output_ids"].tolist() == [4]  # the rollout's first token
+
+
+def test_wants_text_reads_the_clients_requested_outputs(inprocess: Any) -> None:
+    from trtspec.repo.models.protocol import wants_text  # imported by the fixture
+
+    class Request:
+        def __init__(self, names: list[str]) -> None:
+            self.names = names
+
+        def requested_output_names(self) -> list[str]:
+            return self.names
+
+    assert wants_text(Request([]))  # named none: every output
+    assert wants_text(Request(["text_output", "is_final"]))
+    assert not wants_text(Request(["output_ids", "is_final"]))
 
 
 def test_tokens_held_by_stream_interval_go_out_before_an_error(inprocess: Any) -> None:

@@ -199,7 +199,12 @@ class TritonPythonModel:
                 "total_accepted_draft_tokens": (seq.accepted, np.int32),
                 "total_draft_tokens": (drafted, np.int32),
             }
-            tensors += [pb.Tensor(k, np.array([[v]], dtype=dt)) for k, (v, dt) in values.items()]
+            wanted = seq.options["outputs"]
+            tensors += [  # only those asked for (triton_model._perf_tensors)
+                pb.Tensor(k, np.array([[v]], dtype=dt))
+                for k, (v, dt) in values.items()
+                if not (wanted and WORKAROUND) or k in wanted
+            ]
         wanted = seq.options["outputs"]
         if wanted and WORKAROUND:  # see triton_model._response
             tensors = [t for t in tensors if t.name() in wanted]

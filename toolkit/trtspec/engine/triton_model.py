@@ -85,7 +85,13 @@ def _required(request: Any, name: str) -> np.ndarray:
     return tensor.as_numpy()
 
 
-def _perf_tensors(gen: Any, prompt_len: int, tokens_per_block: int) -> list[Any]:
+def _perf_tensors(
+    gen: Any, prompt_len: int, tokens_per_block: int, names: frozenset[str] | set[str]
+) -> list[Any]:
+    """The perf outputs among ``names``, only those: a ``pb_utils.Tensor``
+    costs the stub ~15-30 us of CPU each on two cores, and a caller that asks
+    for one of the ten (the orchestrator: ``kv_cache_reused_blocks``) asked
+    for it in every streamed response."""
     total = prompt_len + len(gen.output_ids)
     total_blocks = math.ceil(total / tokens_per_block)
     reused = gen.reused_tokens // tokens_per_block
@@ -101,7 +107,11 @@ def _perf_tensors(gen: Any, prompt_len: int, tokens_per_block: int) -> list[Any]
         "total_accepted_draft_tokens": (gen.total_accepted_draft_tokens, np.int32),
         "total_draft_tokens": (gen.total_draft_tokens, np.int32),
     }
-    return [pb_utils.Tensor(name, np.array([[v]], dtype=dt)) for name, (v, dt) in values.items()]
+    return [
+        pb_utils.Tensor(name, np.array([[v]], dtype=dt))
+        for name, (v, dt) in values.items()
+        if name in names
+    ]
 
 
 class TritonPythonModel:
@@ -280,19 +290,16 @@ class TritonPythonModel:
             if logit_rows:
                 rows = np.stack([r.numpy() for r in logit_rows]).astype(np.float32)
             tensors.append(pb_utils.Tensor("generation_logits", rows.reshape(1, 1, -1, vocab)))
-        if options["perf"]:
-            # only the perf outputs this version's config declares (0.17, 0.18: KV reuse)
-            tensors += [
-                t
-                for t in _perf_tensors(
-                    gen, len(gen.request.input_ids), self.engine.config.tokens_per_block
-                )
-                if t.name() in self.output_names
-            ]
         # Only what the caller asked for: the 2.51 stub prunes the rest in
         # ResponseSender::Send with the GIL released, freeing their NumPy
         # arrays without it (heap corruption; see repo/models/threads.BlsStreams).
         wanted = options.get("outputs")
+        if options["perf"]:
+            # only the perf outputs this version's config declares (0.17, 0.18:
+            # KV reuse) and, where it named some, the caller asked for
+            names = self.output_names & wanted if wanted and WORKAROUND else self.output_names
+            prompt_len = len(gen.request.input_ids)
+            tensors += _perf_tensors(gen, prompt_len, self.engine.config.tokens_per_block, names)
         if wanted and WORKAROUND:
             tensors = [t for t in tensors if t.name() in wanted]
         return pb_utils.InferenceResponse(output_tensors=tensors)

@@ -190,6 +190,7 @@ class InProcessVariants:
                 return
             gen = orchestrator._Generation(model, params, relay, start_ns, cancel)
             gen.deadline = progress.deadline
+            gen.wants_text = progress.wants_text
             gen.run()
         except Cancelled:
             if gen is not None:  # the line the orchestrator model logs (§5)

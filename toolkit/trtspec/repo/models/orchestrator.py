@@ -76,6 +76,7 @@ from trtspec.repo.models.protocol import (
     callee_error,
     end_cancelled,
     error_reply,
+    wants_text,
 )
 from trtspec.repo.models.text import IncrementalText, LocalText
 from trtspec.repo.models.threads import (
@@ -138,7 +139,10 @@ class _Generation:
         self.pending: list[int] = []  # ids of the next response (output_ids)
         # ids not yet detokenized: held until stream_interval of them arrived
         self.held: list[int] = []
-        self.streamed = False  # a response with text went out
+        self.streamed = False  # a response with text (or, without text, ids) went out
+        # False when the client did not ask for text_output (protocol.wants_text):
+        # streamed responses carry ids only and nothing is decoded until the end
+        self.wants_text = True
         self.completion = 0
         self.stats = RoundStats()
         self.end_id: int | None = None
@@ -350,6 +354,13 @@ class _Generation:
         """Send the text of the held ids now (what is complete of it)."""
         if not self.held:
             return
+        if not self.wants_text:
+            # the ids as they are; the final response's text is flush()'s
+            self.text.ids.extend(self.held)
+            self.held = []
+            self.send("", final=False)
+            self.streamed = True
+            return
         delta = self.text.push(self.held)
         self.held = []
         if delta:
@@ -358,10 +369,12 @@ class _Generation:
 
     def send(self, text: str, *, final: bool, prompt_tokens: int = 0) -> None:
         tensors = [
-            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
             pb_utils.Tensor("output_ids", np.asarray(self.pending, dtype=np.int32)),
             pb_utils.Tensor("is_final", np.array([final], dtype=np.bool_)),
         ]
+        if final or self.wants_text:
+            text_array = np.array([text.encode("utf-8")], dtype=np.object_)
+            tensors.insert(0, pb_utils.Tensor("text_output", text_array))
         self.pending = []
         flags = 0
         if final:
@@ -716,6 +729,7 @@ class TritonPythonModel:
         try:
             params = RequestParams.from_request(request)
             gen = _Generation(self, params, sender, start_ns, cancel)
+            gen.wants_text = wants_text(request)
             gen.run()
         except Cancelled:
             assert gen is not None  # only a running generation checks for a cancel

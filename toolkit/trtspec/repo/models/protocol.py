@@ -10,6 +10,7 @@ them from the orchestrator model. Loaded inside a Triton stub only.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,40 @@ from trtspec.limits import (
     decode_text,
     draft_tokens_request_problem,
 )
+
+_LENGTH = struct.Struct("<I")
+
+
+def fast_byte_tensors(utils: Any) -> bool:
+    """Give ``utils`` (the stub's ``triton_python_backend_utils``) a
+    ``serialize_byte_tensor`` that answers a one-element tensor of ``bytes``
+    (every ``text_output`` of a streamed response) without NumPy's iterator:
+    the 4-byte little-endian length and the bytes, what the original answers
+    (``tests/unit/test_fast_byte_tensors.py`` holds the two to the same
+    output); anything else goes to the original. 2.51's ``pb_utils.Tensor``
+    looks the function up on the module for each BYTES tensor it makes, so a
+    router or orchestrator makes one per streamed response (~0.03 ms of the
+    stub's CPU a token at 4 in flight on two cores, §6 tenth round). Returns
+    whether it was installed (not where ``utils`` lacks the function, or
+    already has this one)."""
+    original = getattr(utils, "serialize_byte_tensor", None)
+    if original is None or getattr(original, "trtspec_fast", False):
+        return False
+    pack = _LENGTH.pack
+
+    def serialize_byte_tensor(tensor: Any) -> Any:
+        if tensor.dtype == np.object_ and tensor.size == 1:
+            value = tensor.reshape(-1)[0]
+            if type(value) is bytes:
+                return pack(len(value)) + value
+        return original(tensor)
+
+    serialize_byte_tensor.trtspec_fast = True  # type: ignore[attr-defined]
+    utils.serialize_byte_tensor = serialize_byte_tensor
+    return True
+
+
+fast_byte_tensors(pb_utils)
 
 
 class CalleeError(RuntimeError):
@@ -52,6 +87,15 @@ def callee_error(model_name: str, error: Any, *, name_it: bool = True) -> Callee
     return CalleeError(
         f"{model_name}: {message}" if name_it else message, client=client, marked=marked
     )
+
+
+def wants_text(request: Any) -> bool:
+    """Whether the client asked for ``text_output`` (a client that names no
+    outputs gets them all). One that did not, a client of token ids, gets its
+    streamed responses without text: the text is then decoded once, for the
+    final response, rather than for every token."""
+    names = request.requested_output_names()
+    return not names or "text_output" in names
 
 
 def is_client_error(exc: BaseException) -> bool:

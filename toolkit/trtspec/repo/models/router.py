@@ -57,6 +57,7 @@ from trtspec.repo.models.protocol import (
     end_cancelled,
     error_reply,
     is_client_error,
+    wants_text,
 )
 from trtspec.repo.models.rollout_live import Live, Tracked
 from trtspec.repo.models.threads import (
@@ -85,6 +86,7 @@ class _Progress(Tracked):
         super().__init__()
         self.deadline = deadline  # time.monotonic() by which the request must end
         self.expired = False
+        self.wants_text = True  # protocol.wants_text of the client's request
 
 
 class _InBandError:
@@ -203,6 +205,7 @@ class TritonPythonModel:
         cancel = Cancellation(sender, poll_s=POLL_S)
         sender = PruningSender.wrap(sender, request, pb_utils.InferenceResponse)
         progress = _Progress(time.monotonic() + stream_timeout_us(None) / 1e6)
+        progress.wants_text = wants_text(request)
         error: str | None = None
         try:
             # inputs() once (get_input_tensor_by_name builds the list per name)

@@ -20,7 +20,9 @@ reference repository (``trtspec.build.reference`` in process,
   client of ``trtspec serve`` takes; the variant runs in its process).
 
 Same prompts (three held-out chat prompts, ``benchmarks/reference_engine.py``'s),
-greedy, ``--tokens`` new tokens, every layer's token ids compared with the
+greedy, ``--tokens`` new tokens; the ``orch`` and ``router`` clients ask for
+``output_ids`` and ``is_final`` (a client of token ids, like the engine's;
+``--text-client``: ``text_output`` too, as a chat client); every layer's token ids compared with the
 in-process engine's (column ``same``; ``-`` when level 1, which measures that
 reference, is not in ``--levels``). Tokens/s is completion tokens over wall
 time (request sent to last token) summed over requests; at a level above 1 it
@@ -292,9 +294,11 @@ def one_request(url: str, layer: str, prompt: str, ids: list[int], args: Any) ->
 
     tokens, end_pad = args.tokens, args.end_pad
     model, inputs, outputs = _inputs(layer, prompt, ids, tokens, end_pad)
+    engine_tensors = layer in ("engine", RELAY)  # the engine's own outputs
+    if args.text_client and not engine_tensors:
+        outputs = ["text_output", *outputs]
     client, results = _open_stream(url)
     run = Run(prompt, 0.0)
-    engine_tensors = layer in ("engine", RELAY)  # the engine's own outputs
     try:
         run.sent = time.perf_counter()
         client.async_stream_infer(
@@ -690,6 +694,13 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="also measure a bare Python relay in front of the engine model "
         "(engine flow): the floor of any Python router (default: on)",
+    )
+    p.add_argument(
+        "--text-client",
+        action="store_true",
+        help="the orch and router clients also ask for text_output, as a chat "
+        "client does (default: token ids and is_final, as the engine's client; "
+        "the router then streams ids without decoding them, docs/internals.md §5)",
     )
     add_watchdog_option(p)
     args = p.parse_args(argv)

@@ -185,6 +185,7 @@ class TritonPythonModel:
             if tokens:
                 rows[np.arange(len(tokens)), np.asarray(tokens) % self.vocab] = 10.0
             tensors.append(pb.Tensor("generation_logits", rows.reshape(1, 1, -1, self.vocab)))
+        wanted = seq.options["outputs"]
         if seq.options["perf"]:
             drafted = len(seq.draft)
             values = {
@@ -199,13 +200,11 @@ class TritonPythonModel:
                 "total_accepted_draft_tokens": (seq.accepted, np.int32),
                 "total_draft_tokens": (drafted, np.int32),
             }
-            wanted = seq.options["outputs"]
             tensors += [  # only those asked for (triton_model._perf_tensors)
                 pb.Tensor(k, np.array([[v]], dtype=dt))
                 for k, (v, dt) in values.items()
                 if not (wanted and WORKAROUND) or k in wanted
             ]
-        wanted = seq.options["outputs"]
         if wanted and WORKAROUND:  # see triton_model._response
             tensors = [t for t in tensors if t.name() in wanted]
         return pb.InferenceResponse(output_tensors=tensors)

@@ -351,7 +351,8 @@ class _Generation:
         self.release()
 
     def release(self) -> None:
-        """Send the text of the held ids now (what is complete of it)."""
+        """Send the text of the held ids now (what is complete of it); to a
+        client that did not ask for text, the held ids."""
         if not self.held:
             return
         if not self.wants_text:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.fixtures.every_mode import in_process_builds
 from tests.fixtures.specs import LIMITS, copy_example
 
 from trtspec.cli.main import cli
@@ -200,6 +201,14 @@ def test_gpu_build_outside_container_exit_1(
 
 @pytest.mark.slow
 def test_reference_build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Path) -> None:
+    """The CLI's build, cache and inspect, with the reference steps run in
+    process (the same argv; the subprocess itself is test_reference_build's
+    and the e2e tests')."""
+    with in_process_builds():
+        _build_then_cached_then_inspect(tmp_path, tiny_llama)
+
+
+def _build_then_cached_then_inspect(tmp_path: Path, tiny_llama: Path) -> None:
     spec = tmp_path / "tiny.yaml"
     spec.write_text(
         f"name: tiny\nbackend: reference\n"

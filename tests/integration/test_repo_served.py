@@ -616,3 +616,17 @@ def test_a_client_asking_for_some_outputs_gets_exactly_those(served, baseline, m
         assert text == baseline[i % 2].text
     after = infer(server, model, PROMPTS[0], route="chat")  # still serving, every output
     assert after.error is None and after.final["completion_tokens"] > 0
+
+
+@pytest.mark.parametrize("model", ["router", "baseline"])
+def test_a_client_of_token_ids_gets_the_ids_streamed_without_text(served, baseline, model) -> None:
+    """Asked for ``output_ids`` and ``is_final`` only (protocol.wants_text):
+    the same ids as the text client's, streamed as they come (the router and
+    the orchestrator decode nothing per token), and nothing else."""
+    responses = _stream_asking_for(served[0], model, PROMPTS[0], ["output_ids", "is_final"], "chat")
+    for result in responses:
+        assert sorted(o.name for o in result.get_response().outputs) == ["is_final", "output_ids"]
+    ids = [i for r in responses for i in r.as_numpy("output_ids").reshape(-1).tolist()]
+    assert ids == baseline[0].ids
+    streamed = [r for r in responses if r.as_numpy("output_ids").size]
+    assert len(streamed) >= 2  # more than one response carried ids: streamed

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from trtspec.engine import triton_model
+from trtspec.repo.contract import PERF_OUTPUTS
 
 
 class Tensor:
@@ -56,18 +57,7 @@ def test_only_the_perf_outputs_asked_for_are_built() -> None:
 
 
 def test_every_perf_output_when_all_are_asked_for() -> None:
-    names = {
-        "kv_cache_alloc_new_blocks",
-        "kv_cache_reused_blocks",
-        "kv_cache_alloc_total_blocks",
-        "arrival_time_ns",
-        "first_scheduled_time_ns",
-        "first_token_time_ns",
-        "last_token_time_ns",
-        "acceptance_rate",
-        "total_accepted_draft_tokens",
-        "total_draft_tokens",
-    }
+    names = set(PERF_OUTPUTS)  # the contract: every perf output of 0.19 on
     values = _values(triton_model._perf_tensors(GEN, 70, 32, names))
     assert set(values) == names
     # 73 tokens: three 32-token blocks, two of them reused

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.fixtures.every_mode import in_process_builds
 from tests.fixtures.shared import Shared
 from trtspec.bench.records import read_requests
 from trtspec.cli.main import cli
@@ -85,7 +86,10 @@ bench:
 
 
 def test_triton_and_external_arms_in_one_report(workdir: Path) -> None:
-    _run("build", "tiny.yaml")
+    # the reference steps run in process (same argv; the subprocess path is
+    # tests/e2e/test_pipeline.py's): this test is about the bench's arms
+    with in_process_builds():
+        _run("build", "tiny.yaml")
     _run("repo", "tiny.yaml")
     out, _ = _run("bench", "tiny.yaml", "--run-dir", "results/run", "--no-plots")
     run = Path("results/run")

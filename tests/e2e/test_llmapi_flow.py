@@ -26,6 +26,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.fixtures.every_mode import in_process_builds
 from tests.fixtures.serve_cli import wait_ready
 from trtspec.bench.records import ACCEPTANCE_NOT_REPORTED, read_requests
 from trtspec.cli.main import cli
@@ -172,7 +173,10 @@ def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
 
 def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
     spec = "specs/tiny.yaml"
-    built = json.loads(_run("build", spec, "--format", "json"))
+    # the reference steps run in process (same argv; the subprocess path is
+    # tests/e2e/test_pipeline.py's)
+    with in_process_builds():
+        built = json.loads(_run("build", spec, "--format", "json"))
     assert sorted(Path(p).name for p in built["files"]) == [
         "baseline.yaml",
         "draft.yaml",

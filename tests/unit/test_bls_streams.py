@@ -386,6 +386,22 @@ def test_the_pruning_sender_sends_only_the_requested_outputs() -> None:
     assert f3 == 1 and (fourth, f4) == (None, 1)
 
 
+def test_send_exact_sends_as_built_without_reading_the_outputs() -> None:
+    """A caller that built a response of the requested outputs alone (the
+    orchestrator's streamed responses) skips the look at every tensor."""
+
+    class Unread(FakeResponse):
+        def output_tensors(self) -> list[FakeTensor]:
+            raise AssertionError("send_exact read the outputs")
+
+    raw = SlowSender()
+    sender = PruningSender.wrap(raw, FakeRequest(["text_output", "is_final"]), FakeResponse)
+    assert sender.wanted == frozenset({"text_output", "is_final"})
+    built = Unread([FakeTensor("text_output"), FakeTensor("is_final")])
+    sender.send_exact(built, flags=0)
+    assert raw.sent == [(built, 0)]
+
+
 def test_the_pruning_sender_passes_everything_when_nothing_was_named(monkeypatch: Any) -> None:
     raw = SlowSender()
     sender = PruningSender.wrap(raw, FakeRequest([]), FakeResponse)

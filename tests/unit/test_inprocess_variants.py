@@ -450,6 +450,52 @@ def test_a_client_of_token_ids_gets_no_text_until_the_final_response(inprocess: 
     assert progress.tracked[0][0]["output_ids"].tolist() == [4]  # the rollout's first token
 
 
+@pytest.mark.parametrize(
+    "asked",
+    [["text_output", "is_final"], ["output_ids"], ["is_final"]],
+    ids=["text-and-final", "ids-only", "final-flag-only"],
+)
+def test_streamed_responses_are_built_of_the_asked_outputs_and_never_pruned(
+    inprocess: Any, asked: list[str]
+) -> None:
+    """Behind the router's ``PruningSender`` a streamed response holds the
+    outputs the client asked for and nothing else, so the sender need not
+    look at it (``send_exact``): only the final response, with its stats, is
+    pruned. The rollout still gets the first token's time, whether or not the
+    client asked for the outputs that carry tokens, and the final stats."""
+    from trtspec.repo.models.threads import PruningSender
+
+    class Request:
+        def requested_output_names(self) -> list[str]:
+            return asked
+
+    made: list[Response] = []
+
+    def make(**kw: Any) -> Response:
+        made.append(Response(**kw))
+        return made[-1]
+
+    ENGINE.script = [[4], [5], [6], [7]]
+    ENGINE.step_s = 0.02  # a response a token
+    raw, progress = Sender(), Progress(30.0)
+    progress.wants_text = "text_output" in asked
+    router_sender = PruningSender.wrap(raw, Request(), make)
+    start = time.monotonic_ns()
+    inprocess.run("baseline", _request(max_tokens=4), router_sender, progress, Cancel())
+    streamed, (final, flags) = raw.sent[:-1], raw.sent[-1]
+    assert len(streamed) == 4 and flags == FINAL
+    assert all(sorted(t) == sorted(asked) for t, _ in streamed), streamed
+    assert sorted(final) == sorted(asked)
+    assert len(made) == 1  # the pruning sender rebuilt the final response alone
+    assert progress.sent == 5
+    assert progress.first_ns is not None and progress.first_ns > start
+    assert int(progress.tracked[-1][0]["completion_tokens"][0]) == 4
+    if "text_output" in asked:
+        assert b"".join(t["text_output"][0] for t, _ in streamed) == b"defg"
+    if "output_ids" in asked:
+        assert [t["output_ids"].tolist() for t, _ in streamed] == [[4], [5], [6], [7]]
+
+
 def test_wants_text_reads_the_clients_requested_outputs(inprocess: Any) -> None:
     from trtspec.repo.models.protocol import wants_text  # imported by the fixture
 

@@ -59,16 +59,32 @@ class _RelayingSender:
         self._sender = sender
         self._progress = progress
         self._final_flag = final_flag
+        # the router's pruning sender's (threads.PruningSender), if it prunes
+        self.wanted: frozenset[str] = getattr(sender, "wanted", frozenset())
+        self._exact = getattr(sender, "send_exact", sender.send)
+
+    def send_exact(self, response: Any, flags: int = 0) -> None:
+        """A streamed response of ``wanted``'s outputs alone
+        (PruningSender.send_exact). The generation streams only when it has
+        tokens, so the first such response is the first token, whether or not
+        the client asked for the outputs that carry them."""
+        progress = self._progress
+        if progress.first_ns is None:
+            progress.track({t.name(): t.as_numpy() for t in response.output_tensors()}, False)
+            if progress.first_ns is None:  # the client asked for no output with tokens
+                progress.first_ns = time.monotonic_ns()
+        self._exact(response, flags=flags)
+        self._progress.sent += 1
 
     def send(self, response: Any = None, flags: int = 0) -> None:
-        if response is None:
-            self._sender.send(flags=flags)
-        else:
+        if response is not None:
             final = bool(flags & self._final_flag)
             if final or self._progress.first_ns is None:
                 tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
                 self._progress.track(tensors, final)
             self._sender.send(response, flags=flags)
+        else:
+            self._sender.send(flags=flags)
         self._progress.sent += 1
 
 

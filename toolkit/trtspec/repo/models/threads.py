@@ -315,7 +315,9 @@ class PruningSender:
 
     def __init__(self, sender: Any, wanted: Iterable[str] | None, make: Callable[..., Any]) -> None:
         self._sender = sender
-        self._wanted = frozenset(wanted or ())
+        # what the request asked for (empty: everything); a caller that
+        # builds responses of these outputs alone sends them with send_exact
+        self.wanted = frozenset(wanted or ())
         self._make = make
 
     @classmethod
@@ -325,10 +327,15 @@ class PruningSender:
             return sender
         return cls(sender, request.requested_output_names(), make)
 
+    def send_exact(self, response: Any, flags: int = 0) -> None:
+        """Send ``response`` as it is: the caller built it of ``wanted``'s
+        outputs alone (or of any outputs when ``wanted`` is empty)."""
+        self._sender.send(response, flags=flags)
+
     def send(self, response: Any = None, flags: int = 0) -> None:
-        if response is not None and self._wanted:
+        if response is not None and self.wanted:
             tensors = response.output_tensors()
-            kept = [t for t in tensors if t.name() in self._wanted]
+            kept = [t for t in tensors if t.name() in self.wanted]
             if len(kept) < len(tensors):
                 error = response.error() if response.has_error() else None
                 response = self._make(output_tensors=kept, error=error)

@@ -68,24 +68,25 @@ class _RelayingSender:
         (PruningSender.send_exact). The generation streams only when it has
         tokens, so the first such response is the first token, whether or not
         the client asked for the outputs that carry them."""
-        progress = self._progress
-        if progress.first_ns is None:
-            progress.track({t.name(): t.as_numpy() for t in response.output_tensors()}, False)
-            if progress.first_ns is None:  # the client asked for no output with tokens
-                progress.first_ns = time.monotonic_ns()
+        if self._progress.first_ns is None:
+            self._track(response, False)
+            if self._progress.first_ns is None:  # the client asked for no output with tokens
+                self._progress.first_ns = time.monotonic_ns()
         self._exact(response, flags=flags)
         self._progress.sent += 1
 
     def send(self, response: Any = None, flags: int = 0) -> None:
-        if response is not None:
+        if response is None:
+            self._sender.send(flags=flags)
+        else:
             final = bool(flags & self._final_flag)
             if final or self._progress.first_ns is None:
-                tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
-                self._progress.track(tensors, final)
+                self._track(response, final)
             self._sender.send(response, flags=flags)
-        else:
-            self._sender.send(flags=flags)
         self._progress.sent += 1
+
+    def _track(self, response: Any, final: bool) -> None:
+        self._progress.track({t.name(): t.as_numpy() for t in response.output_tensors()}, final)
 
 
 class InProcessVariants:

@@ -12,7 +12,12 @@ Each trial runs ``benchmarks/ceiling.py`` once — the engine alone, then the
 router as assembled, ``--levels`` clients in closed loop, ``--max-tokens``
 tokens a request, ``--requests`` requests, 8 ms engine step — in a fresh
 server, and counts it as stalled when it has not finished within
-``--timeout`` seconds (a run that finishes takes about a minute here). The
+``--timeout`` seconds, or when it finished with failed requests and no
+incident: ceiling.py gives up on a request after 60 s without a response
+and ends its cell, so a frozen router now shows as a run that ends with
+"N failed" and a few tokens a second (twelfth round, internals §9). With
+``--watchdog`` a frozen router is an incident, and the trial counts as
+recovered. The
 settings (``--settings``) alternate trial by trial: ``on`` serves with the
 router's metrics, ``off`` with ``TRTSPEC_ROUTER_METRICS=0``. It prints one
 line per trial and the count per setting.
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,11 +101,24 @@ def trial(args: argparse.Namespace, setting: str) -> tuple[bool, float, str]:
         out, finished = "", False
     kill_leftovers()
     seconds = time.monotonic() - started
-    line = next((ln.strip() for ln in out.splitlines() if ln.strip().startswith("full x")), "")
-    incidents = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("incident:")]
-    if incidents:
-        line = f"{line}  [{len(incidents)} incident(s): {incidents[0]}]"
+    finished, line = outcome(finished, out)
     return finished, seconds, line
+
+
+def outcome(finished: bool, out: str) -> tuple[bool, str]:
+    """(whether the trial ran through, its line) from ceiling.py's exit and
+    output: a run that ended with failed requests and no incident froze
+    (its requests waited out ceiling.py's response wait), and its line
+    says how many failed."""
+    lines = [ln.strip() for ln in out.splitlines()]
+    line = next((ln for ln in lines if ln.startswith("full x")), "")
+    incidents = [ln for ln in lines if ln.startswith("incident:")]
+    failed = next((ln for ln in lines if re.match(r"\d+ failed, the first:", ln)), "")
+    if incidents:
+        return finished, f"{line}  [{len(incidents)} incident(s): {incidents[0]}]"
+    if finished and failed:
+        return False, f"{line}  [froze: {failed}]"
+    return finished, line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         for setting in settings:
             finished, seconds, line = trial(args, setting)
             stalled[setting] += not finished
-            result = line if finished else "STALLED"
+            result = line if finished else f"STALLED {line}".rstrip()
             print(f"trial {i} metrics {setting}: {seconds:.0f} s  {result}", flush=True)
     for setting in settings:
         print(f"metrics {setting}: {stalled[setting]} of {args.trials} trials stalled")

@@ -4,7 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.trtspec-installed
 # Test processes (pytest-xdist), each given whole test files (--dist loadfile:
-# a module's server starts once). On two cores two of them take a third off
+# a module's server starts once; the files that share one server are given
+# together, tests/fixtures/shared.GROUPS). On two cores two of them take a third off
 # the suite's wall time (9:23 -> 6:12), since much of it is waiting on servers
 # and subprocesses. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2

@@ -9,10 +9,11 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.fixtures.shared import SHARED, Shared, shared
+from tests.fixtures.shared import SHARED, Shared, shared, work_unit
 from tests.fixtures.tiny_model import make_tiny_draft, make_tiny_llama
 
 pytest_plugins = ["tests.fixtures.ci_skips"]  # under CI=1 an unexpected skip fails
@@ -151,3 +152,23 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     for name, handle in list(SHARED.items()):
         if last.get(name) is item:
             handle.close()
+
+
+try:
+    from xdist.scheduler import LoadFileScheduling
+except ImportError:  # pragma: no cover - pytest-xdist is in the dev extra
+    LoadFileScheduling = None
+
+if LoadFileScheduling is not None:
+
+    class _SharedFirstScheduling(LoadFileScheduling):
+        """``--dist loadfile``, with the files of one ``Shared`` resource
+        given to one process together (tests/fixtures/shared.GROUPS)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") == "loadfile":
+            return _SharedFirstScheduling(config, log)
+        return None  # xdist's own for any other --dist

@@ -30,6 +30,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "bind-address input to server_argv/Server.argv: asserted as argv text, no process starts"
     ),
     ("tests/unit/test_serve.py", "::"): "negative case of the loopback classifier; no socket",
+    ("tests/fixtures/shared.py", "::"): "pytest's node-id separator (file::test); no address",
     ("tests/unit/test_serve.py", "10.0.0.7"): (
         "negative case of the loopback classifier; no socket"
     ),

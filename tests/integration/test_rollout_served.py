@@ -155,7 +155,7 @@ def _send_many(url: str, route: str, ids: list[str], workers: int = 4) -> dict[s
     """request id -> the final response (an error string on failure).
 
     At most ``workers`` requests in flight (4: with the background load of
-    the advance test, about 150 new streams a second into the router). Not
+    the advance test, about 150 new streams a second over both routers). Not
     more: tritonserver 2.51's Python backend can deadlock a stub that makes
     decoupled BLS calls at a few hundred new streams a second
     (docs/internals.md §9), and 16 in flight froze a router in CI (two test

@@ -24,18 +24,19 @@ def test_every_shared_resource_has_a_group() -> None:
 def test_every_file_that_uses_a_shared_resource_is_in_its_group(
     request: pytest.FixtureRequest,
 ) -> None:
+    # judged on what this run collected (``make test``: everything; a
+    # narrower run checks the files it has)
     root = Path(str(request.config.rootpath))
+    files: dict[str, set[str]] = {}  # collected file -> the fixtures its tests use
+    for item in request.session.items:
+        rel = str(Path(str(item.path)).relative_to(root))
+        files.setdefault(rel, set()).update(getattr(item, "fixturenames", ()))
     for name, paths in GROUPS.items():
-        users = {
-            str(Path(str(item.path)).relative_to(root))
-            for item in request.session.items
-            if name in getattr(item, "fixturenames", ())
-        }
-        # the whole suite collected: every user is listed (a narrower run,
-        # e.g. this file alone, sees none and checks only what it sees)
+        users = {rel for rel, used in files.items() if name in used}
         assert users <= set(paths), (name, sorted(users - set(paths)))
-        if len(request.session.items) > 1000:
-            assert users == set(paths), (name, sorted(set(paths) - users))
+        # a listed file that ran here and no longer uses it
+        idle = {rel for rel in paths if rel in files and name not in files[rel]}
+        assert not idle, (name, sorted(idle))
 
 
 def test_a_groups_files_are_one_unit_and_others_their_own() -> None:

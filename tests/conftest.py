@@ -154,21 +154,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             handle.close()
 
 
-try:
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; unused without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the files of one ``Shared`` resource given
+    to one process together (tests/fixtures/shared.GROUPS)."""
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own for any other --dist
     from xdist.scheduler import LoadFileScheduling
-except ImportError:  # pragma: no cover - pytest-xdist is in the dev extra
-    LoadFileScheduling = None
 
-if LoadFileScheduling is not None:
-
-    class _SharedFirstScheduling(LoadFileScheduling):
-        """``--dist loadfile``, with the files of one ``Shared`` resource
-        given to one process together (tests/fixtures/shared.GROUPS)."""
-
+    class SharedFirstScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-        if config.getvalue("dist") == "loadfile":
-            return _SharedFirstScheduling(config, log)
-        return None  # xdist's own for any other --dist
+    return SharedFirstScheduling(config, log)

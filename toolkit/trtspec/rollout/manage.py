@@ -39,11 +39,12 @@ class Deployment:
         return self.folder / st.LOG_FILE
 
     def state(self) -> st.RolloutState | None:
-        state = st.read_state(self.folder / st.STATE_FILE)
-        digest = st.routing_digest(self.routing_path)
-        if state is not None and state.routing_sha256 != digest:
+        """The valid state (``st.validate_state``); an invalid one is a
+        ``RepoError`` naming the file, the field and the fix."""
+        try:
+            return st.read_state(self.folder / st.STATE_FILE, st.routing_digest(self.routing_path))
+        except st.StaleState:
             return None  # written for another routing table; the router ignores it too
-        return state
 
     def promoted(self) -> list[str]:
         """Routes with a variant of their own to roll out."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from trtspec.repo import rollout_state as st
 from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, lock_path
-from trtspec.repo.models.rollout_metrics import INSTANCE_LABEL, RouterMetrics
+from trtspec.repo.models.rollout_metrics import INSTANCE_LABEL, OTHER_ROUTE, RouterMetrics
 from trtspec.repo.models.threads import BlsStreams
 from trtspec.repo.rollout_window import CANARY, CONTROL, arm_window, breaches
 from trtspec.repo.routing import Choice, RoutingTable
@@ -112,11 +112,17 @@ class Live:
         self.config = config or st.RolloutConfig.load(router_dir)
         self.folder = st.rollout_dir(router_dir)
         self.routing_path = Path(routing_path)
-        self.watcher = st.StateWatcher(table, routing_path, self.folder, warn=self._warn)
         self.metrics = RouterMetrics(
             pb_utils,
             warn=self._warn,
             extra_labels={INSTANCE_LABEL: instance} if instance else None,
+        )
+        self.watcher = st.StateWatcher(
+            table,
+            routing_path,
+            self.folder,
+            warn=self._warn,
+            refused=lambda: self.metrics.inc("trtspec_rollout_state_refused_total", {}),
         )
         log = self.config.log
         self.writer: LineWriter | None = None
@@ -152,7 +158,11 @@ class Live:
 
     # -- the router's calls ------------------------------------------------
     def table(self) -> RoutingTable:
-        return self.watcher.table()
+        try:
+            return self.watcher.table()
+        except Exception as exc:  # bookkeeping never fails a request
+            self._warn(f"rollout: reading the state: {exc!r}; keeping the last routing state")
+            return self.watcher.last()
 
     def begin(
         self,
@@ -200,7 +210,9 @@ class Live:
 
     # -- per request -------------------------------------------------------
     def _labels(self, route: str, variant: str, arm: str) -> dict[str, str]:
-        return {"route": route, "variant": variant, "arm": arm}
+        # label values from the routing table only (OTHER_ROUTE: a client's own route)
+        known = not route or route in self.watcher.base.routes
+        return {"route": route if known else OTHER_ROUTE, "variant": variant, "arm": arm}
 
     def record(self, tracked: Tracked, error: str | None) -> dict[str, Any]:
         """The log line of a finished request (``FIELDS``, in order)."""

@@ -343,6 +343,6 @@ def test_the_checks_catch_planted_faults(tmp_path: Path) -> None:
         "no such file" in p for p in module_problems("p.md", "**Owner:** `trtspec/runtime/x.py`")
     )
     md = tmp_path / "page.md"
-    assert link_problems(md, "see [gone](missing.md) and [web](https://example.com)\n")
+    assert link_problems(md, "see [gone](missing.md) and [web](https://127.0.0.1/page)\n")
     gone = "docs/" + "internals.md"  # split, so this file does not name it
     assert mention_problems("x.py", f"# see {gone} §9\n")

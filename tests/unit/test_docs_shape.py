@@ -261,7 +261,8 @@ def mention_problems(name: str, text: str) -> list[str]:
 
 
 def test_readme_within_budget_and_links_every_guide() -> None:
-    assert not readme_problems((ROOT / "README.md").read_text(encoding="utf-8"))
+    problems = readme_problems((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not problems, "\n".join(problems)
 
 
 def test_no_lab_notebook_lines_in_readme_guides_and_design() -> None:

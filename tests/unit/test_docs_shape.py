@@ -219,6 +219,11 @@ def _dotted_problems(where: str, parts: list[str]) -> list[str]:
     return []
 
 
+def _is_code_folder(path: Path) -> bool:
+    """A folder that holds code (a moved package leaves ``__pycache__`` behind)."""
+    return path.is_dir() and any(path.glob("*.py"))
+
+
 def _path_problems(where: str, token: str, roots: set[str]) -> list[str]:
     parts = token.rstrip("/").split("/")
     if parts[0] not in roots:
@@ -230,7 +235,7 @@ def _path_problems(where: str, token: str, roots: set[str]) -> list[str]:
         parts[-1] = stem + ".py"
     elif last.endswith(FILE_SUFFIXES) and parts[0] not in ("tests", "benchmarks", "trtspec"):
         return []  # a file a runtime writes beside the code (router/rollout/state.json)
-    files = [f for f in _module_files(parts) if f.exists()]
+    files = [f for f in _module_files(parts) if f.is_file() or _is_code_folder(f)]
     if not files:
         return [f"{where}: no such file or folder in the repository"]
     if attr and not any(_defines(f, attr.split(".")[0]) for f in files if f.is_file()):

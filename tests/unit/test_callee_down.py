@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trtspec import health
-from trtspec.repo.models.threads import (
+from trtspec.runtime import health
+from trtspec.runtime.threads import (
     DOWN_POLL_S,
     CalleeDown,
     DeadlineExceeded,

@@ -18,8 +18,8 @@ import pytest
 from tests.fixtures.rollout_states import HOSTILE, state_text, write_good, write_hostile
 from tests.unit.test_rollout import _router, _run, _served_repo
 
+from trtspec.artifacts import rollout_state as st
 from trtspec.errors import RepoError
-from trtspec.repo import rollout_state as st
 
 
 def _watch(tmp_path: Path) -> tuple[Path, st.StateWatcher, list[str], list[int]]:

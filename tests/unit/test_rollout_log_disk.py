@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from trtspec.repo.models import rollout_log
-from trtspec.repo.models.rollout_log import LineWriter, read_lines
+from trtspec.runtime.models import rollout_log
+from trtspec.runtime.models.rollout_log import LineWriter, read_lines
 
 
 def _record(i: int) -> dict[str, Any]:
@@ -102,7 +102,7 @@ def test_the_kernel_cutting_a_write_at_the_file_size_limit_leaves_whole_lines(
         f"""
         import json, resource, signal, sys
         from pathlib import Path
-        from trtspec.repo.models.rollout_log import LineWriter
+        from trtspec.runtime.models.rollout_log import LineWriter
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.RLIM_INFINITY))
         writer = LineWriter(Path({str(path)!r}), max_bytes=10**6)

@@ -15,16 +15,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_live import Live, Tracked
-from trtspec.repo.models.rollout_metrics import (
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import Choice, load_routing
+from trtspec.runtime.models.rollout_live import Live, Tracked
+from trtspec.runtime.models.rollout_metrics import (
     INSTANCE_LABEL,
     SECONDS_BUCKETS,
     RouterMetrics,
     coalesce,
     histogram_updates,
 )
-from trtspec.repo.routing import Choice, load_routing
 
 A = {"route": "r", "variant": "v", "arm": "canary"}
 B = {"route": "r", "variant": "base", "arm": "control"}
@@ -326,7 +326,7 @@ def test_two_thousand_made_up_routes_add_a_handful_of_series(tmp_path: Path) -> 
     """Issue 44: a route not in the routing table is counted under one fixed
     label value (``OTHER_ROUTE``): a client's 2,000 made-up routes (54,060
     series before) make the series of one route."""
-    from trtspec.repo.models.rollout_metrics import OTHER_ROUTE
+    from trtspec.runtime.models.rollout_metrics import OTHER_ROUTE
 
     router, table = _router(tmp_path)
     Family.calls, Family.gate = [], None
@@ -362,7 +362,7 @@ def test_two_thousand_made_up_routes_add_a_handful_of_series(tmp_path: Path) -> 
 
 
 def test_a_series_takes_at_most_max_label_sets_then_overflows() -> None:
-    from trtspec.repo.models.rollout_metrics import OVERFLOW
+    from trtspec.runtime.models.rollout_metrics import OVERFLOW
 
     pb = types.SimpleNamespace(MetricFamily=Family)
     Family.calls, Family.gate = [], None

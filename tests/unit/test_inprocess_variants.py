@@ -614,3 +614,16 @@ def test_a_variant_marked_down_mid_request_ends_it_at_once(
     assert not getattr(info.value, "client", False)  # the server's: worth the fallback
     assert progress.sent == 1  # the token before the stall went out
     timer.join()
+    # the LLM-API flow's adapter, in process, the same
+    ENGINE.release.set()
+    ENGINE.release.clear()
+    ENGINE.script = ["stall"]
+    (folder / "baseline").unlink()
+    timer = threading.Timer(0.4, health.mark_down, args=(folder, "ad"))
+    timer.start()
+    started = time.monotonic()
+    progress = Progress(60.0)
+    with pytest.raises(Exception, match="variant 'ad' went down while answering"):
+        inprocess.run("ad", _request(), Sender(), progress, Cancel())
+    assert time.monotonic() - started < 2.5 and progress.sent == 0  # the fallback's to answer
+    timer.join()

@@ -87,6 +87,15 @@ def test_a_configmap_layout_is_read_and_a_fifo_refused_without_blocking(tmp_path
     assert watcher.refresh(force=True).routes["code"].canary_percent == 50.0
 
 
+def test_json_nested_past_the_parsers_limit_is_refused_not_a_crash(tmp_path: Path) -> None:
+    repo = _served_repo(tmp_path, canary_ms=5.0)
+    (repo / "router" / "rollout" / st.STATE_FILE).write_text("[" * 200_000)
+    got = _run("status", str(repo))
+    assert got.exit_code == 1, got.output
+    assert "state.json: not valid JSON: maximum recursion depth exceeded" in got.stderr
+    assert "unexpected" not in got.output
+
+
 def test_a_dangling_link_out_of_the_folder_is_refused_too(tmp_path: Path) -> None:
     folder, watcher, warnings, refused = _watch(tmp_path)
     write_good(folder, watcher.digest, "code", 25)

@@ -256,7 +256,7 @@ def read_state(path: Path, digest: str | None = None) -> RolloutState | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise RepoError(f"{path}: not valid JSON: {exc}", _FIX) from exc
     except OSError as exc:
         raise RepoError(f"{path}: cannot be read: {exc.strerror or exc}", _FIX) from exc

@@ -187,3 +187,38 @@ def test_a_state_for_another_routing_table_is_replaced_by_a_change(tmp_path: Pat
     assert entry is not None and (entry["from_percent"], entry["to_percent"]) == (5.0, 25.0)
     state = st.read_state(folder / st.STATE_FILE, st.routing_digest(router / "routing.json"))
     assert state is not None and state.routes["code"].percent == 25.0
+
+
+def test_an_automatic_rollback_over_an_invalid_state_still_takes_the_route_off(
+    tmp_path: Path,
+) -> None:
+    """The router's own rollback (a golden mismatch, a breach) may not write
+    over an invalid state either: the route goes to its fallback in the
+    router anyway, the file stays as it was, and the server log says so."""
+    import types
+
+    from trtspec.runtime.models.rollout_live import Live
+
+    said: list[str] = []
+    pb = types.SimpleNamespace(Logger=types.SimpleNamespace(log_warn=said.append))
+    router, table = _router(tmp_path)
+    folder = router / "rollout"
+    folder.mkdir()
+    digest = st.routing_digest(router / "routing.json")
+    write_good(folder, digest, "code", 25)
+    live = Live(router, router / "routing.json", table, pb, st.RolloutConfig())
+    try:
+        assert live.table().routes["code"].canary_percent == 25.0
+        words = write_hostile(folder, "nan", digest, "code")
+        text = (folder / st.STATE_FILE).read_text()
+        assert live.rollback(live.table(), "code", "golden prompt 0 differs", {}) is None
+        assert live.table().routes["code"].canary_percent == 0.0
+        assert (folder / st.STATE_FILE).read_text() == text and st.read_history(folder) == []
+        assert said[-1] == (
+            "rollout: route 'code' sent to its fallback in this process (golden prompt 0 "
+            f"differs); not recorded: {words}"
+        )
+        write_good(folder, digest, "code", 5)  # a valid state applies again
+        assert live.watcher.refresh(force=True).routes["code"].canary_percent == 5.0
+    finally:
+        live.close()

@@ -455,6 +455,12 @@ class StateWatcher:
     def table(self) -> RoutingTable:
         return self.refresh()
 
+    def hold(self, route: str, state: RouteState) -> None:
+        """Serve ``route`` as ``state`` from now until the next valid state is
+        read (an automatic rollback that could not be written)."""
+        with self._lock:
+            self._table = effective_table(self._table, RolloutState(self.digest, {route: state}))
+
     def last(self) -> RoutingTable:
         """The table served now, without a look at the file."""
         return self._table

@@ -28,6 +28,7 @@ import numpy as np
 
 from trtspec.artifacts import rollout_state as st
 from trtspec.artifacts.routing import Choice, RoutingTable
+from trtspec.errors import RepoError
 from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, lock_path
 from trtspec.runtime.models.rollout_metrics import INSTANCE_LABEL, OTHER_ROUTE, RouterMetrics
 from trtspec.runtime.rollout_window import CANARY, CONTROL, arm_window, breaches
@@ -335,20 +336,31 @@ class Live:
     def rollback(
         self, table: RoutingTable, route: str, why: str, details: dict[str, Any]
     ) -> dict[str, Any] | None:
-        """Send ``route`` to its fallback (once), recorded in the history."""
-        entry = st.change(
-            self.folder,
-            self.routing_path,
-            self.watcher.base,
-            route,
-            percent=0.0,
-            status=st.ROLLED_BACK,
-            action="rollback",
-            by=AUTO,
-            why=why,
-            details=details,
-            only_if=lambda now: now.status != st.ROLLED_BACK,
-        )
+        """Send ``route`` to its fallback (once), recorded in the history.
+        When the state on disk is refused (invalid: nothing may be written
+        over it), the route goes to its fallback in this process anyway,
+        until a valid state is read, and the server log says why."""
+        try:
+            entry = st.change(
+                self.folder,
+                self.routing_path,
+                self.watcher.base,
+                route,
+                percent=0.0,
+                status=st.ROLLED_BACK,
+                action="rollback",
+                by=AUTO,
+                why=why,
+                details=details,
+                only_if=lambda now: now.status != st.ROLLED_BACK,
+            )
+        except RepoError as exc:
+            self.watcher.hold(route, st.RouteState(0.0, st.ROLLED_BACK))
+            self._warn(
+                f"rollout: route {route!r} sent to its fallback in this process ({why}); "
+                f"not recorded: {exc.message}"
+            )
+            return None
         if entry is not None:
             self._warn(f"rollout: route {route!r} rolled back to its fallback: {why}")
             with self._lock:

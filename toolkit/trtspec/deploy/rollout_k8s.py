@@ -114,11 +114,11 @@ def objects(name: str, namespace: str, meta: Meta, serving_account: str) -> list
 
 def volumes(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The serving pod's rollout volumes and the container's mounts of them."""
-    vols = [
+    vols: list[dict[str, Any]] = [
         {"name": ROLLOUT_VOLUME, "configMap": {"name": rollout_kube.configmap_name(name)}},
         {"name": SCRATCH_VOLUME, "emptyDir": {}},
     ]
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": ROLLOUT_VOLUME, "mountPath": ROLLOUT_MOUNT, "readOnly": True},
         {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
     ]

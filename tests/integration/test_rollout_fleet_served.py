@@ -33,7 +33,8 @@ from click.testing import CliRunner
 
 from tests.fixtures.kube_api import TOKEN, ConfigMapStore, Kubelet, api_server, kubectl
 from tests.fixtures.kubelet_volume import layout
-from trtspec.bench.client import Arm, Job, StreamWorker
+from tests.fixtures.router_jobs import router_job
+from trtspec.bench.client import Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
@@ -142,24 +143,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def _job(route: str, request_id: str, max_tokens: int = 4) -> Job:
-    return Job(
-        route=route,
-        prompt_index=0,
-        sample_index=0,
-        item={},
-        text_input=PROMPT,
-        max_tokens=max_tokens,
-        arm=Arm(variant="router", model="router"),
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        seed=1,
-        load="c4",
-        concurrency=4,
-        request_rate=None,
-        warmup=False,
-        request_id=request_id,
-    )
+    return router_job(route, request_id, PROMPT, max_tokens, concurrency=4)
 
 
 def _send(

@@ -39,7 +39,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from trtspec.bench.client import Arm, Job, StreamWorker
+from tests.fixtures.router_jobs import router_job
+from trtspec.bench.client import Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
@@ -131,24 +132,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _job(route: str, request_id: str) -> Job:
-    return Job(
-        route=route,
-        prompt_index=0,
-        sample_index=0,
-        item={},
-        text_input=PROMPT,
-        max_tokens=MAX_TOKENS,
-        arm=Arm(variant="router", model="router"),
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        seed=1,
-        load="c8",
-        concurrency=8,
-        request_rate=None,
-        warmup=False,
-        request_id=request_id,
-    )
+    return router_job(route, request_id, PROMPT, MAX_TOKENS)
 
 
 def _send_many(url: str, route: str, ids: list[str], workers: int = 4) -> dict[str, Any]:

@@ -34,13 +34,13 @@ from click.testing import CliRunner
 from tests.fixtures.kube_api import TOKEN, ConfigMapStore, Kubelet, api_server, kubectl
 from tests.fixtures.kubelet_volume import layout
 from tests.fixtures.router_jobs import router_job
+from trtspec.artifacts import rollout_kube
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import canary_bucket
 from trtspec.bench.client import Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
-from trtspec.repo import rollout_kube
-from trtspec.repo import rollout_state as st
-from trtspec.repo.routing import canary_bucket
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ TIMEOUT_S = 30
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from trtspec.repo import assemble, configs
-    from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("fleet")

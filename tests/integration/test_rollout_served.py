@@ -40,13 +40,13 @@ import pytest
 from click.testing import CliRunner
 
 from tests.fixtures.router_jobs import router_job
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import canary_bucket
 from trtspec.bench.client import Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, read_lines
-from trtspec.repo.routing import canary_bucket
+from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, read_lines
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ TIMEOUT_S = 20
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     from trtspec.repo import assemble, configs
-    from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("rollout")

@@ -15,10 +15,10 @@ import yaml
 from click.testing import CliRunner
 from tests.fixtures.k8s_schemas import schema_errors
 
+from trtspec.artifacts import rollout_kube
 from trtspec.cli.main import cli
 from trtspec.deploy import rollout_k8s
-from trtspec.repo import rollout_kube
-from trtspec.repo.models.rollout_metrics import SERIES
+from trtspec.runtime.models.rollout_metrics import SERIES
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "registry.example.com/trtspec:0.1.0-25.12"

@@ -26,14 +26,14 @@ from click.testing import CliRunner
 from tests.fixtures.kube_api import TOKEN, ConfigMapStore, Kubelet, api_server, kubectl
 from tests.fixtures.kubelet_volume import layout, project
 
+from trtspec.artifacts import rollout_kube
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import choose, load_routing
 from trtspec.cli.main import cli
-from trtspec.repo import rollout_kube
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_live import Live, Tracked, log_cost_us
-from trtspec.repo.rollout_window import percentile
-from trtspec.repo.routing import choose, load_routing
 from trtspec.rollout import prometheus
 from trtspec.rollout.compare import compare, split
+from trtspec.runtime.models.rollout_live import Live, Tracked, log_cost_us
+from trtspec.runtime.rollout_window import percentile
 
 CM, NS = "demo-rollout", "serving"
 

@@ -250,7 +250,7 @@ def advance_command(
     fmt: str,
 ) -> None:
     """Move ROUTE to the next step of its ramp (exit 3 when held)."""
-    from trtspec.repo.rollout_state import who
+    from trtspec.artifacts.rollout_state import who
     from trtspec.rollout.manage import advance
 
     dep = _open(repo, kube, context, namespace)
@@ -287,7 +287,7 @@ def rollback_command(
     fmt: str,
 ) -> None:
     """Send ROUTE to its fallback variant."""
-    from trtspec.repo.rollout_state import who
+    from trtspec.artifacts.rollout_state import who
     from trtspec.rollout.manage import rollback
 
     dep = _open(repo, kube, context, namespace)
@@ -335,7 +335,7 @@ def _emit_change(entry: dict[str, Any], fmt: str, on_cluster: bool = False) -> N
         f"({entry['action']}, {entry['status']})"
     )
     if on_cluster:
-        from trtspec.repo.rollout_kube import POLL_S
+        from trtspec.artifacts.rollout_kube import POLL_S
 
         progress(
             f"every router pod applies it within {POLL_S:g} s (it reads the ConfigMap "

@@ -1,7 +1,7 @@
 """The Kubernetes objects of a rollout on a cluster and of its autoscaler,
 which ``deploy.k8s`` adds to the manifests it writes:
 
-- the rollout ConfigMap ``<name>-rollout`` (``repo.rollout_kube``), written
+- the rollout ConfigMap ``<name>-rollout`` (``artifacts.rollout_kube``), written
   with no data: the routers serve the routing table's start until the first
   change, and a later ``kubectl apply`` of the same manifests never resets a
   rollout under way (apply removes only the keys it once set);
@@ -10,7 +10,7 @@ which ``deploy.k8s`` adds to the manifests it writes:
   (``resourceNames``) and nothing else, bound to the serving pods' account;
 - what the serving container needs to find it: the ConfigMap volume
   (read-only, at ``ROLLOUT_MOUNT``), a scratch ``emptyDir`` for locks, and
-  the environment ``repo.rollout_kube`` reads;
+  the environment ``artifacts.rollout_kube`` reads;
 - the HorizontalPodAutoscaler on a per-pod metric that rises with load
   (default ``router``: the router's ``trtspec_in_flight`` gauge, requests
   it holds now, summed over its series in the pod), its scale-down window
@@ -32,9 +32,9 @@ from typing import Any
 
 import yaml
 
+from trtspec.artifacts import rollout_kube
+from trtspec.artifacts.rollout_state import DIR_ENV
 from trtspec.deploy.sizing import DeployError
-from trtspec.repo import rollout_kube
-from trtspec.repo.rollout_state import DIR_ENV
 
 ROLLOUT_MOUNT = "/etc/trtspec/rollout"
 SCRATCH_MOUNT = "/var/run/trtspec-rollout"
@@ -126,7 +126,7 @@ def volumes(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def env(name: str) -> list[dict[str, Any]]:
-    """What the router reads to find its rollout (``repo.rollout_kube``)."""
+    """What the router reads to find its rollout (``artifacts.rollout_kube``)."""
     return [
         {"name": DIR_ENV, "value": ROLLOUT_MOUNT},
         {"name": rollout_kube.CONFIGMAP_ENV, "value": rollout_kube.configmap_name(name)},

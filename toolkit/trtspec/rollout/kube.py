@@ -1,5 +1,5 @@
 """``trtspec rollout --kube``: the rollout ConfigMap of a deployment
-(``repo.rollout_kube``) read and patched through ``kubectl``, so the user's
+(``artifacts.rollout_kube``) read and patched through ``kubectl``, so the user's
 kubeconfig (its context, credentials and exec plugins) decides how the API
 server is reached. Every call goes through the one subprocess chokepoint
 (``build.executor.run_subprocess``) as an argv list; a patch carries the
@@ -13,8 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.errors import StepFailed
-from trtspec.repo.rollout_kube import (
+from trtspec.artifacts.rollout_kube import (
     ConfigMapData,
     Conflict,
     KubeError,
@@ -22,6 +21,7 @@ from trtspec.repo.rollout_kube import (
     from_object,
     patch_body,
 )
+from trtspec.errors import StepFailed
 
 KUBECTL = "kubectl"
 

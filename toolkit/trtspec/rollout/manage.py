@@ -4,10 +4,10 @@ a window of the request log (``status``), move a route to the next step of
 its ramp when the window supports it (``advance``; ``force`` overrides and
 is recorded), send it back to its fallback (``rollback``), and read the
 history. The state lives in a ``Store``: the rollout folder on one machine
-(``FolderStore``: ``repo.rollout_state.change``, an atomic replace of
+(``FolderStore``: ``artifacts.rollout_state.change``, an atomic replace of
 ``state.json`` that the running router picks up at its next request, and a
 line in ``history.jsonl``), or a deployment's rollout ConfigMap on
-Kubernetes (``ConfigMapStore``: ``repo.rollout_kube.change``, a conditional
+Kubernetes (``ConfigMapStore``: ``artifacts.rollout_kube.change``, a conditional
 merge patch that every router pod reads within ``rollout_kube.poll_s()``).
 On a cluster the request log is the pods' stdout (``--log`` a collected
 copy) or, for ``status``, the cluster's Prometheus (``rollout.prometheus``).
@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts import rollout_kube
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import RoutingTable, load_routing
 from trtspec.errors import GateFailed, RepoError
-from trtspec.repo import rollout_kube
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_log import read_lines
-from trtspec.repo.routing import RoutingTable, load_routing
 from trtspec.rollout.compare import ADVANCE, Comparison, compare, split
 from trtspec.rollout.prometheus import Query, compare_from_prometheus
+from trtspec.runtime.models.rollout_log import read_lines
 
 ROUTER_DIR = "router"
 ROUTING_FILE = "routing.json"
@@ -58,7 +58,7 @@ class FolderStore:
 
 @dataclass(frozen=True)
 class ConfigMapStore:
-    """A deployment's rollout ConfigMap (``repo.rollout_kube``)."""
+    """A deployment's rollout ConfigMap (``artifacts.rollout_kube``)."""
 
     api: rollout_kube.ConfigMapAPI
 

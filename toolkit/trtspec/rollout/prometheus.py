@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trtspec.errors import RepoError
-from trtspec.repo.rollout_window import CANARY, CONTROL, ArmWindow
 from trtspec.rollout.compare import Comparison, Moments, judge, welch
+from trtspec.runtime.rollout_window import CANARY, CONTROL, ArmWindow
 
 Query = Callable[[str], list[dict[str, Any]]]
 TIMEOUT_S = 30.0

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import RoutingTable
 from trtspec.errors import RepoError
-from trtspec.repo import rollout_state as st
-from trtspec.repo.routing import RoutingTable
 
 CONFIGMAP_ENV = "TRTSPEC_ROLLOUT_CONFIGMAP"
 NAMESPACE_ENV = "TRTSPEC_ROLLOUT_NAMESPACE"

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import DEFAULT_STEPS
 from trtspec.errors import RepoError
 from trtspec.fsutil import atomic_write_json
-from trtspec.repo.routing import RoutingTable
 
 CONFIG_FILE = "rollout.json"
 STATE_DIR = "rollout"
@@ -141,7 +141,7 @@ class RolloutState:
     routing_sha256: str
     routes: dict[str, RouteState] = field(default_factory=dict)
     # One more at every change: where two copies of the state are read (a
-    # mounted ConfigMap and the API server, repo.rollout_kube), the router
+    # mounted ConfigMap and the API server, artifacts.rollout_kube), the router
     # serves the one with the higher revision.
     revision: int = 0
 
@@ -273,7 +273,7 @@ def next_state(
 ) -> tuple[RolloutState, dict[str, Any]] | None:
     """The state after one change of ``route`` and its history entry (None
     when ``only_if``, given the route's state now, says not to): what
-    ``change`` writes to the folder and ``repo.rollout_kube`` to a ConfigMap."""
+    ``change`` writes to the folder and ``artifacts.rollout_kube`` to a ConfigMap."""
     revision = state.revision if state is not None else 0
     if state is not None and state.routing_sha256 != digest:
         state = None  # written for another routing table: start from this one
@@ -347,7 +347,7 @@ class StateWatcher:
     ``folder`` may be a ConfigMap volume (kubelet replaces its ``..data``
     symlink; ``state.json`` is a symlink through it, so a change shows as a
     new inode). ``offer`` hands it a state read elsewhere (the API server,
-    ``repo.rollout_kube``); of the two, the one with the higher revision is
+    ``artifacts.rollout_kube``); of the two, the one with the higher revision is
     served."""
 
     def __init__(

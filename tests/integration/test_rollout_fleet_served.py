@@ -215,6 +215,15 @@ def test_an_advance_reaches_both_routers_and_the_split_is_the_states(
 ) -> None:
     urls = [s.grpc_url for s in fleet["servers"]]
     store, repo = fleet["store"], fleet["repo"]
+    # requests in flight on both routers while the state changes under them
+    background: dict[str, Any] = {}
+    loader = threading.Thread(
+        target=lambda: background.update(
+            _send(urls, "code", [f"bg-{i}" for i in range(48)], workers=2, max_tokens=30)
+        )
+    )
+    loader.start()
+    time.sleep(0.3)
     moved = _kube_cli(store, monkeypatch, "advance", "code", str(repo), "--force", "--by", "test")
     assert moved.exit_code == 0, moved.output
     assert "5% → 25%" in moved.stdout
@@ -224,6 +233,10 @@ def test_an_advance_reaches_both_routers_and_the_split_is_the_states(
     with capsys.disabled():
         print(f"\nadvance reached the routers after {', '.join(f'{t:.2f}' for t in took)} s")
     assert max(took) < BOUND_S
+    loader.join(timeout=120)
+    assert len(background) == 48 and all(isinstance(v, dict) for v in background.values()), [
+        v for v in background.values() if not isinstance(v, dict)
+    ][:3]
 
     ids = [f"share-{i}" for i in range(1200)]
     finals = _send(urls, "code", ids)

@@ -268,11 +268,15 @@ def test_a_rollback_that_cannot_be_recorded_is_served_and_retried(tmp_path, monk
         variants = _serve(live, 60, error_on_canary=True)
         assert variants[-10:] == ["baseline"] * 10 and "code" in live.pending
         assert any("could not be recorded in the API server" in w for w in _Logger.warnings)
+        for _ in range(3):  # an API server that stays away is reported once, not every poll
+            live._poll_once()
+        assert sum("reading the shared state" in w for w in _Logger.warnings) == 1
         # the API server is back: the next poll records it
         with api_server(store) as url:
             live.kube = rollout_kube.HttpConfigMap(CM, NS, url, token)
             live._poll_once()
         assert live.pending == {}
+        assert _Logger.warnings[-1] == "rollout: the API server answers again"
         state = rollout_kube.state_of(rollout_kube.from_object(store.get()), "cm")
         assert state is not None and state.routes["code"].status == st.ROLLED_BACK
     finally:

@@ -199,6 +199,7 @@ class Live:
         self._streams = BlsStreams()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
+        self._poll_error: str | None = None
         if self.kube is not None:
             with contextlib.suppress(OSError):
                 self.scratch.mkdir(parents=True, exist_ok=True)
@@ -457,8 +458,17 @@ class Live:
             cm = self.kube.get()
             state = rollout_kube.state_of(cm, f"configmap {self.kube.namespace}/{self.kube.name}")
         except Exception as exc:  # the mounted copy still serves
-            self._warn(f"rollout: reading the shared state: {exc}")
+            # said once per kind of failure, not at every poll
+            if str(exc) != self._poll_error:
+                self._poll_error = str(exc)
+                self._warn(
+                    f"rollout: reading the shared state: {exc}; serving the mounted copy "
+                    "until the API server answers"
+                )
             return
+        if self._poll_error is not None:
+            self._poll_error = None
+            self._warn("rollout: the API server answers again")
         self.watcher.offer(state)
 
     def _poll(self) -> None:

@@ -170,6 +170,24 @@ def test_the_api_server_refuses_what_the_role_does_not_allow(cluster, tmp_path) 
         bad.get()
 
 
+def test_in_a_pod_the_client_finds_the_api_server_and_its_token(monkeypatch) -> None:
+    for name in (rollout_kube.API_ENV, rollout_kube.TOKEN_ENV, rollout_kube.NAMESPACE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv(rollout_kube.CONFIGMAP_ENV, raising=False)
+    assert rollout_kube.HttpConfigMap.from_env() is None  # not on a cluster: the folder only
+    monkeypatch.setenv(rollout_kube.CONFIGMAP_ENV, CM)
+    monkeypatch.setenv(rollout_kube.NAMESPACE_ENV, NS)
+    # what kubelet puts in every pod's environment (the `kubernetes` Service)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    api = rollout_kube.HttpConfigMap.from_env()
+    assert api is not None
+    assert api.url == f"https://10.96.0.1:443/api/v1/namespaces/{NS}/configmaps/{CM}"
+    assert api.token_file == Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    assert rollout_kube.HttpConfigMap.from_env().url.startswith("https://[fd00::1]:443/")
+
+
 def test_the_history_keeps_its_newest_entries_within_its_budget() -> None:
     text = ""
     for i in range(50):

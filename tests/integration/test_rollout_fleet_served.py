@@ -329,3 +329,22 @@ def test_the_in_flight_gauge_rises_with_requests_in_flight(fleet, capsys) -> Non
         print(f"\ntrtspec_in_flight under 8 concurrent requests: max {max(seen):g}")
     assert max(seen) >= 4, seen  # rises with what is in flight (8)
     _settles_at_zero(server)  # and falls back once they are done
+
+    # the speedup's inputs (`rollout status --prometheus`): one costed request
+    # per successful request, with a mean ln(µs per token) of a real request
+    page = urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10)
+    samples = parse_prometheus(page.read().decode())
+
+    def total(name: str, arm: str) -> float:
+        return sum(
+            v
+            for n, labels, v in samples
+            if n == name and labels.get("arm") == arm and labels.get("route") == "code"
+        )
+
+    for arm in ("canary", "control"):
+        n = total("trtspec_cost_requests_total", arm)
+        assert n == total("trtspec_requests_total", arm) > 0, arm
+        mean = total("trtspec_log_cost_total", arm) / n
+        assert math.log(1_000) < mean < math.log(1_000_000), mean  # 1 ms .. 1 s a token
+        assert total("trtspec_log_cost_squares_total", arm) >= n * mean * mean - 1e-6

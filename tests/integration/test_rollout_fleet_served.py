@@ -33,7 +33,7 @@ from click.testing import CliRunner
 
 from tests.fixtures.kube_api import TOKEN, ConfigMapStore, Kubelet, api_server, kubectl
 from tests.fixtures.kubelet_volume import layout
-from tests.fixtures.router_jobs import router_job
+from tests.fixtures.router_jobs import add_router, router_job
 from trtspec.artifacts import rollout_kube
 from trtspec.artifacts import rollout_state as st
 from trtspec.artifacts.routing import canary_bucket
@@ -55,8 +55,7 @@ TIMEOUT_S = 30
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from trtspec.repo import assemble, configs
-    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.repo import assemble
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("fleet")
@@ -68,23 +67,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "lossy": {"round_ms": 10.0, "corrupt": True},
         },
     )
-    router = configs.base_config(
-        assemble.ROUTER,
-        backend="python",
-        max_batch_size=0,
-        decoupled=True,
-        inputs=ORCHESTRATOR_INPUTS,
-        outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,lossy,ngram"},
-    )
-    assemble._write_model(repo, assemble.ROUTER, router, assemble.MODEL_SOURCES[assemble.ROUTER])
     routes = {
         "code": {"variant": "ngram", "num_draft_tokens": 3, "canary_percent": 5},
         "lossy": {"variant": "lossy", "canary_percent": 50},
     }
-    (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(
-        json.dumps({"schema_version": 1, "default_variant": "baseline", "routes": routes})
-    )
+    add_router(repo, ["baseline", "lossy", "ngram"], routes)
     facts = {"speculative": True, "draft_model": None, "num_speculative_tokens": 3}
     config = st.RolloutConfig(
         model="echo-target",

@@ -8,7 +8,15 @@ model, one on the llmapi model) → ``bench --endpoint`` →
 the decisions, equality with the baseline at T=0, and acceptance reported as
 not available (never 0) at the pinned 1.2.1. The direct calls show that the
 CPU stand-in really speculates (NGram and Draft_Target draft and accept
-tokens) even though the adapter hides the counts for this version."""
+tokens) even though the adapter hides the counts for this version.
+
+The stand-in streams as upstream's llmapi model does: every response's
+``text_output`` is the whole text so far (``_create_response`` sends
+``CompletionOutput.text``: triton_backend/all_models/llmapi/tensorrt_llm/1/model.py
+at b35ac1b6, 1.2.0rc2, and 044a90d2). The direct calls check that shape; the
+router's answer, the bench's rows and the rollout log's line then show each
+answer once (its text and token count equal to the baseline's), not
+"a"+"ab"+"abc"."""
 
 from __future__ import annotations
 
@@ -158,9 +166,11 @@ def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
             out = result.get_response()
             names = {o.name for o in out.outputs}
             if "text_output" in names:
-                piece = result.as_numpy("text_output").reshape(-1)[0].decode()
-                text += piece
-                pieces += bool(piece)
+                whole = result.as_numpy("text_output").reshape(-1)[0].decode()
+                # cumulative: each response's text extends the one before
+                assert whole.startswith(text), (text, whole)
+                pieces += whole != text
+                text = whole
             for name in ("total_draft_tokens", "total_accepted_draft_tokens"):
                 if name in names:
                     final[name] = int(result.as_numpy(name).reshape(-1)[0])
@@ -239,7 +249,8 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
         assert 0 <= direct[v]["total_accepted_draft_tokens"] <= direct[v]["total_draft_tokens"]
 
     # the router ran the baseline's adapter in its own process: straight to
-    # baseline__llmapi, the adapter model itself never called
+    # baseline__llmapi, the adapter model itself never called; its answer is
+    # the llmapi model's last whole text, once
     assert routed == {"text": direct["baseline"]["text"], "variant": "baseline"}
     assert counts[1][0] == counts[0][0] and counts[1][1] == counts[0][1] + 1, counts
 
@@ -248,6 +259,30 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
     assert {r["variant"] for r in rows} == set(VARIANTS)
     assert all(r["error"] is None for r in rows), [r["error"] for r in rows]
     assert all(r["served_variant"] == r["variant"] for r in rows)
+    # each answer once: the bench's text and token count per prompt equal the
+    # baseline's, and the router's answer to PROMPTS[0] is the same text
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path("engines/tiny-llmapi/target/tokenizer/tokenizer.json")))
+    answer_tokens = len(tok.encode(direct["baseline"]["text"], add_special_tokens=False).ids)
+    by_prompt: dict[int, set[tuple[str, int]]] = {}
+    for r in rows:
+        by_prompt.setdefault(r["prompt_index"], set()).add(
+            (r["output_text"], r["completion_tokens"])
+        )
+    assert all(len(answers) == 1 for answers in by_prompt.values()), by_prompt
+    assert (direct["baseline"]["text"], answer_tokens) in set().union(*by_prompt.values())
+    # the rollout log's line of the routed request: the answer's tokens, once
+    logged = [
+        json.loads(line)
+        for f in repo.glob("router/rollout/requests.jsonl*")
+        if not f.name.endswith(".lock")
+        for line in f.read_text().splitlines()
+    ]
+    routed_lines = [line for line in logged if line["route"] == "rag"]
+    assert routed_lines and all(
+        line["completion_tokens"] == answer_tokens for line in routed_lines
+    ), (routed_lines, answer_tokens)
     summary = json.loads(Path("results/run1/summary.json").read_text())
     for cell in summary["cells"]:
         if cell["variant"] == "baseline":

@@ -24,8 +24,15 @@ The draft → verify loop is the orchestrator's (``trtspec.speculate``), run
 in process against two ``engine.batching.BatchScheduler`` s, so concurrent
 requests share each engine step. Inputs: ``text_input``, ``streaming``,
 ``sampling_param_{max_tokens,temperature,top_k,top_p,seed,
-return_perf_metrics}``; outputs ``text_output`` (a delta per step when
-streaming) and, with perf metrics, the timing, KV and acceptance outputs.
+return_perf_metrics}``; outputs ``text_output`` and, with perf metrics, the
+timing, KV and acceptance outputs. Streamed, every response's ``text_output``
+is the whole text so far, as upstream's model sends ``CompletionOutput.text``
+(``_create_response`` in triton_backend/all_models/llmapi/tensorrt_llm/1/model.py
+at b35ac1b6, 1.2.0rc2, and 044a90d2; ``text`` is cumulative and ``text_diff``
+the delta in tensorrt_llm/executor/result.py at 005bc848): one response per
+answering iteration, its text changed or not, and the final response with
+the whole answer again (upstream's last iteration is its final response; here
+the final one follows it, with the same text).
 ``stream_interval`` (an LLM argument, default 1) is honoured as the PyTorch
 executor does it (``PyExecutor._handle_responses``: a request answers at its
 first decoding iteration, at every ``stream_interval``-th one and when it
@@ -311,10 +318,10 @@ class TritonPythonModel:
             held.extend(ids)
             if streaming and not answers_at(iterations, self.stream_interval):
                 return
-            delta = out.push(held)
+            out.push(held)
             held.clear()
-            if streaming and delta:
-                sender.send(self._response(delta, None, arrival, times, perf))
+            if streaming:  # the whole text so far, changed or not (upstream's text_output)
+                sender.send(self._response(out.sent, None, arrival, times, perf))
 
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         times["first_scheduled"] = time.time_ns()
@@ -334,12 +341,10 @@ class TritonPythonModel:
                 emit(list(delta))
         else:
             self._speculate(prompt, max_tokens, sampling, stats=stats, emit=emit, cancel=cancel)
-        rest = out.push(held) if held else ""
-        tail = out.flush()
-        final_text = rest + tail if streaming else out.sent
-        final = self._response(
-            final_text, stats if self.speculation else None, arrival, times, perf
-        )
+        if held:
+            out.push(held)
+        out.flush()
+        final = self._response(out.sent, stats if self.speculation else None, arrival, times, perf)
         sender.send(final, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _speculate(

@@ -156,6 +156,7 @@ def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
                 tensor("streaming", True, "BOOL", bool),
                 tensor("sampling_param_max_tokens", 16, "INT32", np.int32),
                 tensor("sampling_param_return_perf_metrics", True, "BOOL", bool),
+                tensor("return_finish_reason", True, "BOOL", bool),
             ],
             enable_empty_final_response=True,
         )
@@ -174,6 +175,10 @@ def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
             for name in ("total_draft_tokens", "total_accepted_draft_tokens"):
                 if name in names:
                     final[name] = int(result.as_numpy(name).reshape(-1)[0])
+            if "finish_reason" in names:  # str(output.finish_reason): "None" until the end
+                final.setdefault("reasons", []).append(
+                    result.as_numpy("finish_reason").reshape(-1)[0].decode()
+                )
             if out.parameters["triton_final_response"].bool_param:
                 return {"text": text, "pieces": pieces, **final}
     finally:
@@ -244,6 +249,9 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
     # the first, every second and the last: at most 9 pieces of text, not 16
     assert 2 <= direct["baseline"]["pieces"] <= 9, direct["baseline"]
     assert "total_draft_tokens" not in direct["baseline"]
+    for v in VARIANTS:  # max_tokens 16 reached: "length" on the last response only
+        reasons = direct[v]["reasons"]
+        assert reasons[-1] in ("length", "stop") and set(reasons[:-1]) <= {"None"}, reasons
     for v in ("ngram", "draft"):
         assert direct[v]["total_draft_tokens"] > 0, direct
         assert 0 <= direct[v]["total_accepted_draft_tokens"] <= direct[v]["total_draft_tokens"]

@@ -74,7 +74,7 @@ class LlmApiFlow:
         golden: dict[str, list[str]] | None = None,
     ) -> Path:
         return llmapi_repo.assemble(
-            spec, plan, engines_root, output, routing=routing, golden=golden
+            spec, plan, engines_root, output, routing=routing, golden=golden, gpu_bytes=gpu_bytes
         )
 
 

@@ -340,3 +340,34 @@ def test_repo_writes_the_budget_it_planned(tmp_path: Path, monkeypatch: pytest.M
     doc = yaml.safe_load((repo / "ng__llmapi" / "1" / "model.yaml").read_text())
     planned = llmapi_memory_plan(spec, plan.root, 16 << 30).kv_tokens["ng__llmapi"]
     assert doc["kv_cache_config"]["max_tokens"] == planned
+
+
+def test_doctor_checks_the_llmapi_model_and_the_llms_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An LLM-API spec serves upstream's llmapi Python model, not the
+    tensorrtllm backend: doctor looks for the folder repo copies it from
+    (its default is no container's known path) and plans every LLM."""
+    from trtspec import doctor
+    from trtspec.flows import llmapi_repo
+
+    target = _folder(tmp_path, "target", LLAMA)
+    spec = parse_spec(_data([NGRAM, EAGLE], target=str(target)), str(tmp_path / "spec.yaml"))
+    monkeypatch.setattr(doctor, "probe_trtllm_version", lambda: "1.2.1")
+    monkeypatch.setattr(doctor, "probe_gpus", lambda: [doctor.Gpu("NVIDIA H100", 80 << 30)])
+    monkeypatch.setattr(doctor, "probe_tritonserver", lambda: "/opt/tritonserver/bin/tritonserver")
+    monkeypatch.setattr(doctor, "probe_shm", lambda: 2 << 30)
+    monkeypatch.delenv(llmapi_repo.UPSTREAM_ENV, raising=False)
+    checks = {c.name: c for c in doctor.run_checks(spec, make_plan(spec, tmp_path / "e"))}
+    assert "tensorrtllm backend" not in checks
+    model = checks["llmapi model"]
+    assert model.status == doctor.BLOCKER and "TRTLLM_LLMAPI_MODEL_DIR unset" in model.detail
+    memory = checks["GPU memory"]
+    assert memory.status == doctor.OK and memory.detail.startswith("80.0 GiB per GPU; the repo")
+    folder = tmp_path / "upstream"
+    folder.mkdir()
+    for f in llmapi_repo.UPSTREAM_FILES:
+        (folder / f).write_text("#\n")
+    monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(folder))
+    checks = {c.name: c for c in doctor.run_checks(spec, make_plan(spec, tmp_path / "e"))}
+    assert checks["llmapi model"].status == doctor.OK

@@ -131,6 +131,12 @@ def llm_memory(spec: Any, root: Path | None) -> list[EngineMemory]:
     return out
 
 
+def _variant(llm_name: str) -> str:
+    from trtspec.spec.flows import LLM_SUFFIX
+
+    return llm_name.removesuffix(LLM_SUFFIX)
+
+
 def llmapi_memory_plan(spec: Any, root: Path | None, gpu_bytes: int | None) -> MemoryPlan:
     """Every variant's LLM on the same GPUs (the repository, one server) and
     each alone, with the KV budget per variant (``max_tokens``)."""
@@ -147,7 +153,7 @@ def llmapi_memory_plan(spec: Any, root: Path | None, gpu_bytes: int | None) -> M
             known=all(m.known for m in members),
         )
 
-    fits = [fit("repository", llms)] + [fit(m.name, [m]) for m in llms]
+    fits = [fit("repository", llms)] + [fit(_variant(m.name), [m]) for m in llms]
     mp = MemoryPlan(
         engines=llms,
         fits=fits,

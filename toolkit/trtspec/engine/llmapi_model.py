@@ -28,8 +28,11 @@ What it does not imitate (``trtspec validate`` says so for a reference
 spec): CUDA graphs, tensor/pipeline parallelism, the KV-cache pool settings
 beyond block reuse (``free_gpu_memory_fraction``, ``tokens_per_block``),
 dtype, ``enable_iter_perf_stats`` and the rest of the LLM arguments, which
-it reads past; and the acceptance outputs stay filled at every version (the
-adapter leaves them out where the pinned model zeroes them).
+it reads past. Its acceptance outputs are what the pinned version's model
+sends: zeros where it zeroes them (before upstream PR #17082; both pins,
+``acceptance_outputs_zeroed`` in flows/data/triton_llmapi_model.json), the
+round counts otherwise; the rounds it really ran are logged at the end of
+each speculative request either way (``speculation: N draft, M accepted``).
 
 The draft → verify loop is the orchestrator's (``trtspec.speculate``), run
 in process against two ``engine.batching.BatchScheduler`` s, so concurrent
@@ -142,6 +145,16 @@ def schedule_keys(version: str | None) -> str:
     return str(rules(pinned)["draft_len_schedule"]["keys"])
 
 
+def acceptance_zeroed(version: str | None) -> bool:
+    """Whether the llmapi model of ``version`` sends its acceptance outputs as
+    zeros (1.2.1's behaviour where no version is named)."""
+    from trtspec.spec.llm_args import PINNED
+
+    data = Path(__file__).resolve().parents[1] / "flows" / "data" / "triton_llmapi_model.json"
+    zeroed = json.loads(data.read_text(encoding="utf-8"))["acceptance_outputs_zeroed"]
+    return bool(zeroed[version if version in PINNED else "1.2.1"])
+
+
 def speculation_of(
     args: dict[str, Any], where: str, version: str | None = None
 ) -> Speculation | None:
@@ -218,6 +231,7 @@ class TritonPythonModel:
 
         version = _param(config, LLMAPI_VERSION_PARAMETER)
         self.speculation = speculation_of(llm, str(path), version)
+        self.acceptance_zeroed = acceptance_zeroed(version)
         self.stream_interval = stream_interval_of(llm, str(path))
         model_dir = Path(str(llm["model"]))
         if not (model_dir / "config.json").is_file():
@@ -375,6 +389,10 @@ class TritonPythonModel:
                 emit(list(delta))
         else:
             self._speculate(prompt, max_tokens, sampling, stats=stats, emit=emit, cancel=cancel)
+            pb_utils.Logger.log_info(
+                f"{self.name}: speculation: {stats.draft_tokens} draft, "
+                f"{stats.accepted_tokens} accepted tokens in {stats.rounds} rounds"
+            )
         if held:
             out.push(held)
         out.flush()
@@ -477,9 +495,13 @@ class TritonPythonModel:
                 "last_token_time_ns": (time.time_ns(), np.int64),
             }
             if stats is not None:
-                values["acceptance_rate"] = (stats.acceptance_rate, np.float32)
-                values["total_accepted_draft_tokens"] = (stats.accepted_tokens, np.int32)
-                values["total_draft_tokens"] = (stats.draft_tokens, np.int32)
+                zero = self.acceptance_zeroed  # as the pinned model sends them
+                values["acceptance_rate"] = (0.0 if zero else stats.acceptance_rate, np.float32)
+                values["total_accepted_draft_tokens"] = (
+                    0 if zero else stats.accepted_tokens,
+                    np.int32,
+                )
+                values["total_draft_tokens"] = (0 if zero else stats.draft_tokens, np.int32)
             tensors += [
                 pb_utils.Tensor(name, np.array([value], dtype=dtype))
                 for name, (value, dtype) in values.items()

@@ -270,12 +270,18 @@ def test_a_reference_spec_says_what_the_stand_in_does_not_do(tmp_path: Path) -> 
 
     data = _data([NGRAM], target="org/target")
     data["backend"] = "reference"
-    data["flow"]["llm_args"] = {"enable_chunked_prefill": True, "stream_interval": 2}
+    data["flow"]["llm_args"] = {
+        "enable_chunked_prefill": True,
+        "stream_interval": 2,
+        "speculative_config": {"is_keep_all": False, "max_matching_ngram_size": 2},
+    }
+    data["flow"]["cuda_graphs"] = False
     data["target"]["kv_cache"] = {"free_gpu_mem_fraction": 0.5}
     ignored = stand_in_ignores(parse_spec(data, "spec.yaml"))
     assert ignored == [
         "target.kv_cache's fraction and block size (only enable_reuse is read)",
-        "flow.llm_args enable_chunked_prefill",
+        "flow.llm_args enable_chunked_prefill, speculative_config.is_keep_all",
+        "flow.cuda_graphs (CUDA graphs exist on a GPU only)",
     ]
 
 
@@ -371,3 +377,19 @@ def test_doctor_checks_the_llmapi_model_and_the_llms_memory(
     monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(folder))
     checks = {c.name: c for c in doctor.run_checks(spec, make_plan(spec, tmp_path / "e"))}
     assert checks["llmapi model"].status == doctor.OK
+
+
+def test_the_stand_in_refuses_what_the_pinned_llm_refuses(tmp_path: Path) -> None:
+    """Upstream's model passes model.yaml to LLM(**args), whose pydantic
+    models refuse unknown keys and break DecodingBaseConfig's rules: the
+    stand-in refuses the same file at load, naming the field."""
+    from trtspec.engine.llmapi_model import LlmApiConfigError, acceptance_zeroed, check_llm_args
+
+    path = tmp_path / "model.yaml"
+    sc = {"decoding_type": "NGram", "max_draft_len": 4, "draft_len_schedule": {2: 4}}
+    with pytest.raises(LlmApiConfigError, match="draft_len_schedule: must include batch size 1"):
+        check_llm_args({"model": "m", "speculative_config": sc}, "1.2.1", path)
+    with pytest.raises(LlmApiConfigError, match="max_batch: unknown field; did you mean"):
+        check_llm_args({"model": "m", "max_batch": 4}, "1.3.0rc22", path)
+    check_llm_args({"model": "m", "max_batch": 4}, None, path)  # no version named: not held
+    assert acceptance_zeroed("1.2.1") and acceptance_zeroed("1.3.0rc22") and acceptance_zeroed(None)

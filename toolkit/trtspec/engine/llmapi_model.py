@@ -145,6 +145,19 @@ def schedule_keys(version: str | None) -> str:
     return str(rules(pinned)["draft_len_schedule"]["keys"])
 
 
+def check_llm_args(llm: dict[str, Any], version: str | None, path: Path) -> None:
+    """Refuse LLM arguments the pinned version's ``LLM(**args)`` would refuse
+    (its pydantic models, extra='forbid', and DecodingBaseConfig's validators,
+    as ``trtspec.spec.llm_args`` holds them), as upstream's model fails to load."""
+    from trtspec.spec.llm_args import PINNED, validate_llm_args
+
+    if version not in PINNED:
+        return  # no version named (an older repository): nothing to hold it to
+    problems = validate_llm_args(llm, version, str(path))
+    if problems:
+        raise LlmApiConfigError("; ".join(problems))
+
+
 def acceptance_zeroed(version: str | None) -> bool:
     """Whether the llmapi model of ``version`` sends its acceptance outputs as
     zeros (1.2.1's behaviour where no version is named)."""
@@ -230,6 +243,7 @@ class TritonPythonModel:
         from trtspec.repo.contract import LLMAPI_VERSION_PARAMETER
 
         version = _param(config, LLMAPI_VERSION_PARAMETER)
+        check_llm_args(llm, version, path)
         self.speculation = speculation_of(llm, str(path), version)
         self.acceptance_zeroed = acceptance_zeroed(version)
         self.stream_interval = stream_interval_of(llm, str(path))

@@ -298,6 +298,21 @@ class LlmApiFlowSpec(Strict):
 STAND_IN_READS = frozenset(
     {"model", "tokenizer", "max_batch_size", "max_num_tokens", "stream_interval"}
 )
+#: ... and the keys of its sections it reads.
+STAND_IN_READS_IN = {
+    "kv_cache_config": frozenset({"enable_block_reuse"}),
+    "speculative_config": frozenset(
+        {
+            "decoding_type",
+            "max_draft_len",
+            "max_matching_ngram_size",
+            "max_concurrency",
+            "draft_len_schedule",
+            "speculative_model",
+            "speculative_model_dir",
+        }
+    ),
+}
 #: draft_model fields the LLM-API flow has nowhere to write, with their
 #: defaults and whether the reference build still uses them: on a GPU
 #: Draft_Target loads the checkpoint as it is, with the target's parallelism
@@ -318,11 +333,16 @@ def stand_in_ignores(spec: Any) -> list[str]:
         out.append(f"tensor/pipeline parallelism (target.tp {t.tp}, pp {t.pp})")
     if t.kv_cache.free_gpu_mem_fraction != 0.9 or t.kv_cache.tokens_per_block != 32:
         out.append("target.kv_cache's fraction and block size (only enable_reuse is read)")
-    skipped = sorted(
-        k for k in spec.flow.llm_args if k not in STAND_IN_READS and k != "kv_cache_config"
-    )
+    skipped = []
+    for key, value in spec.flow.llm_args.items():
+        if key in STAND_IN_READS_IN and isinstance(value, dict):
+            skipped += [f"{key}.{k}" for k in value if k not in STAND_IN_READS_IN[key]]
+        elif key not in STAND_IN_READS:
+            skipped.append(key)
     if skipped:
-        out.append("flow.llm_args " + ", ".join(skipped))
+        out.append("flow.llm_args " + ", ".join(sorted(skipped)))
+    if not spec.flow.cuda_graphs:
+        out.append("flow.cuda_graphs (CUDA graphs exist on a GPU only)")
     return out
 
 

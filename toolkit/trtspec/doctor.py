@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import StepFailed
-from trtspec.memory import GIB, gib, memory_plan
+from trtspec.memory import GIB, gib
 from trtspec.procutil import dist_version
 
 OK, WARN, BLOCKER, NOT_AVAILABLE, SKIPPED = "ok", "warn", "blocker", "not available", "skipped"
@@ -235,7 +235,9 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     if not gpu_spec or not gpus:
         return
     smallest = min(g.memory_bytes for g in gpus)
-    mp = memory_plan(spec, plan, smallest)
+    from trtspec.flows.llmapi_memory import plan_for
+
+    mp = plan_for(spec, plan, smallest)
     if not mp.known:
         yield Check(
             "GPU memory",

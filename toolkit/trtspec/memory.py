@@ -54,7 +54,7 @@ QUANT_BYTES = {
 # cacheTransposedGenerationLogits and cacheGenerationLogits;
 # cpp/include/tensorrt_llm/batch_manager/runtimeBuffers.h @95ca1eae:
 # GENERATION_LOGITS_BUFFER_LENGTH = 8). The engines' logits are float32
-# (repo/contract.py LOGITS_DATATYPE).
+# (runtime/contract.py LOGITS_DATATYPE).
 GENERATION_LOGITS_BUFFER_LENGTH = 8
 LOGITS_BYTES = 4
 # Per engine model: TensorRT-LLM's runtime buffers and workspace outside the
@@ -530,11 +530,7 @@ class MemoryPlan:
 
 def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPlan:
     """The memory plan of ``plan``'s engines against ``gpu_bytes`` per GPU
-    (an LLM-API spec: its variants' LLMs, ``trtspec.flows.llmapi_memory``)."""
-    if getattr(spec.flow, "kind", "engine") == "llmapi":
-        from trtspec.flows.llmapi_memory import llmapi_memory_plan
-
-        return llmapi_memory_plan(spec, plan.root, gpu_bytes)
+    (an LLM-API spec's LLMs: ``trtspec.flows.llmapi_memory.plan_for``)."""
     engines = engine_memory(spec, plan)
     by_name = {e.name: e for e in engines}
 

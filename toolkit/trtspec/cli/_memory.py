@@ -35,7 +35,7 @@ gpu_memory_option = click.option(
 def memory_for(spec: Any, plan: Any, gpu_bytes: int | None) -> Any:
     """The memory plan of a GPU spec (None for the reference backend, whose
     engines run on the CPU), with its warnings echoed on stderr."""
-    from trtspec.memory import memory_plan
+    from trtspec.flows.llmapi_memory import plan_for
 
     if spec.backend.value != "tensorrt_llm":
         if gpu_bytes is not None:
@@ -43,7 +43,7 @@ def memory_for(spec: Any, plan: Any, gpu_bytes: int | None) -> Any:
                 "Warning: --gpu-memory is ignored: the reference backend runs on the CPU", err=True
             )
         return None
-    mp = memory_plan(spec, plan, gpu_bytes)
+    mp = plan_for(spec, plan, gpu_bytes)
     warnings = mp.warnings()
     if spec.flow.kind == "llmapi" and gpu_bytes is None and len(mp.engines) > 1:
         from trtspec.flows.llmapi_memory import UNEVEN_SPLIT

@@ -2,7 +2,7 @@
 LLM-argument YAML per variant served by Triton's ``llmapi`` Python model or
 ``trtllm-serve``. What each variant's file holds is in ``llmapi_config``;
 the Triton repository in ``llmapi_repo``; the field tables in
-``trtspec.spec.llm_args``; the spec's rules in ``trtspec.spec.flows``. This
+``trtspec.runtime.llm_args``; the spec's rules in ``trtspec.spec.flows``. This
 module is the flow object the stages call."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from trtspec.flows import llmapi_repo
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
+    from trtspec.artifacts.routing import RoutingTable
     from trtspec.plan import Plan
-    from trtspec.repo.routing import RoutingTable
     from trtspec.spec import Spec
 
 

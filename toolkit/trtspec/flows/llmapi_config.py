@@ -19,12 +19,12 @@ size, parallelism and dtype carry over from the spec. Every file enables the
 iteration stats trtllm-serve's spec-decode counters come from; one-model
 variants (Eagle3, MTP) of a spec that samples set ``allow_advanced_sampling``.
 Every generated document is checked against the pinned version's field table
-(``trtspec.spec.llm_args``) before it is written; a problem there is a
+(``trtspec.runtime.llm_args``) before it is written; a problem there is a
 trtspec bug and raised as one.
 
 On the reference backend (CPU) the same documents name the reference engine
 folders the plan builds (``target``, ``target_dte``, ``draft_*``) instead of
-the Hugging Face checkpoints, and ``trtspec.engine.llmapi_model`` serves them
+the Hugging Face checkpoints, and ``trtspec.runtime.engine.llmapi_model`` serves them
 with the ``llmapi`` model's tensors; EAGLE-3 and MTP need a GPU there.
 """
 
@@ -39,13 +39,13 @@ import yaml
 from trtspec.catalogue import BASELINE
 from trtspec.errors import TrtspecError
 from trtspec.fsutil import atomic_write_text
+from trtspec.runtime.llm_args import validate_llm_args
 from trtspec.spec.flows import LLM_SUFFIX, LlmApiFlowSpec
-from trtspec.spec.llm_args import validate_llm_args
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
+    from trtspec.artifacts.routing import RoutingTable
     from trtspec.plan import Plan
-    from trtspec.repo.routing import RoutingTable
     from trtspec.spec import Spec
 
 CONFIG_DIR = "llmapi"  # engines/<spec>/llmapi/<variant>.yaml
@@ -108,7 +108,7 @@ def limit_honoured(spec: Spec, speculative: dict[str, Any]) -> bool:
     drafter only; 1.3 turns it into a ``draft_len_schedule`` and refuses
     both together (``llm_args.rules``). The router's own route limit holds
     either way."""
-    from trtspec.spec.llm_args import rules
+    from trtspec.runtime.llm_args import rules
 
     version = settings(spec).trtllm_version
     if version == "1.2.1" and speculative.get("decoding_type") in ONE_MODEL:

@@ -27,7 +27,7 @@ from trtspec.catalogue import BASELINE
 from trtspec.catalogue import MODES as MODE_ROWS
 from trtspec.modes import MODE_MODULES, module_for
 from trtspec.modes.base import PosInt, Strict, VariantBase
-from trtspec.spec.llm_args import PINNED, field_problems
+from trtspec.runtime.llm_args import PINNED, field_problems
 from trtspec.vocab import Backend, Quantization
 
 #: The LLM-API versions trtspec writes configs for (a field table each). Both
@@ -294,7 +294,7 @@ class LlmApiFlowSpec(Strict):
             )
 
 
-#: LLM arguments the CPU stand-in reads (trtspec.engine.llmapi_model); others pass it by.
+#: LLM arguments the CPU stand-in reads (trtspec.runtime.engine.llmapi_model); others pass it by.
 STAND_IN_READS = frozenset(
     {"model", "tokenizer", "max_batch_size", "max_num_tokens", "stream_interval"}
 )

@@ -201,6 +201,9 @@ LLMAPI_ACCEPTANCE_AVAILABLE = "available"
 #: The CPU stand-in llmapi model's parameter naming the pinned TensorRT-LLM (its
 #: draft_len_schedule rule follows the version; upstream's model reads none).
 LLMAPI_VERSION_PARAMETER = "trtspec_trtllm_version"
+#: ... and whether that version's model sends its acceptance outputs as zeros
+#: ("zeroed", before upstream PR #17082) or filled ("filled").
+LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER = "trtspec_acceptance_outputs"
 
 # prefix_reused_tokens: prompt tokens the target engine served from its KV
 # cache at the request's first call (kv_cache_reused_blocks × tokens per block).
@@ -228,7 +231,7 @@ ORCHESTRATOR_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("fallback", "TYPE_BOOL", (1,)),
     # Only in an orchestrator's final response to the router after it had
     # streamed: the failure's message. On 2.51 an error response after
-    # streamed ones never reaches a BLS caller (repo/models/orchestrator.py);
+    # streamed ones never reaches a BLS caller (runtime/models/orchestrator.py);
     # the router answers its client with this error, never with the tensor.
     TensorSpec("error", "TYPE_STRING", (1,)),
 )

@@ -1,5 +1,7 @@
 """The LLM-API field tables and the check every generated LLM-argument file
-passes before anything runs.
+passes before anything runs (and the CPU stand-in of the llmapi model at
+load, as upstream's ``LLM(**args)`` would: so it lives in ``runtime``, which
+the spec's checks import too).
 
 ``data/llm_args_<line>.json`` holds, per supported TensorRT-LLM release line,
 the fields of ``tensorrt_llm/llmapi/llm_args.py`` that a config file may

@@ -18,7 +18,7 @@ reference engine folder that ``trtspec build`` made), ``tokenizer``
 - both honour ``max_concurrency`` (no drafting while more requests are in
   flight; ``Drafter.should_use_spec_decode``) and ``draft_len_schedule``
   ({in-flight requests: draft length}) read as the pinned version's
-  validators say (``trtspec.spec.llm_args.rules``, the version from the
+  validators say (``trtspec.runtime.llm_args.rules``, the version from the
   ``trtspec_trtllm_version`` parameter that ``trtspec repo`` writes): at
   1.2.1 the largest key not above the load wins, at 1.3 the smallest key not
   below it, and none above the largest key (draft length 0); any other
@@ -30,11 +30,12 @@ beyond block reuse (``free_gpu_memory_fraction``, ``tokens_per_block``),
 dtype, ``enable_iter_perf_stats`` and the rest of the LLM arguments, which
 it reads past. Its acceptance outputs are what the pinned version's model
 sends: zeros where it zeroes them (before upstream PR #17082; both pins,
-``acceptance_outputs_zeroed`` in flows/data/triton_llmapi_model.json), the
+``acceptance_outputs_zeroed`` in flows/data/triton_llmapi_model.json, which
+``trtspec repo`` writes as the ``trtspec_acceptance_outputs`` parameter), the
 round counts otherwise; the rounds it really ran are logged at the end of
 each speculative request either way (``speculation: N draft, M accepted``).
 
-The draft → verify loop is the orchestrator's (``trtspec.speculate``), run
+The draft → verify loop is the orchestrator's (``trtspec.runtime.speculate``), run
 in process against two ``engine.batching.BatchScheduler`` s, so concurrent
 requests share each engine step. Inputs: ``text_input``, ``streaming``,
 ``sampling_param_{max_tokens,temperature,top_k,top_p,seed,
@@ -70,10 +71,9 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.cancel import Cancellation, Cancelled
-from trtspec.limits import ParamError, check_sampling
-from trtspec.repo.models.threads import PruningSender, RequestThreads, Responder
-from trtspec.speculate import (
+from trtspec.runtime.cancel import Cancellation, Cancelled
+from trtspec.runtime.limits import ParamError, check_sampling
+from trtspec.runtime.speculate import (
     RoundStats,
     accepted_count,
     draft_budget,
@@ -81,6 +81,7 @@ from trtspec.speculate import (
     round_finished,
     round_seed,
 )
+from trtspec.runtime.threads import PruningSender, RequestThreads, Responder
 
 try:  # only importable inside Triton's Python backend stub
     import triton_python_backend_utils as pb_utils
@@ -107,7 +108,7 @@ class Speculation:
 
     def draft_len(self, in_flight: int) -> int:
         """The draft length at ``in_flight`` requests (TensorRT-LLM's load rules)."""
-        from trtspec.spec.llm_args import schedule_draft_len
+        from trtspec.runtime.llm_args import schedule_draft_len
 
         if self.max_concurrency is not None and in_flight > self.max_concurrency:
             return 0
@@ -139,7 +140,7 @@ def read_model_yaml(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def schedule_keys(version: str | None) -> str:
     """How ``draft_len_schedule``'s keys read at ``version`` (1.2.1's rule
     where none is named)."""
-    from trtspec.spec.llm_args import PINNED, rules
+    from trtspec.runtime.llm_args import PINNED, rules
 
     pinned = version if version in PINNED else "1.2.1"
     return str(rules(pinned)["draft_len_schedule"]["keys"])
@@ -148,24 +149,14 @@ def schedule_keys(version: str | None) -> str:
 def check_llm_args(llm: dict[str, Any], version: str | None, path: Path) -> None:
     """Refuse LLM arguments the pinned version's ``LLM(**args)`` would refuse
     (its pydantic models, extra='forbid', and DecodingBaseConfig's validators,
-    as ``trtspec.spec.llm_args`` holds them), as upstream's model fails to load."""
-    from trtspec.spec.llm_args import PINNED, validate_llm_args
+    as ``trtspec.runtime.llm_args`` holds them), as upstream's model fails to load."""
+    from trtspec.runtime.llm_args import PINNED, validate_llm_args
 
     if version not in PINNED:
         return  # no version named (an older repository): nothing to hold it to
     problems = validate_llm_args(llm, version, str(path))
     if problems:
         raise LlmApiConfigError("; ".join(problems))
-
-
-def acceptance_zeroed(version: str | None) -> bool:
-    """Whether the llmapi model of ``version`` sends its acceptance outputs as
-    zeros (1.2.1's behaviour where no version is named)."""
-    from trtspec.spec.llm_args import PINNED
-
-    data = Path(__file__).resolve().parents[1] / "flows" / "data" / "triton_llmapi_model.json"
-    zeroed = json.loads(data.read_text(encoding="utf-8"))["acceptance_outputs_zeroed"]
-    return bool(zeroed[version if version in PINNED else "1.2.1"])
 
 
 def speculation_of(
@@ -239,13 +230,17 @@ class TritonPythonModel:
                 f"{path}: triton_config.decoupled is {triton['decoupled']} but config.pbtxt's "
                 f"transaction policy says {self.decoupled}; make them agree"
             )
-        from trtspec.engine.triton_model import _param
-        from trtspec.repo.contract import LLMAPI_VERSION_PARAMETER
+        from trtspec.runtime.contract import (
+            LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER,
+            LLMAPI_VERSION_PARAMETER,
+        )
+        from trtspec.runtime.engine.triton_model import _param
 
         version = _param(config, LLMAPI_VERSION_PARAMETER)
         check_llm_args(llm, version, path)
         self.speculation = speculation_of(llm, str(path), version)
-        self.acceptance_zeroed = acceptance_zeroed(version)
+        # 1.2.1's model (zeros) unless trtspec repo named the version's behaviour
+        self.acceptance_zeroed = _param(config, LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER) != "filled"
         self.stream_interval = stream_interval_of(llm, str(path))
         model_dir = Path(str(llm["model"]))
         if not (model_dir / "config.json").is_file():
@@ -266,15 +261,15 @@ class TritonPythonModel:
         return llm, path, model_dir
 
     def _load_tokenizer(self, llm: dict[str, Any], model_dir: Path) -> None:
-        from trtspec.repo.models.text import Tokenizer
+        from trtspec.runtime.text import Tokenizer
 
         tokenizer_dir = Path(str(llm.get("tokenizer") or model_dir / "tokenizer"))
         self.tokenizer = Tokenizer(tokenizer_dir, add_special_tokens=True)
         self.end_id = self.tokenizer.end_id
 
     def initialize(self, args: dict[str, Any]) -> None:
-        from trtspec.engine.batching import BatchScheduler
-        from trtspec.engine.decode import ReferenceEngine, default_threads
+        from trtspec.runtime.engine.batching import BatchScheduler
+        from trtspec.runtime.engine.decode import ReferenceEngine, default_threads
 
         llm, path, model_dir = self._configure(args)
         reuse = bool((llm.get("kv_cache_config") or {}).get("enable_block_reuse", True))
@@ -340,9 +335,9 @@ class TritonPythonModel:
             cancel.close()
 
     def _generate(self, request: Any, sender: Any, cancel: Cancellation) -> None:
-        from trtspec.engine.decode import GenerationRequest
-        from trtspec.engine.sampling import SamplingParams
-        from trtspec.repo.models.text import IncrementalText
+        from trtspec.runtime.engine.decode import GenerationRequest
+        from trtspec.runtime.engine.sampling import SamplingParams
+        from trtspec.runtime.text import IncrementalText
 
         text = _input(request, "text_input")
         if text is None:
@@ -430,7 +425,7 @@ class TritonPythonModel:
     ) -> None:
         from dataclasses import replace
 
-        from trtspec.engine.decode import GenerationRequest
+        from trtspec.runtime.engine.decode import GenerationRequest
 
         spec = self.speculation
         assert spec is not None

@@ -392,3 +392,19 @@ def test_the_stand_in_refuses_what_the_pinned_llm_refuses(tmp_path: Path) -> Non
     with pytest.raises(LlmApiConfigError, match="max_batch: unknown field; did you mean"):
         check_llm_args({"model": "m", "max_batch": 4}, "1.3.0rc22", path)
     check_llm_args({"model": "m", "max_batch": 4}, None, path)  # no version named: not held
+
+
+@pytest.mark.parametrize(("version", "tag"), [("1.2.1", "v1.2.1"), ("1.3.0rc22", "v1.3.0rc22")])
+def test_each_table_header_names_its_tag_and_commit(version: str, tag: str) -> None:
+    from trtspec.runtime.llm_args import table
+
+    source = table(version)["source"]
+    assert source["tag"] == tag and version in table(version)["pins"]
+    assert source.get("commit") or source.get("why_no_commit")
+    assert "not the tag" in source["read_at"]
+    assert set(table(version)["speculative_config"]["rules"]) == {
+        "source",
+        "exclusive",
+        "draft_len_schedule",
+        "one_model_sampling",
+    }

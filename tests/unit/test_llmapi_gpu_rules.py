@@ -408,3 +408,14 @@ def test_each_table_header_names_its_tag_and_commit(version: str, tag: str) -> N
         "draft_len_schedule",
         "one_model_sampling",
     }
+
+
+def test_a_bench_at_t_above_0_the_files_were_not_written_for_is_named() -> None:
+    """--temperatures 0.7 over a spec written at T=0: 1.2.1's Eagle3/MTP files
+    lack allow_advanced_sampling, so the bench warns (greedy decoding)."""
+    spec = parse_spec(_data([EAGLE, NGRAM]), "spec.yaml")
+    message = config.greedy_at(spec, [0.0, 0.7])
+    assert message is not None and message.startswith("variant(s) e3 were written without")
+    assert config.greedy_at(spec, [0.0]) is None
+    newer = parse_spec(_data([EAGLE], flow={"trtllm_version": "1.3.0rc22"}), "spec.yaml")
+    assert config.greedy_at(newer, [0.7]) is None  # sampling is per request at 0004396

@@ -101,6 +101,25 @@ def samples(spec: Spec) -> bool:
     return any(t > 0 for t in temps)
 
 
+def greedy_at(spec: Spec, temperatures: list[float] | None) -> str | None:
+    """Why a bench at ``temperatures`` (``--temperatures``) would measure a
+    one-model variant greedily: its file was written for the spec's own
+    temperatures, all 0, so without ``allow_advanced_sampling``; None if not."""
+    if not isinstance(spec.flow, LlmApiFlowSpec) or samples(spec):
+        return None
+    if not any(t > 0 for t in temperatures or []):
+        return None
+    one_model = [v.name for v in spec.variants if v.mode in ("eagle", "mtp")]
+    if not one_model or settings(spec).trtllm_version != "1.2.1":
+        return None
+    return (
+        f"variant(s) {', '.join(one_model)} were written without "
+        "speculative_config.allow_advanced_sampling (the spec's temperatures are all 0), and "
+        "TensorRT-LLM 1.2.1's one-model paths then decode greedily at any temperature: add "
+        "the temperature to bench.temperatures (or the route's) and rebuild the repository"
+    )
+
+
 def limit_honoured(spec: Spec, speculative: dict[str, Any]) -> bool:
     """Whether ``speculative_config.max_concurrency`` acts at the pinned
     version for this decoding type and can be written beside what the

@@ -419,3 +419,21 @@ def test_a_bench_at_t_above_0_the_files_were_not_written_for_is_named() -> None:
     assert config.greedy_at(spec, [0.0]) is None
     newer = parse_spec(_data([EAGLE], flow={"trtllm_version": "1.3.0rc22"}), "spec.yaml")
     assert config.greedy_at(newer, [0.7]) is None  # sampling is per request at 0004396
+
+
+def test_build_writes_the_budget_trtllm_serve_reads(tmp_path: Path) -> None:
+    """trtllm-serve (serve-llmapi) reads engines/<spec>/llmapi/<variant>.yaml:
+    `trtspec build --gpu-memory` plans each server's KV there too."""
+    import yaml
+
+    target = _folder(tmp_path, "target", LLAMA)
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(_data([NGRAM], target=str(target))))
+    engines = tmp_path / "engines"
+    args = ["build", str(spec_file), "--engines", str(engines), "--gpu-memory", "16GiB"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load((engines / "x" / "llmapi" / "ng.yaml").read_text())
+    spec = parse_spec(yaml.safe_load(spec_file.read_text()), str(spec_file))
+    planned = llmapi_memory_plan(spec, engines / "x", 16 << 30).kv_tokens["ng__llmapi"]
+    assert doc["kv_cache_config"]["max_tokens"] == planned

@@ -56,8 +56,10 @@ class LlmApiFlow:
         # on a GPU nothing is built: the checkpoint folder holds the tokenizer
         return Path(spec.model_location(spec.target.model).ref)
 
-    def files(self, spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
-        return config.config_files(spec, plan, engines_root)
+    def files(
+        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+    ) -> dict[Path, str]:
+        return config.config_files(spec, plan, engines_root, gpu_bytes=gpu_bytes)
 
     def write_files(self, files: dict[Path, str]) -> list[Path]:
         return config.write_files(files)

@@ -353,11 +353,25 @@ def dump(doc: dict[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
-def config_files(spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
+def kv_budgets(spec: Spec, plan: Plan | None, gpu_bytes: int | None) -> dict[str, int] | None:
+    """LLM model name -> ``kv_cache_config.max_tokens`` from the memory plan
+    (``llmapi_memory``) for a GPU spec with a GPU size; None otherwise."""
+    if gpu_bytes is None or spec.backend is not Backend.tensorrt_llm:
+        return None
+    from trtspec.flows.llmapi_memory import llmapi_memory_plan
+
+    return llmapi_memory_plan(spec, plan.root if plan else None, gpu_bytes).kv_tokens
+
+
+def config_files(
+    spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+) -> dict[Path, str]:
     """``engines/<spec>/llmapi/<variant>.yaml`` for every variant (what
-    ``trtllm-serve --config`` reads) -> its text."""
+    ``trtllm-serve --config`` reads) -> its text; with ``gpu_bytes`` each
+    variant's KV budget is planned (``kv_budgets``)."""
     folder = Path(engines_root) / spec.name / CONFIG_DIR
-    return {folder / f"{name}.yaml": dump(doc) for name, doc in documents(spec, plan).items()}
+    docs = documents(spec, plan, kv_tokens=kv_budgets(spec, plan, gpu_bytes))
+    return {folder / f"{name}.yaml": dump(doc) for name, doc in docs.items()}
 
 
 def write_files(files: dict[Path, str]) -> list[Path]:

@@ -85,7 +85,7 @@ def _draft_params(spec: Any, v: Any, target: ModelShape, root: Path | None) -> t
 
 def llm_memory(spec: Any, root: Path | None) -> list[EngineMemory]:
     """One estimate per variant's LLM, per GPU of the TP×PP group."""
-    from trtspec.flows.llmapi_config import llm_model_name
+    from trtspec.spec.flows import LLM_SUFFIX
 
     t = spec.target
     dtype = spec.dtype
@@ -96,7 +96,7 @@ def llm_memory(spec: Any, root: Path | None) -> list[EngineMemory]:
     for name in [BASELINE, *by_name]:
         v = by_name.get(name)
         mem = EngineMemory(
-            name=llm_model_name(name),
+            name=f"{name}{LLM_SUFFIX}",  # its Triton model, as llmapi_config names it
             role="llm",
             model=t.model,
             dtype=dtype,

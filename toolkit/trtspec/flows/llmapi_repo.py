@@ -130,12 +130,7 @@ def write_tree(
     *,
     gpu_bytes: int | None = None,
 ) -> None:
-    tokens = None
-    if gpu_bytes is not None and spec.backend is Backend.tensorrt_llm:
-        from trtspec.flows.llmapi_memory import llmapi_memory_plan
-
-        tokens = llmapi_memory_plan(spec, plan.root, gpu_bytes).kv_tokens
-    docs = llmapi.documents(spec, plan, routing, tokens)
+    docs = llmapi.documents(spec, plan, routing, llmapi.kv_budgets(spec, plan, gpu_bytes))
     reference = spec.backend is Backend.reference
     upstream = None if reference else _upstream_files()
     available = acceptance_available(llmapi.settings(spec).trtllm_version)

@@ -356,7 +356,7 @@ def test_two_thousand_made_up_routes_add_a_handful_of_series(tmp_path: Path) -> 
         routes = {dict(key).get("route") for _, key in made}
         assert routes == {"code", OTHER_ROUTE}, sorted(routes)[:5]
         # one route's worth of series more at most (no canary_percent: no rule)
-        assert 0 < len(made - known) <= len(known) == 20, len(made - known)
+        assert 0 < len(made - known) <= len(known) < 30, (len(made - known), len(known))
     finally:
         live.close()
 

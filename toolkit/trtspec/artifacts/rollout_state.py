@@ -143,11 +143,16 @@ class RouteState:
 class RolloutState:
     routing_sha256: str
     routes: dict[str, RouteState] = field(default_factory=dict)
+    # One more at every change: where two copies of the state are read (a
+    # mounted ConfigMap and the API server, artifacts.rollout_kube), the router
+    # serves the one with the higher revision.
+    revision: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "routing_sha256": self.routing_sha256,
+            "revision": self.revision,
             "routes": {
                 name: {"percent": r.percent, "status": r.status} for name, r in self.routes.items()
             },
@@ -213,6 +218,9 @@ def validate_state(data: Any, source: str, digest: str | None = None) -> Rollout
     raw = data.get("routes")
     if not isinstance(raw, dict):
         raise bad("routes", f"expected an object of route name to state, got {_shown(raw)}")
+    revision = data.get("revision", 0)
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        raise bad("revision", f"must be a whole number from 0, got {_shown(revision)}")
     routes: dict[str, RouteState] = {}
     for name, entry in raw.items():
         where = f"routes.{name}" if _PLAIN.fullmatch(name) else f"routes[{_shown(name)}]"
@@ -231,7 +239,7 @@ def validate_state(data: Any, source: str, digest: str | None = None) -> Rollout
                 f"unknown {_shown(status)} (one of: {', '.join(STATUSES)})",
             )
         routes[name] = RouteState(percent, status)
-    return RolloutState(sha, routes)
+    return RolloutState(sha, routes, revision)
 
 
 def read_state(path: Path, digest: str | None = None) -> RolloutState | None:
@@ -253,13 +261,23 @@ def read_state(path: Path, digest: str | None = None) -> RolloutState | None:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STATE_BYTES:
             raise RepoError(f"{path}: not a regular file of at most {MAX_STATE_BYTES} bytes", _FIX)
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except (ValueError, OSError) as exc:  # ValueError: not UTF-8
+        raise RepoError(
+            f"{path}: cannot be read: {getattr(exc, 'strerror', None) or exc}", _FIX
+        ) from exc
+    return parse_state(text, path, digest)
+
+
+def parse_state(text: str, path: Path | str, digest: str | None = None) -> RolloutState:
+    """The text of a ``state.json`` (``path`` names where it came from in
+    errors), checked by ``validate_state``."""
+    try:
+        data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise RepoError(f"{path}: not valid JSON: {exc}", _FIX) from exc
-    except OSError as exc:
-        raise RepoError(f"{path}: cannot be read: {exc.strerror or exc}", _FIX) from exc
     return validate_state(data, str(path), digest)
 
 
@@ -334,6 +352,49 @@ def read_history(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+def next_state(
+    state: RolloutState | None,
+    digest: str,
+    table: RoutingTable,
+    route: str,
+    *,
+    percent: float,
+    status: str,
+    action: str,
+    by: str,
+    why: str,
+    details: dict[str, Any] | None = None,
+    only_if: Callable[[RouteState], bool] | None = None,
+) -> tuple[RolloutState, dict[str, Any]] | None:
+    """The state after one change of ``route`` and its history entry (None
+    when ``only_if``, given the route's state now, says not to): what
+    ``change`` writes to the folder and ``artifacts.rollout_kube`` to a ConfigMap."""
+    revision = state.revision if state is not None else 0
+    if state is not None and state.routing_sha256 != digest:
+        state = None  # written for another routing table: start from this one
+    before = current(table, state, route)
+    if only_if is not None and not only_if(before):
+        return None
+    raw = RolloutState(digest, dict(state.routes) if state is not None else {}, revision + 1)
+    data = raw.to_dict()
+    data["routes"][route] = {"percent": percent, "status": status}
+    # what the router would refuse is never written
+    after = validate_state(data, f"{STATE_FILE} (as it would be written)", digest)
+    entry = {
+        "when": now_iso(),
+        "who": by,
+        "why": why,
+        "route": route,
+        "action": action,
+        "from_percent": before.percent,
+        "to_percent": after.routes[route].percent,
+        "status": status,
+        "routing_sha256": digest,
+        **(details or {}),
+    }
+    return after, entry
+
+
 def change(
     folder: Path,
     routing_path: Path,
@@ -353,33 +414,24 @@ def change(
     ``only_if`` (given the route's state under the lock) says not to."""
     folder = Path(folder)
     digest = routing_digest(routing_path)
-    path = folder / STATE_FILE
     with _locked(folder):
-        try:
-            state = read_state(path, digest)  # an invalid one is refused: nothing written
-        except StaleState:
-            state = None  # written for another routing table: start from this one
-        before = current(table, state, route)
-        if only_if is not None and not only_if(before):
+        planned = next_state(
+            read_state(folder / STATE_FILE),  # an invalid one is refused: nothing written
+            digest,
+            table,
+            route,
+            percent=percent,
+            status=status,
+            action=action,
+            by=by,
+            why=why,
+            details=details,
+            only_if=only_if,
+        )
+        if planned is None:
             return None
-        raw = RolloutState(digest, dict(state.routes) if state is not None else {}).to_dict()
-        raw["routes"][route] = {"percent": percent, "status": status}
-        # what the router would refuse is never written
-        after = validate_state(raw, f"{path} (as it would be written)", digest)
-        percent = after.routes[route].percent
-        atomic_write_json(path, after.to_dict())
-        entry = {
-            "when": now_iso(),
-            "who": by,
-            "why": why,
-            "route": route,
-            "action": action,
-            "from_percent": before.percent,
-            "to_percent": percent,
-            "status": status,
-            "routing_sha256": digest,
-            **(details or {}),
-        }
+        state, entry = planned
+        atomic_write_json(folder / STATE_FILE, state.to_dict())
         append_history(folder, entry)
     return entry
 
@@ -391,7 +443,13 @@ class StateWatcher:
     for another routing table) is refused with one ``warn`` line and a call
     of ``refused`` per version of the file, and the last good table kept;
     at the start, with no good state yet, an invalid one leaves every route
-    on its fallback (a state for another routing table: the base table)."""
+    on its fallback (a state for another routing table: the base table).
+
+    ``folder`` may be a ConfigMap volume (kubelet replaces its ``..data``
+    symlink; ``state.json`` is a symlink through it, so a change shows as a
+    new inode). ``offer`` hands it a state read elsewhere (the API server,
+    ``artifacts.rollout_kube``); of the two, the one with the higher revision is
+    served."""
 
     def __init__(
         self,
@@ -413,7 +471,25 @@ class StateWatcher:
         self._table = table
         self._good = False  # a state (or its absence) was applied
         self.state: RolloutState | None = None
+        self._offered: RolloutState | None = None
+        self._on_disk: RolloutState | None = None
         self.refresh(force=True)
+
+    def offer(self, state: RolloutState | None) -> None:
+        """The state as another copy has it now (None: that copy has none);
+        served at once when its revision is above the folder's."""
+        if state is not None and state.routing_sha256 != self.digest:
+            state = None
+        with self._lock:
+            self._offered = state
+            self._apply()
+
+    def _apply(self) -> None:
+        state, offered = self._on_disk, self._offered
+        if offered is not None and (state is None or offered.revision > state.revision):
+            state = offered
+        self.state = state
+        self._table = effective_table(self.base, state)
 
     def refresh(self, *, force: bool = False) -> RoutingTable:
         now = time.monotonic()
@@ -439,27 +515,22 @@ class StateWatcher:
                     keep = "keeping the last good state"
                 elif isinstance(exc, StaleState):  # as if there were none (a new table)
                     keep, self._good = "serving the routing table as written", True
-                else:
-                    zero = RolloutState(self.digest, {n: RouteState(0.0) for n in self.base.routes})
-                    self._table = effective_table(self.base, zero)
+                else:  # revision -1: any copy offered (the API server's) is served over it
+                    zero = {n: RouteState(0.0) for n in self.base.routes}
+                    self._on_disk = RolloutState(self.digest, zero, revision=-1)
+                    self._apply()
                     keep = "every route on its fallback until a valid state is written"
                 self._warn(f"rollout: refused {exc.message}; {keep}")
                 with contextlib.suppress(Exception):  # a metric never fails the router
                     self._refused()
                 return self._table
             self._good = True
-            self.state = state
-            self._table = effective_table(self.base, state)
+            self._on_disk = state
+            self._apply()
             return self._table
 
     def table(self) -> RoutingTable:
         return self.refresh()
-
-    def hold(self, route: str, state: RouteState) -> None:
-        """Serve ``route`` as ``state`` from now until the next valid state is
-        read (an automatic rollback that could not be written)."""
-        with self._lock:
-            self._table = effective_table(self._table, RolloutState(self.digest, {route: state}))
 
     def last(self) -> RoutingTable:
         """The table served now, without a look at the file."""

@@ -556,6 +556,70 @@ def test_accept_by_logits_at_temperature_zero_is_matching(truth, loaded, draft_e
         assert by_logits.total_accepted_draft_tokens == plain.total_accepted_draft_tokens
 
 
+def test_accept_by_logits_at_temperature_zero_rejects_where_the_draft_disagrees(
+    truth, loaded, draft_engine
+) -> None:
+    """A whole T=0 draft loop by logits with the noisy draft, which disagrees
+    with the target on some tokens: each round keeps exactly the draft's
+    agreement with the target-only continuation (the target's argmax, never
+    the draft's own), rejections included, and the output is the target's."""
+    import torch
+
+    prompt, n, k = PROMPTS[0], 30, 4
+    expected = truth(prompt, n)
+    seq = list(prompt)
+    drafted = accepted = rejected_rounds = 0
+    while len(seq) < len(prompt) + n:
+        want = min(k, len(prompt) + n - len(seq) - 1)
+        if want < 1:
+            seq += loaded["dte"].generate(GenerationRequest(seq, 1)).output_ids
+            continue
+        proposal = draft_engine.generate(
+            GenerationRequest(seq, want, return_generation_logits=True)
+        )
+        gen = loaded["dte"].generate(
+            GenerationRequest(
+                seq,
+                want + 1,
+                draft_ids=proposal.output_ids,
+                draft_logits=torch.stack(proposal.generation_logits),
+            )
+        )
+        ref = expected[len(seq) - len(prompt) :]
+        pairs = enumerate(zip(proposal.output_ids, ref, strict=False))
+        agree = next((i for i, (a, b) in pairs if a != b), want)
+        assert gen.total_accepted_draft_tokens == agree
+        assert gen.output_ids == ref[: agree + 1]
+        drafted += gen.total_draft_tokens
+        accepted += gen.total_accepted_draft_tokens
+        rejected_rounds += agree < want
+        seq += gen.output_ids
+    assert seq[len(prompt) :] == expected
+    assert rejected_rounds > 0 and 0 < accepted < drafted, (accepted, drafted)
+
+
+def test_a_disagreeing_draft_with_its_own_logits_is_rejected_at_temperature_zero(
+    truth, loaded
+) -> None:
+    """Draft tokens with draft logits that favour them (as a draft engine's
+    would) but that differ from the target's argmax at one position: at T=0
+    the target keeps the prefix before it and answers with its own token."""
+    import torch
+
+    prompt = PROMPTS[2]
+    expected = truth(prompt, 5)
+    vocab = loaded["dte"].config.vocab_size
+    for agree in range(4):
+        draft = [*expected[:agree], (expected[agree] + 1) % 384, *expected[agree + 1 : 4]]
+        logits = torch.full((4, vocab), -10.0)
+        logits[torch.arange(4), torch.tensor(draft)] = 10.0  # the draft is sure of each
+        gen = loaded["dte"].generate(
+            GenerationRequest(prompt, 5, draft_ids=draft, draft_logits=logits)
+        )
+        assert gen.output_ids == expected[: agree + 1], agree
+        assert (gen.total_draft_tokens, gen.total_accepted_draft_tokens) == (4, agree)
+
+
 def test_generation_logits_are_the_rows_tokens_were_picked_from(truth, loaded) -> None:
     import torch
 

@@ -60,6 +60,12 @@ class Sabotage:
     why: str
 
 
+DECIDE_TESTS = (
+    "tests/unit/test_decide_thresholds.py",
+    "tests/unit/test_bench_summary.py",
+    "tests/unit/test_decide_concurrency.py",
+)
+
 SABOTAGES: tuple[Sabotage, ...] = (
     Sabotage(
         name="summary-pairs-by-position",
@@ -79,12 +85,69 @@ SABOTAGES: tuple[Sabotage, ...] = (
         path="toolkit/trtspec/bench/decide.py",
         old='    if sp["ci_low"] <= d["min_speedup"]:\n',
         new='    if sp["point"] <= d["min_speedup"]:\n',
-        tests=(
-            "tests/unit/test_decide_thresholds.py",
-            "tests/unit/test_bench_summary.py",
-            "tests/unit/test_decide_concurrency.py",
-        ),
+        tests=DECIDE_TESTS,
         why="a variant is promoted on its point estimate while its interval straddles min_speedup",
+    ),
+    # the decision's other thresholds, each moved by one comparison
+    *(
+        Sabotage(
+            name=f"decide-{name}-inclusive",
+            path="toolkit/trtspec/bench/decide.py",
+            old=old,
+            new=new,
+            tests=DECIDE_TESTS,
+            why=f"the {what} threshold judges a value on its bound the wrong way",
+        )
+        for name, what, old, new in (
+            (
+                "slower",
+                "slower-than-baseline (interval wholly below 1)",
+                '    if sp["ci_high"] < 1.0:\n',
+                '    if sp["ci_high"] <= 1.0:\n',
+            ),
+            (
+                "p95",
+                "p95 regression",
+                'slower than baseline, speedup {ci}"], bool(broken)\n'
+                "    if broken:\n"
+                "        return EXCLUDE, broken, True\n"
+                "    reasons = list(unsure)\n"
+                '    reg = cell.get("p95_latency_regression")\n'
+                '    if reg is not None and reg > d["max_p95_regression"]:\n',
+                'slower than baseline, speedup {ci}"], bool(broken)\n'
+                "    if broken:\n"
+                "        return EXCLUDE, broken, True\n"
+                "    reasons = list(unsure)\n"
+                '    reg = cell.get("p95_latency_regression")\n'
+                '    if reg is not None and reg >= d["max_p95_regression"]:\n',
+            ),
+            (
+                "quality",
+                "quality pass rate",
+                "    elif (\n"
+                "        qpr is not None\n"
+                '        and qpr < d["min_quality_pass_rate"]\n',
+                "    elif (\n"
+                "        qpr is not None\n"
+                '        and qpr <= d["min_quality_pass_rate"]\n',
+            ),
+            (
+                "equality",
+                "T=0 equality rate",
+                'eq is not None and eq < d["min_equal_rate"]:\n',
+                'eq is not None and eq <= d["min_equal_rate"]:\n',
+            ),
+            (
+                "error-rate",
+                "error rate",
+                '        and cell["error_rate"] > d["max_error_rate"]\n'
+                "        and own_rate is not None\n"
+                '        and own_rate > d["max_error_rate"]\n',
+                '        and cell["error_rate"] >= d["max_error_rate"]\n'
+                "        and own_rate is not None\n"
+                '        and own_rate >= d["max_error_rate"]\n',
+            ),
+        )
     ),
     Sabotage(
         name="canary-bucket-inclusive",
@@ -293,6 +356,9 @@ def run(
     return broken, results
 
 
+SHOWN = 8  # catching tests listed per bug in the text report
+
+
 def render(broken: Sequence[str], results: Sequence[Result]) -> str:
     lines = []
     if broken:
@@ -303,7 +369,9 @@ def render(broken: Sequence[str], results: Sequence[Result]) -> str:
             lines.append(f"{head}\n  DOES NOT APPLY: {r.error}")
         elif r.caught_by:
             lines.append(f"{head}\n  caught by {len(r.caught_by)} of {r.ran} tests:")
-            lines += [f"    {t}" for t in r.caught_by]
+            lines += [f"    {t}" for t in r.caught_by[:SHOWN]]
+            if len(r.caught_by) > SHOWN:
+                lines.append(f"    … and {len(r.caught_by) - SHOWN} more (--json lists all)")
         else:
             lines.append(f"{head}\n  NOT CAUGHT by any of {r.ran} tests")
     return "\n".join(lines)

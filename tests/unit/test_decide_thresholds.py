@@ -328,3 +328,28 @@ def test_a_straddling_variant_is_not_routed() -> None:
     _, routing = decide([baseline, clear], dict(DEFAULT_DECISION))
     assert routing["routes"]["r"]["variant"] == "v"
     assert routing["routes"]["r"]["decision"] == "promote"
+
+
+def test_a_straddling_level_caps_the_promote_below_it() -> None:
+    """Promoted alone, straddling min_speedup at 4 in flight: promoted up to
+    concurrency 1 only, and routing.yaml says so."""
+    baseline = {
+        **_cell(variant="baseline", num_speculative_tokens=None, pairs_with=None),
+        "speedup": None,
+    }
+    four = {"load": "concurrency=4", "concurrency": 4}
+    cells = [
+        baseline,
+        {**baseline, **four},
+        _cell(),
+        _cell(**four, speedup=_sp(1.20, 1.01, 1.40)),
+    ]
+    (dec,), routing = decide(cells, dict(DEFAULT_DECISION))
+    assert (dec["decision"], dec["max_concurrency"]) == ("promote", 1)
+    assert [lvl["decision"] for lvl in dec["levels"]] == ["promote", "inconclusive"]
+    assert dec["reasons"][-2:] == [
+        "concurrency=4 T=0: speedup 1.20x [1.01, 1.40] not above 1.05",
+        "promoted up to concurrency 1 only: inconclusive at concurrency=4 "
+        "(max_concurrency 1 in routing.yaml)",
+    ]
+    assert routing["routes"]["r"]["max_concurrency"] == 1

@@ -199,7 +199,11 @@ def test_every_listed_sabotage_applies_here_and_names_real_tests() -> None:
     }
     for s in sabotage.SABOTAGES:
         assert Path(s.path).parts[0] == "toolkit", s.name
-        assert (root / s.path).read_text(encoding="utf-8").count(s.old) == 1, s.name
+        found = (root / s.path).read_text(encoding="utf-8").count(s.old)
+        assert found == 1, (
+            f"benchmarks/sabotage.py entry {s.name!r}: its piece of {s.path} occurs {found} "
+            "times; the code moved or changed, so update the entry's path or old/new text"
+        )
         assert s.old != s.new and s.tests, s.name
         for test in s.tests:
             file, _, name = test.partition("::")

@@ -165,7 +165,8 @@ def test_a_real_pytest_run_sees_a_same_size_patch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The clean run compiles mod.py into __pycache__; a patch of the same
-    size must still be what the next run imports."""
+    size must still be what the next run imports, and so must the restored
+    file after it."""
     root = _tree(tmp_path)
     (root / "toolkit/pkg/mod.py").write_text("def limit(a, b):\n    return a < b  \n")
     (root / "tests").mkdir()
@@ -188,6 +189,8 @@ def test_a_real_pytest_run_sees_a_same_size_patch(
         2,
         ["tests/test_mod.py::test_edge"],
     )
+    # restored: the planted file's .pyc (same size) is not what runs next
+    assert sabotage.run_pytest(root, ["tests/test_mod.py"]) == (2, [])
 
 
 def test_every_listed_sabotage_applies_here_and_names_real_tests() -> None:

@@ -2,7 +2,7 @@
 
 Assembles a repository (``baseline``, a ``draft_model`` variant at k=3, an
 ``ngram`` variant, the router, the text models) whose engines are all the
-instant engine (``trtspec.engine.instant_model`` through
+instant engine (``trtspec.runtime.engine.instant_model`` through
 ``trtspec.bench.instant``), serves it with the real tritonserver for each
 simulated step time (``--step-ms``: 0 = the ceiling, 8 = a GPU-like batch
 step), and drives every layer in closed loop at each concurrency level
@@ -28,7 +28,7 @@ step), and drives every layer in closed loop at each concurrency level
 
 ``--flow llmapi`` measures the LLM-API flow instead (a baseline-only ``flow:
 llmapi`` repository whose ``baseline__llmapi`` model is the instant LLM,
-``trtspec.engine.instant_llmapi``): ``engine`` is then that llmapi model alone
+``trtspec.runtime.engine.instant_llmapi``): ``engine`` is then that llmapi model alone
 (its own tensors, text deltas), ``full`` the router as assembled (router →
 llmapi model, the adapter in the router's process) and ``bls`` the router →
 adapter model → llmapi model. ``--stream-intervals`` (e.g. ``1,4``) serves a
@@ -695,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     layers = ["engine", *[s for s in layers if s != "engine"]]  # the reference for "added"
     from trtspec.bench.instant import add_relay, instant_llmapi_repository, instant_repository
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
     from trtspec.serve import Server
 
     rows: list[dict[str, Any]] = []

@@ -183,10 +183,10 @@ class InProcess:
     seen them too: its prefix cache holds them)."""
 
     def __init__(self, engine_dir: Path, prompt_ids: list[list[int]], end_id: Any) -> None:
-        from trtspec.engine import GenerationRequest, ReferenceEngine
-        from trtspec.engine.batching import BatchScheduler
-        from trtspec.engine.config import read_engine_config
-        from trtspec.engine.decode import default_threads
+        from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
+        from trtspec.runtime.engine.batching import BatchScheduler
+        from trtspec.runtime.engine.config import read_engine_config
+        from trtspec.runtime.engine.decode import default_threads
 
         self.request = GenerationRequest
         self.end_id = end_id
@@ -370,7 +370,7 @@ def served(server: Any, layer: str, level: int, jobs: list[tuple[str, list[int]]
 
 
 def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
     from trtspec.serve import Server
 
     t0 = time.monotonic()
@@ -499,7 +499,7 @@ def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
 
 
 def measure_llmapi(name: str, model: Path, root: Path, args: Any) -> list[Row]:
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
     from trtspec.serve import Server
 
     t0 = time.monotonic()

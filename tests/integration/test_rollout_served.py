@@ -39,13 +39,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import canary_bucket
 from trtspec.bench.client import Arm, Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, read_lines
-from trtspec.repo.routing import canary_bucket
+from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, read_lines
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ TIMEOUT_S = 20
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     from trtspec.repo import assemble, configs
-    from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("rollout")

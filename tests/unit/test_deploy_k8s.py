@@ -20,12 +20,12 @@ import yaml
 from click.testing import CliRunner
 from tests.fixtures.k8s_schemas import schema_errors
 
+from trtspec.artifacts.routing import RouteRule, RoutingTable
 from trtspec.cli.main import cli
 from trtspec.deploy.k8s import KUBESSH, LAUNCH, TOOLS_DIR
 from trtspec.fingerprint import repository_hash
 from trtspec.plan import make_plan
 from trtspec.repo.assemble import assemble
-from trtspec.repo.routing import RouteRule, RoutingTable
 from trtspec.serve.access import restricted_api_args
 from trtspec.serve.launch import (
     ORCHESTRATOR_ENV,
@@ -172,7 +172,7 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
             "command": [
                 "python3",
                 "-m",
-                "trtspec.heartbeat",
+                "trtspec.runtime.heartbeat",
                 "/tmp/trtspec-heartbeat",
                 "--live-url",
                 "http://127.0.0.1:8000/v2/health/live",

@@ -543,7 +543,7 @@ def _routing(
             cap = scheduled_cap(decisions, top)
             if cap is not None:
                 # over this many in-flight requests the router sends the route
-                # to the fallback (repo/routing.py InFlight)
+                # to the fallback (artifacts/routing.py InFlight)
                 entry["max_concurrency"] = cap
             schedule = draft_len_schedule(decisions, {**top, "max_concurrency": cap}, by)
             if schedule is not None:

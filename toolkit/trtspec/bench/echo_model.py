@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 
 MODEL_SOURCE = '''\
 """trtspec echo orchestrator (no-op engine for benchmarking the client)."""

@@ -48,7 +48,7 @@ def _positive_int(text: str) -> int:
 
 
 def _temperature(text: str) -> float:
-    from trtspec.limits import BENCH_TEMPERATURE_MAX, temperature_problem
+    from trtspec.runtime.limits import BENCH_TEMPERATURE_MAX, temperature_problem
 
     value = float(text)
     if temperature_problem(value) is not None or value > BENCH_TEMPERATURE_MAX:

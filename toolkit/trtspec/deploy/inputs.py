@@ -13,10 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.routing import RoutingTable, load_routing, routing_from_rollout
 from trtspec.deploy.k8s import Served, routed_variants
 from trtspec.deploy.sizing import DeployError
 from trtspec.fingerprint import repository_hash
-from trtspec.repo.routing import RoutingTable, load_routing, routing_from_rollout
 from trtspec.serve.manifest import (
     MANIFEST_NAME,
     engine_models,

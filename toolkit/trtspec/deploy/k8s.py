@@ -28,11 +28,11 @@ from typing import Any
 
 import yaml
 
+from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import BASELINE
 from trtspec.deploy.sizing import DeployError, Sizing
 from trtspec.fsutil import make_staging_dir
-from trtspec.heartbeat import DIR_ENV as HEARTBEAT_ENV
-from trtspec.repo.routing import RoutingTable
+from trtspec.runtime.heartbeat import DIR_ENV as HEARTBEAT_ENV
 from trtspec.serve.access import ADMIN_HEADER, new_admin_key, restricted_api_args
 from trtspec.serve.launch import (
     LEADER,
@@ -59,7 +59,7 @@ HPA_METRICS = {
     "queue": ("nv_inference_pending_request_count", {"model": "router"}),
     "inflight": ("nv_trt_llm_request_metrics", {"request_type": "active"}),
 }
-# Where the stubs that call decoupled BLS beat inside the pod (trtspec.heartbeat);
+# Where the stubs that call decoupled BLS beat inside the pod (trtspec.runtime.heartbeat);
 # the liveness probe fails on a frozen one (the 2.51 deadlock, docs/internals.md §9).
 HEARTBEAT_DIR = "/tmp/trtspec-heartbeat"
 EXIT_TIMEOUT_S = 45  # tritonserver waits this long for in-flight requests on SIGTERM
@@ -173,7 +173,7 @@ def _liveness() -> dict[str, Any]:
     deadlocked router stub leaves tritonserver answering "live" and "ready"
     while every request hangs (docs/internals.md §9)."""
     command = [
-        "python3", "-m", "trtspec.heartbeat", HEARTBEAT_DIR,
+        "python3", "-m", "trtspec.runtime.heartbeat", HEARTBEAT_DIR,
         "--live-url", f"http://127.0.0.1:{HTTP_PORT}/v2/health/live",
     ]  # fmt: skip
     return {"exec": {"command": command}, "periodSeconds": 15, "failureThreshold": 4,

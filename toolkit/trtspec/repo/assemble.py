@@ -20,13 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtspec.artifacts.rollout_state import CONFIG_FILE
+from trtspec.artifacts.routing import RoutingTable, routing_from_rollout
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_MODES, ENGINE_MODES, engine_mode
 from trtspec.errors import RepoError
 from trtspec.fsutil import make_staging_dir
 from trtspec.modes import module_for
 from trtspec.modes.draft_model import loop_parameters
 from trtspec.repo import configs
-from trtspec.repo.contract import (
+from trtspec.repo.rollout_config import rollout_config
+from trtspec.runtime.contract import (
     ORCHESTRATOR_INPUTS,
     ORCHESTRATOR_OUTPUTS,
     POSTPROCESSING_INPUTS,
@@ -35,9 +38,6 @@ from trtspec.repo.contract import (
     PREPROCESSING_OUTPUTS,
     engine_contract,
 )
-from trtspec.repo.rollout_config import rollout_config
-from trtspec.repo.rollout_state import CONFIG_FILE
-from trtspec.repo.routing import RoutingTable, routing_from_rollout
 
 if TYPE_CHECKING:
     from trtspec.plan import Plan
@@ -61,11 +61,11 @@ GUIDED_DECODING_OFF = {
 }
 
 MODEL_SOURCES = {
-    PREPROCESSING: "trtspec.repo.models.preprocessing",
-    POSTPROCESSING: "trtspec.repo.models.postprocessing",
-    "orchestrator": "trtspec.repo.models.orchestrator",
-    ROUTER: "trtspec.repo.models.router",
-    "engine": "trtspec.engine.triton_model",
+    PREPROCESSING: "trtspec.runtime.models.preprocessing",
+    POSTPROCESSING: "trtspec.runtime.models.postprocessing",
+    "orchestrator": "trtspec.runtime.models.orchestrator",
+    ROUTER: "trtspec.runtime.models.router",
+    "engine": "trtspec.runtime.engine.triton_model",
 }
 
 
@@ -418,7 +418,7 @@ def write_tree(
             "routing_file": ROUTING_FILE,
             "variants": ",".join(sorted(layout.variants)),
             # run the chosen variant's generation in the router's process, one
-            # hop fewer per token (repo/models/inprocess.py: the same deadline,
+            # hop fewer per token (runtime/models/inprocess.py: the same deadline,
             # rollout tracking, cancellation and fallback as over BLS;
             # measured by benchmarks/ceiling.py)
             "in_process_variants": True,

@@ -193,8 +193,8 @@ def fallback_covered(repo: Path, served: Iterable[str] | None = None) -> dict[st
     router itself, the default variant or any route's fallback variant needs
     (read from ``router/routing.json``) is left out, as is everything when
     there is no router, manifest or readable routing table."""
+    from trtspec.artifacts.routing import load_routing
     from trtspec.errors import RepoError
-    from trtspec.repo.routing import load_routing
 
     if not (repo / MANIFEST_NAME).is_file():
         return {}

@@ -44,8 +44,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from trtspec.artifacts.routing import InFlight
 from trtspec.procutil import pid_alive, start_ticks
-from trtspec.repo.routing import InFlight
 
 Slots = dict[str, dict[str, int]]
 # a key: a pid, and its start time where /proc has it

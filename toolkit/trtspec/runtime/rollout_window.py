@@ -3,7 +3,7 @@ send a route back to its fallback: the canary's error rate above the bench's
 ``max_error_rate`` (and above the control's), or its p95 latency more than
 ``max_p95_regression`` above the control's, with at least ``min_requests``
 requests on the arms. Records are request-log lines
-(``repo.models.rollout_log.FIELDS``). Stdlib-only: the router checks its
+(``runtime.models.rollout_log.FIELDS``). Stdlib-only: the router checks its
 window with it inside the Python backend stub; ``trtspec.rollout.compare``
 adds the speedup interval and the advance verdict for the CLI.
 """

@@ -225,7 +225,7 @@ ORCHESTRATOR_OUTPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("fallback", "TYPE_BOOL", (1,)),
     # Only in an orchestrator's final response to the router after it had
     # streamed: the failure's message. On 2.51 an error response after
-    # streamed ones never reaches a BLS caller (repo/models/orchestrator.py);
+    # streamed ones never reaches a BLS caller (runtime/models/orchestrator.py);
     # the router answers its client with this error, never with the tensor.
     TensorSpec("error", "TYPE_STRING", (1,)),
 )

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec.limits import (
+from trtspec.runtime.limits import (
     CLIENT_ERROR,
     ParamError,
     check,

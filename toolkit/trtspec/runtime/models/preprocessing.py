@@ -11,7 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtspec.procutil import skip_interpreter_teardown
-from trtspec.repo.models.text import Tokenizer
+from trtspec.runtime.text import Tokenizer
 
 
 def _flag(params: dict, key: str, default: bool) -> bool:

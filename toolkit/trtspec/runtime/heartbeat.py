@@ -23,7 +23,7 @@ is unset (a server not started by ``trtspec.serve.Server`` or by
 ``trtspec deploy k8s``'s manifests) nothing runs.
 
 Where no trtspec process watches the server (a Kubernetes pod runs
-tritonserver itself), ``python3 -m trtspec.heartbeat DIR --live-url URL``
+tritonserver itself), ``python3 -m trtspec.runtime.heartbeat DIR --live-url URL``
 is the container's liveness probe: exit 1 when a live stub's beat is older
 than ``--frozen-s`` or the URL does not answer 200, so the kubelet restarts
 the container.
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     """The liveness check: 0 when every live stub beats (and ``--live-url``
     answers 200), 1 otherwise, with the reason on stderr."""
     p = argparse.ArgumentParser(
-        prog="python3 -m trtspec.heartbeat",
+        prog="python3 -m trtspec.runtime.heartbeat",
         description="Liveness: fail when a Python-backend stub stopped beating.",
     )
     p.add_argument("folder", type=Path, help="the heartbeat folder ($TRTSPEC_HEARTBEAT_DIR)")

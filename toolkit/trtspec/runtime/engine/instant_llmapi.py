@@ -2,11 +2,11 @@
 measuring what trtspec's path around an LLM-API model costs
 (``benchmarks/ceiling.py --flow llmapi``).
 
-It is ``trtspec.engine.llmapi_model`` — the CPU stand-in for Triton's
+It is ``trtspec.runtime.engine.llmapi_model`` — the CPU stand-in for Triton's
 ``llmapi`` model, with its inputs, outputs, request threads, text deltas and
 ``stream_interval`` — with the reference engine swapped for a step loop that
 computes nothing: every ``instant_step_ms`` milliseconds (config parameter, as
-the engine flow's ``trtspec.engine.instant_model`` reads it; 0 = as fast as it
+the engine flow's ``trtspec.runtime.engine.instant_model`` reads it; 0 = as fast as it
 can) every request in flight gets its next token, ``instant_model.next_token``
 over the tokenizer's vocabulary (never the end id, so every request runs to
 its ``max_tokens``). Baseline only: a ``speculative_config`` is refused. Only
@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trtspec.engine import llmapi_model as stand_in
-from trtspec.engine.instant_model import STEP_PARAMETER, next_token
-from trtspec.engine.triton_model import _param
+from trtspec.runtime.engine import llmapi_model as stand_in
+from trtspec.runtime.engine.instant_model import STEP_PARAMETER, next_token
+from trtspec.runtime.engine.triton_model import _param
 
 _END = None  # the stream's end marker
 

@@ -5,13 +5,13 @@ of a route's traffic to the route's variant (deterministic from the request
 id), forwards every response of that orchestrator, and — when the chosen
 variant fails on the server's side before producing any output — retries
 the request on the route's fallback variant and marks the final response
-``fallback: true``. A client's error (a value ``trtspec.limits`` refuses, or
+``fallback: true``. A client's error (a value ``trtspec.runtime.limits`` refuses, or
 an ``INVALID_ARG`` from the variant) is returned as that error and never
 retried: the fallback would fail the same way or, worse, hide it. A failure
 after text was already streamed is returned as an error rather than retried,
 because the client has already received part of the answer. A cancelled
 client stream stops the chosen orchestrator (and its engine) at their next
-step through ``trtspec.cancel``. The rollout (``trtspec.repo.models.rollout_live``)
+step through ``trtspec.runtime.cancel``. The rollout (``trtspec.runtime.models.rollout_live``)
 supplies the routing table of the moment, and logs, measures and watches
 each request.
 
@@ -23,12 +23,12 @@ route's concurrency slot is released; nothing is retried on the fallback
 then, since the time is spent. An orchestrator's failure after it streamed
 arrives in band (the ``error`` tensor of its final response) and is answered
 as that error. A variant the stub watchdog marked down (its stub died;
-``trtspec.health``) is not tried: its routes go to their fallback. With
+``trtspec.runtime.health``) is not tried: its routes go to their fallback. With
 ``in_process_variants`` (what ``trtspec repo`` writes) the first try runs the
 variant's generation in this process (``inprocess.py``) under the same
 deadline, tracking, cancellation and fallback rules; the fallback retry goes
 over BLS. With ``router.instances`` > 1 Triton runs several router processes:
-they count a route's in-flight requests together (``trtspec.repo.in_flight``),
+they count a route's in-flight requests together (``trtspec.runtime.in_flight``),
 append to one request log and label their metrics with ``router_instance``.
 """
 
@@ -44,23 +44,24 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec import heartbeat
-from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
-from trtspec.health import is_down
-from trtspec.limits import check_sampling, decode_text
+from trtspec.artifacts.routing import Choice, InFlight, choose, load_routing
 from trtspec.procutil import skip_interpreter_teardown, unique_id
-from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
-from trtspec.repo.in_flight import SharedInFlight, run_key
-from trtspec.repo.models.inprocess import InProcessVariants
-from trtspec.repo.models.protocol import (
+from trtspec.runtime import heartbeat
+from trtspec.runtime.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
+from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.runtime.health import is_down
+from trtspec.runtime.in_flight import SharedInFlight, run_key
+from trtspec.runtime.limits import check_sampling, decode_text
+from trtspec.runtime.models.inprocess import InProcessVariants
+from trtspec.runtime.models.protocol import (
     callee_error,
     end_cancelled,
     error_reply,
     is_client_error,
     wants_text,
 )
-from trtspec.repo.models.rollout_live import Live, Tracked
-from trtspec.repo.models.threads import (
+from trtspec.runtime.models.rollout_live import Live, Tracked
+from trtspec.runtime.threads import (
     BlsStreams,
     DeadlineExceeded,
     ExecStream,
@@ -69,7 +70,6 @@ from trtspec.repo.models.threads import (
     stream_timeout_us,
     string_params,
 )
-from trtspec.repo.routing import Choice, InFlight, choose, load_routing
 
 INPUT_NAMES = [t.name for t in ORCHESTRATOR_INPUTS]
 _INPUTS = frozenset(INPUT_NAMES)
@@ -147,7 +147,7 @@ class TritonPythonModel:
         self.table = load_routing(Path(args["model_repository"]) / routing_file)
         # Several router processes (instance_group count > 1, spec
         # `router.instances`) share one server's limits: the in-flight counts
-        # live in a file (trtspec.repo.in_flight), the request log takes
+        # live in a file (trtspec.runtime.in_flight), the request log takes
         # lines from all of them, each metric carries its process's label.
         slots = instance_names(config)
         instance = args.get("model_instance_name") or ""
@@ -189,7 +189,7 @@ class TritonPythonModel:
             loaded = self._inprocess.preload(self.variants, pb_utils.Logger.log_warn)
             pb_utils.Logger.log_info(f"router: variants run in process: {', '.join(loaded)}")
         # it calls decoupled BLS from several threads: the 2.51 stub can
-        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat;
+        # deadlock, and the watchdog learns of it from this (trtspec.runtime.heartbeat;
         # started last, once everything is loaded)
         heartbeat.start()
 
@@ -226,7 +226,7 @@ class TritonPythonModel:
             table = self.live.table()  # this request keeps it to its end
             picked = choose(table, route, request_id)
             down = picked.variant != picked.fallback_variant and is_down(picked.variant)
-            if down:  # its stub died (trtspec.health): straight to the fallback
+            if down:  # its stub died (trtspec.runtime.health): straight to the fallback
                 picked = Choice(picked.fallback_variant, picked.fallback_variant, None, False)
             # over the route's max_concurrency the request goes to the fallback
             choice = self._in_flight.admit(table, route, picked)

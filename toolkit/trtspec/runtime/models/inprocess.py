@@ -36,18 +36,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from trtspec.cancel import Cancelled
-from trtspec.limits import CLIENT_ERROR
-from trtspec.repo.models.text import LocalText
-from trtspec.repo.models.threads import DeadlineExceeded
+from trtspec.runtime.cancel import Cancelled
+from trtspec.runtime.limits import CLIENT_ERROR
+from trtspec.runtime.text import LocalText
+from trtspec.runtime.threads import DeadlineExceeded
 
 # The orchestrator module imports triton_python_backend_utils: imported where
 # used, so PARAMETER can be read outside a stub (trtspec.bench.instant).
 
 PARAMETER = "in_process_variants"
 # the modules whose models run here, as a variant's model.py imports them
-ORCHESTRATOR = "trtspec.repo.models.orchestrator"
-ADAPTER = "trtspec.repo.models.llmapi_adapter"
+ORCHESTRATOR = "trtspec.runtime.models.orchestrator"
+ADAPTER = "trtspec.runtime.models.llmapi_adapter"
 
 
 class _RelayingSender:
@@ -156,17 +156,17 @@ class InProcessVariants:
     def _load(self, variant: str, kind: str | None) -> Any:
         from google.protobuf import json_format
 
-        from trtspec.repo import configs
+        from trtspec.runtime.model_config import read_config
 
-        config = configs.read_config(self.repository / variant / "config.pbtxt")
+        config = read_config(self.repository / variant / "config.pbtxt")
         as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
         if kind == ADAPTER:
-            from trtspec.repo.models import llmapi_adapter
+            from trtspec.runtime.models import llmapi_adapter
 
             adapter = llmapi_adapter.TritonPythonModel()
             adapter.initialize({"model_config": json.dumps(as_dict), "model_name": variant})
             return adapter
-        from trtspec.repo.models import orchestrator
+        from trtspec.runtime.models import orchestrator
 
         params = {
             k: v.get("string_value", "") for k, v in (as_dict.get("parameters") or {}).items()
@@ -191,7 +191,7 @@ class InProcessVariants:
         """Generate ``variant``'s answer to the request whose input tensors are
         ``inputs`` (name → array) through the router's ``sender`` by
         ``progress.deadline``; raises as the router's BLS call and relay would."""
-        from trtspec.repo.models import orchestrator, protocol
+        from trtspec.runtime.models import orchestrator, protocol
 
         start_ns = time.monotonic_ns()
         budget_s = max(0.0, progress.deadline - time.monotonic())

@@ -51,9 +51,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.engine import fastpath
-from trtspec.engine.config import default_max_num_tokens
-from trtspec.engine.decode import (
+from trtspec.runtime.engine import fastpath
+from trtspec.runtime.engine.config import default_max_num_tokens
+from trtspec.runtime.engine.decode import (
     ForwardCall,
     Generation,
     GenerationRequest,
@@ -235,7 +235,7 @@ class BatchScheduler:
                 if self._active:
                     self._step()
                 elif not admitted:  # idle for IDLE_TRIM_S since the last one ended
-                    from trtspec.engine.loader import release_free_memory
+                    from trtspec.runtime.engine.loader import release_free_memory
 
                     release_free_memory()
                     self._trimmed_at = time.monotonic()

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import DEFAULT_STEPS
 from trtspec.errors import RepoError
 from trtspec.fsutil import atomic_write_json
-from trtspec.repo.routing import RoutingTable
 
 CONFIG_FILE = "rollout.json"
 STATE_DIR = "rollout"

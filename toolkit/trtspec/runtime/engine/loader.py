@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trtspec.engine.config import EngineConfig, EngineError
+from trtspec.runtime.engine.config import EngineConfig, EngineError
 
 
 def quantize_linear(linear: Any) -> Any:
@@ -194,7 +194,7 @@ def uses_lean_loader(config: EngineConfig) -> bool:
     EAGLE engines (the EAGLE layer is a transformers ``LlamaModel`` and its
     cache a ``DynamicCache``), nor with the fast path or the lean loader
     switched off (``TRTSPEC_ENGINE_FASTPATH=0`` / ``TRTSPEC_ENGINE_LEAN=0``)."""
-    from trtspec.engine import fastpath, lean_model
+    from trtspec.runtime.engine import fastpath, lean_model
 
     return config.mode != "eagle" and fastpath.enabled() and lean_model.enabled()
 
@@ -216,7 +216,7 @@ def load_target(config: EngineConfig) -> Any:
             hint="rebuild the engine with `trtspec build` (backend: reference)",
         )
     int8 = config.quantization == "int8"
-    from trtspec.engine import shared_weights
+    from trtspec.runtime.engine import shared_weights
 
     share = not int8 and onednn_enabled() and shared_weights.enabled()
     # An int8 model is loaded and quantized on one thread: fbgemm's packed
@@ -234,7 +234,7 @@ def load_target(config: EngineConfig) -> Any:
     ):
         model, declined = None, ""
         if uses_lean_loader(config):
-            from trtspec.engine.lean_model import load_lean
+            from trtspec.runtime.engine.lean_model import load_lean
 
             # each layer's projections packed or quantized as they are built
             finish = quantize_linear if int8 else pack_linear if onednn_enabled() else None
@@ -339,7 +339,7 @@ def _load_hf(hf: Path) -> Any:
     except (OSError, ValueError) as exc:
         raise EngineError(f"{hf}: cannot load the model: {exc}") from None
     model.eval()
-    from trtspec.engine.fastpath import fuse
+    from trtspec.runtime.engine.fastpath import fuse
 
     fuse(model)
     return model
@@ -445,7 +445,7 @@ def release_free_memory() -> bool:
 
 def load_heads(config: EngineConfig, model: Any) -> tuple[Any, Any]:
     """(medusa heads or None, EAGLE drafter or None) for the engine's mode."""
-    from trtspec.engine.heads import EagleDrafter, build_medusa
+    from trtspec.runtime.engine.heads import EagleDrafter, build_medusa
 
     medusa = eagle = None
     if config.mode == "medusa":

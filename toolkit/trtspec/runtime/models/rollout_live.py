@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, lock_path
-from trtspec.repo.models.rollout_metrics import INSTANCE_LABEL, RouterMetrics
-from trtspec.repo.models.threads import BlsStreams
-from trtspec.repo.rollout_window import CANARY, CONTROL, arm_window, breaches
-from trtspec.repo.routing import Choice, RoutingTable
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import Choice, RoutingTable
+from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, lock_path
+from trtspec.runtime.models.rollout_metrics import INSTANCE_LABEL, RouterMetrics
+from trtspec.runtime.rollout_window import CANARY, CONTROL, arm_window, breaches
+from trtspec.runtime.threads import BlsStreams
 
 # The live window is checked for a breach after every this many requests of a route.
 CHECK_EVERY = 5
@@ -413,8 +413,8 @@ class Live:
     def generate(self, variant: str, text: str, route: str, k: int | None) -> str:
         """The whole text ``variant`` answers ``text`` with at temperature 0
         (a BLS call, not streamed)."""
-        from trtspec.repo.contract import ORCHESTRATOR_OUTPUTS
-        from trtspec.repo.models.threads import stream_timeout_us
+        from trtspec.runtime.contract import ORCHESTRATOR_OUTPUTS
+        from trtspec.runtime.threads import stream_timeout_us
 
         pb = self.pb
         max_tokens = self.config.golden_max_tokens

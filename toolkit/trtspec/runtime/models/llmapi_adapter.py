@@ -1,7 +1,7 @@
 """The per-variant model of the LLM-API flow (decoupled, one per variant plus
 ``baseline``): the orchestrator's tensors (docs/internals.md §5) in front of
 one TensorRT-LLM ``llmapi`` model (``llm_model`` parameter: upstream's model
-on a GPU, ``trtspec.engine.llmapi_model`` on CPU), so the router, the bench and
+on a GPU, ``trtspec.runtime.engine.llmapi_model`` on CPU), so the router, the bench and
 everything else of trtspec stay the same for both flows.
 
 It forwards one streaming request (``text_input``, ``streaming``,
@@ -34,16 +34,16 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec import heartbeat
-from trtspec.cancel import Cancellation, Cancelled, cancel_stream
-from trtspec.repo.contract import LLMAPI_ACCEPTANCE_AVAILABLE
-from trtspec.repo.models.protocol import (
+from trtspec.runtime import heartbeat
+from trtspec.runtime.cancel import Cancellation, Cancelled, cancel_stream
+from trtspec.runtime.contract import LLMAPI_ACCEPTANCE_AVAILABLE
+from trtspec.runtime.models.protocol import (
     RequestParams,
     callee_error,
     end_cancelled,
     error_reply,
 )
-from trtspec.repo.models.threads import (
+from trtspec.runtime.threads import (
     BlsStreams,
     ExecStream,
     PruningSender,
@@ -59,7 +59,7 @@ def _tensor(name: str, value: Any, dtype: Any) -> Any:
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        from trtspec.repo.models.text import Tokenizer
+        from trtspec.runtime.text import Tokenizer
 
         config = json.loads(args["model_config"])
         params = string_params(config)
@@ -71,7 +71,7 @@ class TritonPythonModel:
         self._requests = RequestThreads()
         self._streams = BlsStreams()
         # it calls decoupled BLS from several threads: the 2.51 stub can
-        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat)
+        # deadlock, and the watchdog learns of it from this (trtspec.runtime.heartbeat)
         heartbeat.start()
 
     def execute(self, requests: list) -> None:

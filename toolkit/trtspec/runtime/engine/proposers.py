@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trtspec.engine.kv_reuse import make_cache
-from trtspec.engine.lookahead import LookaheadState
+from trtspec.runtime.engine.kv_reuse import make_cache
+from trtspec.runtime.engine.lookahead import LookaheadState
 
 if TYPE_CHECKING:
-    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
 
 Tree = tuple[list[int], list[int]]  # node tokens, parent index per node (-1 = root)
 # Extra rows: tokens, depths, attended rows (relative to the first extra row),

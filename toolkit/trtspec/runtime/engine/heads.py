@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trtspec.engine.config import EngineError
+from trtspec.runtime.engine.config import EngineError
 
 
 def _load_state_dict(folder: Path, what: str) -> dict[str, Any]:
@@ -162,7 +162,7 @@ class EagleDrafter:
             self.fc.weight.copy_(fc_w)
             if "fc.bias" in state:
                 self.fc.bias.copy_(state["fc.bias"])
-        from trtspec.engine.kv_reuse import cache_kwarg
+        from trtspec.runtime.engine.kv_reuse import cache_kwarg
 
         self._cache_kw = cache_kwarg(self.layer_model)
         self.embed = target.get_input_embeddings()

@@ -20,7 +20,7 @@ reference engine folder that ``trtspec build`` made), ``tokenizer``
   largest threshold not above the current load wins), as TensorRT-LLM's
   PyTorch drafter does; any other decoding type needs a GPU.
 
-The draft → verify loop is the orchestrator's (``trtspec.speculate``), run
+The draft → verify loop is the orchestrator's (``trtspec.runtime.speculate``), run
 in process against two ``engine.batching.BatchScheduler`` s, so concurrent
 requests share each engine step. Inputs: ``text_input``, ``streaming``,
 ``sampling_param_{max_tokens,temperature,top_k,top_p,seed,
@@ -47,10 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.cancel import Cancellation, Cancelled
-from trtspec.limits import ParamError, check_sampling
-from trtspec.repo.models.threads import PruningSender, RequestThreads, Responder
-from trtspec.speculate import (
+from trtspec.runtime.cancel import Cancellation, Cancelled
+from trtspec.runtime.limits import ParamError, check_sampling
+from trtspec.runtime.speculate import (
     RoundStats,
     accepted_count,
     draft_budget,
@@ -58,6 +57,7 @@ from trtspec.speculate import (
     round_finished,
     round_seed,
 )
+from trtspec.runtime.threads import PruningSender, RequestThreads, Responder
 
 try:  # only importable inside Triton's Python backend stub
     import triton_python_backend_utils as pb_utils
@@ -199,15 +199,15 @@ class TritonPythonModel:
         return llm, path, model_dir
 
     def _load_tokenizer(self, llm: dict[str, Any], model_dir: Path) -> None:
-        from trtspec.repo.models.text import Tokenizer
+        from trtspec.runtime.text import Tokenizer
 
         tokenizer_dir = Path(str(llm.get("tokenizer") or model_dir / "tokenizer"))
         self.tokenizer = Tokenizer(tokenizer_dir, add_special_tokens=True)
         self.end_id = self.tokenizer.end_id
 
     def initialize(self, args: dict[str, Any]) -> None:
-        from trtspec.engine.batching import BatchScheduler
-        from trtspec.engine.decode import ReferenceEngine, default_threads
+        from trtspec.runtime.engine.batching import BatchScheduler
+        from trtspec.runtime.engine.decode import ReferenceEngine, default_threads
 
         llm, path, model_dir = self._configure(args)
         reuse = bool((llm.get("kv_cache_config") or {}).get("enable_block_reuse", True))
@@ -273,9 +273,9 @@ class TritonPythonModel:
             cancel.close()
 
     def _generate(self, request: Any, sender: Any, cancel: Cancellation) -> None:
-        from trtspec.engine.decode import GenerationRequest
-        from trtspec.engine.sampling import SamplingParams
-        from trtspec.repo.models.text import IncrementalText
+        from trtspec.runtime.engine.decode import GenerationRequest
+        from trtspec.runtime.engine.sampling import SamplingParams
+        from trtspec.runtime.text import IncrementalText
 
         text = _input(request, "text_input")
         if text is None:
@@ -354,7 +354,7 @@ class TritonPythonModel:
     ) -> None:
         from dataclasses import replace
 
-        from trtspec.engine.decode import GenerationRequest
+        from trtspec.runtime.engine.decode import GenerationRequest
 
         spec = self.speculation
         assert spec is not None

@@ -5,7 +5,7 @@ serving path around an engine costs (``benchmarks/ceiling.py``).
 It never stands in for a real engine in a product repository: only
 ``trtspec.bench.instant.use_instant_engines`` writes it into a repository,
 and only for benchmarking. It takes the same inputs as
-``trtspec.engine.triton_model`` (same checks, same error words) and answers
+``trtspec.runtime.engine.triton_model`` (same checks, same error words) and answers
 with the same outputs, batching in flight like the real one: one scheduler
 thread runs a *step* every ``instant_step_ms`` milliseconds (config parameter;
 0 = as fast as it can, the ceiling; e.g. 8 to mimic a GPU's batch step) and
@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.cancel import POLL_S, Cancellation
-from trtspec.engine import triton_model as reference
-from trtspec.engine.triton_model import InputError, _first, _flag, _param, _required
-from trtspec.limits import ParamError, check_sampling
-from trtspec.repo.models.threads import WORKAROUND, Responder
+from trtspec.runtime.cancel import POLL_S, Cancellation
+from trtspec.runtime.engine import triton_model as reference
+from trtspec.runtime.engine.triton_model import InputError, _first, _flag, _param, _required
+from trtspec.runtime.limits import ParamError, check_sampling
+from trtspec.runtime.threads import WORKAROUND, Responder
 
 STEP_PARAMETER = "instant_step_ms"
 FIRST_TOKEN = 3  # below: the special tokens of the tokenizers trtspec ships and tests

@@ -7,15 +7,15 @@ backend's inputs and outputs. Heavy imports (torch, transformers) happen only
 when an engine is loaded.
 """
 
-from trtspec.engine.config import EngineConfig, EngineError, read_engine_config
-from trtspec.engine.decode import (
+from trtspec.runtime.engine.config import EngineConfig, EngineError, read_engine_config
+from trtspec.runtime.engine.decode import (
     Generation,
     GenerationRequest,
     ReferenceEngine,
     RequestError,
     load_engine,
 )
-from trtspec.engine.sampling import SamplingParams
+from trtspec.runtime.engine.sampling import SamplingParams
 
 __all__ = [
     "EngineConfig",

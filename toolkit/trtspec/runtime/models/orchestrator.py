@@ -44,11 +44,11 @@ was streamed to the router (a BLS caller) is sent as a final response with
 an ``error`` tensor, because on 2.51 an error response after streamed ones
 never reaches a BLS caller; a client called directly gets the error itself.
 
-Bad request values (``trtspec.limits``) and a callee's ``INVALID_ARG`` are
+Bad request values (``trtspec.runtime.limits``) and a callee's ``INVALID_ARG`` are
 answered as ``INVALID_ARG`` with the message ``<variant>: invalid request:
 …`` — the client's error, which the router never retries; anything else is a
 server-side failure. A cancelled request (its
-client's, or the router's through ``trtspec.cancel``) stops before the next
+client's, or the router's through ``trtspec.runtime.cancel``) stops before the next
 round or engine step and ends with an empty final response.
 """
 
@@ -62,33 +62,23 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec import heartbeat
-from trtspec.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.catalogue import DRAFT_LOOP_MODES, MODES
-from trtspec.limits import (
+from trtspec.procutil import skip_interpreter_teardown
+from trtspec.runtime import heartbeat
+from trtspec.runtime.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
+from trtspec.runtime.limits import (
     ParamError,
     check,
     draft_tokens_problem,
 )
-from trtspec.procutil import skip_interpreter_teardown
-from trtspec.repo.models.protocol import (
+from trtspec.runtime.models.protocol import (
     RequestParams,
     callee_error,
     end_cancelled,
     error_reply,
     wants_text,
 )
-from trtspec.repo.models.text import IncrementalText, LocalText
-from trtspec.repo.models.threads import (
-    BlsStreams,
-    ExecStream,
-    PruningSender,
-    RequestThreads,
-    call_within,
-    stream_timeout_us,
-    string_params,
-)
-from trtspec.speculate import (
+from trtspec.runtime.speculate import (
     DEFAULT_CONFIDENCE_THRESHOLD,
     DraftSchedule,
     RoundStats,
@@ -101,6 +91,16 @@ from trtspec.speculate import (
     round_finished,
     round_seed,
     token_probability,
+)
+from trtspec.runtime.text import IncrementalText, LocalText
+from trtspec.runtime.threads import (
+    BlsStreams,
+    ExecStream,
+    PruningSender,
+    RequestThreads,
+    call_within,
+    stream_timeout_us,
+    string_params,
 )
 
 PERF_TOTALS = ("total_draft_tokens", "total_accepted_draft_tokens")
@@ -701,7 +701,7 @@ class TritonPythonModel:
             "return_perf_metrics" if self.perf_metrics else ""
         )
         self.tokens_per_block = int(params.get("tokens_per_block") or 0)
-        # tokenizer_dir set: tokenize and detokenize here (trtspec.repo.models.text.LocalText)
+        # tokenizer_dir set: tokenize and detokenize here (trtspec.runtime.text.LocalText)
         self.text = LocalText.of_params(params)
         # Lengths (module docstring); absent in a repository assembled before
         # them: the engines then refuse what they refuse, as before.
@@ -737,7 +737,7 @@ class TritonPythonModel:
         self._requests = RequestThreads()
         self.streams = BlsStreams()
         # it calls decoupled BLS from several threads: the 2.51 stub can
-        # deadlock, and the watchdog learns of it from this (trtspec.heartbeat)
+        # deadlock, and the watchdog learns of it from this (trtspec.runtime.heartbeat)
         heartbeat.start()
 
     def execute(self, requests: list) -> None:

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.catalogue import lookahead_problem
-from trtspec.engine import fastpath
-from trtspec.engine.config import EngineConfig, read_engine_config
-from trtspec.engine.kv_reuse import (
+from trtspec.errors import TrtspecError
+from trtspec.runtime.engine import fastpath
+from trtspec.runtime.engine.config import EngineConfig, read_engine_config
+from trtspec.runtime.engine.kv_reuse import (
     PrefixCache,
     cache_kwarg,
     cache_len,
@@ -39,10 +40,9 @@ from trtspec.engine.kv_reuse import (
     make_cache,
     select_cache,
 )
-from trtspec.engine.lookahead import LookaheadState
-from trtspec.engine.proposers import proposer_for
-from trtspec.engine.sampling import Sampler, SamplingParams
-from trtspec.errors import TrtspecError
+from trtspec.runtime.engine.lookahead import LookaheadState
+from trtspec.runtime.engine.proposers import proposer_for
+from trtspec.runtime.engine.sampling import Sampler, SamplingParams
 
 
 class RequestError(TrtspecError):
@@ -221,7 +221,7 @@ class ReferenceEngine:
     ) -> ReferenceEngine:
         import torch
 
-        from trtspec.engine.loader import load_heads, load_target
+        from trtspec.runtime.engine.loader import load_heads, load_target
 
         # The thread count is set before loading: oneDNN picks the packed
         # weights' blocked layout for it, and a different count at decode time

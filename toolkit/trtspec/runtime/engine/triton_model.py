@@ -14,9 +14,9 @@ with a leading batch dim), and answers with its output tensors. In decoupled
 mode a ``streaming`` request gets one response per decoding step carrying only
 the new tokens, then the final flag; otherwise one response with everything.
 A bad request gets an ``INVALID_ARG`` ``TritonError`` response worded like
-TRT-LLM's (sampling values checked by ``trtspec.limits``), and the model keeps
+TRT-LLM's (sampling values checked by ``trtspec.runtime.limits``), and the model keeps
 serving. A cancelled request (its client's, or its BLS caller's through
-``trtspec.cancel``) stops before the next decoding step, frees its KV cache
+``trtspec.runtime.cancel``) stops before the next decoding step, frees its KV cache
 and ends with an empty final response in decoupled mode (on 2.51 an error
 after streamed responses never reaches a BLS caller), else a ``CANCELLED``
 error. ``draft_logits`` ([1, k, vocab], next to ``draft_input_ids``) switch the
@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from trtspec.cancel import POLL_S, Cancellation
-from trtspec.limits import CLIENT_ERROR, ParamError, check_sampling
-from trtspec.repo.models.threads import WORKAROUND, Responder
+from trtspec.runtime.cancel import POLL_S, Cancellation
+from trtspec.runtime.limits import CLIENT_ERROR, ParamError, check_sampling
+from trtspec.runtime.threads import WORKAROUND, Responder
 
 try:  # only importable inside Triton's Python backend stub
     import triton_python_backend_utils as pb_utils
@@ -118,8 +118,8 @@ class TritonPythonModel:
     """The reference engine behind the ``tensorrtllm`` backend's tensors."""
 
     def initialize(self, args: dict[str, Any]) -> None:
-        from trtspec.engine.config import parse_choices, read_engine_config
-        from trtspec.engine.decode import ReferenceEngine, default_threads
+        from trtspec.runtime.engine.config import parse_choices, read_engine_config
+        from trtspec.runtime.engine.decode import ReferenceEngine, default_threads
 
         config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
@@ -173,7 +173,7 @@ class TritonPythonModel:
         self.scheduler: Any = None
         # gpt_model_type as the tensorrtllm backend reads it: V1 = no in-flight batching
         if (_param(config, "gpt_model_type") or "inflight_fused_batching").lower() != "v1":
-            from trtspec.engine.batching import BatchScheduler
+            from trtspec.runtime.engine.batching import BatchScheduler
 
             # the engine's max_batch_size / max_num_tokens bound a step, as in TRT-LLM
             self.scheduler = BatchScheduler(self.engine)
@@ -181,8 +181,8 @@ class TritonPythonModel:
 
     # ------------------------------------------------------------------ parse
     def _request(self, request: Any) -> tuple[Any, dict[str, Any]]:
-        from trtspec.engine.decode import GenerationRequest
-        from trtspec.engine.sampling import SamplingParams
+        from trtspec.runtime.engine.decode import GenerationRequest
+        from trtspec.runtime.engine.sampling import SamplingParams
 
         lengths = _required(request, "input_lengths").reshape(-1)
         output_len = _required(request, "request_output_len").reshape(-1)
@@ -292,7 +292,7 @@ class TritonPythonModel:
             tensors.append(pb_utils.Tensor("generation_logits", rows.reshape(1, 1, -1, vocab)))
         # Only what the caller asked for: the 2.51 stub prunes the rest in
         # ResponseSender::Send with the GIL released, freeing their NumPy
-        # arrays without it (heap corruption; see repo/models/threads.BlsStreams).
+        # arrays without it (heap corruption; see runtime/threads.BlsStreams).
         wanted = options.get("outputs")
         if options["perf"]:
             # only the perf outputs this version's config declares (0.17, 0.18:

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.engine.kv_reuse import kv_tensors, replace_kv
+from trtspec.runtime.engine.kv_reuse import kv_tensors, replace_kv
 
 FAMILIES = ("llama", "mistral", "qwen2")
 

@@ -151,7 +151,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     Sabotage(
         name="canary-bucket-inclusive",
-        path="toolkit/trtspec/repo/routing.py",
+        path="toolkit/trtspec/artifacts/routing.py",
         old="    if canary_bucket(request_id) < round(rule.canary_percent * 100):\n",
         new="    if canary_bucket(request_id) <= round(rule.canary_percent * 100):\n",
         tests=("tests/unit/test_canary_boundary.py", "tests/unit/test_repo_routing.py"),
@@ -159,7 +159,7 @@ SABOTAGES: tuple[Sabotage, ...] = (
     ),
     Sabotage(
         name="greedy-verify-by-the-drafts-argmax",
-        path="toolkit/trtspec/engine/sampling.py",
+        path="toolkit/trtspec/runtime/engine/sampling.py",
         old=(
             "        if self.params.greedy:\n"
             "            pick = int(torch.argmax(target_logits).item())\n"

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from trtspec.repo.routing import RouteRule, RoutingTable, canary_bucket, choose
+from trtspec.artifacts.routing import RouteRule, RoutingTable, canary_bucket, choose
 
 BUCKETS = 10000  # canary_bucket's range: hundredths of a percent
 

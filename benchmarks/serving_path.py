@@ -45,7 +45,7 @@ text is compared with the ``llm`` layer's.
 
 Every server runs under the stub watchdog, as ``trtspec serve`` does
 (``--no-watchdog``: not): a stub that dies or freezes (the 2.51 deadlock of
-docs/internals.md §9) is reported and the server restarted, the requests it
+docs/design/triton-limits.md) is reported and the server restarted, the requests it
 held count as errors, and the run goes on; the incidents are counted at the
 end.
 
@@ -700,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the orch and router clients also ask for text_output, as a chat "
         "client does (default: token ids and is_final, as the engine's client; "
-        "the router then streams ids without decoding them, docs/internals.md §5)",
+        "the router then streams ids without decoding them, docs/design/orchestrator.md)",
     )
     add_watchdog_option(p)
     args = p.parse_args(argv)

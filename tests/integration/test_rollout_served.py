@@ -158,7 +158,7 @@ def _send_many(url: str, route: str, ids: list[str], workers: int = 4) -> dict[s
     the advance test, about 150 new streams a second over both routers). Not
     more: tritonserver 2.51's Python backend can deadlock a stub that makes
     decoupled BLS calls at a few hundred new streams a second
-    (docs/internals.md §9), and 16 in flight froze a router in CI (two test
+    (docs/design/triton-limits.md), and 16 in flight froze a router in CI (two test
     processes on two cores) and here in 2 of 7 runs."""
     out: dict[str, Any] = {}
     lock = threading.Lock()

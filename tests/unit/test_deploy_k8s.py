@@ -609,12 +609,12 @@ def test_rate_and_measured_throughput_set_the_replicas(tmp_path: Path, monkeypat
     assert "--rate sets the replicas: leave out --replicas" in res.stderr
 
 
-# ----------------------------------------------- docs/deploy.md's sizing case
-DOC = ROOT / "docs" / "deploy.md"
+# ----------------------------------------------- docs/guide/deploy.md's sizing case
+DOC = ROOT / "docs" / "guide" / "deploy.md"
 
 
 def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path) -> None:
-    """docs/deploy.md sizes Llama-3.1-70B + an 8B draft at TP 8 on 141 GB H200
+    """docs/guide/deploy.md sizes Llama-3.1-70B + an 8B draft at TP 8 on 141 GB H200
     nodes; every number in its table is recomputed here from the memory plan."""
     from trtspec.deploy.sizing import Capacity, capacity, served_fit, size_instance
     from trtspec.memory import GIB, memory_plan, parse_size
@@ -649,4 +649,4 @@ def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path)
                     f"{cap.pods} | {cap.gpus} |")  # fmt: skip
     doc = DOC.read_text(encoding="utf-8")
     missing = [row for row in rows if row not in doc]
-    assert not missing, "docs/deploy.md's sizing table is stale:\n" + "\n".join(rows)
+    assert not missing, "docs/guide/deploy.md's sizing table is stale:\n" + "\n".join(rows)

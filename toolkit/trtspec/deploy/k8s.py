@@ -60,7 +60,7 @@ HPA_METRICS = {
     "inflight": ("nv_trt_llm_request_metrics", {"request_type": "active"}),
 }
 # Where the stubs that call decoupled BLS beat inside the pod (trtspec.runtime.heartbeat);
-# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/internals.md §9).
+# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/design/triton-limits.md).
 HEARTBEAT_DIR = "/tmp/trtspec-heartbeat"
 EXIT_TIMEOUT_S = 45  # tritonserver waits this long for in-flight requests on SIGTERM
 
@@ -171,7 +171,7 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
 def _liveness() -> dict[str, Any]:
     """Triton's live endpoint and, unlike it, the stubs' heartbeats: a
     deadlocked router stub leaves tritonserver answering "live" and "ready"
-    while every request hangs (docs/internals.md §9)."""
+    while every request hangs (docs/design/triton-limits.md)."""
     command = [
         "python3", "-m", "trtspec.runtime.heartbeat", HEARTBEAT_DIR,
         "--live-url", f"http://127.0.0.1:{HTTP_PORT}/v2/health/live",

@@ -180,7 +180,7 @@ def engine_contract(trtllm_version: str) -> EngineContract:
     )
 
 
-# The public orchestrator / router contract (docs/internals.md §5): python,
+# The public orchestrator / router contract (docs/design/orchestrator.md): python,
 # decoupled, max_batch_size 0, so dims are the full shape.
 ORCHESTRATOR_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("text_input", "TYPE_STRING", (1,)),

@@ -1,5 +1,5 @@
 """The per-variant model of the LLM-API flow (decoupled, one per variant plus
-``baseline``): the orchestrator's tensors (docs/internals.md §5) in front of
+``baseline``): the orchestrator's tensors (docs/design/orchestrator.md) in front of
 one TensorRT-LLM ``llmapi`` model (``llm_model`` parameter: upstream's model
 on a GPU, ``trtspec.runtime.engine.llmapi_model`` on CPU), so the router, the bench and
 everything else of trtspec stay the same for both flows.

@@ -159,7 +159,7 @@ class RouterMetrics:
     call after another at ~10 a request, a router serving short requests
     at 16 or 64 in flight stalled for good in 4 of 5 runs (every engine
     call waiting for a first response the engine never got;
-    docs/internals.md §9); batched, with the histograms counted here, in 3
+    docs/design/triton-limits.md); batched, with the histograms counted here, in 3
     of 8, as with metrics off (3 of 9). That stall is a lock-order deadlock
     in the stub's BLS stream handling (§9); the metrics' round trips only
     widened its window. ``pb_utils`` is passed in (the

@@ -66,6 +66,13 @@ DECIDE_TESTS = (
     "tests/unit/test_decide_concurrency.py",
 )
 
+LLMAPI_TESTS = (
+    "tests/unit/test_llmapi_stand_in_stream.py",
+    "tests/unit/test_inprocess_variants.py",
+    "tests/unit/test_instant_engine.py",
+    "tests/unit/test_llmapi_flow.py",
+)
+
 SABOTAGES: tuple[Sabotage, ...] = (
     Sabotage(
         name="summary-pairs-by-position",
@@ -190,6 +197,32 @@ SABOTAGES: tuple[Sabotage, ...] = (
         ),
         why="the quality gate compares the variant's pass rate with its own, not the "
         "baseline arm's",
+    ),
+    Sabotage(
+        name="llmapi-adapter-appends-whole-texts",
+        path="toolkit/trtspec/runtime/models/llmapi_adapter.py",
+        old="                piece = text.update(value)  # the whole text so far -> what it adds\n",
+        new="                piece = value\n",
+        tests=LLMAPI_TESTS,
+        why="the LLM-API adapter relays each whole text so far as if it were a delta (a+ab+abc)",
+    ),
+    Sabotage(
+        name="llmapi-stand-in-streams-deltas",
+        path="toolkit/trtspec/runtime/engine/llmapi_model.py",
+        old="            out.push(held)\n"
+        "            held.clear()\n"
+        "            if streaming:  # the whole text so far, changed or not "
+        "(upstream's text_output)\n"
+        '                finish = "None" if reason else None  # str(None) until it finishes\n'
+        "                sender.send(self._response(out.sent, None,",
+        new="            delta = out.push(held)\n"
+        "            held.clear()\n"
+        "            if streaming and delta:\n"
+        '                finish = "None" if reason else None  # str(None) until it finishes\n'
+        "                sender.send(self._response(delta, None,",
+        tests=LLMAPI_TESTS,
+        why="the CPU stand-in of the llmapi model streams deltas, where upstream's sends "
+        "the whole text so far",
     ),
 )
 

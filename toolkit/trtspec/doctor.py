@@ -33,6 +33,7 @@ SHM = Path("/dev/shm")
 # --shm-size=2g; the Python backend models exchange tensors through it.
 SHM_RECOMMENDED = 2 * GIB
 NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
+BUILD_GPU_QUERY = ("--query-gpu=name,compute_cap", "--format=csv,noheader")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,27 @@ def probe_gpus() -> list[Gpu] | None:
         if name and mib.strip().isdigit():
             gpus.append(Gpu(name.strip(), int(mib.strip()) << 20))
     return gpus
+
+
+def probe_build_gpu() -> dict[str, str] | None:
+    """The name and CUDA compute capability of this machine's first GPU: what a
+    TensorRT engine built here runs on (engines are specific to it). None
+    without ``nvidia-smi``."""
+    from trtspec.build.executor import run_subprocess
+
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return None
+    lines: list[str] = []
+    try:
+        run_subprocess([binary, *BUILD_GPU_QUERY], echo=lines.append)
+    except StepFailed:
+        return None
+    for line in lines:
+        name, _, cap = line.rpartition(",")
+        if name.strip() and cap.strip():
+            return {"name": name.strip(), "compute_capability": cap.strip()}
+    return None
 
 
 def probe_which(command: str) -> str | None:

@@ -22,6 +22,9 @@ K8S_KINDS = (
     "configmap-v1",
     "deployment-apps-v1",
     "horizontalpodautoscaler-autoscaling-v2",
+    "job-batch-v1",
+    "persistentvolumeclaim-v1",
+    "poddisruptionbudget-policy-v1",
     "role-rbac-v1",
     "rolebinding-rbac-v1",
     "secret-v1",
@@ -257,13 +260,16 @@ def write_dgd() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--k8s-dir", type=Path, required=True)
-    parser.add_argument("--lws-crd", type=Path, required=True)
-    parser.add_argument("--servicemonitor-crd", type=Path, required=True)
+    parser.add_argument("--k8s-dir", type=Path, help="regenerate the Kubernetes kinds")
+    parser.add_argument("--lws-crd", type=Path)
+    parser.add_argument("--servicemonitor-crd", type=Path)
     args = parser.parse_args()
-    trim_k8s(args.k8s_dir)
-    trim_lws(args.lws_crd)
-    trim_servicemonitor(args.servicemonitor_crd)
+    if args.k8s_dir:
+        trim_k8s(args.k8s_dir)
+    if args.lws_crd:
+        trim_lws(args.lws_crd)
+    if args.servicemonitor_crd:
+        trim_servicemonitor(args.servicemonitor_crd)
     write_dgd()
 
 

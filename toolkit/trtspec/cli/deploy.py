@@ -99,7 +99,32 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     "--repo-source", type=click.Choice(["volume", "image"]), default="volume", show_default=True,
     help="Model repository from a PersistentVolumeClaim, or baked into an image layer.",
 )  # fmt: skip
-@click.option("--pvc", help="PersistentVolumeClaim holding the repository [default: NAME-models].")
+@click.option(
+    "--pvc",
+    help="An existing PersistentVolumeClaim holding the repository [default: write NAME-models].",
+)
+@click.option("--pvc-size", help="Size of the claim written [default: the data, plus 20%].")
+@click.option("--storage-class", help="StorageClass of the claim written [default: the cluster's].")
+@click.option(
+    "--models-path", default="/models", show_default=True,
+    help="Where the pods see the volume (or image layer) with the repository and engines.",
+)  # fmt: skip
+@click.option(
+    "--baseline-only", is_flag=True,
+    help="Deploy the baseline alone although the spec has variants (no routing table).",
+)  # fmt: skip
+@click.option(
+    "--monitor-label", "monitor_labels", multiple=True, metavar="KEY=VALUE",
+    help="A label on the ServiceMonitor for Prometheus to select it (e.g. release=prometheus).",
+)  # fmt: skip
+@click.option(
+    "--toleration", "tolerations", multiple=True, metavar="KEY[=VALUE]:EFFECT",
+    help="Tolerate a node taint (repeat); replaces the default nvidia.com/gpu:NoSchedule.",
+)  # fmt: skip
+@click.option(
+    "--compute-capability", metavar="MAJOR.MINOR",
+    help="GPU architecture the engines were built for, when their build did not record it.",
+)  # fmt: skip
 @click.option("--repo-image", help="With --repo-source image: the image the Dockerfile builds.")
 @click.option(
     "--startup-seconds", type=click.IntRange(min=30), help="Override the start-up budget."
@@ -135,6 +160,13 @@ def k8s_command(
     hpa_target: float,
     repo_source: str,
     pvc: str | None,
+    pvc_size: str | None,
+    storage_class: str | None,
+    models_path: str,
+    baseline_only: bool,
+    monitor_labels: tuple[str, ...],
+    tolerations: tuple[str, ...],
+    compute_capability: str | None,
     repo_image: str | None,
     startup_seconds: int | None,
     write_secret: bool,
@@ -149,7 +181,8 @@ def k8s_command(
     GPUs, ranks and the load list come from the spec, its memory plan and the
     routing table; nothing is written when they cannot work."""
     from trtspec.deploy import k8s_manifests
-    from trtspec.deploy.k8s import K8sOptions, write
+    from trtspec.deploy.k8s import write
+    from trtspec.deploy.options import K8sOptions
     from trtspec.plan import make_plan
     from trtspec.spec import load_spec
 
@@ -175,12 +208,18 @@ def k8s_command(
         hpa_target=hpa_target,
         repo_source=repo_source,
         pvc=pvc,
+        pvc_size=pvc_size,
+        storage_class=storage_class,
+        models_path=models_path,
         repo_image=repo_image,
         write_secret=write_secret,
+        monitor_labels=dict(_pair(item, "--monitor-label") for item in monitor_labels),
+        tolerations=[_toleration(t) for t in tolerations] if tolerations else None,
+        compute_capability=compute_capability,
     )
     manifests, sizing = k8s_manifests(
         spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,
-        gpu_bytes=gpu_bytes, startup_seconds=startup_seconds,
+        gpu_bytes=gpu_bytes, startup_seconds=startup_seconds, baseline_only=baseline_only,
     )  # fmt: skip
     if rate is not None and per_instance is not None:
         from trtspec.deploy.sizing import capacity
@@ -189,14 +228,14 @@ def k8s_command(
         opts.replicas = cap.replicas
         manifests, sizing = k8s_manifests(
             spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,
-            gpu_bytes=gpu_bytes, startup_seconds=startup_seconds,
+            gpu_bytes=gpu_bytes, startup_seconds=startup_seconds, baseline_only=baseline_only,
         )  # fmt: skip
         manifests.summary["capacity"] = {
             "rate_rps": rate, "per_instance_rps": round(per_instance, 3),
             "route": rate_route, "level": level, "replicas": cap.replicas,
             "pods": cap.pods, "gpus": cap.gpus,
         }  # fmt: skip
-    for note in sizing.notes:
+    for note in [*sizing.notes, *manifests.summary["notes"]]:
         progress(f"Note: {note}")
     target = out or Path("deploy") / spec.name
     write(target, manifests, force=force)
@@ -206,6 +245,28 @@ def k8s_command(
         emit_json(summary)
     else:
         emit_table(["deployment", str(target)], _summary_rows(summary))
+
+
+def _pair(item: str, option: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{item!r}: write KEY=VALUE", param_hint=option)
+    return key, value
+
+
+def _toleration(item: str) -> dict[str, str]:
+    """``KEY[=VALUE]:EFFECT`` as a toleration (``Equal`` with a value, else ``Exists``)."""
+    taint, sep, effect = item.rpartition(":")
+    if not sep or not taint or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise click.BadParameter(
+            f"{item!r}: write KEY[=VALUE]:EFFECT, EFFECT one of NoSchedule, PreferNoSchedule, "
+            "NoExecute",
+            param_hint="--toleration",
+        )
+    key, eq, value = taint.partition("=")
+    if eq:
+        return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    return {"key": key, "operator": "Exists", "effect": effect}
 
 
 def _instance_rps(path: Path, route: str, level: int) -> float:
@@ -316,7 +377,8 @@ def dynamo_command(
 ) -> None:
     """Write one DynamoGraphDeployment per variant from its LLM-API engine config."""
     from trtspec.deploy.dynamo import DynamoOptions, graphs
-    from trtspec.deploy.k8s import Manifests, write
+    from trtspec.deploy.k8s import write
+    from trtspec.deploy.options import Manifests
 
     parsed: dict[str, Any] = {}
     if spec_path is not None:

@@ -161,22 +161,25 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
     res = run("deploy", "k8s", str(spec), "--image", IMAGE, "--out", str(out), "--baseline-only",
               "--pvc-size", "40Gi")  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert res.stderr.splitlines()[-8:] == [
-        "Note: memory plan unknown (a model's config.json is not on this machine): GPU fit "
-        "not checked, start-up budget is the default",
-        "Note: no --gpu-memory given: GPU fit not checked",
-        "Note: the engines' GPU architecture is unknown (not built on this machine, or built "
-        "before trtspec recorded it): no GPU node affinity; pass --compute-capability "
-        "MAJOR.MINOR of the GPUs that built them",
-        "Note: the ServiceMonitor carries only the app labels: Prometheus Operator installs "
-        "select ServiceMonitors by label (kube-prometheus-stack: release=<its Helm release>); "
-        "pass --monitor-label KEY=VALUE",
-        "Note: one replica: its PodDisruptionBudget allows no eviction (a node drain waits), "
-        "and an update needs one instance's GPUs free for the new pod",
-        f"Note: copy {tmp_path}/ onto the claim qwen2-5-7b-models through the "
-        "qwen2-5-7b-populate Job's pod, then touch .trtspec-populated there",
-        f"Wrote {out}/ (6 resources)",
-    ][-8:]
+    assert (
+        res.stderr.splitlines()[-8:]
+        == [
+            "Note: memory plan unknown (a model's config.json is not on this machine): GPU fit "
+            "not checked, start-up budget is the default",
+            "Note: no --gpu-memory given: GPU fit not checked",
+            "Note: the engines' GPU architecture is unknown (not built on this machine, or built "
+            "before trtspec recorded it): no GPU node affinity; pass --compute-capability "
+            "MAJOR.MINOR of the GPUs that built them",
+            "Note: the ServiceMonitor carries only the app labels: Prometheus Operator installs "
+            "select ServiceMonitors by label (kube-prometheus-stack: release=<its Helm release>); "
+            "pass --monitor-label KEY=VALUE",
+            "Note: one replica: its PodDisruptionBudget allows no eviction (a node drain waits), "
+            "and an update needs one instance's GPUs free for the new pod",
+            f"Note: copy {tmp_path}/ onto the claim qwen2-5-7b-models through the "
+            "qwen2-5-7b-populate Job's pod, then touch .trtspec-populated there",
+            f"Wrote {out}/ (6 resources)",
+        ][-8:]
+    )
     c = container(out)
     assert c["startupProbe"] == {
         "httpGet": {"path": "/v2/health/ready", "port": "http"},
@@ -354,7 +357,7 @@ def test_launch_script_waits_for_every_worker_then_runs_mpirun(tmp_path: Path) -
     bounded = script.read_text().replace("+ 300 ))", "+ 0 ))")
     script.write_text(bounded)
     failed = subprocess.run(["/bin/sh", str(script), "true"], env=env, capture_output=True,
-                            text=True, timeout=30)  # fmt: skip
+                            text=True, timeout=30, check=False)  # fmt: skip
     assert failed.returncode == 1
     assert "worker g-0-2.g did not answer on port 2222 within 300 s" in failed.stderr
 
@@ -506,6 +509,10 @@ variants:
 
 @pytest.fixture
 def built_repo(tmp_path: Path) -> tuple[Path, Path]:
+    return make_built_repo(tmp_path)
+
+
+def make_built_repo(tmp_path: Path) -> tuple[Path, Path]:
     """A tensorrt_llm repository assembled by `trtspec.repo` from engine
     folders holding the metadata the assembler reads, routing `chat` to ngram."""
     (tmp_path / "llama7b").mkdir()
@@ -602,7 +609,10 @@ def test_repository_as_an_image_layer(built_repo, tmp_path) -> None:
     assert [m["name"] for m in c["volumeMounts"]] == ["dshm", "repository"]
     assert "volume.yaml" not in load_dir(out)  # no claim: the image holds the data
     lines = (out / "Dockerfile").read_text().splitlines()
-    assert lines[2] == f"#   docker build -f Dockerfile -t registry.example.com/built-repo:1 {tmp_path}"
+    assert (
+        lines[2]
+        == f"#   docker build -f Dockerfile -t registry.example.com/built-repo:1 {tmp_path}"
+    )
     assert lines[-7:] == [
         f"FROM {IMAGE}",
         f"# The model repository and its engines (repository hash {repository_hash(repo)}),",

@@ -66,11 +66,14 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tests/unit/test_deploy_k8s.py", "0.0.0.0"): (
         "the bind address written into a pod's tritonserver argv; asserted as text"
     ),
-    ("tests/unit/test_deploy_k8s.py", "registry.example.com"): (
-        "an image name given to `deploy k8s --image`; nothing pulls (RFC 2606 example.com)"
-    ),
-    ("tests/unit/test_deploy_k8s.py", "registry.k8s.io"): (
-        "the kubectl image named in a generated Dockerfile, asserted as text; nothing pulls"
+    **{
+        (f, "registry.example.com"): (
+            "an image name given to `deploy k8s --image`; nothing pulls (RFC 2606 example.com)"
+        )
+        for f in ("tests/unit/test_deploy_k8s.py", "tests/unit/test_deploy_cluster.py")
+    },
+    ("tests/unit/test_deploy_cluster.py", "nvidia.com"): (
+        "a node label or taint key (nvidia.com/gpu...) in generated manifests; no request"
     ),
     ("tests/unit/test_deploy_k8s.py", "trtspec.dev"): (
         "a label/annotation key prefix in generated manifests; no request"

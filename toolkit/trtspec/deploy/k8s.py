@@ -71,7 +71,7 @@ POPULATED_MARKER = ".trtspec-populated"
 PVC_HEADROOM = 1.2  # claim size over the bytes it must hold
 
 
-def annotations(spec: Any, served: Served, sizing: Sizing) -> dict[str, str]:
+def pod_annotations(spec: Any, served: Served, sizing: Sizing) -> dict[str, str]:
     return {
         "trtspec.dev/spec": spec.name,
         "trtspec.dev/spec-hash": served.spec_hash,
@@ -108,7 +108,7 @@ def deployment(
     spec: Any, served: Served, sizing: Sizing, opts: K8sOptions, *, replicas: bool
 ) -> dict[str, Any]:
     vols, mounts = volumes(served, sizing, opts)
-    notes = annotations(spec, served, sizing)
+    notes = pod_annotations(spec, served, sizing)
     one = opts.replicas == 1 and replicas
     body: dict[str, Any] = {
         "selector": {"matchLabels": labels(opts.name)},
@@ -373,7 +373,7 @@ def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manife
     files: dict[str, list[dict[str, Any]]] = {}
     extra: dict[str, str] = {}
     if sizing.multi_node:
-        notes = annotations(spec, served, sizing)
+        notes = pod_annotations(spec, served, sizing)
         files["leaderworkerset.yaml"] = [
             k8s_multinode.leaderworkerset(served, sizing, opts, notes, replicas=not autoscaled)
         ]
@@ -402,7 +402,7 @@ def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manife
         ]
     # Other objects of the same deployment join here (e.g. the Gateway API pools).
     text = dockerfile(spec, served, sizing, opts)
-    notes = _notes(served, sizing, opts)
+    told = _notes(served, sizing, opts)
     if text:
         extra["Dockerfile"] = text
     summary = {
@@ -425,7 +425,7 @@ def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manife
         "admin_header": ADMIN_HEADER,
         "secret": {"name": opts.secret, "key": SECRET_KEY},
         "files": sorted([*files, *extra]),
-        "notes": notes,
+        "notes": told,
     }
     return Manifests(files, extra, summary)
 

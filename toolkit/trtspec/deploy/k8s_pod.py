@@ -95,11 +95,11 @@ def triton_argv(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
     """The tritonserver command of the instance (rank 0's pod), as ``trtspec serve`` builds it."""
     restricted = restricted_api_args(f"$({KEY_ENV})")  # Kubernetes expands $(VAR) from env
     extra = [f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *restricted]
-    ports = {"http_port": HTTP_PORT, "grpc_port": GRPC_PORT, "metrics_port": METRICS_PORT}
     if sizing.launch == LEADER:
         argv = leader_mode_argv(
             sizing.world_size, REPO_DIR, engine_model=served.engines, host="0.0.0.0",
-            binary="tritonserver", models=served.models, extra_args=extra, **ports,
+            binary="tritonserver", models=served.models, extra_args=extra,
+            http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
         )  # fmt: skip
         if sizing.multi_node:
             hosts = ",".join(f"{h}:{sizing.gpus_per_pod}" for h in mpi_hosts(sizing, opts))
@@ -114,12 +114,12 @@ def triton_argv(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
             "tritonserver", REPO_DIR, host="0.0.0.0", models=served.models,
             extra_args=["--disable-auto-complete-config",
                         "--backend-config=python,shm-region-prefix-name=prefix0_", *extra],
-            **ports,
+            http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
         )  # fmt: skip
         return orchestrator_mode_argv(one, gpus=sizing.world_size)
     return server_argv(
         "tritonserver", REPO_DIR, host="0.0.0.0", models=served.models, extra_args=extra,
-        **ports,
+        http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
     )  # fmt: skip
 
 
@@ -262,7 +262,7 @@ def relocate_container(served: Served, opts: K8sOptions) -> dict[str, Any]:
     ]  # fmt: skip
     if served.repository_hash:
         command += ["--expect-hash", served.repository_hash]
-    mounts = [{"name": "repository", "mountPath": REPO_DIR}]
+    mounts: list[dict[str, Any]] = [{"name": "repository", "mountPath": REPO_DIR}]
     if opts.repo_source == "volume":
         mounts.append(models)
     return {

@@ -336,20 +336,31 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
 @deploy.command("dynamo")
 @click.option(
     "--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
-    help="An LLM-API spec (flow: llmapi): one graph per variant from its generated configs.",
+    help="An LLM-API spec (flow: llmapi): graphs from its generated configs.",
 )  # fmt: skip
 @click.option(
     "--engines", "engines_root", type=click.Path(file_okay=False, path_type=Path),
     default=Path("engines"), show_default=True, help="Engines root (with --spec).",
 )  # fmt: skip
+@click.option(
+    "--routing", "routing_file", type=click.Path(dir_okay=False, path_type=Path),
+    help="routing.yaml the benchmark decided: graphs for the variants it promotes, plus the "
+    "baseline, each with its route's max_concurrency.",
+)  # fmt: skip
+@click.option("--baseline-only", is_flag=True, help="With --spec and no --routing: the baseline.")
 @click.option("--spec-name", help="Name prefix of the graphs (default with --spec: its name).")
 @click.option(
     "--engine-config", "configs", multiple=True, metavar="VARIANT=FILE",
     help="A variant's LLM-API engine config (repeat per variant, baseline included); with "
     "--spec, replaces that variant's generated one.",
 )  # fmt: skip
-@click.option("--model", help="--model-path of the workers (default with --spec: its target).")
-@click.option("--image", required=True, help="Dynamo TensorRT-LLM runtime image.")
+@click.option("--model", help="Hub id (or a folder on --model-pvc) [default with --spec: target].")
+@click.option("--model-pvc", help="A claim holding the model (and draft) folders, at /models.")
+@click.option("--model-root", help="The folder on this machine the --model-pvc claim holds.")
+@click.option(
+    "--image", default=None,
+    help="Dynamo TensorRT-LLM runtime image [default: the pinned release's].",
+)  # fmt: skip
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
@@ -362,10 +373,14 @@ def dynamo_command(
     *,
     spec_path: Path | None,
     engines_root: Path,
+    routing_file: Path | None,
+    baseline_only: bool,
     spec_name: str | None,
     configs: tuple[str, ...],
     model: str | None,
-    image: str,
+    model_pvc: str | None,
+    model_root: str | None,
+    image: str | None,
     namespace: str,
     gpus_per_node: int,
     replicas: int,
@@ -375,10 +390,12 @@ def dynamo_command(
     out: Path,
     force: bool,
 ) -> None:
-    """Write one DynamoGraphDeployment per variant from its LLM-API engine config."""
-    from trtspec.deploy.dynamo import DynamoOptions, graphs
+    """Write one DynamoGraphDeployment per promoted variant (and the baseline)."""
+    from trtspec.deploy import dynamo
     from trtspec.deploy.k8s import write
     from trtspec.deploy.options import Manifests
+    from trtspec.deploy.sizing import DeployError
+    from trtspec.repo.routing import load_routing
 
     parsed: dict[str, Any] = {}
     if spec_path is not None:
@@ -390,17 +407,41 @@ def dynamo_command(
             "give an LLM-API spec (--spec), or --spec-name, --model and one --engine-config "
             "per variant"
         )
-    opts = DynamoOptions(
-        image=image, model=model, namespace=namespace, gpus_per_node=gpus_per_node,
-        replicas=replicas, disaggregated=disaggregated, prefill_replicas=prefill_replicas,
-        secret=secret,
+    caps: dict[str, int] = {}
+    if routing_file is not None:
+        keep, caps = dynamo.promoted(load_routing(routing_file), list(parsed), str(routing_file))
+        parsed = {v: parsed[v] for v in keep if v in parsed}
+    elif spec_path is not None and len(parsed) > 1:
+        if not baseline_only:
+            raise DeployError(
+                f"{spec_path}: no routing table given, so which variants were promoted is unknown "
+                f"(variants: {', '.join(sorted(parsed))})",
+                "pass --routing routing.yaml (graphs for the promoted variants and the baseline), "
+                "or --baseline-only",
+            )
+        parsed = {"baseline": parsed["baseline"]}
+    opts = dynamo.DynamoOptions(
+        model=model, image=image or dynamo.RUNTIME_IMAGE, namespace=namespace,
+        gpus_per_node=gpus_per_node, replicas=replicas, disaggregated=disaggregated,
+        prefill_replicas=prefill_replicas, secret=secret, model_pvc=model_pvc,
+        model_root=model_root,
     )  # fmt: skip
-    files = {f"{variant}.yaml": docs for variant, docs in graphs(spec_name, parsed, opts).items()}
-    summary = {"schema_version": 1, "spec": spec_name, "variants": sorted(parsed),
-               "disaggregated": disaggregated, "files": sorted(files)}  # fmt: skip
+    made = dynamo.graphs(spec_name, parsed, opts, max_concurrency=caps)
+    files = {f"{variant}.yaml": docs for variant, docs in made.items()}
+    summary = {"schema_version": 2, "spec": spec_name, "variants": sorted(parsed),
+               "disaggregated": disaggregated, "files": sorted(files),
+               "dynamo_release": dynamo.DYNAMO_RELEASE, "image": opts.image,
+               "dynamo_tensorrt_llm": dynamo.DYNAMO_TRTLLM, "max_concurrency": caps,
+               "graphs": {v: docs[1]["metadata"]["name"] for v, docs in made.items()}}  # fmt: skip
     write(out, Manifests(files, {}, summary), force=force)
     progress(f"Wrote {out}/ ({len(files)} graphs)")
-    emit_table(["variant", "file"], [[v, str(out / f"{v}.yaml")] for v in sorted(parsed)])
+    if spec_path is not None:
+        progress(
+            f"Note: Dynamo {dynamo.DYNAMO_RELEASE} runs TensorRT-LLM {dynamo.DYNAMO_TRTLLM}; the "
+            "engine configs were checked against the spec's pinned TensorRT-LLM field table"
+        )
+    rows = [[v, made[v][1]["metadata"]["name"], str(out / f"{v}.yaml")] for v in sorted(made)]
+    emit_table(["variant", "graph", "file"], rows)
 
 
 COMMANDS: list[click.Command] = [deploy]

@@ -70,8 +70,22 @@ ALLOWED: dict[tuple[str, str], str] = {
         (f, "registry.example.com"): (
             "an image name given to `deploy k8s --image`; nothing pulls (RFC 2606 example.com)"
         )
-        for f in ("tests/unit/test_deploy_k8s.py", "tests/unit/test_deploy_cluster.py")
+        for f in (
+            "tests/unit/test_deploy_k8s.py",
+            "tests/unit/test_deploy_cluster.py",
+            "tests/unit/test_deploy_gateway.py",
+        )
     },
+    **{
+        (f, "gateway.networking.k8s.io"): "the Gateway API group in a manifest field; no request"
+        for f in ("tests/unit/test_deploy_gateway.py", "tests/fixtures/k8s_schemas.py")
+    },
+    ("tests/unit/test_deploy_dynamo.py", "nvidia.com"): (
+        "a resource name (nvidia.com/gpu) in a generated graph; no request"
+    ),
+    ("tests/unit/test_deploy_dynamo.py", "trtspec.dev"): (
+        "an annotation key prefix in a generated graph; no request"
+    ),
     ("tests/unit/test_deploy_cluster.py", "nvidia.com"): (
         "a node label or taint key (nvidia.com/gpu...) in generated manifests; no request"
     ),

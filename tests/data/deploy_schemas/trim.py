@@ -4,7 +4,8 @@
     python tests/data/deploy_schemas/trim.py \
         --k8s-dir <wheel>/kubernetes_validate/kubernetes-json-schema/v1.33.0-local-strict \
         --lws-crd leaderworkerset.x-k8s.io_leaderworkersets.yaml \
-        --servicemonitor-crd monitoring.coreos.com_servicemonitors.yaml
+        --servicemonitor-crd monitoring.coreos.com_servicemonitors.yaml \
+        --httproute-crd gateway.networking.k8s.io_httproutes.yaml
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ def trim_lws(path: Path) -> None:
     schema["properties"]["status"] = {"type": "object"}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     (HERE / "leaderworkerset-v1-lws-v0.10.0.json").write_text(json.dumps(schema, indent=1) + "\n")
+
+
+def trim_httproute(path: Path) -> None:
+    schema = strict(crd_schema(path, "v1"))
+    schema["properties"]["status"] = {"type": "object"}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out = HERE / "httproute-v1-gateway-api-v1.3.0.json"
+    out.write_text(json.dumps(schema, indent=1) + "\n")
 
 
 def trim_servicemonitor(path: Path) -> None:
@@ -220,7 +229,10 @@ def main() -> None:
     parser.add_argument("--k8s-dir", type=Path, help="regenerate the Kubernetes kinds")
     parser.add_argument("--lws-crd", type=Path)
     parser.add_argument("--servicemonitor-crd", type=Path)
+    parser.add_argument("--httproute-crd", type=Path)
     args = parser.parse_args()
+    if args.httproute_crd:
+        trim_httproute(args.httproute_crd)
     if args.k8s_dir:
         trim_k8s(args.k8s_dir)
     if args.lws_crd:

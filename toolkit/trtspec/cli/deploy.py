@@ -122,6 +122,10 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     help="Tolerate a node taint (repeat); replaces the default nvidia.com/gpu:NoSchedule.",
 )  # fmt: skip
 @click.option(
+    "--gateway", metavar="[NAMESPACE/]GATEWAY",
+    help="Split each route's canary at this Gateway (HTTPRoute weights), one pool per variant.",
+)  # fmt: skip
+@click.option(
     "--compute-capability", metavar="MAJOR.MINOR",
     help="GPU architecture the engines were built for, when their build did not record it.",
 )  # fmt: skip
@@ -167,6 +171,7 @@ def k8s_command(
     monitor_labels: tuple[str, ...],
     tolerations: tuple[str, ...],
     compute_capability: str | None,
+    gateway: str | None,
     repo_image: str | None,
     startup_seconds: int | None,
     write_secret: bool,
@@ -193,6 +198,10 @@ def k8s_command(
             raise click.UsageError("--rate needs --throughput-from, --route and --level")
         if ctx.get_parameter_source("replicas") is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError("--rate sets the replicas: leave out --replicas")
+        if gateway:
+            raise click.UsageError(
+                "--rate with --gateway: each pool takes its own share; size them with --replicas"
+            )
         per_instance = _instance_rps(summary_file, rate_route, level)
     spec = load_spec(spec_path)
     plan = make_plan(spec, engines_root)
@@ -216,6 +225,7 @@ def k8s_command(
         monitor_labels=dict(_pair(item, "--monitor-label") for item in monitor_labels),
         tolerations=[_toleration(t) for t in tolerations] if tolerations else None,
         compute_capability=compute_capability,
+        gateway=gateway,
     )
     manifests, sizing = k8s_manifests(
         spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,

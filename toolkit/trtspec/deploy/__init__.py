@@ -35,6 +35,18 @@ def k8s_manifests(
     """The manifests of ``spec``'s deployment and the sizing behind them; every
     check runs here, so a caller that gets them back can write them."""
     check_options(spec, opts)
+    if opts.gateway:
+        from trtspec.deploy import gateway
+
+        if baseline_only:
+            raise DeployError(
+                "--gateway with --baseline-only: there is no canary to split",
+                "leave out one of them",
+            )
+        return gateway.manifests(
+            spec, plan, mp, opts, repo=repo, routing_file=routing_file, gpu_bytes=gpu_bytes,
+            startup_seconds=startup_seconds,
+        )  # fmt: skip
     served = served_from(
         spec, plan, repo=repo, routing_file=routing_file, baseline_only=baseline_only
     )

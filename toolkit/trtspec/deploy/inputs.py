@@ -159,9 +159,11 @@ def served_from(
     routing_file: Path | None,
     repo_root: Path = Path("triton_repo"),
     baseline_only: bool = False,
+    table: RoutingTable | None = None,
 ) -> Served:
     """What one instance serves. ``repo``: the built repository (authoritative);
-    ``routing_file``: a ``routing.yaml`` that must match the repository's router."""
+    ``routing_file``: a ``routing.yaml`` that must match the repository's router;
+    ``table``: serve this table instead (one gateway pool's, ``trtspec.deploy.gateway``)."""
     default = float(spec.rollout.canary_percent)
     given = load_routing(routing_file, default_canary_percent=default) if routing_file else None
     if given is not None and baseline_only:
@@ -171,7 +173,7 @@ def served_from(
         )
     if repo is None:
         _routing_needed(spec, list(plan.variants), given is not None, baseline_only)
-        table = given or routing_from_rollout(spec.rollout.fallback_variant)
+        table = table or given or routing_from_rollout(spec.rollout.fallback_variant)
         variants = routed_variants(table)
         unknown = [v for v in variants if v not in plan.variants]
         if unknown:
@@ -220,17 +222,18 @@ def served_from(
             f"({routing_json} is missing)",
             f"install it first: trtspec repo {spec.source_path or 'SPEC'} --routing {routing_file}",
         )
-    table = (
+    installed = (
         load_routing(routing_json, default_canary_percent=default)
         if routing_json.is_file()
         else routing_from_rollout(spec.rollout.fallback_variant)
     )
-    if given is not None and not _same_table(given, table):
+    if given is not None and not _same_table(given, installed):
         raise DeployError(
             f"{routing_file}: differs from the table the repository's router serves "
             f"({routing_json})",
             f"install it first: trtspec repo {spec.source_path or 'SPEC'} --routing {routing_file}",
         )
+    table = table or installed
     variants = routed_variants(table)
     loaded: set[str] = {ROUTER}
     for v in variants:

@@ -20,6 +20,7 @@ from trtspec.deploy.options import (
     IMAGE_UID,
     METRICS_PORT,
     REPO_DIR,
+    ROUTING_DIR,
     K8sOptions,
     Served,
 )
@@ -244,6 +245,8 @@ def volumes(
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "repository", "mountPath": REPO_DIR, "readOnly": True},
     ]
+    if opts.routing_config:
+        vols.append({"name": "routing", "configMap": {"name": opts.routing_config}})
     if opts.repo_source == "volume":
         claim = {"claimName": opts.claim, "readOnly": True}
         vols.append({"name": "models", "persistentVolumeClaim": claim})
@@ -262,9 +265,13 @@ def relocate_container(served: Served, opts: K8sOptions) -> dict[str, Any]:
     ]  # fmt: skip
     if served.repository_hash:
         command += ["--expect-hash", served.repository_hash]
+    if opts.routing_config:
+        command += ["--routing", f"{ROUTING_DIR}/routing.json"]
     mounts: list[dict[str, Any]] = [{"name": "repository", "mountPath": REPO_DIR}]
     if opts.repo_source == "volume":
         mounts.append(models)
+    if opts.routing_config:
+        mounts.append({"name": "routing", "mountPath": ROUTING_DIR, "readOnly": True})
     return {
         "name": "relocate",
         "image": image(opts),

@@ -17,6 +17,7 @@ HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 # repository with its paths moved there (trtspec.deploy.relocate).
 MODELS_DIR = "/models"
 REPO_DIR = "/trtspec/repository"
+ROUTING_DIR = "/etc/trtspec/routing"  # a pool's routing table (trtspec.deploy.gateway)
 # The image's non-root user: NGC Triton images create `triton-server` with
 # uid/gid 1000 (triton-inference-server/server build.py, TRITON_SERVER_USER);
 # the project Dockerfile switches to it.
@@ -51,6 +52,7 @@ class K8sOptions:
     compute_capability: str | None = None  # overrides what the engines' build recorded
     gateway: str | None = None  # a Gateway to attach per-route HTTPRoutes to
     ssh_secret_name: str | None = None
+    routing_config: str | None = None  # a ConfigMap whose routing.json the pods serve
 
     @property
     def secret(self) -> str:

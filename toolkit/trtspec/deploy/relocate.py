@@ -105,11 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-root", required=True, help="the folder the builder wrote")
     parser.add_argument("--to-root", required=True, help="where the volume is mounted")
     parser.add_argument("--expect-hash", help="the repository fingerprint the deployment names")
+    parser.add_argument(
+        "--routing", type=Path, help="a routing.json to serve instead of the repository's"
+    )
     args = parser.parse_args(argv)
     try:
         if args.expect_hash:
             check_fingerprint(args.repo, args.expect_hash)
         changed = relocate(args.repo, args.out, args.from_root, args.to_root)
+        if args.routing is not None:  # one gateway pool's table (trtspec.deploy.gateway)
+            shutil.copyfile(args.routing, args.out / "router" / "routing.json")
     except (RelocateError, OSError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1

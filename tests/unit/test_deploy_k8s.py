@@ -713,6 +713,11 @@ def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path)
             f"{fit.fixed / GIB:.1f} GiB | {fit.need_full / GIB:.1f} GiB | "
             f"{(gpu - fit.fixed) / GIB:.1f} GiB | {sizes[label].startup_seconds} s |"
         )
+    from trtspec.deploy.k8s_pod import gib_quantity
+
+    for label, sizing in sizes.items():  # host memory per pod, from the same plan
+        rows.append(f"| {label} | {gib_quantity(sizing.host_bytes)} | "
+                    f"{gib_quantity(sizing.host_bytes + sizing.shm_bytes)} |")  # fmt: skip
     # request rate -> replicas at the (assumed, stated in the doc) per-instance throughput
     for level, rps in ((8, 4.0), (32, 10.0)):
         cap: Capacity = capacity(sizes["baseline + draft canary"], 60.0, rps)

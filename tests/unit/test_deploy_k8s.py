@@ -277,7 +277,10 @@ def test_tp_pp_beyond_a_node_makes_a_leaderworkerset(tmp_path: Path, monkeypatch
     # the leader waits for its worker's sshd, then mpirun starts 16 ranks, 8 on each pod
     assert command[:2] == ["/bin/sh", f"{TOOLS_DIR}/launch.sh"]
     mpirun = command[2:]
-    ssh = "-p 2222 -o StrictHostKeyChecking=no -i $(HOME)/.ssh/id_trtspec"
+    ssh = (
+        "-p 2222 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+        "-i $(HOME)/.ssh/id_trtspec"
+    )
     assert mpirun[:12] == [
         "mpirun", "--allow-run-as-root", "--host", "$(POD_NAME).big:8,$(POD_NAME)-1.big:8",
         "--mca", "plm_rsh_args", ssh, "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x",

@@ -104,7 +104,10 @@ def triton_argv(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
         )  # fmt: skip
         if sizing.multi_node:
             hosts = ",".join(f"{h}:{sizing.gpus_per_pod}" for h in mpi_hosts(sizing, opts))
-            ssh = f"-p {SSH_PORT} -o StrictHostKeyChecking=no -i $(HOME)/.ssh/id_trtspec"
+            ssh = (
+                f"-p {SSH_PORT} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                "-i $(HOME)/.ssh/id_trtspec"
+            )
             agent = ["--host", hosts, "--mca", "plm_rsh_args", ssh]
             for name in MPI_EXPORTS:
                 agent += ["-x", name]

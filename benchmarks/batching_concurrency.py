@@ -1,6 +1,6 @@
 """Throughput and speculative speedup vs concurrency through the real tritonserver.
 
-The reference engine batches in flight (``trtspec.engine.batching``): every
+The reference engine batches in flight (``trtspec.runtime.engine.batching``): every
 active request's tokens of a step run in one forward, so weight reads are
 shared and aggregate throughput grows with concurrency, while speculation's
 extra (rejected) rows stop being free. This script measures both on the demo

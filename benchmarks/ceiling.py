@@ -2,7 +2,7 @@
 
 Assembles a repository (``baseline``, a ``draft_model`` variant at k=3, an
 ``ngram`` variant, the router, the text models) whose engines are all the
-instant engine (``trtspec.engine.instant_model`` through
+instant engine (``trtspec.runtime.engine.instant_model`` through
 ``trtspec.bench.instant``), serves it with the real tritonserver for each
 simulated step time (``--step-ms``: 0 = the ceiling, 8 = a GPU-like batch
 step), and drives every layer in closed loop at each concurrency level
@@ -28,7 +28,7 @@ step), and drives every layer in closed loop at each concurrency level
 
 ``--flow llmapi`` measures the LLM-API flow instead (a baseline-only ``flow:
 llmapi`` repository whose ``baseline__llmapi`` model is the instant LLM,
-``trtspec.engine.instant_llmapi``): ``engine`` is then that llmapi model alone
+``trtspec.runtime.engine.instant_llmapi``): ``engine`` is then that llmapi model alone
 (its own tensors, text deltas), ``full`` the router as assembled (router →
 llmapi model, the adapter in the router's process) and ``bls`` the router →
 adapter model → llmapi model. ``--stream-intervals`` (e.g. ``1,4``) serves a
@@ -46,7 +46,7 @@ per-token latency *added* over the engine alone, and CPU seconds per token
 of the server's processes (all of them, and per model from the stubs'
 command lines) and of this client. The tokens of every layer are compared to
 the engine's (they must be identical: the instant engine is deterministic).
-The budget of docs/internals.md §6 is checked on the 8 ms step: at 64 in
+The budget of docs/design/serving.md is checked on the 8 ms step: at 64 in
 flight the full path keeps at least 90% of the engine's tokens/s; at 1 in
 flight it adds at most 1 ms to TTFT and 0.2 ms per token at p50.
 ``--check`` exits 3 when a budget line fails. ``--router-instances N``
@@ -54,7 +54,7 @@ serves the router as N processes (the spec's ``router.instances``): one
 process's CPU per token caps what it relays, which a many-core GPU host
 lifts this way. Every server runs under the stub watchdog, as ``trtspec
 serve`` does (``--no-watchdog``: not): a stub that dies or freezes (the
-2.51 deadlock of docs/internals.md §9) is reported and the server
+2.51 deadlock of docs/design/triton-limits.md) is reported and the server
 restarted; the requests that failed count as errors, the clients carry on
 once it is ready, and the run ends with the incidents' count. Without it a
 frozen router stalls the run for good.
@@ -460,7 +460,7 @@ def router_caps(rows: list[dict[str, Any]]) -> list[str]:
             if ms:
                 # the CPU of n processes, each carrying 1/n of the tokens; it
                 # holds at this cell's tokens per response (a saturated router
-                # coalesces what queued up: docs/internals.md §6, seventh round)
+                # coalesces what queued up: docs/design/serving.md)
                 each = f" (its {n} processes' sum)" if n > 1 else ""
                 per = top["tok_s"] / top["resp_s"] if top.get("resp_s") else None
                 at = f", at {per:.1f} tokens a response" if per else ""
@@ -695,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     layers = ["engine", *[s for s in layers if s != "engine"]]  # the reference for "added"
     from trtspec.bench.instant import add_relay, instant_llmapi_repository, instant_repository
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
     from trtspec.serve import Server
 
     rows: list[dict[str, Any]] = []
@@ -770,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nthe floor of any Python router (relay: one bare Python stub, BLS to the engine):")
         for text in floors:
             print(f"  {text}")
-    print("\nbudget (docs/internals.md §6):")
+    print("\nbudget (docs/design/serving.md):")
     failed = False
     for interval in intervals:
         group = [r for r in rows if r["stream_interval"] == interval]

@@ -1,7 +1,7 @@
 """What streaming detokenization costs per token as an answer grows.
 
 Every streamed token of every request passes through
-``trtspec.repo.models.text.IncrementalText`` in the serving path (the
+``trtspec.runtime.text.IncrementalText`` in the serving path (the
 orchestrator code the router runs in its own process, the LLM-API CPU
 stand-in, the OpenAI-compatible reference server), on the router's one
 Python thread. Until this round it decoded the whole output on every push
@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "toolkit"), str(ROOT)]
 
-from trtspec.repo.models.text import REPLACEMENT, IncrementalText, Tokenizer  # noqa: E402
+from trtspec.runtime.text import REPLACEMENT, IncrementalText, Tokenizer  # noqa: E402
 
 SMOLLM2 = ROOT / ".cache" / "models" / "smollm2-135m-instruct"
 # Mixed prose, code and non-ASCII text, so multi-byte characters span tokens.

@@ -4,7 +4,7 @@ The draft → verify loop of the orchestrator, run in process on reference
 engines: each round the draft engine samples ``k`` tokens, and the
 ``draft_tokens_external`` target verifies them. It is the same loop as the
 Triton orchestrator's, with the same per-round seeds
-(``trtspec.speculate.round_seed``) and the same draft budget. The rounds are
+(``trtspec.runtime.speculate.round_seed``) and the same draft budget. The rounds are
 verified two ways, with the same prompts and the same seeds:
 
 * **matching**: the target keeps a draft token when it equals its own draw
@@ -83,8 +83,8 @@ def generate(
     """One request through the draft loop; (drafted, accepted, rounds)."""
     import torch
 
-    from trtspec.engine import GenerationRequest, SamplingParams
-    from trtspec.speculate import draft_budget, round_seed
+    from trtspec.runtime.engine import GenerationRequest, SamplingParams
+    from trtspec.runtime.speculate import draft_budget, round_seed
 
     params = SamplingParams(temperature=temperature)
     seq, out, drafted, accepted, rounds = list(prompt), 0, 0, 0, 0
@@ -143,7 +143,7 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from trtspec.engine import ReferenceEngine
+    from trtspec.runtime.engine import ReferenceEngine
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="trtspec-acceptance-") as tmp:

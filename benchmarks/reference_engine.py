@@ -13,7 +13,7 @@ speculative figure as a speedup over its own side's target-only run:
 * HF ``prompt_lookup_num_tokens=10`` beside our prompt lookup (n-gram drafts
   verified by the ``draft_tokens_external`` engine, one request per round as
   the BLS orchestrator sends them), 10 tokens a round, with the constant and
-  the adaptive draft schedule (``trtspec.speculate.DraftSchedule``);
+  the adaptive draft schedule (``trtspec.runtime.speculate.DraftSchedule``);
 * HF ``assistant_model`` with the int8 copy, once configured for 3 tokens a
   round (``num_assistant_tokens=3``, constant schedule, set on the assistant's
   generation config, where transformers 5 reads them) and once with HF's
@@ -176,9 +176,9 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trtspec.engine import GenerationRequest, ReferenceEngine
-    from trtspec.engine.loader import quantize_int8
-    from trtspec.speculate import (
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine.loader import quantize_int8
+    from trtspec.runtime.speculate import (
         DraftSchedule,
         draft_until_unsure,
         propose_ngram,

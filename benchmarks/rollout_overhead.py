@@ -31,11 +31,11 @@ import threading
 import time
 from pathlib import Path
 
+from trtspec.artifacts import rollout_state as st
 from trtspec.bench.client import Arm, Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.repo import assemble, configs
-from trtspec.repo import rollout_state as st
-from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
 from trtspec.serve import Server
 
 

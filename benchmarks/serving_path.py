@@ -45,7 +45,7 @@ text is compared with the ``llm`` layer's.
 
 Every server runs under the stub watchdog, as ``trtspec serve`` does
 (``--no-watchdog``: not): a stub that dies or freezes (the 2.51 deadlock of
-docs/internals.md §9) is reported and the server restarted, the requests it
+docs/design/triton-limits.md) is reported and the server restarted, the requests it
 held count as errors, and the run goes on; the incidents are counted at the
 end.
 
@@ -183,10 +183,10 @@ class InProcess:
     seen them too: its prefix cache holds them)."""
 
     def __init__(self, engine_dir: Path, prompt_ids: list[list[int]], end_id: Any) -> None:
-        from trtspec.engine import GenerationRequest, ReferenceEngine
-        from trtspec.engine.batching import BatchScheduler
-        from trtspec.engine.config import read_engine_config
-        from trtspec.engine.decode import default_threads
+        from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
+        from trtspec.runtime.engine.batching import BatchScheduler
+        from trtspec.runtime.engine.config import read_engine_config
+        from trtspec.runtime.engine.decode import default_threads
 
         self.request = GenerationRequest
         self.end_id = end_id
@@ -370,7 +370,7 @@ def served(server: Any, layer: str, level: int, jobs: list[tuple[str, list[int]]
 
 
 def measure(name: str, model: Path, root: Path, args: Any) -> list[Row]:
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
     from trtspec.serve import Server
 
     t0 = time.monotonic()
@@ -499,7 +499,7 @@ def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
 
 
 def measure_llmapi(name: str, model: Path, root: Path, args: Any) -> list[Row]:
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
     from trtspec.serve import Server
 
     t0 = time.monotonic()
@@ -700,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the orch and router clients also ask for text_output, as a chat "
         "client does (default: token ids and is_final, as the engine's client; "
-        "the router then streams ids without decoding them, docs/internals.md §5)",
+        "the router then streams ids without decoding them, docs/design/orchestrator.md)",
     )
     add_watchdog_option(p)
     args = p.parse_args(argv)

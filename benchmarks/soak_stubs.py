@@ -80,10 +80,10 @@ PROMPTS = [
 def build_repo(work: Path) -> Path:
     from tests.fixtures.tiny_model import make_tiny_llama
 
+    from trtspec.artifacts.routing import load_routing
     from trtspec.build.reference import build, parse_args
     from trtspec.plan import make_plan
     from trtspec.repo.assemble import assemble
-    from trtspec.repo.routing import load_routing
     from trtspec.spec import load_spec
 
     target = make_tiny_llama(work / "tiny-llama")

@@ -91,7 +91,7 @@ def _run_all(work, n: int) -> dict:
 
 
 def test_concurrent_streams_are_batched_and_exact(served_one_instance) -> None:
-    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
 
     server, target, _ = served_one_instance
     engine = ReferenceEngine.load(target, kv_reuse=0)
@@ -119,7 +119,7 @@ def test_concurrent_streams_are_batched_and_exact(served_one_instance) -> None:
 def test_concurrent_draft_verifications_without_decoupled_mode(served_one_instance) -> None:
     import tritonclient.grpc as grpcclient
 
-    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
 
     server, _, dte = served_one_instance
     engine = ReferenceEngine.load(dte, kv_reuse=0)
@@ -151,7 +151,7 @@ def test_concurrent_draft_verifications_without_decoupled_mode(served_one_instan
 
 def test_long_prompt_with_streams_in_flight(served_one_instance) -> None:
     """A 300-token prefill joins running decodes; every output stays exact."""
-    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
 
     server, target, _ = served_one_instance
     engine = ReferenceEngine.load(target, kv_reuse=0)
@@ -172,7 +172,7 @@ def test_long_prompt_with_streams_in_flight(served_one_instance) -> None:
 
 
 def test_v1_model_type_serves_one_request_at_a_time(served_one_instance) -> None:
-    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
 
     server, target, _ = served_one_instance
     engine = ReferenceEngine.load(target, kv_reuse=0)

@@ -27,7 +27,7 @@ for _entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):
     if _entry and _entry not in sys.path:
         sys.path.insert(0, _entry)
 
-from trtspec.engine.triton_model import TritonPythonModel  # noqa: E402,F401
+from trtspec.runtime.engine.triton_model import TritonPythonModel  # noqa: E402,F401
 """
 
 PROMPT = [5, 17, 42, 99, 7, 250, 31, 8, 64, 12, 77, 3]
@@ -40,7 +40,7 @@ def write_engine_model(
 
     The only place this test builds configs, so it can follow trtspec.repo's builders."""
     from trtspec.repo import configs
-    from trtspec.repo.contract import engine_contract
+    from trtspec.runtime.contract import engine_contract
 
     contract = engine_contract("1.1.0")
     config = configs.base_config(
@@ -166,7 +166,7 @@ def _stream(url: str, model: str, inputs: list) -> tuple[list[list[int]], list, 
 
 
 def test_streaming_matches_in_process_engine(served) -> None:
-    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
 
     server, target, _ = served
     expected = ReferenceEngine.load(target).generate(GenerationRequest(PROMPT, 12)).output_ids
@@ -186,7 +186,7 @@ def test_streaming_matches_in_process_engine(served) -> None:
 def test_draft_verification_and_stats(served) -> None:
     import tritonclient.grpc as grpcclient
 
-    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
 
     server, target, _ = served
     truth = ReferenceEngine.load(target).generate(GenerationRequest(PROMPT, 8)).output_ids
@@ -260,7 +260,7 @@ def test_bad_requests_get_errors_and_model_keeps_serving(served) -> None:
 
 
 def test_concurrent_streams(served) -> None:
-    from trtspec.engine import GenerationRequest, ReferenceEngine, SamplingParams
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine, SamplingParams
 
     server, target, _ = served
     engine = ReferenceEngine.load(target)
@@ -301,8 +301,8 @@ def test_instant_engine_honours_the_engine_contract(served) -> None:
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from trtspec.engine.config import read_engine_config
-    from trtspec.engine.instant_model import next_token
+    from trtspec.runtime.engine.config import read_engine_config
+    from trtspec.runtime.engine.instant_model import next_token
 
     server, target, _ = served
     vocab = read_engine_config(target).vocab_size

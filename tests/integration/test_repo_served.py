@@ -141,7 +141,7 @@ def baseline(served) -> list[Reply]:
 
 
 def test_baseline_streams_deltas_with_stats(served, baseline) -> None:
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
 
     tokenizer = Tokenizer(_tokenizer_dir(served[3]))
     for prompt, reply in zip(PROMPTS, baseline, strict=True):
@@ -220,8 +220,8 @@ def test_every_variant_through_the_router_equals_baseline_at_temperature_zero(
     over BLS (TTFT, token counts, the variant that answered)."""
     import re
 
-    from trtspec.repo import rollout_state as st
-    from trtspec.repo.models.rollout_log import read_lines
+    from trtspec.artifacts import rollout_state as st
+    from trtspec.runtime.models.rollout_log import read_lines
 
     server, _, _, repo = served
     # loaded when the router started, not at each variant's first request
@@ -295,7 +295,7 @@ def test_a_long_answer_is_served_by_every_variant_as_by_the_baseline(served) -> 
 
 
 def _prompt_ids(repo: Path, prompt: str) -> list[int]:
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
 
     return Tokenizer(_tokenizer_dir(repo)).encode(prompt)
 
@@ -310,7 +310,7 @@ def _tokenizer_dir(repo: Path) -> str:
     ("variant", "schedule"), [("ngram", "constant"), ("ngram_adaptive", "adaptive")]
 )
 def test_ngram_counts_are_exact(served, baseline, variant: str, schedule: str) -> None:
-    from trtspec.speculate import propose_ngram, simulate_rounds
+    from trtspec.runtime.speculate import propose_ngram, simulate_rounds
 
     server, _, _, repo = served
     accepted = 0
@@ -352,9 +352,9 @@ def test_ngram_counts_are_exact(served, baseline, variant: str, schedule: str) -
 
 
 def test_draft_model_counts_are_exact(served, baseline) -> None:
-    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
-    from trtspec.engine.sampling import SamplingParams
-    from trtspec.speculate import simulate_rounds
+    from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine.sampling import SamplingParams
+    from trtspec.runtime.speculate import simulate_rounds
 
     server, _, plan, repo = served
     draft_engine = ReferenceEngine.load(str(plan.engine(plan.variants["draft"].draft).dir))
@@ -429,7 +429,7 @@ def test_draft_logits_accept_more_at_temperature(served) -> None:
 
 
 def _end_id(repo: Path) -> int | None:
-    from trtspec.repo.models.text import Tokenizer
+    from trtspec.runtime.text import Tokenizer
 
     return Tokenizer(_tokenizer_dir(repo)).end_id
 
@@ -444,7 +444,7 @@ def test_num_draft_tokens_above_max_draft_len_is_an_error(served) -> None:
 
 
 def test_router_sends_the_canary_share_deterministically(served, baseline) -> None:
-    from trtspec.repo.routing import canary_bucket
+    from trtspec.artifacts.routing import canary_bucket
 
     server = served[0]
     ids = [f"req-{i}" for i in range(8)]
@@ -469,7 +469,7 @@ def test_the_router_never_takes_a_cancellation_token_from_its_client(served) -> 
     a calling model passes down) is not heard, so no client can tie its
     request to another's cancel. Here the named token's flag is already up:
     taken, it would end the request at its first poll."""
-    from trtspec.cancel import PARAMETER
+    from trtspec.runtime.cancel import PARAMETER
 
     server = served[0]
     expected = infer(server, "baseline", PROMPTS[0], max_tokens=64)
@@ -512,7 +512,7 @@ def test_router_falls_back_when_the_draft_engine_fails(served, baseline) -> None
 def test_in_engine_counts_are_the_engines_own(served, variant: str) -> None:
     """The orchestrator reports the engine's total_draft_tokens and
     total_accepted_draft_tokens; the same engine run in process agrees."""
-    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
 
     server, spec, plan, repo = served
     spec_variant = spec.variant(variant)

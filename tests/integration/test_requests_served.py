@@ -12,7 +12,7 @@ tritonserver, driven with tritonclient gRPC streaming:
   fast as alone (compared with a whole long generation, never with absolute
   times, so CPU contention cannot decide it);
 - bad sampling values are the client's error (``INVALID_ARG``, the words of
-  ``trtspec.limits``) at the router, the orchestrator and the engine (a
+  ``trtspec.runtime.limits``) at the router, the orchestrator and the engine (a
   stream's error carries only its message, so the code shows at the engine,
   called without a stream, and in the router's refusal to fall back);
 - the router retries server-side failures on the fallback variant, never a
@@ -406,7 +406,7 @@ def test_a_failure_mid_stream_reaches_the_client_and_frees_the_slot(served) -> N
     the client through the router as the engine's error, long before the
     request's deadline (30 s + 2 s a token, 1,050 s here), and the route's
     one slot (max_concurrency 1) is free for the next request."""
-    from trtspec.repo.models.threads import stream_timeout_us
+    from trtspec.runtime.threads import stream_timeout_us
 
     server, _ = served
     refusal = "exceeds maximum sequence length (512)."

@@ -39,13 +39,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import canary_bucket
 from trtspec.bench.client import Arm, Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, read_lines
-from trtspec.repo.routing import canary_bucket
+from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, read_lines
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ TIMEOUT_S = 20
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     from trtspec.repo import assemble, configs
-    from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("rollout")
@@ -158,7 +158,7 @@ def _send_many(url: str, route: str, ids: list[str], workers: int = 4) -> dict[s
     the advance test, about 150 new streams a second over both routers). Not
     more: tritonserver 2.51's Python backend can deadlock a stub that makes
     decoupled BLS calls at a few hundred new streams a second
-    (docs/internals.md §9), and 16 in flight froze a router in CI (two test
+    (docs/design/triton-limits.md), and 16 in flight froze a router in CI (two test
     processes on two cores) and here in 2 of 7 runs."""
     out: dict[str, Any] = {}
     lock = threading.Lock()

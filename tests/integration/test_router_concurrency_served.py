@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     from trtspec.repo import assemble, configs
-    from trtspec.repo.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("router-limit")

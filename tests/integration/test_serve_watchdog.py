@@ -52,7 +52,7 @@ import pathlib
 
 import triton_python_backend_utils  # noqa: F401  (first: it puts the venv on the path)
 
-from trtspec import heartbeat
+from trtspec.runtime import heartbeat
 
 
 class TritonPythonModel:

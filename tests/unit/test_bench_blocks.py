@@ -185,7 +185,7 @@ def test_prefix_cache_keeps_one_entry_per_prompt_when_a_request_repeats_it() -> 
     prompts as an arm that stores once per request (issue 26 item 6)."""
     import torch
 
-    from trtspec.engine.kv_reuse import PrefixCache, make_cache
+    from trtspec.runtime.engine.kv_reuse import PrefixCache, make_cache
 
     def cache(n: int) -> Any:
         return make_cache([(torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))])

@@ -381,7 +381,7 @@ def test_render_run_writes_every_artefact(tmp_path: Path) -> None:
     assert on_disk["totals"]["requests"] == 64
     assert yaml.safe_load((run / "routing.yaml").read_text()) == summary["routing"]
     # the router's own loader (trtspec repo --routing) accepts what bench writes
-    from trtspec.repo.routing import load_routing
+    from trtspec.artifacts.routing import load_routing
 
     table = load_routing(run / "routing.yaml")
     assert table.routes["code"].variant == "fast"

@@ -1,4 +1,4 @@
-"""The BLS helpers of repo/models/threads.py: the stream deadline formula,
+"""The BLS helpers of runtime/threads.py: the stream deadline formula,
 its enforcement in the caller (``within_deadline``, ``call_within``,
 ``ExecStream``), the reused worker threads they run on (``Workers``), and
 ``BlsStreams`` keeping finished response iterators alive past the 2.51 stub's
@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from trtspec.repo.models import threads
-from trtspec.repo.models.threads import (
+from trtspec.runtime import threads
+from trtspec.runtime.threads import (
     BlsStreams,
     DeadlineExceeded,
     PruningSender,
@@ -132,7 +132,7 @@ def test_call_within_returns_raises_or_gives_up_at_the_deadline() -> None:
 def test_items_that_arrived_meanwhile_come_as_one_batch() -> None:
     """``batches_within_deadline``: what queued up while the reader was busy
     is one batch; a reader that keeps up gets one item at a time."""
-    from trtspec.repo.models.threads import batches_within_deadline
+    from trtspec.runtime.threads import batches_within_deadline
 
     gate = threading.Event()
 
@@ -149,7 +149,7 @@ def test_items_that_arrived_meanwhile_come_as_one_batch() -> None:
 
 
 def test_workers_reuse_an_idle_thread_and_start_one_only_when_all_are_busy() -> None:
-    from trtspec.repo.models.threads import Workers
+    from trtspec.runtime.threads import Workers
 
     pool = Workers(name="test-pool", idle_s=0.5)
     seen: list[int] = []
@@ -179,7 +179,7 @@ def test_workers_reuse_an_idle_thread_and_start_one_only_when_all_are_busy() -> 
 
 
 def test_a_failing_job_does_not_take_its_worker_down() -> None:
-    from trtspec.repo.models.threads import Workers
+    from trtspec.runtime.threads import Workers
 
     pool = Workers(name="test-pool", idle_s=5)
     pool.run(lambda: {}["missing"])
@@ -189,7 +189,7 @@ def test_a_failing_job_does_not_take_its_worker_down() -> None:
 
 
 def test_exec_stream_calls_and_pumps_on_one_thread_and_keeps_the_iterator() -> None:
-    from trtspec.repo.models.threads import ExecStream
+    from trtspec.runtime.threads import ExecStream
 
     threads: set[int] = set()
     kept: list[Any] = []
@@ -216,7 +216,7 @@ def test_exec_stream_calls_and_pumps_on_one_thread_and_keeps_the_iterator() -> N
 
 
 def test_exec_stream_passes_errors_on_and_gives_up_on_a_stuck_exec() -> None:
-    from trtspec.repo.models.threads import ExecStream
+    from trtspec.runtime.threads import ExecStream
 
     def broken() -> Any:
         raise RuntimeError("target: model unavailable")
@@ -238,7 +238,7 @@ def test_a_finished_jobs_references_go_while_its_worker_lives_on() -> None:
     a pool that kept a thread's first job (in the Thread's arguments, say)
     until the thread ended crashed tritonserver 2.51 within minutes
     (``boost::interprocess::lock_exception`` in the Python backend)."""
-    from trtspec.repo.models.threads import Workers
+    from trtspec.runtime.threads import Workers
 
     class Request:
         pass
@@ -368,7 +368,7 @@ class FakeRequest:
 
 
 def test_the_pruning_sender_sends_only_the_requested_outputs() -> None:
-    # on 2.51 the stub would prune the rest without the GIL (docs/internals.md §9)
+    # on 2.51 the stub would prune the rest without the GIL (docs/design/triton-limits.md)
     raw = SlowSender()
     sender = PruningSender.wrap(raw, FakeRequest(["text_output", "is_final"]), FakeResponse)
     full = FakeResponse([FakeTensor(n) for n in ("text_output", "output_ids", "is_final")])

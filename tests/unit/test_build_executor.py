@@ -146,7 +146,7 @@ def test_changed_key_rebuilds_only_that_unit(tmp_path: Path) -> None:
     root = tmp_path / "engines" / "t"
     plan = make_plan_for(root, tmp_path / "no-flag")
     execute(plan, backend=ReferenceBackend())
-    # the packed weights the spec's engines share (engine/shared_weights.py):
+    # the packed weights the spec's engines share (runtime/engine/shared_weights.py):
     # kept while nothing is rebuilt, removed with a rebuilt engine's old weights
     shared = root / SHARED_WEIGHTS / "packed-0.bin"
     shared.parent.mkdir()

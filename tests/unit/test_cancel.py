@@ -1,4 +1,4 @@
-"""trtspec.cancel: one request's cancellation seen by every model of a chain."""
+"""trtspec.runtime.cancel: one request's cancellation seen by every model of a chain."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trtspec import cancel
-from trtspec.cancel import PARAMETER, Cancellation, cancel_stream
+from trtspec.runtime import cancel
+from trtspec.runtime.cancel import PARAMETER, Cancellation, cancel_stream
 
 
 class Sender:

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from tests.unit.test_bench_summary import row
 
+from trtspec.artifacts.routing import InFlight, canary_bucket, choose, load_routing
 from trtspec.bench.decide import judge_arm
 from trtspec.bench.report import console_lines, render_run
 from trtspec.bench.summary import DEFAULT_DECISION, build_summary
-from trtspec.repo.routing import InFlight, canary_bucket, choose, load_routing
 
 BASE = [100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 100.0]
 

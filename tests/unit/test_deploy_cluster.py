@@ -208,7 +208,7 @@ def test_host_memory_comes_from_the_memory_plan(tmp_path: Path, monkeypatch) -> 
     # GPU) into host memory, beside its process; plus tritonserver and the stubs
     host = HOST_BASE_BYTES + 8 * (HOST_PER_RANK_BYTES + target.fixed)
     assert sizing["host_memory_bytes_per_pod"] == host
-    assert 17 * GIB < target.fixed < 18 * GIB  # 70B bf16 at TP 8 (docs/deploy.md's table)
+    assert 17 * GIB < target.fixed < 18 * GIB  # 70B bf16 at TP 8 (docs/guide/deploy.md's table)
     docs = objects(out)
     pod = pods(docs)[0]
     c = pod["containers"][0]

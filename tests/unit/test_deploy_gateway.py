@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from tests.fixtures.k8s_schemas import kubectl_apply_reads, schema_errors
 from tests.unit.test_deploy_k8s import make_built_repo
 
+from trtspec.artifacts.routing import load_routing
 from trtspec.cli.main import cli
 from trtspec.deploy.options import REPO_DIR
-from trtspec.repo.routing import load_routing
 
 IMAGE = "registry.example.com/trtspec:0.1.0-25.12"
 

@@ -20,6 +20,7 @@ import yaml
 from click.testing import CliRunner
 from tests.fixtures.k8s_schemas import kubectl_apply_reads, schema_errors
 
+from trtspec.artifacts.routing import RouteRule, RoutingTable
 from trtspec.cli.main import cli
 from trtspec.deploy.k8s_multinode import LAUNCH
 from trtspec.deploy.k8s_pod import TOOLS_DIR
@@ -27,7 +28,6 @@ from trtspec.deploy.options import REPO_DIR
 from trtspec.fingerprint import repository_hash
 from trtspec.plan import make_plan
 from trtspec.repo.assemble import assemble
-from trtspec.repo.routing import RouteRule, RoutingTable
 from trtspec.serve.access import restricted_api_args
 from trtspec.serve.launch import (
     ORCHESTRATOR_ENV,
@@ -194,7 +194,7 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
             "command": [
                 "python3",
                 "-m",
-                "trtspec.heartbeat",
+                "trtspec.runtime.heartbeat",
                 "/tmp/trtspec-heartbeat",
                 "--live-url",
                 "http://127.0.0.1:8000/v2/health/live",
@@ -683,12 +683,12 @@ def test_rate_and_measured_throughput_set_the_replicas(tmp_path: Path, monkeypat
     assert "--rate sets the replicas: leave out --replicas" in res.stderr
 
 
-# ----------------------------------------------- docs/deploy.md's sizing case
-DOC = ROOT / "docs" / "deploy.md"
+# ----------------------------------------------- docs/guide/deploy.md's sizing case
+DOC = ROOT / "docs" / "guide" / "deploy.md"
 
 
 def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path) -> None:
-    """docs/deploy.md sizes Llama-3.1-70B + an 8B draft at TP 8 on 141 GB H200
+    """docs/guide/deploy.md sizes Llama-3.1-70B + an 8B draft at TP 8 on 141 GB H200
     nodes; every number in its table is recomputed here from the memory plan."""
     from trtspec.deploy.sizing import Capacity, capacity, served_fit, size_instance
     from trtspec.memory import GIB, memory_plan, parse_size
@@ -728,4 +728,4 @@ def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path)
                     f"{cap.pods} | {cap.gpus} |")  # fmt: skip
     doc = DOC.read_text(encoding="utf-8")
     missing = [row for row in rows if row not in doc]
-    assert not missing, "docs/deploy.md's sizing table is stale:\n" + "\n".join(rows)
+    assert not missing, "docs/guide/deploy.md's sizing table is stale:\n" + "\n".join(rows)

@@ -12,11 +12,11 @@ import pytest
 from tests.unit.test_bench_summary import row
 from tests.unit.test_decide_concurrency import BASE
 
+from trtspec.artifacts.routing import InFlight, choose, parse_routing
 from trtspec.bench.decide import draft_len_schedule, k_table
 from trtspec.bench.report import render_markdown
 from trtspec.bench.summary import build_summary
 from trtspec.errors import RepoError
-from trtspec.repo.routing import InFlight, choose, parse_routing
 
 
 def k_sweep(speedups: dict[int, dict[int, float]]) -> list[dict[str, Any]]:

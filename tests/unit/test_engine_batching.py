@@ -17,8 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.engine import GenerationRequest, ReferenceEngine, SamplingParams, batching, fastpath
-from trtspec.engine.batching import BatchScheduler, serve_all, wait_idle
+from trtspec.runtime.engine import (
+    GenerationRequest,
+    ReferenceEngine,
+    SamplingParams,
+    batching,
+    fastpath,
+)
+from trtspec.runtime.engine.batching import BatchScheduler, serve_all, wait_idle
 
 MODES = ["none", "dte", "medusa", "eagle", "lookahead"]
 PROMPTS = [
@@ -281,7 +287,7 @@ def test_a_failing_request_fails_alone(loaded, monkeypatch) -> None:
 def test_an_idle_scheduler_trims_the_heap_once_and_not_between_close_requests(
     loaded, monkeypatch
 ) -> None:
-    from trtspec.engine import loader
+    from trtspec.runtime.engine import loader
 
     engine = loaded["none"]
     trims: list[int] = []

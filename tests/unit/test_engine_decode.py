@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trtspec.engine import GenerationRequest, ReferenceEngine, RequestError, SamplingParams
+from trtspec.runtime.engine import GenerationRequest, ReferenceEngine, RequestError, SamplingParams
 
 PROMPTS = [
     list(range(5, 40)),
@@ -80,7 +80,7 @@ def test_eagle_tree_siblings_do_not_leak_into_the_chain(loaded) -> None:
     """The [0]-path of a tree equals the pure top-1 chain: the tree mask isolates branches."""
     import torch
 
-    from trtspec.engine.kv_reuse import make_cache
+    from trtspec.runtime.engine.kv_reuse import make_cache
 
     tree = loaded["eagle"]
     chain = ReferenceEngine(
@@ -262,7 +262,7 @@ def _exact_pair_probs(model, prompt: list[int], sampler_params: SamplingParams) 
     """P(t1, t2) under the target's own sampling distribution, computed directly."""
     import torch
 
-    from trtspec.engine.sampling import Sampler
+    from trtspec.runtime.engine.sampling import Sampler
 
     sampler = Sampler(sampler_params)
     with torch.inference_mode():
@@ -593,7 +593,7 @@ def test_confidence_draft_loop_is_lossless_and_stops_where_the_draft_is_unsure(
     the target's token for token, and every round's draft is the draft's own
     greedy continuation cut after its first token below the threshold (checked
     against one plain k-token draft call with its logits)."""
-    from trtspec.speculate import draft_until_unsure, token_probability
+    from trtspec.runtime.speculate import draft_until_unsure, token_probability
 
     cap, n = 6, 24
     probe = draft_engine.generate(GenerationRequest(PROMPTS[0], 12, return_generation_logits=True))

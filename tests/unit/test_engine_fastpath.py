@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trtspec.engine import fastpath
-from trtspec.engine.kv_reuse import cache_kwarg, make_cache
-from trtspec.engine.loader import onednn_enabled, pack_linear, pack_linears
+from trtspec.runtime.engine import fastpath
+from trtspec.runtime.engine.kv_reuse import cache_kwarg, make_cache
+from trtspec.runtime.engine.loader import onednn_enabled, pack_linear, pack_linears
 
 needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="oneDNN not available")
 
@@ -184,7 +184,7 @@ def test_loaded_weights_leave_the_file_but_the_embedding_maps_it(tiny_llama, tmp
     import gc
     import shutil
 
-    from trtspec.engine.loader import map_input_embeddings, own_weights
+    from trtspec.runtime.engine.loader import map_input_embeddings, own_weights
 
     folder = tmp_path / "hf"
     shutil.copytree(tiny_llama, folder)
@@ -214,7 +214,7 @@ def test_loaded_weights_leave_the_file_but_the_embedding_maps_it(tiny_llama, tmp
 
 
 def test_an_embedding_the_file_does_not_hold_stays_as_loaded(tiny_llama, tmp_path) -> None:
-    from trtspec.engine.loader import map_input_embeddings
+    from trtspec.runtime.engine.loader import map_input_embeddings
 
     model = _tiny_qwen2()  # built in memory: its weights are not those of tiny_llama's file
     before = model.get_input_embeddings().weight.data_ptr()

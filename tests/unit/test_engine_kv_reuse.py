@@ -1,4 +1,4 @@
-"""The reference engine's prefix cache (engine/kv_reuse.PrefixCache): an LRU
+"""The reference engine's prefix cache (runtime/engine/kv_reuse.PrefixCache): an LRU
 bounded by entries and by the tokens its entries hold, as TensorRT-LLM's KV
 pool bounds what it keeps for reuse by blocks."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trtspec.engine.kv_reuse import PrefixCache, make_cache
+from trtspec.runtime.engine.kv_reuse import PrefixCache, make_cache
 
 
 def _cache(n: int) -> Any:
@@ -56,7 +56,7 @@ def test_an_extended_sequence_replaces_its_prefix_and_the_count_follows() -> Non
 
 
 def test_the_engine_budget_is_a_full_batch_of_its_longest_sequences(every_mode_engines) -> None:
-    from trtspec.engine import ReferenceEngine
+    from trtspec.runtime.engine import ReferenceEngine
 
     engine = ReferenceEngine.load(every_mode_engines["none"], threads=1)
     cfg = engine.config

@@ -1,4 +1,4 @@
-"""The lean loader (engine/lean_model.py) and the engine's own KV cache.
+"""The lean loader (runtime/engine/lean_model.py) and the engine's own KV cache.
 
 A model loaded without transformers must be the Hugging Face-loaded one bit
 for bit: the rotary tables against the installed transformers' default RoPE,
@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import torch
 
-from trtspec.engine import fastpath, lean_model
-from trtspec.engine.kv_reuse import KVCache, crop_cache, make_cache, select_cache
-from trtspec.engine.loader import load_target, uses_lean_loader
+from trtspec.runtime.engine import fastpath, lean_model
+from trtspec.runtime.engine.kv_reuse import KVCache, crop_cache, make_cache, select_cache
+from trtspec.runtime.engine.loader import load_target, uses_lean_loader
 
 PROMPTS = [[5, 17, 33, 2, 99, 41, 7, 250, 12], [40, 41, 42, 43, 44, 45, 40, 41]]
 
@@ -108,7 +108,7 @@ def _logits(model: Any, prefix: list[int], tokens: list[int], mask=None, positio
 
 def _tree(past: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Root + two children + a grandchild under the first child."""
-    from trtspec.engine.decode import tree_inputs
+    from trtspec.runtime.engine.decode import tree_inputs
 
     inputs = tree_inputs(4, past, 1, [1, 1, 2], [[0], [1], [0, 2]])
     return inputs["attention_mask"], inputs["position_ids"]
@@ -164,7 +164,7 @@ def engines(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
 def test_engine_greedy_tokens_and_logits_equal_the_hugging_face_loaded_engine(
     engines, kind: str, hf_greedy, monkeypatch
 ) -> None:
-    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
 
     runs = {}
     for lean in ("1", "0"):
@@ -185,8 +185,8 @@ def test_engine_greedy_tokens_and_logits_equal_the_hugging_face_loaded_engine(
 
 PROBE = """
 import json, sys
-from trtspec.engine.batching import BatchScheduler, serve_all
-from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+from trtspec.runtime.engine.batching import BatchScheduler, serve_all
+from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
 engine = ReferenceEngine.load(sys.argv[1], threads=1)
 scheduler = BatchScheduler(engine)
 prompts = json.loads(sys.argv[2])
@@ -220,7 +220,7 @@ def test_without_the_fast_path_the_engine_runs_the_hugging_face_forward(
 ) -> None:
     from transformers import DynamicCache
 
-    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
 
     monkeypatch.setenv("TRTSPEC_ENGINE_FASTPATH", "0")
     engine = ReferenceEngine.load(engines["none"], threads=1)
@@ -376,7 +376,7 @@ def test_int8_quantization_is_quantize_dynamics_bit_for_bit(tied: bool) -> None:
     import copy
     import warnings
 
-    from trtspec.engine.loader import quantize_int8
+    from trtspec.runtime.engine.loader import quantize_int8
 
     model = _model("qwen2", tie_word_embeddings=tied)
     want = copy.deepcopy(model)

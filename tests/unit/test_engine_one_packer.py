@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trtspec.engine import loader  # noqa: E402
+from trtspec.runtime.engine import loader  # noqa: E402
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ def test_an_engine_load_takes_the_folders_lock(
     from tests.fixtures.spec_checkpoints import build_engine
     from tests.fixtures.tiny_model import make_tiny_llama
 
-    from trtspec.engine.decode import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
 
     model = make_tiny_llama(tmp_path / "model", num_layers=1)
     engine = build_engine(model, tmp_path / "engines" / "target", "none")

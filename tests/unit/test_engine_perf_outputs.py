@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from trtspec.engine import triton_model
-from trtspec.repo.contract import PERF_OUTPUTS
+from trtspec.runtime.contract import PERF_OUTPUTS
+from trtspec.runtime.engine import triton_model
 
 
 class Tensor:

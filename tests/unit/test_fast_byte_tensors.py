@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import pytriton
 
-from trtspec.repo import models
+from trtspec.runtime import models
 
 
 def _real_utils() -> types.ModuleType:

@@ -1,4 +1,4 @@
-"""trtspec.heartbeat: what a stub writes and what the watchdog reads of it."""
+"""trtspec.runtime.heartbeat: what a stub writes and what the watchdog reads of it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from trtspec import health, heartbeat
+from trtspec.runtime import health, heartbeat
 
 
 def test_no_folder_no_heartbeat(monkeypatch) -> None:
@@ -25,7 +25,7 @@ def test_a_beating_process_stays_young_and_a_stopped_one_ages(tmp_path: Path) ->
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from trtspec import heartbeat\n"
+            "from trtspec.runtime import heartbeat\n"
             "assert heartbeat.start(sys.argv[1], interval_s=0.05)\n"
             "assert heartbeat.start(sys.argv[1], interval_s=0.05)  # once per process\n"
             "print('up', flush=True)\n"
@@ -115,7 +115,7 @@ def test_the_liveness_command(tmp_path: Path, capfd) -> None:
     assert heartbeat.main([str(folder), "--live-url", url]) == 1  # nobody listens
     # as the probe runs it: a fresh interpreter, stdlib and trtspec only
     ok = subprocess.run(
-        [sys.executable, "-m", "trtspec.heartbeat", str(folder)],
+        [sys.executable, "-m", "trtspec.runtime.heartbeat", str(folder)],
         capture_output=True,
         text=True,
         check=False,

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from trtspec.repo import in_flight
-from trtspec.repo.in_flight import SharedInFlight, run_key
-from trtspec.repo.routing import Choice, choose, parse_routing
+from trtspec.artifacts.routing import Choice, choose, parse_routing
+from trtspec.runtime import in_flight
+from trtspec.runtime.in_flight import SharedInFlight, run_key
 
 ROUTES = {
     "routes": {
@@ -275,7 +275,7 @@ def test_a_failing_file_falls_back_to_own_counts(
     def refuse(*_: Any) -> None:
         raise OSError("no locks here")
 
-    monkeypatch.setattr("trtspec.repo.in_flight.fcntl.flock", refuse)
+    monkeypatch.setattr("trtspec.runtime.in_flight.fcntl.flock", refuse)
     assert [admit(a, "code").variant for _ in range(4)] == ["ngram"] * 3 + ["baseline"]
     a.release(TABLE, "code", held[0])  # never raises
     assert a.count("code") == 2

@@ -1,4 +1,4 @@
-"""The router's in-process variant runner (``trtspec.repo.models.inprocess``)
+"""The router's in-process variant runner (``trtspec.runtime.models.inprocess``)
 with the orchestrator's real ``_Generation`` and a stand-in
 ``triton_python_backend_utils`` whose engine streams what each test says.
 
@@ -217,15 +217,15 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from tritonclient.grpc import model_config_pb2 as mc
 
     names = [
-        "trtspec.repo.models.protocol",
-        "trtspec.repo.models.orchestrator",
-        "trtspec.repo.models.inprocess",
-        "trtspec.repo.models.llmapi_adapter",
+        "trtspec.runtime.models.protocol",
+        "trtspec.runtime.models.orchestrator",
+        "trtspec.runtime.models.inprocess",
+        "trtspec.runtime.models.llmapi_adapter",
     ]
     saved = {n: sys.modules.pop(n) for n in names if n in sys.modules}
-    # `from trtspec.repo.models import x` reads the package's attribute first:
+    # `from trtspec.runtime.models import x` reads the package's attribute first:
     # drop those too, or a fresh module would meet a stale sibling
-    package = importlib.import_module("trtspec.repo.models")
+    package = importlib.import_module("trtspec.runtime.models")
     attrs = {n: package.__dict__.pop(n.rpartition(".")[2], None) for n in names}
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
     config = mc.ModelConfig(name="baseline", backend="python")
@@ -242,7 +242,7 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     (tmp_path / "baseline" / "1").mkdir(parents=True)
     (tmp_path / "baseline" / "config.pbtxt").write_text(text_format.MessageToString(config))
     (tmp_path / "baseline" / "1" / "model.py").write_text(
-        "from trtspec.repo.models.orchestrator import TritonPythonModel\n"
+        "from trtspec.runtime.models.orchestrator import TritonPythonModel\n"
     )
     # the LLM-API flow's adapter "ad" in front of its llmapi model "ad__llmapi"
     adapter = mc.ModelConfig(name="ad", backend="python")
@@ -251,9 +251,9 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     (tmp_path / "ad" / "1").mkdir(parents=True)
     (tmp_path / "ad" / "config.pbtxt").write_text(text_format.MessageToString(adapter))
     (tmp_path / "ad" / "1" / "model.py").write_text(
-        "from trtspec.repo.models.llmapi_adapter import TritonPythonModel\n"
+        "from trtspec.runtime.models.llmapi_adapter import TritonPythonModel\n"
     )
-    from trtspec.repo.models import text as text_module
+    from trtspec.runtime import text as text_module
 
     monkeypatch.setattr(text_module, "Tokenizer", lambda folder, **_: Text())
     (tmp_path / "echo" / "1").mkdir(parents=True)
@@ -263,7 +263,7 @@ def inprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     ENGINE.__init__()  # type: ignore[misc]
     Logger.lines = []
     try:
-        module = importlib.import_module("trtspec.repo.models.inprocess")
+        module = importlib.import_module("trtspec.runtime.models.inprocess")
         variants = module.InProcessVariants(tmp_path)
         variants.model("baseline").text = Text()
         yield variants
@@ -325,7 +325,7 @@ def test_every_response_is_counted_and_the_rollout_sees_the_first_and_the_final(
 def test_a_stalled_engine_ends_at_the_requests_deadline_in_the_variants_name(
     inprocess: Any,
 ) -> None:
-    from trtspec.repo.models.threads import DeadlineExceeded
+    from trtspec.runtime.threads import DeadlineExceeded
 
     ENGINE.script = [[4], "stall"]
     started = time.monotonic()
@@ -340,7 +340,7 @@ def test_a_stalled_engine_ends_at_the_requests_deadline_in_the_variants_name(
 def test_the_deadline_bounds_the_whole_request_not_each_call(inprocess: Any) -> None:
     """A request whose deadline has already passed asks the engine nothing
     more: the call gets no time of its own."""
-    from trtspec.repo.models.threads import DeadlineExceeded
+    from trtspec.runtime.threads import DeadlineExceeded
 
     ENGINE.script = ["stall"]
     with pytest.raises(DeadlineExceeded):
@@ -348,7 +348,7 @@ def test_the_deadline_bounds_the_whole_request_not_each_call(inprocess: Any) -> 
 
 
 def test_a_cancel_stops_the_generation_between_steps(inprocess: Any) -> None:
-    from trtspec.cancel import Cancelled
+    from trtspec.runtime.cancel import Cancelled
 
     cancel = Cancel()
     cancel.cancelled = True
@@ -359,7 +359,7 @@ def test_a_cancel_stops_the_generation_between_steps(inprocess: Any) -> None:
 
 
 def test_an_engine_refusal_is_the_clients_error_named_for_the_variant(inprocess: Any) -> None:
-    from trtspec.repo.models.protocol import CalleeError
+    from trtspec.runtime.models.protocol import CalleeError
 
     ENGINE.script = ["invalid request: Prompt length (3) exceeds maximum input length (2)."]
     with pytest.raises(CalleeError) as info:
@@ -369,7 +369,7 @@ def test_an_engine_refusal_is_the_clients_error_named_for_the_variant(inprocess:
 
 
 def test_a_bad_value_is_the_clients_error_before_any_engine_call(inprocess: Any) -> None:
-    from trtspec.repo.models.protocol import CalleeError
+    from trtspec.runtime.models.protocol import CalleeError
 
     with pytest.raises(CalleeError) as info:
         run(inprocess, max_tokens=0)
@@ -380,7 +380,7 @@ def test_a_bad_value_is_the_clients_error_before_any_engine_call(inprocess: Any)
 def test_responses_that_queued_up_go_out_as_one(inprocess: Any, monkeypatch) -> None:
     """Engine responses that arrived while the last one was being answered
     are answered together: fewer, fuller responses under load, same text."""
-    from trtspec.repo.models import orchestrator
+    from trtspec.runtime.models import orchestrator
 
     ENGINE.script = [[4], [5], [6], [7]]
     real = orchestrator.ExecStream
@@ -463,7 +463,7 @@ def test_streamed_responses_are_built_of_the_asked_outputs_and_never_pruned(
     look at it (``send_exact``): only the final response, with its stats, is
     pruned. The rollout still gets the first token's time, whether or not the
     client asked for the outputs that carry tokens, and the final stats."""
-    from trtspec.repo.models.threads import PruningSender
+    from trtspec.runtime.threads import PruningSender
 
     class Request:
         def requested_output_names(self) -> list[str]:
@@ -497,7 +497,7 @@ def test_streamed_responses_are_built_of_the_asked_outputs_and_never_pruned(
 
 
 def test_wants_text_reads_the_clients_requested_outputs(inprocess: Any) -> None:
-    from trtspec.repo.models.protocol import wants_text  # imported by the fixture
+    from trtspec.runtime.models.protocol import wants_text  # imported by the fixture
 
     class Request:
         def __init__(self, names: list[str]) -> None:
@@ -512,7 +512,7 @@ def test_wants_text_reads_the_clients_requested_outputs(inprocess: Any) -> None:
 
 
 def test_tokens_held_by_stream_interval_go_out_before_an_error(inprocess: Any) -> None:
-    from trtspec.repo.models.protocol import CalleeError
+    from trtspec.runtime.models.protocol import CalleeError
 
     ENGINE.script = [[4], [5], "invalid request: the engine gave up"]
     ENGINE.step_s = 0.02
@@ -525,7 +525,7 @@ def test_tokens_held_by_stream_interval_go_out_before_an_error(inprocess: Any) -
 
 @pytest.mark.parametrize("value", ["0", "-2", "four"])
 def test_a_bad_stream_interval_parameter_fails_the_model_load(inprocess: Any, value: str) -> None:
-    from trtspec.repo.models import orchestrator
+    from trtspec.runtime.models import orchestrator
 
     params = {
         "variant": "v",
@@ -543,7 +543,7 @@ def test_a_bad_stream_interval_parameter_fails_the_model_load(inprocess: Any, va
 def test_the_llmapi_adapter_runs_in_process_against_its_llmapi_model(inprocess: Any) -> None:
     """router → llmapi model: the adapter's own request, its deltas relayed
     (what queued up as one), counted, tracked, and its final response named."""
-    assert inprocess.kind("ad") == "trtspec.repo.models.llmapi_adapter"
+    assert inprocess.kind("ad") == "trtspec.runtime.models.llmapi_adapter"
     ENGINE.script = [[4], [5], [6]]
     sender, progress = Sender(), Progress(30.0)
     inprocess.run("ad", _request(max_tokens=3), sender, progress, Cancel())
@@ -559,7 +559,7 @@ def test_the_llmapi_adapter_runs_in_process_against_its_llmapi_model(inprocess: 
 
 
 def test_a_stalled_llmapi_model_ends_at_the_routers_deadline(inprocess: Any) -> None:
-    from trtspec.repo.models.threads import DeadlineExceeded
+    from trtspec.runtime.threads import DeadlineExceeded
 
     ENGINE.script = [[4], "stall"]
     started = time.monotonic()
@@ -578,7 +578,7 @@ def test_the_router_loads_its_in_process_variants_at_start(inprocess: Any) -> No
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "config.pbtxt").write_text("this is { not a config")
     (repo / "broken" / "1" / "model.py").write_text(
-        "from trtspec.repo.models.orchestrator import TritonPythonModel\n"
+        "from trtspec.runtime.models.orchestrator import TritonPythonModel\n"
     )
     warnings: list[str] = []
     loaded = inprocess.preload(["ad", "baseline", "broken", "echo", "missing"], warnings.append)

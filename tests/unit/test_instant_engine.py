@@ -1,4 +1,4 @@
-"""The instant engine (trtspec.engine.instant_model) without a server: its
+"""The instant engine (trtspec.runtime.engine.instant_model) without a server: its
 token rule, draft verification and step bookkeeping; the repository swap of
 trtspec.bench.instant; and benchmarks/ceiling.py's ``--help`` and budget lines.
 The served contract is checked in tests/integration/test_instant_served.py."""
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tests.fixtures.benchmarks import benchmark_module
 
-from trtspec.engine.instant_model import FIRST_TOKEN, _Sequence, next_token
+from trtspec.runtime.engine.instant_model import FIRST_TOKEN, _Sequence, next_token
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 387
@@ -95,7 +95,9 @@ def test_use_instant_engines_rewrites_only_the_engines(tmp_path: Path) -> None:
         config = configs.read_config(repo / name / "config.pbtxt")
         assert configs.parameters_of(config)[STEP_PARAMETER] == "8"
         assert config.model_transaction_policy.decoupled == (name == "target")
-        assert "trtspec.engine.instant_model" in (repo / name / "1" / "model.py").read_text()
+        assert (
+            "trtspec.runtime.engine.instant_model" in (repo / name / "1" / "model.py").read_text()
+        )
     assert (repo / "baseline" / "1" / "model.py").read_text() == "original\n"
     with pytest.raises(Exception, match="negative"):
         use_instant_engines(repo, -1)
@@ -204,8 +206,8 @@ def test_ceiling_never_waits_for_good_on_a_silent_model(monkeypatch: pytest.Monk
 
 
 def test_the_instant_llm_steps_every_request_to_its_max_tokens() -> None:
-    from trtspec.engine.decode import GenerationRequest
-    from trtspec.engine.instant_llmapi import InstantScheduler
+    from trtspec.runtime.engine.decode import GenerationRequest
+    from trtspec.runtime.engine.instant_llmapi import InstantScheduler
 
     scheduler = InstantScheduler(0.0, vocab=50, avoid=(7, 0))
     try:
@@ -249,7 +251,7 @@ def test_instant_llmapi_repository_serves_the_instant_llm(tmp_path: Path) -> Non
         instant_llmapi_repository,
     )
     from trtspec.repo import configs
-    from trtspec.repo.models.inprocess import PARAMETER
+    from trtspec.runtime.models.inprocess import PARAMETER
 
     tokenizer = tmp_path / "tok"
     tokenizer.mkdir()
@@ -258,11 +260,12 @@ def test_instant_llmapi_repository_serves_the_instant_llm(tmp_path: Path) -> Non
     repo = instant_llmapi_repository(tmp_path / "r", tokenizer, 8, stream_interval=4)
     assert engine_models(repo, "llmapi") == ["baseline__llmapi"]
     llm = repo / "baseline__llmapi"
-    assert "trtspec.engine.instant_llmapi" in (llm / "1" / "model.py").read_text()
+    assert "trtspec.runtime.engine.instant_llmapi" in (llm / "1" / "model.py").read_text()
     assert configs.parameters_of(configs.read_config(llm / "config.pbtxt"))[STEP_PARAMETER] == "8"
     assert yaml.safe_load((llm / "1" / "model.yaml").read_text())["stream_interval"] == 4
     assert (
-        "trtspec.repo.models.llmapi_adapter" in (repo / "baseline" / "1" / "model.py").read_text()
+        "trtspec.runtime.models.llmapi_adapter"
+        in (repo / "baseline" / "1" / "model.py").read_text()
     )
     routers = {
         name: configs.parameters_of(configs.read_config(repo / name / "config.pbtxt"))[PARAMETER]

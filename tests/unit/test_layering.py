@@ -1,8 +1,8 @@
 """The import graph of the ``trtspec`` package, drawn from the source with
 ``ast``: no import cycles between modules at module level, the plan (pure
-data) never reaches into the executor's ``build`` package, the engine that
-runs inside tritonserver imports nothing from ``build``, and the mode
-catalogue (imported inside tritonserver) needs only the standard library."""
+data) never reaches into the executor's ``build`` package, what runs inside
+tritonserver (``trtspec.runtime``) reaches nothing of the build side, and the
+mode catalogue (imported inside tritonserver) needs only the standard library."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
     ("source", "target"),
     [
         ("trtspec.plan", "trtspec.build"),  # the plan is data; the executor runs it
-        ("trtspec.engine", "trtspec.build"),  # the engine runs inside tritonserver
+        ("trtspec.runtime.engine", "trtspec.build"),  # the engine runs inside tritonserver
         ("trtspec.trtllm_argv", "trtspec.build"),
         ("trtspec.catalogue", "trtspec"),
         ("trtspec.bench.decide", "trtspec.bench.summary"),
@@ -178,6 +178,56 @@ def test_forbidden_arrows(source: str, target: str) -> None:
     if source == "trtspec.catalogue":
         found = [a for a in found if not a.endswith("-> trtspec.catalogue")]
     assert found == []
+
+
+# The build side: what turns a spec into engines and a repository, and
+# measures it. Nothing inside tritonserver may reach these.
+BUILD_SIDE = (
+    "trtspec.spec",
+    "trtspec.modes",
+    "trtspec.plan",
+    "trtspec.build",
+    "trtspec.repo",
+    "trtspec.serve",
+    "trtspec.bench",
+    "trtspec.flows",
+    "trtspec.deploy",
+    "trtspec.rollout",
+    "trtspec.cli",
+)
+
+
+def reached(edges: dict[str, set[str]], roots: list[str]) -> set[str]:
+    """Every module importing ``roots`` loads (its packages' ``__init__`` too)."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module in seen or module not in edges:
+            continue
+        seen.add(module)
+        todo.extend(edges[module])
+        parts = module.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+    return seen
+
+
+def test_the_runtime_reaches_nothing_of_the_build_side() -> None:
+    # Transitively, function-level imports included: a stub that loads the
+    # router must not load the spec, the plan or the repository generator.
+    edges = graph(top_level_only=False)
+    runtime = [m for m in MODULES if m.startswith("trtspec.runtime")]
+    assert "trtspec.runtime.models.router" in runtime
+    assert "trtspec.runtime.engine.triton_model" in runtime
+    loaded = reached(edges, runtime)
+    assert "trtspec.artifacts.routing" in loaded  # the walk follows imports
+    found = sorted(m for m in loaded if any(m == b or m.startswith(b + ".") for b in BUILD_SIDE))
+    assert found == []
+
+
+def test_reached_follows_imports_to_the_build_side() -> None:
+    edges = {"a.x": {"b.y"}, "b.y": {"c"}, "a": set(), "b": set(), "c": set(), "d": set()}
+    assert reached(edges, ["a.x"]) == {"a", "a.x", "b", "b.y", "c"}
 
 
 def test_catalogue_imports_only_the_standard_library() -> None:

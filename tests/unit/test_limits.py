@@ -1,4 +1,4 @@
-"""trtspec.limits: the one definition of legal request values, its exact
+"""trtspec.runtime.limits: the one definition of legal request values, its exact
 messages, and its agreement with TensorRT-LLM's own sampling checks."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from trtspec import limits
-from trtspec.limits import ParamError, check_sampling
+from trtspec.runtime import limits
+from trtspec.runtime.limits import ParamError, check_sampling
 
 # TensorRT-LLM's executor::SamplingConfig checks (cpp/tensorrt_llm/executor/
 # samplingConfig.cpp: checkTemperature, checkTopP, checkTopK; the seed is

@@ -17,7 +17,12 @@ import yaml
 from click.testing import CliRunner
 
 from trtspec.cli.main import cli
-from trtspec.engine.llmapi_model import (
+from trtspec.errors import RepoError, SpecError
+from trtspec.flows import flow_for, llmapi_repo, make_plan
+from trtspec.flows import llmapi_config as config
+from trtspec.repo.check import check_repository
+from trtspec.repo.configs import read_config
+from trtspec.runtime.engine.llmapi_model import (
     LlmApiConfigError,
     Speculation,
     answers_at,
@@ -25,11 +30,6 @@ from trtspec.engine.llmapi_model import (
     speculation_of,
     stream_interval_of,
 )
-from trtspec.errors import RepoError, SpecError
-from trtspec.flows import flow_for, llmapi_repo, make_plan
-from trtspec.flows import llmapi_config as config
-from trtspec.repo.check import check_repository
-from trtspec.repo.configs import read_config
 from trtspec.spec import parse_spec
 from trtspec.spec.llm_args import PINNED, decoding_types, field_problems, table
 
@@ -435,7 +435,7 @@ def test_one_trtllm_serve_per_variant(tmp_path: Path) -> None:
 
 
 def test_a_load_limited_promotion_is_written_back() -> None:
-    from trtspec.repo.routing import RouteRule, RoutingTable
+    from trtspec.artifacts.routing import RouteRule, RoutingTable
 
     spec = _spec(ALL_MODES[:2])
     table = RoutingTable(

@@ -11,16 +11,16 @@ import sys
 import pytest
 
 LIGHT = [
-    "trtspec.repo.models.router",
-    "trtspec.repo.models.orchestrator",
-    "trtspec.repo.models.preprocessing",
-    "trtspec.repo.models.postprocessing",
-    "trtspec.repo.models.inprocess",
-    "trtspec.repo.models.protocol",
-    "trtspec.repo.models.llmapi_adapter",
-    "trtspec.engine.instant_model",
-    "trtspec.engine.instant_llmapi",  # the LLM-API flow's instant LLM
-    "trtspec.engine.triton_model",  # imports torch in initialize() only
+    "trtspec.runtime.models.router",
+    "trtspec.runtime.models.orchestrator",
+    "trtspec.runtime.models.preprocessing",
+    "trtspec.runtime.models.postprocessing",
+    "trtspec.runtime.models.inprocess",
+    "trtspec.runtime.models.protocol",
+    "trtspec.runtime.models.llmapi_adapter",
+    "trtspec.runtime.engine.instant_model",
+    "trtspec.runtime.engine.instant_llmapi",  # the LLM-API flow's instant LLM
+    "trtspec.runtime.engine.triton_model",  # imports torch in initialize() only
 ]
 PROBE = """
 import importlib, sys, types

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from trtspec import catalogue
-from trtspec.engine import proposers
 from trtspec.modes import MODE_MODULES, REQUIRED
+from trtspec.runtime.engine import proposers
 from trtspec.spec import schema
 
 #: A recipe's and a checker's parameters, as the stages call them.

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trtspec.speculate import draft_call_seed
+from trtspec.runtime.speculate import draft_call_seed
 
 VOCAB = 16
 
@@ -54,7 +54,7 @@ def orchestrator(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     stub.Tensor = _Tensor  # type: ignore[attr-defined]
     stub.get_output_tensor_by_name = _get  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stub)
-    name = "trtspec.repo.models.orchestrator"
+    name = "trtspec.runtime.models.orchestrator"
     monkeypatch.delitem(sys.modules, name, raising=False)
     module = importlib.import_module(name)
     yield module

@@ -11,7 +11,7 @@ from tests.unit.test_bench_summary import _write_run, row, run_rows
 from trtspec.bench.positions import cell_positions, unreported
 from trtspec.bench.report import render_run
 from trtspec.bench.summary import summarize_rows
-from trtspec.speculate import RoundStats, position_counts
+from trtspec.runtime.speculate import RoundStats, position_counts
 
 
 def test_position_counts_per_round() -> None:

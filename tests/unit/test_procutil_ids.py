@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from trtspec.cancel import Cancellation
 from trtspec.procutil import unique_id
+from trtspec.runtime.cancel import Cancellation
 
 
 def test_ids_are_distinct_hex_of_uuid4_length() -> None:

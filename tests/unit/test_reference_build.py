@@ -16,7 +16,7 @@ import pytest
 
 from trtspec.build.reference import main
 from trtspec.catalogue import lookahead_max_draft_len
-from trtspec.engine.config import (
+from trtspec.runtime.engine.config import (
     EngineError,
     parse_choices,
     read_engine_config,
@@ -103,7 +103,7 @@ def test_gguf_source_builds_the_same_engine(tiny_llama: Path, tmp_path: Path, ca
     that decodes exactly like the one built from the Hugging Face folder."""
     from tests.fixtures.tiny_gguf import write_tiny_gguf
 
-    from trtspec.engine import GenerationRequest, ReferenceEngine
+    from trtspec.runtime.engine import GenerationRequest, ReferenceEngine
 
     gguf = write_tiny_gguf(tiny_llama, tmp_path / "src" / "tiny.gguf")
     out = tmp_path / "from_gguf"

@@ -25,13 +25,13 @@ from tests.fixtures.repo_build import (
 )
 from tritonclient.grpc import model_config_pb2
 
+from trtspec.artifacts.routing import RouteRule, RoutingTable
 from trtspec.cli.main import cli
 from trtspec.errors import RepoError
 from trtspec.modes.base import choices_text
 from trtspec.plan import make_plan
 from trtspec.repo.assemble import assemble
 from trtspec.repo.check import check_repository
-from trtspec.repo.routing import RouteRule, RoutingTable
 from trtspec.spec import load_spec
 
 
@@ -132,7 +132,7 @@ def test_reference_engine_model_parameters(built) -> None:
     medusa = params(parse(repo / "target_medusa_medusa" / "config.pbtxt"))
     assert medusa["medusa_choices"] == "{0}, {0, 0}, {1}"
     model_py = (repo / "target" / "1" / "model.py").read_text(encoding="utf-8")
-    assert "from trtspec.engine.triton_model import TritonPythonModel" in model_py
+    assert "from trtspec.runtime.engine.triton_model import TritonPythonModel" in model_py
 
 
 def test_a_loop_engine_built_shorter_lowers_the_orchestrators_input_length(built) -> None:
@@ -444,9 +444,9 @@ def test_generated_model_py_files_import_existing_modules(repo: Path) -> None:
         compile(text, str(model_py), "exec")
         modules.update(re.findall(r"^\s*from (\S+) import TritonPythonModel$", text, re.M))
     assert modules == {
-        f"trtspec.repo.models.{m}"
+        f"trtspec.runtime.models.{m}"
         for m in ("preprocessing", "postprocessing", "orchestrator", "router")
-    } | {"trtspec.engine.triton_model"}
+    } | {"trtspec.runtime.engine.triton_model"}
     for module in modules:
         assert importlib.util.find_spec(module) is not None, module
 

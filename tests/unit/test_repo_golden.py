@@ -19,7 +19,7 @@ from tritonclient.grpc import model_config_pb2
 
 from trtspec.plan import make_plan
 from trtspec.repo.assemble import assemble
-from trtspec.repo.contract import (
+from trtspec.runtime.contract import (
     KV_REUSE_OUTPUTS,
     LOOKAHEAD_INPUTS,
     PERF_OUTPUTS,

@@ -1,4 +1,4 @@
-"""trtspec.repo.routing: routing.yaml validation (exact messages), the
+"""trtspec.artifacts.routing: routing.yaml validation (exact messages), the
 deterministic canary choice, and the rollout default."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.errors import RepoError
-from trtspec.repo.routing import (
+from trtspec.artifacts.routing import (
     RouteRule,
     RoutingTable,
     canary_bucket,
@@ -17,6 +16,7 @@ from trtspec.repo.routing import (
     parse_routing,
     routing_from_rollout,
 )
+from trtspec.errors import RepoError
 
 GOOD = """\
 schema_version: 1
@@ -82,7 +82,7 @@ def test_default_canary_percent_comes_from_the_rollout(tmp_path: Path) -> None:
             "schema_version: unsupported version 2",
             "Write schema_version: 1.",
         ),
-        ("- a\n- b\n", "<root>: expected a mapping", "See docs/internals.md §8."),
+        ("- a\n- b\n", "<root>: expected a mapping", "See docs/design/routing.md."),
     ],
 )
 def test_bad_routing_files_name_file_and_field(

@@ -1,4 +1,4 @@
-"""trtspec.repo.models.text: the tokenizer the pre/postprocessing models load
+"""trtspec.runtime.text: the tokenizer the pre/postprocessing models load
 (a real byte-level BPE trained by the shared fixture code) and incremental
 detokenization that never splits a multi-byte character."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.fixtures.tiny_model import train_tokenizer
 
-from trtspec.repo.models.text import REPLACEMENT, IncrementalText, Tokenizer
+from trtspec.runtime.text import REPLACEMENT, IncrementalText, Tokenizer
 
 TEXT = "Hello! Ünïcödé — 你好 — ✓ def f(x):\n    return x"
 
@@ -98,7 +98,7 @@ def test_tokenizers_library_matches_transformers_both_ways(tokenizer_dir: Path) 
 def test_local_text_answers_what_the_text_models_answer(tokenizer_dir: Path) -> None:
     """The orchestrator's in-process text (LocalText) against the settings of
     the preprocessing (special tokens added) and postprocessing (skipped) models."""
-    from trtspec.repo.models.text import LocalText
+    from trtspec.runtime.text import LocalText
 
     assert LocalText.of_params({}) is None
     assert LocalText.of_params({"tokenizer_dir": " "}) is None

@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import Choice, RouteRule, RoutingTable, choose
 from trtspec.catalogue import DEFAULT_CANARY_PERCENT
 from trtspec.cli.main import cli
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_live import Live, Tracked
-from trtspec.repo.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, read_lines
-from trtspec.repo.models.rollout_metrics import SERIES
-from trtspec.repo.routing import Choice, RouteRule, RoutingTable, choose
 from trtspec.rollout.compare import ADVANCE, HOLD, ROLLBACK, compare
+from trtspec.runtime.models.rollout_live import Live, Tracked
+from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, read_lines
+from trtspec.runtime.models.rollout_metrics import SERIES
 
 ROOT = Path(__file__).resolve().parents[2]
 THRESHOLDS = {"min_speedup": 1.05, "max_p95_regression": 0.10, "max_error_rate": 0.01}
@@ -106,7 +106,7 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> No
 
 
 def _router(tmp_path: Path, routes: dict[str, Any] | None = None) -> tuple[Path, RoutingTable]:
-    from trtspec.repo.routing import load_routing
+    from trtspec.artifacts.routing import load_routing
 
     router = tmp_path / "router"
     router.mkdir(parents=True, exist_ok=True)

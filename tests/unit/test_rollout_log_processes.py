@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models import rollout_log
-from trtspec.repo.models.rollout_live import Live, Tracked
-from trtspec.repo.models.rollout_log import LineWriter, line_chunks, log_files, read_lines
-from trtspec.repo.routing import Choice, load_routing
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import Choice, load_routing
+from trtspec.runtime.models import rollout_log
+from trtspec.runtime.models.rollout_live import Live, Tracked
+from trtspec.runtime.models.rollout_log import LineWriter, line_chunks, log_files, read_lines
 
 MODULE = Path(rollout_log.__file__)
 WRITERS = 3

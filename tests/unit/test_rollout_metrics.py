@@ -13,16 +13,16 @@ import types
 from pathlib import Path
 from typing import Any, ClassVar
 
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_live import Live, Tracked
-from trtspec.repo.models.rollout_metrics import (
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import Choice, load_routing
+from trtspec.runtime.models.rollout_live import Live, Tracked
+from trtspec.runtime.models.rollout_metrics import (
     INSTANCE_LABEL,
     SECONDS_BUCKETS,
     RouterMetrics,
     coalesce,
     histogram_updates,
 )
-from trtspec.repo.routing import Choice, load_routing
 
 A = {"route": "r", "variant": "v", "arm": "canary"}
 B = {"route": "r", "variant": "base", "arm": "control"}

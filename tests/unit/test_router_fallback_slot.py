@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tests.unit.test_inprocess_variants import Sender, Tensor, _fake_pb_utils
 
-from trtspec.repo.routing import InFlight, parse_routing
+from trtspec.artifacts.routing import InFlight, parse_routing
 
 TABLE = parse_routing({"routes": {"code": {"variant": "ngram", "max_concurrency": 1}}})
 
@@ -68,15 +68,15 @@ class Counting(InFlight):
 @pytest.fixture
 def router(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
-    names = [n for n in list(sys.modules) if n.startswith("trtspec.repo.models.")]
+    names = [n for n in list(sys.modules) if n.startswith("trtspec.runtime.models.")]
     saved = {n: sys.modules.pop(n) for n in names}
     try:
-        module = importlib.import_module("trtspec.repo.models.router")
+        module = importlib.import_module("trtspec.runtime.models.router")
         model = module.TritonPythonModel.__new__(module.TritonPythonModel)
         model.live, model._in_flight, model._inprocess = Live(), Counting(), None
         yield model
     finally:
-        for n in [n for n in list(sys.modules) if n.startswith("trtspec.repo.models.")]:
+        for n in [n for n in list(sys.modules) if n.startswith("trtspec.runtime.models.")]:
             sys.modules.pop(n, None)
         sys.modules.update(saved)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from trtspec.artifacts.routing import InFlight, choose, load_routing, parse_routing
 from trtspec.errors import RepoError
-from trtspec.repo.routing import InFlight, choose, load_routing, parse_routing
 
 
 def test_max_concurrency_round_trips(tmp_path: Path) -> None:

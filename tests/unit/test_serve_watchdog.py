@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from trtspec import heartbeat
-from trtspec.health import is_down
+from trtspec.runtime import heartbeat
+from trtspec.runtime.health import is_down
 from trtspec.serve.manifest import fallback_covered
 from trtspec.serve.supervisor import remove_stale_shm_regions
 from trtspec.serve.watchdog import Stub, StubWatchdog, describe_wait_status, stubs_of
@@ -356,7 +356,7 @@ def test_a_covered_stub_crash_leaves_its_variant_down_without_a_restart(
             "requests already streaming from it may fail"
         )
         assert dog.down == {"ngram": incident} and not incident.recovered
-        # what the router reads per request (trtspec.health)
+        # what the router reads per request (trtspec.runtime.health)
         assert is_down("ngram", tmp_path / "down") and not is_down("lookahead", tmp_path / "down")
         assert dog.check() == []  # the zombie is reported once
     finally:
@@ -393,7 +393,7 @@ import os
 import pathlib
 import time
 
-from trtspec import heartbeat
+from trtspec.runtime import heartbeat
 
 assert heartbeat.start(interval_s=0.05)  # from $TRTSPEC_HEARTBEAT_DIR, as a model does
 while not pathlib.Path({go!r}).exists():
@@ -413,7 +413,7 @@ def test_a_frozen_stub_is_killed_and_recovered_from(tmp_path: Path, monkeypatch)
     go = tmp_path / "freeze-now"
     monkeypatch.setenv("TRTSPEC_HEARTBEAT_DIR", str(beats))
     # the stand-in runs the interpreter under another name, outside the venv
-    monkeypatch.setenv("PYTHONPATH", str(Path(heartbeat.__file__).parents[1]))
+    monkeypatch.setenv("PYTHONPATH", str(Path(heartbeat.__file__).parents[2]))
     pid = _spawn_stub(tmp_path, FREEZING_STUB.format(go=str(go)))
     silent_dir = tmp_path / "silent"
     silent_dir.mkdir()

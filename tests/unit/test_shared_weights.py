@@ -1,5 +1,5 @@
 """Engines that serve the same weights share one packed copy
-(engine/shared_weights.py): the packed bytes are written once, whole, and
+(runtime/engine/shared_weights.py): the packed bytes are written once, whole, and
 every engine whose bytes are identical maps that file over its own buffers;
 a file with other bytes, a folder that cannot be written and a write that
 fails leave the engine with its own copy and no file behind. The tokens do
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trtspec.engine import shared_weights
-from trtspec.engine.decode import GenerationRequest, ReferenceEngine
-from trtspec.engine.loader import _packed_linear_class
+from trtspec.runtime.engine import shared_weights
+from trtspec.runtime.engine.decode import GenerationRequest, ReferenceEngine
+from trtspec.runtime.engine.loader import _packed_linear_class
 
 PROMPT = [5, 17, 33, 2, 99, 41, 7, 250, 12]
 

@@ -165,7 +165,7 @@ def test_range_violation(tmp_path: Path) -> None:
 
 
 def test_request_values_use_the_one_definition_of_their_limits(tmp_path: Path) -> None:
-    """bench.seed, temperatures, top_p and top_k follow trtspec.limits (a seed
+    """bench.seed, temperatures, top_p and top_k follow trtspec.runtime.limits (a seed
     past 2**64 used to validate and then crash a bench worker thread)."""
     p = write(
         tmp_path,
@@ -207,7 +207,7 @@ def test_draft_schedule_values(tmp_path: Path) -> None:
     from typing import get_args
 
     from trtspec.modes.base import DraftScheduleName
-    from trtspec.speculate import DRAFT_SCHEDULES
+    from trtspec.runtime.speculate import DRAFT_SCHEDULES
 
     assert get_args(get_args(DraftScheduleName)[0]) == DRAFT_SCHEDULES
 

@@ -1,4 +1,4 @@
-"""trtspec.speculate: prompt lookup, draft budget, the draft-length schedule,
+"""trtspec.runtime.speculate: prompt lookup, draft budget, the draft-length schedule,
 acceptance counting and the offline replay of the draft → verify loop."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trtspec.speculate import (
+from trtspec.runtime.speculate import (
     DEFAULT_CONFIDENCE_THRESHOLD,
     DRAFT_SCHEDULES,
     DraftSchedule,
@@ -230,7 +230,7 @@ def test_draft_until_unsure_stops_at_the_cap_and_at_the_drafts_end() -> None:
 
 
 def test_draft_call_seeds_are_distinct_from_each_other_and_from_round_seeds() -> None:
-    from trtspec.speculate import draft_call_seed, round_seed
+    from trtspec.runtime.speculate import draft_call_seed, round_seed
 
     base = round_seed(7, 3, 0)
     assert draft_call_seed(base, 0) == base  # the first call keeps the round's seed
@@ -291,7 +291,7 @@ def test_adaptive_simulation_recovers_after_a_rejection() -> None:
 
 
 def test_round_seeds_differ_per_round_and_role() -> None:
-    from trtspec.speculate import round_seed
+    from trtspec.runtime.speculate import round_seed
 
     seeds = {round_seed(7, r, role) for r in range(50) for role in (0, 1)}
     assert len(seeds) == 100 and all(0 <= s < 1 << 64 for s in seeds)

@@ -114,7 +114,7 @@ def server_lines(run_dir: Path) -> list[str]:
 
 def rollout_plan(spec_path: Path, routing_path: Path, root: Path) -> list[str]:
     """What serving the decision starts with, and how to watch it."""
-    from trtspec.repo.routing import load_routing
+    from trtspec.artifacts.routing import load_routing
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)

@@ -54,7 +54,7 @@ QUANT_BYTES = {
 # cacheTransposedGenerationLogits and cacheGenerationLogits;
 # cpp/include/tensorrt_llm/batch_manager/runtimeBuffers.h @95ca1eae:
 # GENERATION_LOGITS_BUFFER_LENGTH = 8). The engines' logits are float32
-# (repo/contract.py LOGITS_DATATYPE).
+# (runtime/contract.py LOGITS_DATATYPE).
 GENERATION_LOGITS_BUFFER_LENGTH = 8
 LOGITS_BYTES = 4
 # Per engine model: TensorRT-LLM's runtime buffers and workspace outside the

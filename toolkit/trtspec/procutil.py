@@ -47,7 +47,7 @@ def unique_id() -> str:
     the stub's other threads to hand it back (~40 µs a call on two cores,
     benchmarks/ceiling.py). Unguessable matters: a cancellation token that
     could be predicted from another would let one client cancel another's
-    request (``trtspec.cancel``)."""
+    request (``trtspec.runtime.cancel``)."""
     return _IDS.next()
 
 

@@ -31,7 +31,7 @@ from trtspec.bench.sequential import SequentialPlan
 from trtspec.bench.until import Block, run_block
 from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
-from trtspec.limits import request_seed
+from trtspec.runtime.limits import request_seed
 from trtspec.serve.watchdog import Incident, StubWatchdog
 
 # A repository with one engine model per arm (--prefix-cache cold) loads more

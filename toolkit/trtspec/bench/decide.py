@@ -1,5 +1,5 @@
-"""Decisions per route and variant, and ``routing.yaml`` (docs/internals.md
-§8). A variant is judged per k across every load × temperature cell:
+"""Decisions per route and variant, and ``routing.yaml`` (docs/design/routing.md).
+A variant is judged per k across every load × temperature cell:
 ``exclude`` when any cell shows it slower (speedup CI entirely below 1), with
 too many errors, with broken quality, or — at temperature 0 — with output that
 differs from the baseline's; ``promote`` when every cell has its speedup CI
@@ -543,7 +543,7 @@ def _routing(
             cap = scheduled_cap(decisions, top)
             if cap is not None:
                 # over this many in-flight requests the router sends the route
-                # to the fallback (repo/routing.py InFlight)
+                # to the fallback (artifacts/routing.py InFlight)
                 entry["max_concurrency"] = cap
             schedule = draft_len_schedule(decisions, {**top, "max_concurrency": cap}, by)
             if schedule is not None:

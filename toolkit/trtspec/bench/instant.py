@@ -2,7 +2,7 @@
 
 ``use_instant_engines(repo, step_ms)`` takes a repository ``trtspec repo``
 assembled and points every engine model (role ``engine`` in its
-``trtspec-repo.json``) at ``trtspec.engine.instant_model`` with the config
+``trtspec-repo.json``) at ``trtspec.runtime.engine.instant_model`` with the config
 parameter ``instant_step_ms``, keeping each config's tensors, batching and
 decoupled policy. The product's assembly never calls it; the ceiling
 benchmark (``benchmarks/ceiling.py``) does, to measure what the router,
@@ -11,7 +11,7 @@ GPU-like step). ``write_engine_stub(folder, tokenizer_dir)`` writes the
 engine folder such a repository needs (``config.json`` with the tokenizer's
 vocabulary size, and ``tokenizer/``) without building weights.
 ``use_instant_llm`` and ``instant_llmapi_repository`` do the same for the
-LLM-API flow: its ``llmapi`` models become ``trtspec.engine.instant_llmapi``.
+LLM-API flow: its ``llmapi`` models become ``trtspec.runtime.engine.instant_llmapi``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from trtspec.fsutil import atomic_write_text
 from trtspec.repo import configs
 from trtspec.repo.assemble import MANIFEST_NAME, _model_py
 
-INSTANT_MODULE = "trtspec.engine.instant_model"
-INSTANT_LLM_MODULE = "trtspec.engine.instant_llmapi"
-STEP_PARAMETER = "instant_step_ms"  # read by trtspec.engine.instant_model
+INSTANT_MODULE = "trtspec.runtime.engine.instant_model"
+INSTANT_LLM_MODULE = "trtspec.runtime.engine.instant_llmapi"
+STEP_PARAMETER = "instant_step_ms"  # read by trtspec.runtime.engine.instant_model
 
 
 def engine_models(repo: Path, role: str = "engine") -> list[str]:
@@ -157,7 +157,7 @@ def in_process_router(repo: Path) -> None:
     """Turn on ``in_process_variants`` for ``repo``'s router (what ``trtspec
     repo`` writes too; set here so the ceiling benchmark's ``full`` layer
     measures that path whatever a repository says)."""
-    from trtspec.repo.models.inprocess import PARAMETER
+    from trtspec.runtime.models.inprocess import PARAMETER
 
     path = Path(repo) / "router" / "config.pbtxt"
     config = configs.read_config(path)
@@ -171,9 +171,9 @@ BLS_ROUTER = "router_bls"
 def add_bls_router(repo: Path) -> str:
     """A copy of ``repo``'s router named ``router_bls`` with
     ``in_process_variants: false``: the router that calls the variant's
-    orchestrator model over BLS (the path before trtspec.repo.models.inprocess),
+    orchestrator model over BLS (the path before trtspec.runtime.models.inprocess),
     so one server measures both."""
-    from trtspec.repo.models.inprocess import PARAMETER
+    from trtspec.runtime.models.inprocess import PARAMETER
 
     repo = Path(repo)
     target = repo / BLS_ROUTER

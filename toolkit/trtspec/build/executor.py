@@ -44,7 +44,7 @@ from trtspec.integrity import MANIFEST, describe, file_records, verify_files
 from trtspec.plan import Plan, Step
 from trtspec.procutil import dist_version, parent_death_hook, pid_alive
 
-#: engine/shared_weights.FOLDER (not imported: the build does not load the engine package)
+#: runtime/engine/shared_weights.FOLDER (not imported: the build does not load the engine package)
 SHARED_WEIGHTS = ".shared-weights"
 
 LOG = "build.log"
@@ -497,7 +497,7 @@ def execute(
             trash = plan.root / ".staging" / f"{name}.old.{os.getpid()}"
             _replace_dir(staging, Path(unit), trash)
         # Rebuilt weights make the packed copies engines share stale
-        # (engine/shared_weights.py); a running server keeps its mapping.
+        # (runtime/engine/shared_weights.py); a running server keeps its mapping.
         for folder in {Path(unit).parent / SHARED_WEIGHTS for unit in todo}:
             shutil.rmtree(folder, ignore_errors=True)
         if todo:

@@ -1,7 +1,7 @@
 """The reference backend's "engine builder": ``python -m trtspec.build.reference …``.
 
-Run by the build executor as a subprocess with the argv of docs/internals.md
-§3, it turns a source model (a Hugging Face folder, or a ``.gguf`` file that
+Run by the build executor as a subprocess with the argv of docs/design/engines.md,
+it turns a source model (a Hugging Face folder, or a ``.gguf`` file that
 transformers dequantizes) into an engine folder shaped like a TensorRT-LLM
 one: ``hf/`` (HF config + float32 ``model.safetensors``), ``tokenizer/``
 (tokenizer files and chat template), ``medusa/`` or ``eagle/`` (heads checked
@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.catalogue import lookahead_max_draft_len
-from trtspec.engine.config import (
+from trtspec.errors import TrtspecError, os_error
+from trtspec.fsutil import atomic_write_json
+from trtspec.runtime.engine.config import (
     REFERENCE_MODES,
     EngineError,
     build_config_document,
     check_lookahead,
     parse_choices,
 )
-from trtspec.errors import TrtspecError, os_error
-from trtspec.fsutil import atomic_write_json
 
 
 class BuildError(TrtspecError):
@@ -105,7 +105,7 @@ def load_source(src: str) -> tuple[Any, Any]:
 def _write_medusa(args: argparse.Namespace, model: Any, out: Path) -> tuple[int, list[list[int]]]:
     from safetensors.torch import save_file
 
-    from trtspec.engine.heads import _load_state_dict, build_medusa, medusa_shape
+    from trtspec.runtime.engine.heads import _load_state_dict, build_medusa, medusa_shape
 
     if not args.medusa_dir:
         raise BuildError("--mode medusa needs --medusa-dir (a medusa_lm_head checkpoint folder)")
@@ -144,7 +144,7 @@ def _write_eagle(
 ) -> tuple[int, list[list[int]], dict[str, Any]]:
     from safetensors.torch import save_file
 
-    from trtspec.engine.heads import EagleDrafter, _load_state_dict
+    from trtspec.runtime.engine.heads import EagleDrafter, _load_state_dict
 
     if not args.eagle_dir:
         raise BuildError("--mode eagle needs --eagle-dir (an EAGLE checkpoint folder)")

@@ -48,7 +48,7 @@ def _positive_int(text: str) -> int:
 
 
 def _temperature(text: str) -> float:
-    from trtspec.limits import BENCH_TEMPERATURE_MAX, temperature_problem
+    from trtspec.runtime.limits import BENCH_TEMPERATURE_MAX, temperature_problem
 
     value = float(text)
     if temperature_problem(value) is not None or value > BENCH_TEMPERATURE_MAX:
@@ -168,7 +168,7 @@ def _finish(
     default=True,
     show_default=True,
     help="Send pairs in batches until each variant's speedup is decided "
-    "(sequential CI, see docs/internals.md §12) or --max-requests is reached; "
+    "(sequential CI, see docs/design/decisions.md) or --max-requests is reached; "
     "--fixed-count sends the spec's requests per route.",
 )
 @click.option(

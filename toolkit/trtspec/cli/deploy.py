@@ -401,11 +401,11 @@ def dynamo_command(
     force: bool,
 ) -> None:
     """Write one DynamoGraphDeployment per promoted variant (and the baseline)."""
+    from trtspec.artifacts.routing import load_routing
     from trtspec.deploy import dynamo
     from trtspec.deploy.k8s import write
     from trtspec.deploy.options import Manifests
     from trtspec.deploy.sizing import DeployError
-    from trtspec.repo.routing import load_routing
 
     parsed: dict[str, Any] = {}
     if spec_path is not None:

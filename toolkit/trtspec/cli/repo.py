@@ -112,9 +112,9 @@ def repo(
         raise click.UsageError(
             f"{path} is a folder; pass a spec file, or add --check to validate a repository"
         )
+    from trtspec.artifacts.routing import load_routing
     from trtspec.flows import flow_for, make_plan
     from trtspec.repo.check import check_repository
-    from trtspec.repo.routing import load_routing
     from trtspec.spec import load_spec
 
     spec = load_spec(path)

@@ -184,7 +184,7 @@ def advance_command(
     fmt: str,
 ) -> None:
     """Move ROUTE to the next step of its ramp (exit 3 when held)."""
-    from trtspec.repo.rollout_state import who
+    from trtspec.artifacts.rollout_state import who
     from trtspec.rollout.manage import advance, open_deployment
 
     dep = open_deployment(repo)
@@ -209,7 +209,7 @@ def advance_command(
 @format_option
 def rollback_command(*, route: str, repo: Path, why: str, by: str | None, fmt: str) -> None:
     """Send ROUTE to its fallback variant."""
-    from trtspec.repo.rollout_state import who
+    from trtspec.artifacts.rollout_state import who
     from trtspec.rollout.manage import open_deployment, rollback
 
     entry = rollback(open_deployment(repo), route, by=by or who(), why=why)

@@ -22,7 +22,7 @@ configs are checked against rc20's field table and the summary says so.
 
 Each variant is served under its own model name, ``<spec>-<variant>``:
 Dynamo's frontend routes by model name, so trtspec's per-route decision
-becomes a choice of model name by the caller or a gateway (docs/deploy.md).
+becomes a choice of model name by the caller or a gateway (docs/guide/deploy.md).
 Names stay within Grove's 45 characters for the pod names it derives
 (DGD name + component name, + the PodClique name for multi-node; a cut name
 gets a hash suffix so two cut names cannot collide). No Click here.

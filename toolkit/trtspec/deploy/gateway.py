@@ -26,11 +26,11 @@ import json
 import re
 from typing import Any
 
+from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import BASELINE
 from trtspec.deploy.k8s_pod import SECRET_KEY
 from trtspec.deploy.options import HTTP_PORT, K8sOptions, Manifests, labels, meta
 from trtspec.deploy.sizing import DeployError, Sizing, size_instance
-from trtspec.repo.routing import RoutingTable
 from trtspec.serve.access import new_admin_key
 
 HTTPROUTE_API = "gateway.networking.k8s.io/v1"

@@ -20,11 +20,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.routing import RoutingTable, load_routing, routing_from_rollout
 from trtspec.catalogue import BASELINE
 from trtspec.deploy.options import Served
 from trtspec.deploy.sizing import DeployError
 from trtspec.fingerprint import ENGINE_MANIFEST, repository_hash
-from trtspec.repo.routing import RoutingTable, load_routing, routing_from_rollout
 from trtspec.serve.manifest import (
     MANIFEST_NAME,
     engine_models,

@@ -453,7 +453,7 @@ def _notes(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
     if sizing.multi_node:
         out.append(
             f"multi-node: create the SSH key Secret {opts.ssh_secret} before applying "
-            "(docs/deploy.md, Multi-node), and build --image from the generated Dockerfile"
+            "(docs/guide/deploy.md, Multi-node), and build --image from the generated Dockerfile"
         )
     if opts.repo_source == "volume" and opts.pvc is None:
         out.append(

@@ -25,7 +25,7 @@ from trtspec.deploy.options import (
     Served,
 )
 from trtspec.deploy.sizing import DeployError, Sizing
-from trtspec.heartbeat import DIR_ENV as HEARTBEAT_ENV
+from trtspec.runtime.heartbeat import DIR_ENV as HEARTBEAT_ENV
 from trtspec.serve.access import restricted_api_args
 from trtspec.serve.launch import (
     LEADER,
@@ -38,8 +38,8 @@ from trtspec.serve.launch import (
 
 KEY_ENV = "TRTSPEC_ADMIN_KEY"
 SECRET_KEY = "admin-key"
-# Where the stubs that call decoupled BLS beat inside the pod (trtspec.heartbeat);
-# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/internals.md §9).
+# Where the stubs that call decoupled BLS beat inside the pod (trtspec.runtime.heartbeat);
+# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/design/triton-limits.md).
 HEARTBEAT_DIR = "/tmp/trtspec-heartbeat"
 EXIT_TIMEOUT_S = 45  # tritonserver waits this long for in-flight requests on SIGTERM
 # NVIDIA GPU feature discovery's node labels (NVIDIA/k8s-device-plugin v0.19.3,
@@ -75,9 +75,9 @@ def probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any]
 def liveness() -> dict[str, Any]:
     """Triton's live endpoint and, unlike it, the stubs' heartbeats: a
     deadlocked router stub leaves tritonserver answering "live" and "ready"
-    while every request hangs (docs/internals.md §9)."""
+    while every request hangs (docs/design/triton-limits.md)."""
     command = [
-        "python3", "-m", "trtspec.heartbeat", HEARTBEAT_DIR,
+        "python3", "-m", "trtspec.runtime.heartbeat", HEARTBEAT_DIR,
         "--live-url", f"http://127.0.0.1:{HTTP_PORT}/v2/health/live",
     ]  # fmt: skip
     return {"exec": {"command": command}, "periodSeconds": 15, "failureThreshold": 4,

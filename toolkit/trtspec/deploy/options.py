@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.repo.routing import RoutingTable
+from trtspec.artifacts.routing import RoutingTable
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 # Inside the pod: the volume (or image layer) holding the repository and its

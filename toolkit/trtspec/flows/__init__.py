@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from trtspec.artifacts.routing import RoutingTable
     from trtspec.plan import Plan
-    from trtspec.repo.routing import RoutingTable
     from trtspec.spec import Spec
 
 #: flow kind (the spec's ``flow.kind``) -> the module whose ``FLOW`` serves it.

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from trtspec.modes import MODE_MODULES
 
 if TYPE_CHECKING:
+    from trtspec.artifacts.routing import RoutingTable
     from trtspec.plan import Plan
-    from trtspec.repo.routing import RoutingTable
     from trtspec.spec import Spec
 
 

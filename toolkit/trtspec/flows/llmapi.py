@@ -16,8 +16,8 @@ from trtspec.flows import llmapi_repo
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
+    from trtspec.artifacts.routing import RoutingTable
     from trtspec.plan import Plan
-    from trtspec.repo.routing import RoutingTable
     from trtspec.spec import Spec
 
 

@@ -20,7 +20,7 @@ is written; a problem there is a trtspec bug and raised as one.
 
 On the reference backend (CPU) the same documents name the reference engine
 folders the plan builds (``target``, ``target_dte``, ``draft_*``) instead of
-the Hugging Face checkpoints, and ``trtspec.engine.llmapi_model`` serves them
+the Hugging Face checkpoints, and ``trtspec.runtime.engine.llmapi_model`` serves them
 with the ``llmapi`` model's tensors; EAGLE-3 and MTP need a GPU there.
 """
 
@@ -40,8 +40,8 @@ from trtspec.spec.llm_args import validate_llm_args
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
+    from trtspec.artifacts.routing import RoutingTable
     from trtspec.plan import Plan
-    from trtspec.repo.routing import RoutingTable
     from trtspec.spec import Spec
 
 CONFIG_DIR = "llmapi"  # engines/<spec>/llmapi/<variant>.yaml

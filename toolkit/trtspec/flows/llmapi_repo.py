@@ -2,10 +2,10 @@
 baseline) one ``llmapi``-contract model ``<variant>__llmapi`` in the layout
 TensorRT-LLM's ``triton_backend/all_models/llmapi`` model expects
 (``config.pbtxt`` + ``1/model.yaml`` + ``1/model.py``), the variant's public
-model ``<variant>`` (``trtspec.repo.models.llmapi_adapter``: the
+model ``<variant>`` (``trtspec.runtime.models.llmapi_adapter``: the
 orchestrator's tensors in front of it) and the shared ``router`` with its
 routing table; plus the ``trtspec-repo.json`` manifest. On the reference
-backend ``1/model.py`` loads ``trtspec.engine.llmapi_model``; on a GPU it
+backend ``1/model.py`` loads ``trtspec.runtime.engine.llmapi_model``; on a GPU it
 is upstream's model, copied from the container's TensorRT-LLM checkout
 (``TRTLLM_LLMAPI_MODEL_DIR``, default ``/app/tensorrt_llm/triton_backend/
 all_models/llmapi/tensorrt_llm/1``). Written into a staging folder and
@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtspec.artifacts.rollout_state import CONFIG_FILE as ROLLOUT_CONFIG_FILE
+from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import BASELINE
 from trtspec.errors import RepoError
 from trtspec.flows import llmapi_config as llmapi
@@ -37,23 +39,21 @@ from trtspec.repo.assemble import (
     install_repository,
     routed_table,
 )
-from trtspec.repo.contract import (
+from trtspec.repo.rollout_config import rollout_config
+from trtspec.runtime.contract import (
     LLMAPI_ACCEPTANCE_AVAILABLE,
     ORCHESTRATOR_INPUTS,
     ORCHESTRATOR_OUTPUTS,
     TensorSpec,
 )
-from trtspec.repo.rollout_config import rollout_config
-from trtspec.repo.rollout_state import CONFIG_FILE as ROLLOUT_CONFIG_FILE
-from trtspec.repo.routing import RoutingTable
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
-ADAPTER_MODULE = "trtspec.repo.models.llmapi_adapter"
-REFERENCE_MODULE = "trtspec.engine.llmapi_model"
+ADAPTER_MODULE = "trtspec.runtime.models.llmapi_adapter"
+REFERENCE_MODULE = "trtspec.runtime.engine.llmapi_model"
 DATA = Path(__file__).with_name("data")  # triton_llmapi_model.json
 UPSTREAM_ENV = "TRTLLM_LLMAPI_MODEL_DIR"
 UPSTREAM_DEFAULT = "/app/tensorrt_llm/triton_backend/all_models/llmapi/tensorrt_llm/1"
@@ -171,14 +171,14 @@ def write_tree(
             "routing_file": ROUTING_FILE,
             "variants": ",".join(sorted(docs)),
             # the chosen variant's adapter runs in the router's process
-            # (repo/models/inprocess.py): router → llmapi model, one hop fewer
+            # (runtime/models/inprocess.py): router → llmapi model, one hop fewer
             "in_process_variants": True,
         },
     )
     configs.write_config(repo / ROUTER / "config.pbtxt", router)
     (repo / ROUTER / "1").mkdir(parents=True, exist_ok=True)
     (repo / ROUTER / "1" / "model.py").write_text(
-        _model_py("trtspec.repo.models.router"), encoding="utf-8"
+        _model_py("trtspec.runtime.models.router"), encoding="utf-8"
     )
     (repo / ROUTER / ROUTING_FILE).write_text(
         json.dumps(routing.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"

@@ -8,7 +8,7 @@ planner's builder), ``engine_parameters(variant)`` and
 ``orchestrator_parameters(variant)`` (Triton parameters). What several stages
 need about a mode (engine mode, TRT-LLM integer, who drafts, engine names) is
 a row of ``trtspec.catalogue``; the reference engine's proposer is
-``trtspec.engine.proposers.PROPOSERS[<engine mode>]``.
+``trtspec.runtime.engine.proposers.PROPOSERS[<engine mode>]``.
 ``tests/unit/test_modes.py`` holds every catalogue row to all of these.
 
 The modules import nothing from the stages (``base`` holds the shared types

@@ -21,7 +21,7 @@ from trtspec.modes.base import (
     Strict,
     VariantBase,
 )
-from trtspec.speculate import DEFAULT_CONFIDENCE_THRESHOLD
+from trtspec.runtime.speculate import DEFAULT_CONFIDENCE_THRESHOLD
 
 MODE = "draft_model"
 
@@ -180,7 +180,7 @@ def loop_engine_target(target: Any) -> Any:
 
 
 def loop_parameters(spec: Any) -> dict[str, object]:
-    """A draft-loop orchestrator's length parameters (repo/models/orchestrator.py):
+    """A draft-loop orchestrator's length parameters (runtime/models/orchestrator.py):
     the prompt length and prompt + max_tokens the baseline's engine serves,
     and the input length the loop's engines are built with. The baseline's
     TensorRT-LLM engine takes prompts up to min(max_seq_len - 1,

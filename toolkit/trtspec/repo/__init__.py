@@ -1,9 +1,8 @@
-"""The Triton model repository stage: ``contract`` (the engine tensors per
-pinned TensorRT-LLM version), ``configs`` (``ModelConfig`` protobuf builders),
-``assemble`` (``assemble(spec, plan, engines_root, output, routing=None)``),
-``check`` (``check_repository(path)``), ``routing`` (routing.yaml and the
-router's choice) and ``models/`` (the Python-backend model sources).
-
-Kept import-free on purpose: the router and orchestrator stubs import
-submodules of this package inside Triton, where every import costs start-up.
+"""The Triton model repository stage: ``configs`` (``ModelConfig`` protobuf
+builders), ``assemble`` (``assemble(spec, plan, engines_root, output,
+routing=None)``) and ``check`` (``check_repository(path)``). What the
+repository's models run inside tritonserver lives in ``trtspec.runtime``
+(the engine tensors per pinned TensorRT-LLM version in ``runtime.contract``);
+the files it reads from other stages (routing.yaml, the rollout state) in
+``trtspec.artifacts``.
 """

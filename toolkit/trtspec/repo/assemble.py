@@ -3,7 +3,7 @@ engines_root, output, routing=None)`` writes ``output/<spec>/`` with
 ``preprocessing``, ``postprocessing``, one engine model per engine of the plan
 (``tensorrtllm`` C++ backend or the reference Python engine, same tensors),
 one orchestrator per variant plus ``baseline``, the ``router`` with its
-routing table, and the ``trtspec-repo.json`` manifest (docs/internals.md §7).
+routing table, and the ``trtspec-repo.json`` manifest (docs/design/repository.md).
 Every config is a ``ModelConfig`` message; the tree is built in a temporary
 folder and swapped in by rename only once complete, so an interrupted run
 never leaves a half repository that ``trtspec serve`` would trust.
@@ -20,13 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtspec.artifacts.rollout_state import CONFIG_FILE
+from trtspec.artifacts.routing import RoutingTable, routing_from_rollout
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_MODES, ENGINE_MODES, engine_mode
 from trtspec.errors import RepoError
 from trtspec.fsutil import make_staging_dir
 from trtspec.modes import module_for
 from trtspec.modes.draft_model import loop_parameters
 from trtspec.repo import configs
-from trtspec.repo.contract import (
+from trtspec.repo.rollout_config import rollout_config
+from trtspec.runtime.contract import (
     ORCHESTRATOR_INPUTS,
     ORCHESTRATOR_OUTPUTS,
     POSTPROCESSING_INPUTS,
@@ -35,9 +38,6 @@ from trtspec.repo.contract import (
     PREPROCESSING_OUTPUTS,
     engine_contract,
 )
-from trtspec.repo.rollout_config import rollout_config
-from trtspec.repo.rollout_state import CONFIG_FILE
-from trtspec.repo.routing import RoutingTable, routing_from_rollout
 
 if TYPE_CHECKING:
     from trtspec.plan import Plan
@@ -61,11 +61,11 @@ GUIDED_DECODING_OFF = {
 }
 
 MODEL_SOURCES = {
-    PREPROCESSING: "trtspec.repo.models.preprocessing",
-    POSTPROCESSING: "trtspec.repo.models.postprocessing",
-    "orchestrator": "trtspec.repo.models.orchestrator",
-    ROUTER: "trtspec.repo.models.router",
-    "engine": "trtspec.engine.triton_model",
+    PREPROCESSING: "trtspec.runtime.models.preprocessing",
+    POSTPROCESSING: "trtspec.runtime.models.postprocessing",
+    "orchestrator": "trtspec.runtime.models.orchestrator",
+    ROUTER: "trtspec.runtime.models.router",
+    "engine": "trtspec.runtime.engine.triton_model",
 }
 
 
@@ -160,7 +160,7 @@ def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
     if BASELINE not in variants:
         raise RepoError(
             "the plan has no baseline variant",
-            "Plan.variants must include `baseline` (docs/internals.md §2).",
+            "Plan.variants must include `baseline` (docs/design/engines.md).",
         )
     # An engine both streamed from and called in a draft loop cannot exist:
     # the loop needs decoupled: false, streaming needs decoupled: true.
@@ -418,7 +418,7 @@ def write_tree(
             "routing_file": ROUTING_FILE,
             "variants": ",".join(sorted(layout.variants)),
             # run the chosen variant's generation in the router's process, one
-            # hop fewer per token (repo/models/inprocess.py: the same deadline,
+            # hop fewer per token (runtime/models/inprocess.py: the same deadline,
             # rollout tracking, cancellation and fallback as over BLS;
             # measured by benchmarks/ceiling.py)
             "in_process_variants": True,

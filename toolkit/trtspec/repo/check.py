@@ -16,18 +16,18 @@ from typing import Any
 
 from google.protobuf import text_format
 
+from trtspec.artifacts.routing import load_routing
 from trtspec.catalogue import DRAFT_LOOP_MODES, ENGINE_MODES, lookahead_max_draft_len
 from trtspec.errors import RepoError
 from trtspec.integrity import MANIFEST, rebuild_hint, verify_files
 from trtspec.repo import configs
-from trtspec.repo.contract import (
+from trtspec.runtime.contract import (
     LOOKAHEAD_INPUTS,
     ORCHESTRATOR_INPUTS,
     ORCHESTRATOR_OUTPUTS,
     PERF_OUTPUTS,
 )
-from trtspec.repo.routing import load_routing
-from trtspec.speculate import DRAFT_SCHEDULES
+from trtspec.runtime.speculate import DRAFT_SCHEDULES
 
 # The in-engine speculative modes by the decoding_mode parameter that selects them.
 DECODING_TO_MODE = {

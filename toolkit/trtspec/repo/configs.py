@@ -15,9 +15,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtspec.fsutil import atomic_write_text
-from trtspec.repo.contract import TensorSpec
+from trtspec.runtime.contract import TensorSpec
+from trtspec.runtime.model_config import ModelConfig, read_config
 
-ModelConfig = mc.ModelConfig
+__all__ = ["ModelConfig", "read_config"]  # read_config: the one reader, re-exported
 
 
 def _fill_tensor(target: Any, spec: TensorSpec, *, is_input: bool) -> None:
@@ -97,8 +98,3 @@ def write_config(path: Path, config: Any) -> None:
     # Round-trip before writing so a malformed message never lands.
     text_format.Parse(text, ModelConfig())
     atomic_write_text(path, text)
-
-
-def read_config(path: Path) -> Any:
-    """Parse ``path`` as a ``ModelConfig``; raises ``text_format.ParseError``."""
-    return text_format.Parse(path.read_text(encoding="utf-8"), ModelConfig())

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trtspec.artifacts.rollout_state import THRESHOLD_KEYS, RolloutConfig
 from trtspec.catalogue import DRAFT_LOOP_MODES
-from trtspec.repo.rollout_state import THRESHOLD_KEYS, RolloutConfig
 
 if TYPE_CHECKING:
     from trtspec.spec.schema import Spec

@@ -1,5 +1,5 @@
 """Canary vs control on live traffic, over a window of a route's most recent
-requests (log records, ``trtspec.repo.models.rollout_log.FIELDS``), judged with the
+requests (log records, ``trtspec.runtime.models.rollout_log.FIELDS``), judged with the
 bench's thresholds (spec ``bench.decision``).
 
 Live requests are not paired — each arm serves different prompts, drawn from
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trtspec.repo.rollout_window import (
+from trtspec.runtime.rollout_window import (
     CANARY,
     ArmWindow,
     arm_window,

@@ -3,7 +3,7 @@ rollout (``Deployment``), compare canary and control per promoted route over
 a window of the request log (``status``), move a route to the next step of
 its ramp when the window supports it (``advance``; ``force`` overrides and
 is recorded), send it back to its fallback (``rollback``), and read the
-history. Every change goes through ``repo.rollout_state.change``: an atomic
+history. Every change goes through ``artifacts.rollout_state.change``: an atomic
 replace of ``state.json`` that the running router picks up at its next
 request, and a line in ``history.jsonl``.
 """
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.routing import RoutingTable, load_routing
 from trtspec.errors import GateFailed, RepoError
-from trtspec.repo import rollout_state as st
-from trtspec.repo.models.rollout_log import read_lines
-from trtspec.repo.routing import RoutingTable, load_routing
 from trtspec.rollout.compare import ADVANCE, Comparison, compare, split
+from trtspec.runtime.models.rollout_log import read_lines
 
 ROUTER_DIR = "router"
 ROUTING_FILE = "routing.json"

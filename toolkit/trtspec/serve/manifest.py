@@ -1,7 +1,7 @@
 """What to serve from a repository folder, read from ``trtspec-repo.json``.
 
 Owns resolving ``triton_repo/`` to the one spec repository inside it, reading
-the manifest (docs/internals.md §7) with errors naming the file and field, the
+the manifest (docs/design/repository.md) with errors naming the file and field, the
 closure of models a ``--variant`` needs, the engine models among them, and the
 TP×PP world size of TensorRT-LLM engines (which decides leader mode).
 """
@@ -193,8 +193,8 @@ def fallback_covered(repo: Path, served: Iterable[str] | None = None) -> dict[st
     router itself, the default variant or any route's fallback variant needs
     (read from ``router/routing.json``) is left out, as is everything when
     there is no router, manifest or readable routing table."""
+    from trtspec.artifacts.routing import load_routing
     from trtspec.errors import RepoError
-    from trtspec.repo.routing import load_routing
 
     if not (repo / MANIFEST_NAME).is_file():
         return {}

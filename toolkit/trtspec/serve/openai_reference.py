@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtspec.repo.models.text import IncrementalText, Tokenizer
-from trtspec.speculate import accepted_count, draft_budget, propose_ngram, round_finished
+from trtspec.runtime.speculate import accepted_count, draft_budget, propose_ngram, round_finished
+from trtspec.runtime.text import IncrementalText, Tokenizer
 
 MODES = ("none", "ngram")
 
@@ -97,7 +97,7 @@ def _steps(
     """Token deltas of one request; ``ngram`` runs the prompt-lookup draft →
     verify loop (one engine verification step per round) and counts drafts
     the way vLLM's ``SpecDecodingStats.observe_draft`` does."""
-    from trtspec.engine import GenerationRequest
+    from trtspec.runtime.engine import GenerationRequest
 
     engine = state.engine
     if state.mode == "none":
@@ -164,7 +164,7 @@ def _prompt_ids(state: ServerState, body: dict[str, Any], chat: bool) -> list[in
 
 
 def _sampling(body: dict[str, Any]) -> Any:
-    from trtspec.engine import SamplingParams
+    from trtspec.runtime.engine import SamplingParams
 
     def number(name: str, default: float) -> float:
         value = body.get(name, default)
@@ -506,7 +506,7 @@ def load_state(
     tokenizer_dir: Path | None = None,
     threads: int | None = None,
 ) -> ServerState:
-    from trtspec.engine import ReferenceEngine
+    from trtspec.runtime.engine import ReferenceEngine
 
     engine = ReferenceEngine.load(engine_dir, threads=threads)
     if mode == "ngram" and engine.config.mode != "draft_tokens_external":

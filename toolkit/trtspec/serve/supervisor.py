@@ -45,12 +45,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from trtspec.cancel import DIR_ENV as CANCEL_DIR_ENV
 from trtspec.errors import ServerError
-from trtspec.health import DOWN_ENV
-from trtspec.health import clear as clear_flags
-from trtspec.heartbeat import DIR_ENV as HEARTBEAT_ENV
 from trtspec.procutil import parent_death_hook, pid_alive
+from trtspec.runtime.cancel import DIR_ENV as CANCEL_DIR_ENV
+from trtspec.runtime.health import DOWN_ENV
+from trtspec.runtime.health import clear as clear_flags
+from trtspec.runtime.heartbeat import DIR_ENV as HEARTBEAT_ENV
 from trtspec.serve.access import (
     admin_headers,
     closed_api_args,
@@ -298,12 +298,12 @@ class Server:
 
     @property
     def down_dir(self) -> Path:
-        """Where the watchdog marks variants down for the router (``trtspec.health``)."""
+        """Where the watchdog marks variants down for the router (``trtspec.runtime.health``)."""
         return self.runtime_dir / "down"
 
     @property
     def heartbeat_dir(self) -> Path:
-        """Where stubs that call decoupled BLS beat (``trtspec.heartbeat``)
+        """Where stubs that call decoupled BLS beat (``trtspec.runtime.heartbeat``)
         and the watchdog reads how long ago each did."""
         return self.runtime_dir / "heartbeat"
 

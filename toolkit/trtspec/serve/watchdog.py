@@ -1,10 +1,10 @@
 """The stub watchdog: notices within a poll interval (default 0.5 s) that a
 Python-backend stub of a supervised tritonserver died, that one froze (its
-heartbeat stopped: ``trtspec.heartbeat``, the 2.51 stub's BLS deadlock), or
+heartbeat stopped: ``trtspec.runtime.heartbeat``, the 2.51 stub's BLS deadlock), or
 that the server itself did, and gets the models serving again.
 
 Why it is needed: when a stub dies (the SIGSEGV of the 2.51 bundled Python
-backend, docs/internals.md §9), tritonserver neither reaps it nor marks the
+backend, docs/design/triton-limits.md), tritonserver neither reaps it nor marks the
 model unready — the stub stays a zombie child, ``/v2/models/<m>/ready`` keeps
 answering 200, and every request already inside that model waits for the BLS
 deadline. The watchdog reads ``/proc``: every ``triton_python_backend_stub``
@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtspec import heartbeat
 from trtspec.errors import ServerError
-from trtspec.health import mark_down
+from trtspec.runtime import heartbeat
+from trtspec.runtime.health import mark_down
 
 STUB_BINARY = "triton_python_backend_stub"
 _wall_clock, _perf_ns = time.time, time.perf_counter_ns
@@ -200,7 +200,7 @@ class StubWatchdog:
         frozen_s: float = heartbeat.FROZEN_S,
     ) -> None:
         self.server = server
-        # a stub whose heartbeat is older than this is frozen (trtspec.heartbeat)
+        # a stub whose heartbeat is older than this is frozen (trtspec.runtime.heartbeat)
         self.frozen_s = frozen_s
         # {model: variants}: a dead stub of one of these leaves its variants down
         # instead of restarting the server (manifest.fallback_covered).
@@ -339,7 +339,7 @@ class StubWatchdog:
             stub.model,
             stub.pid,
             f"stopped running Python {age:.0f} s ago (its heartbeat stopped: the "
-            "tritonserver 2.51 stub deadlock of docs/internals.md §9) and was killed",
+            "tritonserver 2.51 stub deadlock of docs/design/triton-limits.md) and was killed",
         )
 
     def _server_exit(self, pid: int) -> list[Incident] | None:

@@ -2,7 +2,7 @@
 unknown keys forbidden, one class per section (each variant mode's class lives
 in its ``trtspec.modes`` module; the union of them comes from that registry),
 plus the small pure helpers the schema needs (model locations). Field
-descriptions feed the README's spec reference (``trtspec.docgen``)."""
+descriptions feed the spec reference page (``trtspec.docgen``, docs/reference/spec.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trtspec import limits
 from trtspec.catalogue import BASELINE, DEFAULT_CANARY_PERCENT, DEFAULT_STEPS, DRAFT_LOOP_ENGINE
 from trtspec.modes import MODE_MODULES
 from trtspec.modes.base import Backend, DType, Family, Quantization
@@ -33,6 +32,7 @@ from trtspec.modes.eagle import EagleVariant
 from trtspec.modes.lookahead import LookaheadVariant
 from trtspec.modes.medusa import MedusaVariant
 from trtspec.modes.ngram import NgramVariant
+from trtspec.runtime import limits
 from trtspec.spec.flows import FLOW_VARIANTS, EngineFlowSpec, FlowSpec, MtpVariant
 from trtspec.versions import EXAMPLES_DIR_FROM_1_0, default_examples_dir, image_for
 
@@ -52,7 +52,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def _request_limit(problem: Any) -> AfterValidator:
-    """A request value's legal range from ``trtspec.limits`` (one definition
+    """A request value's legal range from ``trtspec.runtime.limits`` (one definition
     for the spec, the bench CLI and the served models)."""
 
     def check(value: Any) -> Any:

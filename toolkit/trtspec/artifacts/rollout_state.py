@@ -1,0 +1,350 @@
+"""The rollout's files and the state the router serves from.
+
+``trtspec repo`` writes ``router/rollout.json`` (``RolloutConfig``: the ramp,
+the window, the decision thresholds, the golden set and what each variant is,
+for the log). While serving, the rollout folder (``router/rollout/`` unless
+``TRTSPEC_ROLLOUT_DIR`` names another) holds ``state.json`` — the current
+share of each route on its variant, changed only by ``change`` (atomic
+replace, under a lock, so the CLI and the router's automatic rollback never
+lose each other's update) — and ``history.jsonl``, one line per change with
+who, when and why. ``StateWatcher`` is the router's view: it re-reads
+``state.json`` when the file changes, and applies it only when the state
+names the digest of the routing table the router serves, so a state written
+for another routing table (another benchmark's decision) is refused, as
+``trtspec repo`` refuses a stale routing file. Stdlib-only (imported by the
+router inside the Python backend stub).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import getpass
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.artifacts.routing import RoutingTable
+from trtspec.catalogue import DEFAULT_STEPS
+from trtspec.errors import RepoError
+from trtspec.fsutil import atomic_write_json
+
+CONFIG_FILE = "rollout.json"
+STATE_DIR = "rollout"
+STATE_FILE = "state.json"
+HISTORY_FILE = "history.jsonl"
+LOG_FILE = "requests.jsonl"
+GOLDEN_FILE = "golden.jsonl"
+LOCK_FILE = ".lock"
+DIR_ENV = "TRTSPEC_ROLLOUT_DIR"
+SCHEMA_VERSION = 1
+
+RAMPING, COMPLETE, ROLLED_BACK = "ramping", "complete", "rolled_back"
+
+# How often the router looks at state.json (a stat) for a change.
+POLL_S = 0.2
+
+# The bench thresholds a live window is judged with (spec bench.decision).
+THRESHOLD_KEYS = ("min_speedup", "max_p95_regression", "max_error_rate")
+DEFAULT_THRESHOLDS = {"min_speedup": 1.05, "max_p95_regression": 0.10, "max_error_rate": 0.01}
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """``router/rollout.json``: what the router needs to log, watch and ramp."""
+
+    model: str = ""
+    steps: tuple[int, ...] = DEFAULT_STEPS
+    window_requests: int = 200
+    min_requests: int = 20
+    golden_every: int = 0
+    golden_max_tokens: int = 32
+    auto_rollback: bool = True
+    thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    log: dict[str, Any] = field(
+        default_factory=lambda: {
+            "destination": "file",
+            "max_bytes": 10 * 1024 * 1024,
+            "backups": 3,
+            "queue": 10000,
+            "prompts": False,
+        }
+    )
+    # variant -> {speculative, draft_model, num_speculative_tokens}
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # route -> golden prompts (text_input as the client sends it)
+    golden: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["steps"] = list(self.steps)
+        return {"schema_version": SCHEMA_VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = CONFIG_FILE) -> RolloutConfig:
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise RepoError(
+                f"{source}: schema_version: unsupported {data.get('schema_version')!r}",
+                "Rebuild the repository with `trtspec repo`.",
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        if "steps" in kwargs:
+            kwargs["steps"] = tuple(int(s) for s in kwargs["steps"])
+        base = cls()
+        if "log" in kwargs:
+            kwargs["log"] = {**base.log, **kwargs["log"]}
+        if "thresholds" in kwargs:
+            kwargs["thresholds"] = {**base.thresholds, **kwargs["thresholds"]}
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, router_dir: Path) -> RolloutConfig:
+        """The router folder's ``rollout.json``; defaults when there is none
+        (a repository assembled before rollouts, or a test's hand-made router)."""
+        path = Path(router_dir) / CONFIG_FILE
+        if not path.is_file():
+            return cls()
+        try:
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")), str(path))
+        except ValueError as exc:
+            raise RepoError(
+                f"{path}: not valid JSON: {exc}", "Rebuild it with `trtspec repo`."
+            ) from exc
+
+
+def rollout_dir(router_dir: Path) -> Path:
+    """Where the state, history and logs live for the router in ``router_dir``."""
+    named = os.environ.get(DIR_ENV)
+    return Path(named) if named else Path(router_dir) / STATE_DIR
+
+
+def routing_digest(routing_path: Path) -> str:
+    """sha256 of the routing table file the router serves (its exact bytes)."""
+    return hashlib.sha256(Path(routing_path).read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RouteState:
+    percent: float
+    status: str = RAMPING
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    routing_sha256: str
+    routes: dict[str, RouteState] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "routing_sha256": self.routing_sha256,
+            "routes": {
+                name: {"percent": r.percent, "status": r.status} for name, r in self.routes.items()
+            },
+        }
+
+
+def read_state(path: Path) -> RolloutState | None:
+    """``state.json``, or None when there is none yet."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise RepoError(
+            f"{path}: not valid JSON: {exc}", "Delete it to start the rollout afresh."
+        ) from exc
+    try:
+        routes = {
+            str(name): RouteState(float(entry["percent"]), str(entry.get("status", RAMPING)))
+            for name, entry in (data.get("routes") or {}).items()
+        }
+        return RolloutState(str(data["routing_sha256"]), routes)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RepoError(
+            f"{path}: malformed rollout state ({exc})", "Delete it to start the rollout afresh."
+        ) from exc
+
+
+def effective_table(table: RoutingTable, state: RolloutState | None) -> RoutingTable:
+    """``table`` with each route's share on its variant taken from ``state``."""
+    if state is None:
+        return table
+    routes = dict(table.routes)
+    for name, route_state in state.routes.items():
+        rule = routes.get(name)
+        if rule is not None:
+            routes[name] = dataclasses.replace(rule, canary_percent=route_state.percent)
+    return dataclasses.replace(table, routes=routes)
+
+
+def current(table: RoutingTable, state: RolloutState | None, route: str) -> RouteState:
+    """Where ``route`` stands: from ``state``, else where the table starts it."""
+    if state is not None and route in state.routes:
+        return state.routes[route]
+    rule = table.routes[route]
+    return RouteState(rule.canary_percent, COMPLETE if rule.canary_percent >= 100 else RAMPING)
+
+
+def step_after(steps: tuple[int, ...] | list[int], percent: float) -> int | None:
+    """The next step of the ramp above ``percent``; None at 100."""
+    return next((s for s in steps if s > percent), None)
+
+
+def who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry in some containers
+        return f"uid {os.getuid()}"
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_FILE, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def append_history(folder: Path, entry: dict[str, Any]) -> None:
+    """One line of ``history.jsonl`` (a single O_APPEND write)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(folder / HISTORY_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_history(folder: Path) -> list[dict[str, Any]]:
+    path = Path(folder) / HISTORY_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def change(
+    folder: Path,
+    routing_path: Path,
+    table: RoutingTable,
+    route: str,
+    *,
+    percent: float,
+    status: str,
+    action: str,
+    by: str,
+    why: str,
+    details: dict[str, Any] | None = None,
+    only_if: Callable[[RouteState], bool] | None = None,
+) -> dict[str, Any] | None:
+    """Set ``route`` to ``percent``/``status`` in ``state.json`` and append the
+    change to the history; returns the history entry, or None when
+    ``only_if`` (given the route's state under the lock) says not to."""
+    folder = Path(folder)
+    digest = routing_digest(routing_path)
+    with _locked(folder):
+        state = read_state(folder / STATE_FILE)
+        if state is not None and state.routing_sha256 != digest:
+            state = None  # written for another routing table: start from this one
+        before = current(table, state, route)
+        if only_if is not None and not only_if(before):
+            return None
+        routes = dict(state.routes) if state is not None else {}
+        routes[route] = RouteState(float(percent), status)
+        atomic_write_json(folder / STATE_FILE, RolloutState(digest, routes).to_dict())
+        entry = {
+            "when": now_iso(),
+            "who": by,
+            "why": why,
+            "route": route,
+            "action": action,
+            "from_percent": before.percent,
+            "to_percent": float(percent),
+            "status": status,
+            "routing_sha256": digest,
+            **(details or {}),
+        }
+        append_history(folder, entry)
+    return entry
+
+
+class StateWatcher:
+    """The routing table the router serves now: its base table with the
+    rollout state applied, re-read (at most every ``POLL_S``) when
+    ``state.json`` is replaced. A state for another routing table, or one
+    that cannot be read, is refused and the last good table kept."""
+
+    def __init__(
+        self,
+        table: RoutingTable,
+        routing_path: Path,
+        folder: Path,
+        warn: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.base = table
+        self.routing_path = Path(routing_path)
+        self.folder = Path(folder)
+        self.digest = routing_digest(routing_path)
+        self._warn = warn
+        self._lock = threading.Lock()
+        self._seen: tuple[int, int, int] | None = None
+        self._next = 0.0
+        self._table = table
+        self.state: RolloutState | None = None
+        self.refresh(force=True)
+
+    def refresh(self, *, force: bool = False) -> RoutingTable:
+        now = time.monotonic()
+        if not force and now < self._next:
+            return self._table
+        with self._lock:
+            self._next = now + POLL_S
+            path = self.folder / STATE_FILE
+            try:
+                st = os.stat(path)
+                key: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:
+                key = None
+            if key == self._seen and not force:
+                return self._table
+            self._seen = key
+            try:
+                state = read_state(path) if key is not None else None
+            except RepoError as exc:
+                self._warn(f"rollout: {exc.message}; keeping the last routing state")
+                return self._table
+            if state is not None and state.routing_sha256 != self.digest:
+                self._warn(
+                    f"rollout: {path} was written for another routing table "
+                    f"(sha256 {state.routing_sha256[:12]}, serving {self.digest[:12]}); "
+                    "ignored"
+                )
+                state = None
+            self.state = state
+            self._table = effective_table(self.base, state)
+            return self._table
+
+    def table(self) -> RoutingTable:
+        return self.refresh()

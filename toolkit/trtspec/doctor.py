@@ -60,8 +60,8 @@ def probe_trtllm_version() -> str | None:
     return None
 
 
-def probe_gpus() -> list[Gpu] | None:
-    """GPUs from ``nvidia-smi`` (memory.total is in MiB); None when it is absent."""
+def _smi(query: tuple[str, ...]) -> list[str] | None:
+    """The lines ``nvidia-smi`` prints for ``query``; None when it is absent or fails."""
     from trtspec.build.executor import run_subprocess
 
     binary = shutil.which("nvidia-smi")
@@ -69,8 +69,16 @@ def probe_gpus() -> list[Gpu] | None:
         return None
     lines: list[str] = []
     try:
-        run_subprocess([binary, *NVIDIA_SMI_QUERY], echo=lines.append)
+        run_subprocess([binary, *query], echo=lines.append)
     except StepFailed:
+        return None
+    return lines
+
+
+def probe_gpus() -> list[Gpu] | None:
+    """GPUs from ``nvidia-smi`` (memory.total is in MiB); None when it is absent."""
+    lines = _smi(NVIDIA_SMI_QUERY)
+    if lines is None:
         return None
     gpus = []
     for line in lines:
@@ -84,17 +92,7 @@ def probe_build_gpu() -> dict[str, str] | None:
     """The name and CUDA compute capability of this machine's first GPU: what a
     TensorRT engine built here runs on (engines are specific to it). None
     without ``nvidia-smi``."""
-    from trtspec.build.executor import run_subprocess
-
-    binary = shutil.which("nvidia-smi")
-    if binary is None:
-        return None
-    lines: list[str] = []
-    try:
-        run_subprocess([binary, *BUILD_GPU_QUERY], echo=lines.append)
-    except StepFailed:
-        return None
-    for line in lines:
+    for line in _smi(BUILD_GPU_QUERY) or []:
         name, _, cap = line.rpartition(",")
         if name.strip() and cap.strip():
             return {"name": name.strip(), "compute_capability": cap.strip()}

@@ -307,6 +307,13 @@ def test_the_pods_commands_relocate_a_copied_volume(built_repo, tmp_path: Path) 
         f'"{volume}/engines/built/target/tokenizer"'
         in (moved / "preprocessing" / "config.pbtxt").read_text()
     )
+    # with the builder's engines gone, the moved repository is whole: every
+    # engine and tokenizer folder it names is on the volume (`trtspec repo --check`)
+    from trtspec.repo.check import check_repository
+
+    shutil.rmtree(tmp_path / "engines")
+    assert [str(p) for p in check_repository(moved)] == []
+    assert check_repository(repo) != []  # the builder's copy now names missing folders
     # the init container refuses a volume holding another build
     (volume / "triton_repo" / "built" / "router" / "1" / "model.py").write_text("# changed\n")
     argv = [

@@ -58,6 +58,16 @@ def test_each_routes_canary_is_weighed_at_the_gateway(built_repo, tmp_path: Path
         "built-baseline", "built-ngram",
     ]  # fmt: skip
     assert len(kinds["PersistentVolumeClaim"]) == len(kinds["Secret"]) == 1  # shared
+    claim = kinds["PersistentVolumeClaim"][0]["metadata"]["name"]
+    (job,) = kinds["Job"]
+    mounted = [
+        v["persistentVolumeClaim"]["claimName"]
+        for d in [job, *kinds["Deployment"]]
+        for v in d["spec"]["template"]["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert mounted == [claim] * 3  # the populate Job and both pools use the one claim
+    assert "through the built-populate Job's pod" in res.stderr
     (route,) = kinds["HTTPRoute"]
     assert route["spec"]["parentRefs"] == [
         {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge",

@@ -127,7 +127,7 @@ def manifests(
     files prefixed with the pool), the shared claim and Secret, the
     ``HTTPRoute``; and the baseline pool's sizing."""
     from trtspec.deploy.inputs import served_from
-    from trtspec.deploy.k8s import build, models_claim, populate_job
+    from trtspec.deploy.k8s import POPULATED_MARKER, build, models_claim, populate_job
 
     whole = served_from(spec, plan, repo=repo, routing_file=routing_file)
     tables = pool_tables(whole.routing)
@@ -167,11 +167,11 @@ def manifests(
                                                        opts.gpus_per_node),
             gpu_bytes=None, startup_override=startup_seconds,
         )  # fmt: skip
-        base_opts = dataclasses.replace(opts, name=pool_name(opts, BASELINE))
-        files["volume.yaml"] = [
-            models_claim(whole, every, opts),
-            populate_job(whole, every, dataclasses.replace(base_opts, pvc=None)),
-        ]
+        files["volume.yaml"] = [models_claim(whole, every, opts), populate_job(whole, every, opts)]
+        notes.append(
+            f"copy {whole.root}/ onto the claim {opts.claim} through the {opts.name}-populate "
+            f"Job's pod, then touch {POPULATED_MARKER} there"
+        )
     if opts.write_secret:
         files["secret.yaml"] = [{"apiVersion": "v1", "kind": "Secret",
                                  "metadata": meta(opts.secret, opts), "type": "Opaque",

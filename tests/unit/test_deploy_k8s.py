@@ -565,6 +565,9 @@ def test_a_built_repository_gives_the_load_list_paths_and_fingerprint(built_repo
     # moved, after checking the fingerprint
     mount = next(m for m in container(out)["volumeMounts"] if m["name"] == "models")
     assert mount == {"name": "models", "mountPath": "/models", "readOnly": True}
+    # the pod's own copy stays writable: the router keeps its rollout state there
+    copy = next(m for m in container(out)["volumeMounts"] if m["name"] == "repository")
+    assert copy == {"name": "repository", "mountPath": REPO_DIR}
     assert f"--model-repository={REPO_DIR}" in container(out)["command"]
     init = deployment["spec"]["template"]["spec"]["initContainers"][0]
     assert init["command"] == [

@@ -246,7 +246,9 @@ def volumes(
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "repository", "mountPath": REPO_DIR, "readOnly": True},
+        # the pod's own copy: writable, so the router's rollout state and logs
+        # land there (per pod) instead of failing on the read-only volume
+        {"name": "repository", "mountPath": REPO_DIR},
     ]
     if opts.routing_config:
         vols.append({"name": "routing", "configMap": {"name": opts.routing_config}})

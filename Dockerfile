@@ -17,6 +17,11 @@ RUN python3 -m pip install --no-cache-dir . \
  && python3 -c "import importlib.metadata as m; import trtspec; print('tensorrt_llm', m.version('tensorrt_llm'))"
 
 # Engines, repositories and results go to mounted volumes.
+# Multi-node `trtspec deploy k8s` groups start their ranks over SSH: the workers
+# run sshd as the container user, the leader's mpirun connects with ssh.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openssh-client openssh-server \
+ && rm -rf /var/lib/apt/lists/*
 # Run as the image's non-root user: NGC Triton images create triton-server
 # with uid/gid 1000 (Triton's build.py checks it); `trtspec deploy k8s` pods
 # run as that uid under the restricted pod security standard.

@@ -318,8 +318,6 @@ def populate_job(served: Served, sizing: Sizing, opts: K8sOptions) -> dict[str, 
 def dockerfile(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> str | None:
     """The image layer(s) the deployment needs on top of the serving image, if any."""
     lines: list[str] = []
-    if sizing.multi_node:
-        lines += k8s_multinode.DOCKERFILE_LINES
     if opts.repo_source == "image":
         rels = [os.path.relpath(p, served.root) for p in [served.repo, *served.engine_dirs]]
         lines += [
@@ -453,7 +451,7 @@ def _notes(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
     if sizing.multi_node:
         out.append(
             f"multi-node: create the SSH key Secret {opts.ssh_secret} before applying "
-            "(docs/guide/deploy.md, Multi-node), and build --image from the generated Dockerfile"
+            "(docs/guide/deploy.md, Multi-node)"
         )
     if opts.repo_source == "volume" and opts.pvc is None:
         out.append(

@@ -7,7 +7,8 @@ the workers, ``mpirun`` with ``plm_rsh_args`` naming that port and key). No
 pod may ``exec`` into another (no RBAC at all): a compromised leader holds a
 key that opens only its own group's workers' sshd, as the same unprivileged
 user, instead of ``pods/exec`` over the whole namespace. The scripts come
-from a ConfigMap; ``openssh-server`` from the generated Dockerfile. No Click.
+from a ConfigMap; ``sshd`` and ``ssh`` from the serving image (the project
+Dockerfile installs them). No Click.
 """
 
 from __future__ import annotations
@@ -82,12 +83,6 @@ EOF
 exec /usr/sbin/sshd -D -e -f "$HOME/.ssh/sshd_config"
 """
 )
-DOCKERFILE_LINES = [
-    "# mpirun reaches the other pods of a group over SSH (sshd runs as the container user)",
-    "USER root",
-    "RUN apt-get update && apt-get install -y --no-install-recommends openssh-client "
-    "openssh-server && rm -rf /var/lib/apt/lists/*",
-]
 
 
 def _env(opts: K8sOptions) -> list[dict[str, Any]]:

@@ -81,8 +81,8 @@ def test_the_folder_is_what_kubectl_apply_reads_and_the_summary_is_beside_it(
     assert res.exit_code == 0, res.output
     docs = objects(out)
     assert sorted(d["kind"] for d in docs) == [
-        "Deployment", "Job", "PersistentVolumeClaim", "PodDisruptionBudget", "Service",
-        "ServiceMonitor",
+        "ConfigMap", "Deployment", "Job", "PersistentVolumeClaim", "PodDisruptionBudget", "Role",
+        "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor",
     ]  # fmt: skip
     # what trtspec decided sits in a subfolder `kubectl apply -f out/` does not enter
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["trtspec"]
@@ -101,7 +101,12 @@ def test_pods_meet_the_restricted_profile_and_tolerate_gpu_nodes(built_repo, tmp
             "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
             "seccompProfile": {"type": "RuntimeDefault"},
         }  # fmt: skip
-        assert pod["automountServiceAccountToken"] is False
+        # the serving pod's token may only read and patch the rollout ConfigMap
+        # (rollout_k8s); the populate Job carries none
+        if "initContainers" in pod:
+            assert pod["serviceAccountName"] == "built-rollout"
+        else:
+            assert pod["automountServiceAccountToken"] is False
         for c in pod.get("initContainers", []) + pod["containers"]:
             assert c["securityContext"] == {
                 "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},

@@ -41,6 +41,21 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_SPECS = sorted((ROOT / "build_specs").glob("*.yaml"))
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
 IMAGE = "registry.example.com/trtspec:0.1.0-25.12"
+
+
+def rollout_env(name: str) -> list[dict[str, Any]]:
+    """What every serving container gets to find its deployment's rollout ConfigMap."""
+    return [
+        {"name": "TRTSPEC_ROLLOUT_DIR", "value": "/etc/trtspec/rollout"},
+        {"name": "TRTSPEC_ROLLOUT_CONFIGMAP", "value": f"{name}-rollout"},
+        {
+            "name": "TRTSPEC_ROLLOUT_NAMESPACE",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        },
+        {"name": "TRTSPEC_ROLLOUT_SCRATCH", "value": "/var/run/trtspec-rollout"},
+    ]
+
+
 KEY_ARGS = restricted_api_args("$(TRTSPEC_ADMIN_KEY)")
 PORTS = {"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002}
 
@@ -133,8 +148,9 @@ def test_every_build_spec_deploys_with_valid_manifests(
     summary = json.loads(res.stdout)
     assert summary == {**summary_of(out), "out": str(out)}
     assert sorted(p.name for p in out.iterdir()) == [
-        "deployment.yaml", "hpa.yaml", "poddisruptionbudget.yaml", "secret.yaml", "service.yaml",
-        "servicemonitor.yaml", "trtspec", "volume.yaml",
+        "deployment.yaml", "hpa.yaml", "poddisruptionbudget.yaml", "prometheus-adapter.yaml",
+        "rollout.yaml", "secret.yaml", "service.yaml", "servicemonitor.yaml", "trtspec",
+        "volume.yaml",
     ]  # fmt: skip
     assert_valid(out)
     assert summary["variants"] == ["baseline"]
@@ -177,7 +193,7 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
             "and an update needs one instance's GPUs free for the new pod",
             f"Note: copy {tmp_path}/ onto the claim qwen2-5-7b-models through the "
             "qwen2-5-7b-populate Job's pod, then touch .trtspec-populated there",
-            f"Wrote {out}/ (6 resources)",
+            f"Wrote {out}/ (10 resources)",
         ][-8:]
     )
     c = container(out)
@@ -211,6 +227,7 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
             "valueFrom": {"secretKeyRef": {"name": "qwen2-5-7b-admin", "key": "admin-key"}},
         },
         {"name": "TRTSPEC_HEARTBEAT_DIR", "value": "/tmp/trtspec-heartbeat"},
+        *rollout_env("qwen2-5-7b"),
     ]
     service = load_dir(out)["service.yaml"][0]
     assert [p["name"] for p in service["spec"]["ports"]] == ["http", "grpc", "metrics"]
@@ -266,7 +283,8 @@ def test_tp_pp_beyond_a_node_makes_a_leaderworkerset(tmp_path: Path, monkeypatch
     assert res.exit_code == 0, res.output
     assert sorted(load_dir(out)) == [
         "configmap.yaml", "hpa.yaml", "leaderworkerset.yaml", "poddisruptionbudget.yaml",
-        "secret.yaml", "service.yaml", "servicemonitor.yaml", "volume.yaml",
+        "prometheus-adapter.yaml", "rollout.yaml", "secret.yaml", "service.yaml",
+        "servicemonitor.yaml", "volume.yaml",
     ]  # fmt: skip
     assert_valid(out)
     lws = load_dir(out)["leaderworkerset.yaml"][0]
@@ -300,9 +318,19 @@ def test_tp_pp_beyond_a_node_makes_a_leaderworkerset(tmp_path: Path, monkeypatch
     assert worker["command"] == ["/bin/sh", f"{TOOLS_DIR}/worker.sh"]
     assert worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
     # no pod may exec into another: no service account token, no RBAC at all
-    assert leader["automountServiceAccountToken"] is False
+    # the leader's account may read and patch the rollout ConfigMap and nothing else
+    # (no pods/exec: no pod may exec into another); the workers carry no token
+    assert leader["serviceAccountName"] == "big-rollout"
     assert worker_spec["automountServiceAccountToken"] is False
-    assert not [d for d in all_docs(out) if d["kind"] in ("Role", "RoleBinding")]
+    roles = [d for d in all_docs(out) if d["kind"] == "Role"]
+    assert [r["rules"] for r in roles] == [[{
+        "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["big-rollout"],
+        "verbs": ["get", "patch"],
+    }]]  # fmt: skip
+    binding = next(d for d in load_dir(out)["rollout.yaml"] if d["kind"] == "RoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "big-rollout", "namespace": "default"}
+    ]
     for pod in (leader, worker_spec):  # both move the repository's paths before serving
         assert [c["name"] for c in pod["initContainers"]] == ["relocate"]
         ssh_volume = next(v for v in pod["volumes"] if v["name"] == "ssh")
@@ -393,6 +421,7 @@ def test_several_engines_on_one_node_use_orchestrator_mode(tmp_path: Path, monke
     assert c["command"] == orchestrator_mode_argv(one, gpus=8)
     assert {e["name"]: e.get("value") for e in c["env"][1:]} == {
         "TRTSPEC_HEARTBEAT_DIR": "/tmp/trtspec-heartbeat",
+        **{e["name"]: e.get("value") for e in rollout_env("big")},
         **ORCHESTRATOR_ENV,
     }
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -613,7 +642,9 @@ def test_repository_as_an_image_layer(built_repo, tmp_path) -> None:
     assert_valid(out)
     c = container(out)
     assert c["image"] == "registry.example.com/built-repo:1"
-    assert [m["name"] for m in c["volumeMounts"]] == ["dshm", "repository"]
+    assert [m["name"] for m in c["volumeMounts"]] == [
+        "dshm", "repository", "rollout", "rollout-scratch",
+    ]  # fmt: skip
     assert "volume.yaml" not in load_dir(out)  # no claim: the image holds the data
     lines = (out / "Dockerfile").read_text().splitlines()
     assert (

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from trtspec.deploy import k8s_multinode
+from trtspec.deploy import k8s_multinode, rollout_k8s
 from trtspec.deploy.k8s_pod import (
     SECRET_KEY,
     compute_capability,
@@ -59,14 +59,6 @@ from trtspec.serve.access import ADMIN_HEADER, new_admin_key
 from trtspec.versions import parse_version, shipped_by
 
 SERVICEMONITOR_API = "monitoring.coreos.com/v1"
-# HPA metrics (per pod, through a Prometheus adapter): Triton's per-model queue
-# gauge on the router, or TensorRT-LLM's active (in-flight) requests per engine.
-HPA_METRICS = {
-    "queue": ("nv_inference_pending_request_count", {"model": "router"}),
-    "inflight": ("nv_trt_llm_request_metrics", {"request_type": "active"}),
-}
-# autoscaling/v2 refuses a stabilization window above one hour.
-MAX_STABILIZATION_S = 3600
 POPULATED_MARKER = ".trtspec-populated"
 PVC_HEADROOM = 1.2  # claim size over the bytes it must hold
 
@@ -123,13 +115,14 @@ def deployment(
         },
         "template": {
             "metadata": {"labels": labels(opts.name), "annotations": notes},
+            # the account that may read and patch the rollout ConfigMap (rollout_k8s)
             "spec": pod_spec(
                 [triton_container(served, sizing, opts, mounts)],
                 vols,
                 served,
                 sizing,
                 opts,
-                automountServiceAccountToken=False,
+                serviceAccountName=rollout_k8s.account_name(opts.name),
             ),
         },
     }
@@ -180,48 +173,22 @@ def servicemonitor(opts: K8sOptions) -> dict[str, Any]:
 
 
 def hpa(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
-    if opts.hpa_metric not in HPA_METRICS:
-        raise DeployError(
-            f"--hpa-metric {opts.hpa_metric!r} is not one of {', '.join(HPA_METRICS)}",
-            "queue: requests waiting in Triton's router queue; inflight: TRT-LLM active requests",
-        )
-    if opts.hpa_max is None or opts.hpa_max < opts.replicas:
-        raise DeployError(
-            f"--hpa-max {opts.hpa_max} is below --replicas {opts.replicas}",
-            "the autoscaler scales between --replicas and --hpa-max",
-        )
-    metric, selector = HPA_METRICS[opts.hpa_metric]
+    """The autoscaler (``rollout_k8s``: its metric, adapter rule and capped
+    scale-down window) of this deployment's Deployment or LeaderWorkerSet."""
     target = (
         {"apiVersion": k8s_multinode.LWS_API, "kind": "LeaderWorkerSet", "name": opts.name}
         if sizing.multi_node
         else {"apiVersion": "apps/v1", "kind": "Deployment", "name": opts.name}
     )
-    # A new instance takes its start-up budget to serve: do not flap (at most
-    # the hour autoscaling/v2 allows).
-    down = min(MAX_STABILIZATION_S, max(300, sizing.startup_seconds))
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": meta(opts.name, opts),
-        "spec": {
-            "scaleTargetRef": target,
-            "minReplicas": opts.replicas,
-            "maxReplicas": opts.hpa_max,
-            "metrics": [
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": metric, "selector": {"matchLabels": selector}},
-                        "target": {"type": "AverageValue", "averageValue": f"{opts.hpa_target:g}"},
-                    },
-                }
-            ],
-            "behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 60},
-                "scaleDown": {"stabilizationWindowSeconds": down},
-            },
-        },
-    }
+    return rollout_k8s.hpa(
+        lambda name, **extra: meta(name, opts, **extra),
+        target,
+        min_replicas=opts.replicas,
+        max_replicas=opts.hpa_max,
+        metric=opts.hpa_metric,
+        average=opts.hpa_target,
+        startup_seconds=sizing.startup_seconds,
+    )
 
 
 def disruption_budget(opts: K8sOptions) -> dict[str, Any]:
@@ -381,6 +348,11 @@ def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manife
     files["service.yaml"] = [service(sizing, opts)]
     files["servicemonitor.yaml"] = [servicemonitor(opts)]
     files["poddisruptionbudget.yaml"] = [disruption_budget(opts)]
+    # the rollout state every router watches and the RBAC to patch it (rollout_k8s)
+    bound = lambda name, **extra: meta(name, opts, **extra)  # noqa: E731
+    files["rollout.yaml"] = rollout_k8s.objects(
+        opts.name, opts.namespace, bound, rollout_k8s.account_name(opts.name)
+    )
     if opts.repo_source == "volume" and opts.pvc is None:
         files["volume.yaml"] = [
             models_claim(served, sizing, opts),
@@ -388,6 +360,9 @@ def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manife
         ]
     if autoscaled:
         files["hpa.yaml"] = [hpa(sizing, opts)]
+        files["prometheus-adapter.yaml"] = [
+            rollout_k8s.adapter_config(opts.name, bound, opts.hpa_metric)
+        ]
     if opts.write_secret:
         files["secret.yaml"] = [
             {

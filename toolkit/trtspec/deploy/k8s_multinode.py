@@ -4,17 +4,19 @@ mode's ``mpirun``; it reaches the workers over SSH, as NVIDIA Dynamo's
 operator starts TensorRT-LLM across nodes (``backend_trtllm.go``: a key pair
 Secret mounted in every pod, ``sshd`` as the container user on port 2222 in
 the workers, ``mpirun`` with ``plm_rsh_args`` naming that port and key). No
-pod may ``exec`` into another (no RBAC at all): a compromised leader holds a
-key that opens only its own group's workers' sshd, as the same unprivileged
-user, instead of ``pods/exec`` over the whole namespace. The scripts come
-from a ConfigMap; ``sshd`` and ``ssh`` from the serving image (the project
-Dockerfile installs them). No Click.
+pod may ``exec`` into another: a compromised leader holds a key that opens
+only its own group's workers' sshd, as the same unprivileged user, instead of
+``pods/exec`` over the whole namespace; its account may only read and patch
+the rollout ConfigMap (``rollout_k8s``), and the workers carry no token.
+The scripts come from a ConfigMap; ``sshd`` and ``ssh`` from the serving
+image (the project Dockerfile installs them). No Click.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from trtspec.deploy import rollout_k8s
 from trtspec.deploy.k8s_pod import (
     SSH_DIR,
     SSH_PORT,
@@ -128,13 +130,14 @@ def leaderworkerset(
                     "labels": {**labels(opts.name), ROLE_LABEL: "leader"},
                     "annotations": notes,
                 },
+                # the leader's router may read and patch the rollout ConfigMap
                 "spec": pod_spec(
                     [leader],
                     [*vols, tools, ssh],
                     served,
                     sizing,
                     opts,
-                    automountServiceAccountToken=False,
+                    serviceAccountName=rollout_k8s.account_name(opts.name),
                 ),
             },
             "workerTemplate": {

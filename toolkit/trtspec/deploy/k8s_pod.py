@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtspec.deploy import rollout_k8s
 from trtspec.deploy.options import (
     GRPC_PORT,
     HTTP_PORT,
@@ -208,6 +209,7 @@ def env(sizing: Sizing, opts: K8sOptions) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"name": KEY_ENV, "valueFrom": {"secretKeyRef": {"name": opts.secret, "key": SECRET_KEY}}},
         {"name": HEARTBEAT_ENV, "value": HEARTBEAT_DIR},
+        *rollout_k8s.env(opts.name),  # where the router finds the shared rollout state
     ]
     if sizing.launch == ORCHESTRATOR:
         out += [{"name": k, "value": v} for k, v in sorted(ORCHESTRATOR_ENV.items())]
@@ -250,6 +252,9 @@ def volumes(
         # land there (per pod) instead of failing on the read-only volume
         {"name": "repository", "mountPath": REPO_DIR},
     ]
+    rollout_vols, rollout_mounts = rollout_k8s.volumes(opts.name)  # the shared rollout state
+    vols += rollout_vols
+    mounts += rollout_mounts
     if opts.routing_config:
         vols.append({"name": "routing", "configMap": {"name": opts.routing_config}})
     if opts.repo_source == "volume":

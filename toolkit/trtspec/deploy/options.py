@@ -37,7 +37,7 @@ class K8sOptions:
     gpus_per_node: int = 8
     replicas: int = 1
     hpa_max: int | None = None
-    hpa_metric: str = "queue"
+    hpa_metric: str = "router"  # rollout_k8s.DEFAULT_HPA_METRIC
     hpa_target: float = 4.0
     repo_source: str = "volume"  # volume | image
     pvc: str | None = None  # an existing claim; None: write one

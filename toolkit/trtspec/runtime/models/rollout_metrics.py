@@ -80,6 +80,24 @@ SERIES = {
             "Request-log lines dropped because the writer fell behind.",
             (),
         ),
+        # The sufficient statistics of the live speedup interval
+        # (rollout.compare.welch): with them `trtspec rollout status
+        # --prometheus` reaches the verdict the request log gives.
+        Series(
+            "trtspec_cost_requests_total",
+            "COUNTER",
+            "Successful requests with output tokens (the ones the speedup is measured on).",
+        ),
+        Series(
+            "trtspec_log_cost_total",
+            "COUNTER",
+            "Sum over those requests of ln(latency in microseconds per output token).",
+        ),
+        Series(
+            "trtspec_log_cost_squares_total",
+            "COUNTER",
+            "Sum over those requests of the square of ln(microseconds per output token).",
+        ),
     )
 }
 

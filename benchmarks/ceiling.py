@@ -307,7 +307,7 @@ async def read_one(stream: Any, rec: Record, load: Load) -> None:
             rec.error = str(error)
             return
         if load.flow == "llmapi":
-            if llmapi_response(rec, result, now, max_tokens):
+            if llmapi_response(rec, result, now, max_tokens, cumulative=layer == "engine"):
                 return
             continue
         ids = result.as_numpy("output_ids")
@@ -333,15 +333,23 @@ async def read_one(stream: Any, rec: Record, load: Load) -> None:
             return
 
 
-def llmapi_response(rec: Record, result: Any, now: float, max_tokens: int) -> bool:
-    """Take one LLM-API flow response into ``rec``; True when it was the last."""
+def llmapi_response(
+    rec: Record, result: Any, now: float, max_tokens: int, *, cumulative: bool
+) -> bool:
+    """Take one LLM-API flow response into ``rec``; True when it was the last.
+    ``cumulative``: the llmapi model's own stream, whose every ``text_output``
+    is the whole text so far (upstream's ``CompletionOutput.text``); a response
+    that adds nothing to it is not counted."""
     text = result.as_numpy("text_output")
-    piece = b"" if text is None or not text.size else text.reshape(-1)[0]
+    raw = b"" if text is None or not text.size else text.reshape(-1)[0]
+    piece = raw.decode("utf-8", errors="replace")
+    if cumulative:
+        piece = piece[len(rec.text) :] if piece.startswith(rec.text) else ""
     if piece:
         rec.first = rec.first or now
         rec.last = now
         rec.responses += 1
-        rec.text += piece.decode("utf-8", errors="replace")
+        rec.text += piece
     params = result.get_response().parameters
     done = "triton_final_response" in params and params["triton_final_response"].bool_param
     if done and rec.first:

@@ -36,7 +36,8 @@ flight >= 80% of the engine model's at 4. ``--check`` exits 3 on a miss.
 
 ``--flow llmapi`` measures the LLM-API flow's path instead (a baseline-only
 ``flow: llmapi`` repository on the CPU stand-in): ``llm`` = the
-``baseline__llmapi`` model alone (its own tensors, text deltas), ``adapter`` =
+``baseline__llmapi`` model alone (its own tensors, the whole text so far in
+each response, read as what each adds), ``adapter`` =
 the ``baseline`` adapter model in front of it, ``router`` = the router as
 assembled (the adapter runs in its process: router → llm), ``bls`` = the
 router calling the adapter model over BLS (router → adapter → llm, the path
@@ -485,6 +486,8 @@ def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
             response = result.get_response()
             if any(o.name == "text_output" for o in response.outputs):
                 piece = result.as_numpy("text_output").reshape(-1)[0].decode()
+                if layer == "llm":  # the llmapi model streams the whole text so far
+                    piece = piece[len(run.text) :] if piece.startswith(run.text) else ""
                 if piece:
                     run.first = run.first or at
                     run.last = at

@@ -75,13 +75,14 @@ def test_the_schema_refuses_a_misspelled_field_and_takes_upstreams_graphs() -> N
         "spec/backendFramework: 'tensorrt' is not one of ['sglang', 'vllm', 'trtllm']",
         "spec/components/0: Additional properties are not allowed ('typ' was unexpected)",
     ]
-    # the Dynamo 1.5.1 release's own trtllm graphs pass the transcribed schema
+    # Dynamo's own trtllm graphs in this form (the 1.5.1 release's templates)
+    # pass the transcribed schema
     for name in ("trtllm-agg.yaml", "trtllm-disagg.yaml"):
         (upstream,) = yaml.safe_load_all((UPSTREAM / name).read_text())
         assert upstream["apiVersion"] == DGD_API
         assert schema_errors(upstream) == [], name
         images = {main_container(c)["image"] for c in upstream["spec"]["components"]}
-        assert images == {RUNTIME_IMAGE}
+        assert images == {RUNTIME_IMAGE.replace(":1.4.2", ":1.5.1")}
 
 
 def test_aggregated_graph_serves_the_variant_config() -> None:
@@ -247,7 +248,7 @@ def test_cli_writes_one_graph_per_variant(tmp_path: Path) -> None:
             RUNTIME_IMAGE
         }
     summary = json.loads((out / "trtspec" / "deploy.json").read_text())
-    assert (summary["dynamo_release"], summary["dynamo_tensorrt_llm"]) == ("1.5.1", "1.3.0rc25")
+    assert (summary["dynamo_release"], summary["dynamo_tensorrt_llm"]) == ("1.4.2", "1.3.0rc22")
     bad = CliRunner().invoke(
         cli,
         ["deploy", "dynamo", "--spec-name", "x", "--model", MODEL, "--image", IMAGE,
@@ -260,7 +261,7 @@ def test_cli_writes_one_graph_per_variant(tmp_path: Path) -> None:
 
 LLMAPI_SPEC = """\
 name: dyn
-flow: llmapi
+flow: {kind: llmapi, trtllm_version: 1.3.0rc22}
 target: {model: meta-llama/Llama-3.1-8B-Instruct, family: llama, max_batch_size: 8,
          max_input_len: 1024, max_seq_len: 2048}
 variants:
@@ -308,8 +309,19 @@ def test_an_llmapi_spec_gives_graphs_for_the_promoted_variants(tmp_path: Path) -
     res = CliRunner().invoke(cli, [*args, "--baseline-only", "--out", str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
     assert sorted(kubectl_apply_reads(tmp_path / "b")) == ["baseline.yaml"]
+    # configs checked against another TensorRT-LLM's fields are refused
+    spec.write_text(LLMAPI_SPEC.replace("trtllm_version: 1.3.0rc22", "trtllm_version: 1.2.1"))
+    res = CliRunner().invoke(cli, [*args, "--baseline-only", "--out", str(tmp_path / "c")])
+    assert res.exit_code == 1 and not (tmp_path / "c").exists()
+    assert res.stderr.splitlines()[-2:] == [
+        f"Error: {spec}: flow.trtllm_version 1.2.1, but Dynamo 1.4.2's workers run "
+        "TensorRT-LLM 1.3.0rc22, whose LLM-API fields the configs must match",
+        "Hint: set flow.trtllm_version: 1.3.0rc22 in the spec",
+    ]
     engine_flow = tmp_path / "engine.yaml"
-    engine_flow.write_text(LLMAPI_SPEC.replace("flow: llmapi\n", ""))
+    engine_flow.write_text(
+        LLMAPI_SPEC.replace("flow: {kind: llmapi, trtllm_version: 1.3.0rc22}\n", "")
+    )
     bad = CliRunner().invoke(
         cli, ["deploy", "dynamo", "--spec", str(engine_flow), "--image", IMAGE,
               "--out", str(tmp_path / "o3")],

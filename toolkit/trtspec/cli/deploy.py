@@ -342,6 +342,9 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     fraction = float(spec.target.kv_cache.free_gpu_mem_fraction)
     for doc in docs.values():
         doc["kv_cache_config"] = {**doc["kv_cache_config"], "free_gpu_memory_fraction": fraction}
+    from trtspec.deploy.dynamo import check_trtllm
+
+    check_trtllm(llmapi_config.settings(spec).trtllm_version, str(spec_path))
     return spec.name, docs, str(docs["baseline"]["model"])
 
 
@@ -447,11 +450,6 @@ def dynamo_command(
                "graphs": {v: docs[1]["metadata"]["name"] for v, docs in made.items()}}  # fmt: skip
     write(out, Manifests(files, {}, summary), force=force)
     progress(f"Wrote {out}/ ({len(files)} graphs)")
-    if spec_path is not None:
-        progress(
-            f"Note: Dynamo {dynamo.DYNAMO_RELEASE} runs TensorRT-LLM {dynamo.DYNAMO_TRTLLM}; the "
-            "engine configs were checked against the spec's pinned TensorRT-LLM field table"
-        )
     rows = [[v, made[v][1]["metadata"]["name"], str(out / f"{v}.yaml")] for v in sorted(made)]
     emit_table(["variant", "graph", "file"], rows)
 

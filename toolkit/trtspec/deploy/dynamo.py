@@ -5,20 +5,20 @@ writes per variant: ``tensor_parallel_size``, ``speculative_config``,
 ``kv_cache_config`` ...), aggregated or disaggregated (prefill and decode
 workers).
 
-Pinned to the Dynamo 1.5.1 release: its PyPI wheel ``ai-dynamo`` 1.5.1 pins
-``tensorrt-llm==1.3.0rc25`` and ships trtllm graph templates
-(``dynamo/profiler/templates/dgd/trtllm/{agg,disagg}.yaml``, kept in
-tests/data/deploy_schemas/dynamo-1.5.1/) in the ``nvidia.com/v1beta1`` form
-this module writes: ``spec.components[]`` with ``name``, ``type``
-(frontend, worker, prefill, decode), ``replicas`` and a ``podTemplate`` whose
-``main`` container runs ``python3 -m dynamo.frontend`` or ``python3 -m
-dynamo.trtllm --model-path … --served-model-name … --extra-engine-args …
-[--disaggregation-mode prefill|decode]``, on
-``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.5.1``. The schema the tests
+Pinned to the Dynamo 1.4.2 release, which pairs with the LLM-API flow's
+TensorRT-LLM pin: its PyPI wheel ``ai-dynamo`` 1.4.2 pins
+``tensorrt-llm==1.3.0rc22`` and makes ``nvidia.com/v1beta1`` graphs
+(``spec.components[]``; its profiler's DGD types), the form this module
+writes: ``name``, ``type`` (frontend, worker, prefill, decode), ``replicas``
+and a ``podTemplate`` whose ``main`` container runs ``python3 -m
+dynamo.frontend`` or ``python3 -m dynamo.trtllm --model-path …
+--served-model-name … --extra-engine-args … [--disaggregation-mode
+prefill|decode]``, on ``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.4.2``.
+The same form is in the next release's own trtllm graph templates (1.5.1,
+kept in tests/data/deploy_schemas/dynamo-1.5.1/). The schema the tests
 validate against is transcribed from the v1beta1 Go API types (commit
-0fddc01, tests/data/deploy_schemas/README.md). No Dynamo release ships the
-LLM-API flow's own pin 1.3.0rc20 (1.3.x: rc19, 1.4.x: rc22, 1.5.x: rc25); the
-configs are checked against rc20's field table and the summary says so.
+0fddc01, tests/data/deploy_schemas/README.md). A spec pinned to another
+TensorRT-LLM is refused: its configs were checked against another field table.
 
 Each variant is served under its own model name, ``<spec>-<variant>``:
 Dynamo's frontend routes by model name, so trtspec's per-route decision
@@ -43,12 +43,12 @@ import yaml
 from trtspec.deploy.sizing import DeployError
 
 DGD_API = "nvidia.com/v1beta1"
-DYNAMO_RELEASE = "1.5.1"
-DYNAMO_TRTLLM = "1.3.0rc25"  # ai-dynamo 1.5.1's METADATA: tensorrt-llm==1.3.0rc25
+DYNAMO_RELEASE = "1.4.2"
+DYNAMO_TRTLLM = "1.3.0rc22"  # ai-dynamo 1.4.2's METADATA: tensorrt-llm==1.3.0rc22
 RUNTIME_IMAGE = f"nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{DYNAMO_RELEASE}"
 CRD_SOURCE = (
     "ai-dynamo/dynamo deploy/operator/api/v1beta1 (DynamoGraphDeployment types) "
-    "@ 0fddc01b37244c4cfa5bcfd1c2e4f1a577ee833c; release ai-dynamo 1.5.1"
+    "@ 0fddc01b37244c4cfa5bcfd1c2e4f1a577ee833c; release ai-dynamo 1.4.2"
 )
 CONFIG_DIR = "/etc/trtspec/engine"
 MODELS_DIR = "/models"
@@ -361,3 +361,14 @@ def promoted(table: Any, variants: list[str], where: str) -> tuple[list[str], di
         if r.max_concurrency is not None:
             caps[r.variant] = min(caps.get(r.variant, r.max_concurrency), r.max_concurrency)
     return [BASELINE, *chosen], caps
+
+
+def check_trtllm(version: str, where: str) -> None:
+    """The spec's LLM-API configs must be for the TensorRT-LLM the pinned
+    Dynamo release runs (they were checked against that version's fields)."""
+    if version != DYNAMO_TRTLLM:
+        raise DeployError(
+            f"{where}: flow.trtllm_version {version}, but Dynamo {DYNAMO_RELEASE}'s workers run "
+            f"TensorRT-LLM {DYNAMO_TRTLLM}, whose LLM-API fields the configs must match",
+            f"set flow.trtllm_version: {DYNAMO_TRTLLM} in the spec",
+        )

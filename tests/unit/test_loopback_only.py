@@ -31,6 +31,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ),
     ("tests/unit/test_serve.py", "::"): "negative case of the loopback classifier; no socket",
     ("tests/fixtures/shared.py", "::"): "pytest's node-id separator (file::test); no address",
+    ("tests/unit/test_sabotage_script.py", "::"): (
+        "pytest's node-id separator (file::test); no address"
+    ),
     ("tests/unit/test_serve.py", "10.0.0.7"): (
         "negative case of the loopback classifier; no socket"
     ),

@@ -253,7 +253,7 @@ def test_the_building_gpu_is_read_for_the_engines_manifest(
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     assert doctor.probe_build_gpu() == {"name": "NVIDIA H200", "compute_capability": "9.0"}
-    assert executor._build_gpu() == {"name": "NVIDIA H200", "compute_capability": "9.0"}
+    assert executor.build_gpu() == {"name": "NVIDIA H200", "compute_capability": "9.0"}
     fake.write_text("#!/bin/sh\nexit 3\n")
     assert doctor.probe_build_gpu() is None
 

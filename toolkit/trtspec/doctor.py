@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trtspec.errors import StepFailed
 from trtspec.memory import GIB, gib
 from trtspec.procutil import dist_version
 
@@ -33,7 +32,6 @@ SHM = Path("/dev/shm")
 # --shm-size=2g; the Python backend models exchange tensors through it.
 SHM_RECOMMENDED = 2 * GIB
 NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
-BUILD_GPU_QUERY = ("--query-gpu=name,compute_cap", "--format=csv,noheader")
 
 
 @dataclass(frozen=True)
@@ -62,17 +60,9 @@ def probe_trtllm_version() -> str | None:
 
 def _smi(query: tuple[str, ...]) -> list[str] | None:
     """The lines ``nvidia-smi`` prints for ``query``; None when it is absent or fails."""
-    from trtspec.build.executor import run_subprocess
+    from trtspec.build.executor import nvidia_smi
 
-    binary = shutil.which("nvidia-smi")
-    if binary is None:
-        return None
-    lines: list[str] = []
-    try:
-        run_subprocess([binary, *query], echo=lines.append)
-    except StepFailed:
-        return None
-    return lines
+    return nvidia_smi(query)
 
 
 def probe_gpus() -> list[Gpu] | None:
@@ -89,14 +79,10 @@ def probe_gpus() -> list[Gpu] | None:
 
 
 def probe_build_gpu() -> dict[str, str] | None:
-    """The name and CUDA compute capability of this machine's first GPU: what a
-    TensorRT engine built here runs on (engines are specific to it). None
-    without ``nvidia-smi``."""
-    for line in _smi(BUILD_GPU_QUERY) or []:
-        name, _, cap = line.rpartition(",")
-        if name.strip() and cap.strip():
-            return {"name": name.strip(), "compute_capability": cap.strip()}
-    return None
+    """The GPU engines built here would be recorded for (``build.executor.build_gpu``)."""
+    from trtspec.build.executor import build_gpu
+
+    return build_gpu()
 
 
 def probe_which(command: str) -> str | None:

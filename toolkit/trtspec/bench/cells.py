@@ -229,6 +229,8 @@ class Run:
             watchdog.check()  # waits for a restart in progress; finds a crash now
             found = watchdog.incidents_since(outcome.send_ns)
             unreachable = any(m in error for m in _UNREACHABLE)
+            if not found and unreachable:
+                found = _exit_in_progress(watchdog, outcome.send_ns)
             if not found and unreachable and watchdog.incidents and server_live(target.url):
                 # A connection that still carried the last restart (gRPC's
                 # reconnect backoff) to a server that is back: that incident's.
@@ -509,6 +511,26 @@ def wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> str | No
             time.sleep(0.5)
     finally:
         client.close()
+
+
+def _exit_in_progress(
+    watchdog: StubWatchdog, send_ns: int, wait_s: float = 2.0
+) -> list[Incident]:
+    """The incidents of a server that is dying as we look. A process killed
+    outright has its sockets closed by the kernel before it turns into a
+    zombie that ``poll`` can see, so a client may meet the dropped connection
+    a moment before the exit shows (on a busy host, long enough to call it a
+    stub that stopped answering instead). Give the exit that moment."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        found = watchdog.incidents_since(send_ns)
+        if found:
+            return found
+        if watchdog.server.poll() is not None:
+            watchdog.check()
+            return watchdog.incidents_since(send_ns)
+        time.sleep(0.05)
+    return []
 
 
 def server_live(url: str) -> bool:

@@ -387,12 +387,34 @@ def _replace_dir(staging: Path, final: Path, trash: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _build_gpu() -> dict[str, str] | None:
-    """The GPU the engines were built on (``trtspec deploy`` schedules them on
-    nodes with that compute capability)."""
-    from trtspec.doctor import probe_build_gpu
+BUILD_GPU_QUERY = ("--query-gpu=name,compute_cap", "--format=csv,noheader")
 
-    return probe_build_gpu()
+
+def nvidia_smi(query: tuple[str, ...]) -> list[str] | None:
+    """The lines ``nvidia-smi`` prints for ``query``; None when it is absent or
+    fails. Here, beside the chokepoint, so ``build`` and ``doctor`` share it
+    without importing each other."""
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return None
+    lines: list[str] = []
+    try:
+        run_subprocess([binary, *query], echo=lines.append)
+    except StepFailed:
+        return None
+    return lines
+
+
+def build_gpu() -> dict[str, str] | None:
+    """The name and CUDA compute capability of this machine's first GPU: what
+    the engines built here run on (TensorRT engines are specific to it, and
+    ``trtspec deploy`` schedules them on nodes with that capability). None
+    without ``nvidia-smi``."""
+    for line in nvidia_smi(BUILD_GPU_QUERY) or []:
+        name, _, cap = line.rpartition(",")
+        if name.strip() and cap.strip():
+            return {"name": name.strip(), "compute_capability": cap.strip()}
+    return None
 
 
 def _manifest(
@@ -412,7 +434,7 @@ def _manifest(
         "engine": engine.to_dict() if engine else None,
         "steps": records,
         "versions": backend.versions(),
-        "gpu": _build_gpu() if backend.name == "tensorrt_llm" else None,
+        "gpu": build_gpu() if backend.name == "tensorrt_llm" else None,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config_summary": summary,
         "files": file_records(staging),

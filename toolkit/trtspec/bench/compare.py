@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.bench_run import SUMMARY_FILE
 from trtspec.errors import BenchError
 from trtspec.fingerprint import diff
 
-SUMMARY_FILE = "summary.json"
 RowKey = tuple[str, str, str, float]  # route, variant, load, temperature
 
 

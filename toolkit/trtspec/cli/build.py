@@ -183,6 +183,9 @@ def build_cmd(
         progress=progress,
     )
     written = flow.write_files(files)
+    from trtspec.artifacts.plan import save_plan
+
+    save_plan(spec, plan)  # what the later stages read instead of planning again
     selected = {o.step.unit for o in result.outcomes}
     ran = {o.step.unit for o in result.outcomes if o.status == "ran"}
     engines = [e for e in plan.engines if str(e.dir) in selected]

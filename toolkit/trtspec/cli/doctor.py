@@ -37,11 +37,11 @@ def doctor_cmd(
 
     spec = plan = None
     if spec_path is not None:
-        from trtspec.flows import make_plan
+        from trtspec.flows import plan_for
         from trtspec.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan = make_plan(spec, engines_dir, examples_dir=examples_dir)
+        plan = plan_for(spec, engines_dir, examples_dir=examples_dir, spec_path=spec_path)
     checks = doctor.run_checks(spec, plan)
     bad = doctor.blockers(checks)
     if fmt == "json":

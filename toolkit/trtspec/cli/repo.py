@@ -113,12 +113,12 @@ def repo(
             f"{path} is a folder; pass a spec file, or add --check to validate a repository"
         )
     from trtspec.artifacts.routing import load_routing
-    from trtspec.flows import flow_for, make_plan
+    from trtspec.flows import flow_for, load_plan
     from trtspec.repo.check import check_repository
     from trtspec.spec import load_spec
 
     spec = load_spec(path)
-    plan = make_plan(spec, engines_root)
+    plan = load_plan(spec, engines_root, spec_path=path)
     table = None
     if routing_file is not None:
         table = load_routing(

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.artifacts.routing import RoutingTable, load_routing, routing_from_rollout
 from trtspec.deploy.k8s import Served, routed_variants
 from trtspec.deploy.sizing import DeployError
@@ -111,7 +112,7 @@ def served_from(
             f"{repo / MANIFEST_NAME}: spec: {manifest.get('spec')!r} is not {spec.name!r}",
             "pass the repository built from this spec",
         )
-    routing_json = repo / ROUTER / "routing.json"
+    routing_json = repo / ROUTER / ROUTING_FILE
     table = (
         load_routing(routing_json, default_canary_percent=default)
         if routing_json.is_file()

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.artifacts.routing import RoutingTable, load_routing
 from trtspec.errors import GateFailed, RepoError
 from trtspec.rollout.compare import ADVANCE, Comparison, compare, split
 from trtspec.runtime.models.rollout_log import read_lines
 
 ROUTER_DIR = "router"
-ROUTING_FILE = "routing.json"
 
 
 @dataclass(frozen=True)

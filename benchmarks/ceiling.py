@@ -46,7 +46,7 @@ per-token latency *added* over the engine alone, and CPU seconds per token
 of the server's processes (all of them, and per model from the stubs'
 command lines) and of this client. The tokens of every layer are compared to
 the engine's (they must be identical: the instant engine is deterministic).
-The budget of docs/internals.md §6 is checked on the 8 ms step: at 64 in
+The budget of docs/design/serving.md is checked on the 8 ms step: at 64 in
 flight the full path keeps at least 90% of the engine's tokens/s; at 1 in
 flight it adds at most 1 ms to TTFT and 0.2 ms per token at p50.
 ``--check`` exits 3 when a budget line fails. ``--router-instances N``
@@ -54,7 +54,7 @@ serves the router as N processes (the spec's ``router.instances``): one
 process's CPU per token caps what it relays, which a many-core GPU host
 lifts this way. Every server runs under the stub watchdog, as ``trtspec
 serve`` does (``--no-watchdog``: not): a stub that dies or freezes (the
-2.51 deadlock of docs/internals.md §9) is reported and the server
+2.51 deadlock of docs/design/triton-limits.md) is reported and the server
 restarted; the requests that failed count as errors, the clients carry on
 once it is ready, and the run ends with the incidents' count. Without it a
 frozen router stalls the run for good.
@@ -307,7 +307,7 @@ async def read_one(stream: Any, rec: Record, load: Load) -> None:
             rec.error = str(error)
             return
         if load.flow == "llmapi":
-            if llmapi_response(rec, result, now, max_tokens):
+            if llmapi_response(rec, result, now, max_tokens, cumulative=layer == "engine"):
                 return
             continue
         ids = result.as_numpy("output_ids")
@@ -333,15 +333,23 @@ async def read_one(stream: Any, rec: Record, load: Load) -> None:
             return
 
 
-def llmapi_response(rec: Record, result: Any, now: float, max_tokens: int) -> bool:
-    """Take one LLM-API flow response into ``rec``; True when it was the last."""
+def llmapi_response(
+    rec: Record, result: Any, now: float, max_tokens: int, *, cumulative: bool
+) -> bool:
+    """Take one LLM-API flow response into ``rec``; True when it was the last.
+    ``cumulative``: the llmapi model's own stream, whose every ``text_output``
+    is the whole text so far (upstream's ``CompletionOutput.text``); a response
+    that adds nothing to it is not counted."""
     text = result.as_numpy("text_output")
-    piece = b"" if text is None or not text.size else text.reshape(-1)[0]
+    raw = b"" if text is None or not text.size else text.reshape(-1)[0]
+    piece = raw.decode("utf-8", errors="replace")
+    if cumulative:
+        piece = piece[len(rec.text) :] if piece.startswith(rec.text) else ""
     if piece:
         rec.first = rec.first or now
         rec.last = now
         rec.responses += 1
-        rec.text += piece.decode("utf-8", errors="replace")
+        rec.text += piece
     params = result.get_response().parameters
     done = "triton_final_response" in params and params["triton_final_response"].bool_param
     if done and rec.first:
@@ -460,7 +468,7 @@ def router_caps(rows: list[dict[str, Any]]) -> list[str]:
             if ms:
                 # the CPU of n processes, each carrying 1/n of the tokens; it
                 # holds at this cell's tokens per response (a saturated router
-                # coalesces what queued up: docs/internals.md §6, seventh round)
+                # coalesces what queued up: docs/design/serving.md)
                 each = f" (its {n} processes' sum)" if n > 1 else ""
                 per = top["tok_s"] / top["resp_s"] if top.get("resp_s") else None
                 at = f", at {per:.1f} tokens a response" if per else ""
@@ -770,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nthe floor of any Python router (relay: one bare Python stub, BLS to the engine):")
         for text in floors:
             print(f"  {text}")
-    print("\nbudget (docs/internals.md §6):")
+    print("\nbudget (docs/design/serving.md):")
     failed = False
     for interval in intervals:
         group = [r for r in rows if r["stream_interval"] == interval]

@@ -36,7 +36,8 @@ flight >= 80% of the engine model's at 4. ``--check`` exits 3 on a miss.
 
 ``--flow llmapi`` measures the LLM-API flow's path instead (a baseline-only
 ``flow: llmapi`` repository on the CPU stand-in): ``llm`` = the
-``baseline__llmapi`` model alone (its own tensors, text deltas), ``adapter`` =
+``baseline__llmapi`` model alone (its own tensors, the whole text so far in
+each response, read as what each adds), ``adapter`` =
 the ``baseline`` adapter model in front of it, ``router`` = the router as
 assembled (the adapter runs in its process: router → llm), ``bls`` = the
 router calling the adapter model over BLS (router → adapter → llm, the path
@@ -45,7 +46,7 @@ text is compared with the ``llm`` layer's.
 
 Every server runs under the stub watchdog, as ``trtspec serve`` does
 (``--no-watchdog``: not): a stub that dies or freezes (the 2.51 deadlock of
-docs/internals.md §9) is reported and the server restarted, the requests it
+docs/design/triton-limits.md) is reported and the server restarted, the requests it
 held count as errors, and the run goes on; the incidents are counted at the
 end.
 
@@ -485,6 +486,8 @@ def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:
             response = result.get_response()
             if any(o.name == "text_output" for o in response.outputs):
                 piece = result.as_numpy("text_output").reshape(-1)[0].decode()
+                if layer == "llm":  # the llmapi model streams the whole text so far
+                    piece = piece[len(run.text) :] if piece.startswith(run.text) else ""
                 if piece:
                     run.first = run.first or at
                     run.last = at
@@ -700,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the orch and router clients also ask for text_output, as a chat "
         "client does (default: token ids and is_final, as the engine's client; "
-        "the router then streams ids without decoding them, docs/internals.md §5)",
+        "the router then streams ids without decoding them, docs/design/orchestrator.md)",
     )
     add_watchdog_option(p)
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
 """How often tritonserver 2.51 stalls under a high rate of short requests
-through the router (docs/internals.md §9: a lock-order deadlock in the
+through the router (docs/design/triton-limits.md: a lock-order deadlock in the
 Python-backend stub, which freezes the router's stub for good).
 
 With ``--watchdog`` each server runs under the stub watchdog: a frozen
@@ -15,7 +15,7 @@ server, and counts it as stalled when it has not finished within
 ``--timeout`` seconds, or when it finished with failed requests and no
 incident: ceiling.py gives up on a request after 60 s without a response
 and ends its cell, so a frozen router now shows as a run that ends with
-"N failed" and a few tokens a second (twelfth round, internals §9). With
+"N failed" and a few tokens a second (docs/design/triton-limits.md). With
 ``--watchdog`` a frozen router is an incident, and the trial counts as
 recovered. The
 settings (``--settings``) alternate trial by trial: ``on`` serves with the

@@ -8,13 +8,23 @@ model, one on the llmapi model) → ``bench --endpoint`` →
 the decisions, equality with the baseline at T=0, and acceptance reported as
 not available (never 0) at the pinned 1.2.1. The direct calls show that the
 CPU stand-in really speculates (NGram and Draft_Target draft and accept
-tokens) even though the adapter hides the counts for this version."""
+tokens, as its log says) even though 1.2.1's model, and so the stand-in,
+sends its acceptance outputs as zeros.
+
+The stand-in streams as upstream's llmapi model does: every response's
+``text_output`` is the whole text so far (``_create_response`` sends
+``CompletionOutput.text``: triton_backend/all_models/llmapi/tensorrt_llm/1/model.py
+at b35ac1b6, 1.2.0rc2, and 044a90d2). The direct calls check that shape; the
+router's answer, the bench's rows and the rollout log's line then show each
+answer once (its text and token count equal to the baseline's), not
+"a"+"ab"+"abc"."""
 
 from __future__ import annotations
 
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -148,6 +158,7 @@ def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
                 tensor("streaming", True, "BOOL", bool),
                 tensor("sampling_param_max_tokens", 16, "INT32", np.int32),
                 tensor("sampling_param_return_perf_metrics", True, "BOOL", bool),
+                tensor("return_finish_reason", True, "BOOL", bool),
             ],
             enable_empty_final_response=True,
         )
@@ -158,12 +169,18 @@ def _llmapi_call(url: str, model: str, prompt: str) -> dict[str, Any]:
             out = result.get_response()
             names = {o.name for o in out.outputs}
             if "text_output" in names:
-                piece = result.as_numpy("text_output").reshape(-1)[0].decode()
-                text += piece
-                pieces += bool(piece)
+                whole = result.as_numpy("text_output").reshape(-1)[0].decode()
+                # cumulative: each response's text extends the one before
+                assert whole.startswith(text), (text, whole)
+                pieces += whole != text
+                text = whole
             for name in ("total_draft_tokens", "total_accepted_draft_tokens"):
                 if name in names:
                     final[name] = int(result.as_numpy(name).reshape(-1)[0])
+            if "finish_reason" in names:  # str(output.finish_reason): "None" until the end
+                final.setdefault("reasons", []).append(
+                    result.as_numpy("finish_reason").reshape(-1)[0].decode()
+                )
             if out.parameters["triton_final_response"].bool_param:
                 return {"text": text, "pieces": pieces, **final}
     finally:
@@ -234,12 +251,20 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
     # the first, every second and the last: at most 9 pieces of text, not 16
     assert 2 <= direct["baseline"]["pieces"] <= 9, direct["baseline"]
     assert "total_draft_tokens" not in direct["baseline"]
+    for v in VARIANTS:  # max_tokens 16 reached: "length" on the last response only
+        reasons = direct[v]["reasons"]
+        assert reasons[-1] in ("length", "stop") and set(reasons[:-1]) <= {"None"}, reasons
+    # 1.2.1's llmapi model sends its acceptance outputs as zeros, and so does the
+    # stand-in; the rounds it really ran are in the server's log
+    served = log.read_text(errors="replace")
     for v in ("ngram", "draft"):
-        assert direct[v]["total_draft_tokens"] > 0, direct
-        assert 0 <= direct[v]["total_accepted_draft_tokens"] <= direct[v]["total_draft_tokens"]
+        assert direct[v]["total_draft_tokens"] == direct[v]["total_accepted_draft_tokens"] == 0
+        ran = re.findall(rf"{v}__llmapi: speculation: (\d+) draft, (\d+) accepted", served)
+        assert ran and all(int(d) > 0 and 0 <= int(a) <= int(d) for d, a in ran), ran
 
     # the router ran the baseline's adapter in its own process: straight to
-    # baseline__llmapi, the adapter model itself never called
+    # baseline__llmapi, the adapter model itself never called; its answer is
+    # the llmapi model's last whole text, once
     assert routed == {"text": direct["baseline"]["text"], "variant": "baseline"}
     assert counts[1][0] == counts[0][0] and counts[1][1] == counts[0][1] + 1, counts
 
@@ -248,6 +273,30 @@ def test_the_llmapi_flow_end_to_end(workdir: Path) -> None:
     assert {r["variant"] for r in rows} == set(VARIANTS)
     assert all(r["error"] is None for r in rows), [r["error"] for r in rows]
     assert all(r["served_variant"] == r["variant"] for r in rows)
+    # each answer once: the bench's text and token count per prompt equal the
+    # baseline's, and the router's answer to PROMPTS[0] is the same text
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path("engines/tiny-llmapi/target/tokenizer/tokenizer.json")))
+    answer_tokens = len(tok.encode(direct["baseline"]["text"], add_special_tokens=False).ids)
+    by_prompt: dict[int, set[tuple[str, int]]] = {}
+    for r in rows:
+        by_prompt.setdefault(r["prompt_index"], set()).add(
+            (r["output_text"], r["completion_tokens"])
+        )
+    assert all(len(answers) == 1 for answers in by_prompt.values()), by_prompt
+    assert (direct["baseline"]["text"], answer_tokens) in set().union(*by_prompt.values())
+    # the rollout log's line of the routed request: the answer's tokens, once
+    logged = [
+        json.loads(line)
+        for f in repo.glob("router/rollout/requests.jsonl*")
+        if not f.name.endswith(".lock")
+        for line in f.read_text().splitlines()
+    ]
+    routed_lines = [line for line in logged if line["route"] == "rag"]
+    assert routed_lines and all(
+        line["completion_tokens"] == answer_tokens for line in routed_lines
+    ), (routed_lines, answer_tokens)
     summary = json.loads(Path("results/run1/summary.json").read_text())
     for cell in summary["cells"]:
         if cell["variant"] == "baseline":

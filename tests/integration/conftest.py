@@ -146,7 +146,7 @@ class ModelRepo:
         *,
         backend: str = "reference",
     ) -> Path:
-        """Write ``trtspec-repo.json`` as docs/internals.md §7 describes it."""
+        """Write ``trtspec-repo.json`` as docs/design/repository.md describes it."""
         manifest = {
             "schema_version": 1,
             "spec": self.path.name,

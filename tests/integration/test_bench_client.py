@@ -1,5 +1,5 @@
 """`trtspec bench` against a real tritonserver (the nvidia-pytriton binary)
-serving echo orchestrators with the docs/internals.md §5 contract: a baseline,
+serving echo orchestrators with the docs/design/orchestrator.md contract: a baseline,
 a faster lossless variant swept over k, and a lossy variant. Checks the JSONL
 rows, the summary recomputed from them, equality at temperature 0, the
 decisions, routing.yaml, the HTML report with its images, open-loop load,

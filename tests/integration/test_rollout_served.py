@@ -39,9 +39,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.fixtures.router_jobs import add_router, router_job
 from trtspec.artifacts import rollout_state as st
 from trtspec.artifacts.routing import canary_bucket
-from trtspec.bench.client import Arm, Job, StreamWorker
+from trtspec.bench.client import Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.openai_metrics import parse_prometheus
 from trtspec.cli.main import cli
@@ -59,8 +60,7 @@ TIMEOUT_S = 20
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    from trtspec.repo import assemble, configs
-    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+    from trtspec.repo import assemble
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("rollout")
@@ -74,26 +74,13 @@ def served(tmp_path_factory: pytest.TempPathFactory):
             "lossy": {"round_ms": 10.0, "corrupt": True},
         },
     )
-    router = configs.base_config(
-        assemble.ROUTER,
-        backend="python",
-        max_batch_size=0,
-        decoupled=True,
-        instances=ROUTERS,
-        inputs=ORCHESTRATOR_INPUTS,
-        outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,flat,lossy,ngram"},
-    )
-    assemble._write_model(repo, assemble.ROUTER, router, assemble.MODEL_SOURCES[assemble.ROUTER])
     routes = {
         "code": {"variant": "ngram", "num_draft_tokens": 3, "canary_percent": 5},
         "flat": {"variant": "flat", "canary_percent": 50},
         "lossy": {"variant": "lossy", "canary_percent": 50},
         "capped": {"variant": "ngram", "canary_percent": 100, "max_concurrency": 2},
     }
-    (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(
-        json.dumps({"schema_version": 1, "default_variant": "baseline", "routes": routes})
-    )
+    add_router(repo, ["baseline", "flat", "lossy", "ngram"], routes, instances=ROUTERS)
     facts = {"speculative": True, "draft_model": None, "num_speculative_tokens": 3}
     config = st.RolloutConfig(
         model="echo-target",
@@ -131,24 +118,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _job(route: str, request_id: str) -> Job:
-    return Job(
-        route=route,
-        prompt_index=0,
-        sample_index=0,
-        item={},
-        text_input=PROMPT,
-        max_tokens=MAX_TOKENS,
-        arm=Arm(variant="router", model="router"),
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        seed=1,
-        load="c8",
-        concurrency=8,
-        request_rate=None,
-        warmup=False,
-        request_id=request_id,
-    )
+    return router_job(route, request_id, PROMPT, MAX_TOKENS)
 
 
 def _send_many(url: str, route: str, ids: list[str], workers: int = 4) -> dict[str, Any]:
@@ -158,7 +128,7 @@ def _send_many(url: str, route: str, ids: list[str], workers: int = 4) -> dict[s
     the advance test, about 150 new streams a second over both routers). Not
     more: tritonserver 2.51's Python backend can deadlock a stub that makes
     decoupled BLS calls at a few hundred new streams a second
-    (docs/internals.md §9), and 16 in flight froze a router in CI (two test
+    (docs/design/triton-limits.md), and 16 in flight froze a router in CI (two test
     processes on two cores) and here in 2 of 7 runs."""
     out: dict[str, Any] = {}
     lock = threading.Lock()

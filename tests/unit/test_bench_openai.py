@@ -249,6 +249,21 @@ def test_gauges_only_and_empty_pages_give_reasons() -> None:
     assert profile is None and reason.startswith("no speculative-decoding counters")
 
 
+def test_a_trtllm_serve_without_iteration_stats_is_named_as_such() -> None:
+    """trtllm-serve with return_perf_metrics but not enable_iter_perf_stats:
+    its per-request metrics and no spec-decode sample (the iteration stats
+    collector never ran; tensorrt_llm/serve/openai_server.py at 00057725)."""
+    from trtspec.bench.openai_metrics import TRTLLM_NO_ITER_STATS
+
+    page = (
+        'trtllm_request_success_total{engine_type="undefined",finished_reason="stop",'
+        'model_name="undefined"} 4.0\n'
+        'trtllm_e2e_request_latency_seconds_bucket{le="0.3",model_name="undefined"} 4.0\n'
+    )
+    assert detect(page) == (None, TRTLLM_NO_ITER_STATS)
+    assert "enable_iter_perf_stats: true" in TRTLLM_NO_ITER_STATS
+
+
 def test_parse_prometheus_labels_and_escapes() -> None:
     samples = parse_prometheus('a_total{x="1",y="q\\"z"} 2.5\n# c\nb 3\nbad line\n')
     assert samples == [("a_total", {"x": "1", "y": 'q\\"z'}, 2.5), ("b", {}, 3.0)]

@@ -368,7 +368,7 @@ class FakeRequest:
 
 
 def test_the_pruning_sender_sends_only_the_requested_outputs() -> None:
-    # on 2.51 the stub would prune the rest without the GIL (docs/internals.md §9)
+    # on 2.51 the stub would prune the rest without the GIL (docs/design/triton-limits.md)
     raw = SlowSender()
     sender = PruningSender.wrap(raw, FakeRequest(["text_output", "is_final"]), FakeResponse)
     full = FakeResponse([FakeTensor(n) for n in ("text_output", "output_ids", "is_final")])

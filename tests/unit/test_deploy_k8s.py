@@ -39,6 +39,21 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_SPECS = sorted((ROOT / "build_specs").glob("*.yaml"))
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
 IMAGE = "registry.example.com/trtspec:0.1.0-25.12"
+
+
+def rollout_env(name: str) -> list[dict[str, Any]]:
+    """What every serving container gets to find its deployment's rollout ConfigMap."""
+    return [
+        {"name": "TRTSPEC_ROLLOUT_DIR", "value": "/etc/trtspec/rollout"},
+        {"name": "TRTSPEC_ROLLOUT_CONFIGMAP", "value": f"{name}-rollout"},
+        {
+            "name": "TRTSPEC_ROLLOUT_NAMESPACE",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        },
+        {"name": "TRTSPEC_ROLLOUT_SCRATCH", "value": "/var/run/trtspec-rollout"},
+    ]
+
+
 KEY_ARGS = restricted_api_args("$(TRTSPEC_ADMIN_KEY)")
 PORTS = {"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002}
 
@@ -124,8 +139,8 @@ def test_every_build_spec_deploys_with_valid_manifests(
     summary = json.loads(res.stdout)
     assert summary == {**json.loads((out / "trtspec-deploy.json").read_text()), "out": str(out)}
     assert sorted(p.name for p in out.iterdir()) == [
-        "deployment.yaml", "hpa.yaml", "secret.yaml", "service.yaml", "servicemonitor.yaml",
-        "trtspec-deploy.json",
+        "deployment.yaml", "hpa.yaml", "prometheus-adapter.yaml", "rollout.yaml", "secret.yaml",
+        "service.yaml", "servicemonitor.yaml", "trtspec-deploy.json",
     ]  # fmt: skip
     assert_valid(out)
     spec = load_spec(spec_path)
@@ -156,7 +171,7 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
         "Note: memory plan unknown (a model's config.json is not on this machine): GPU fit "
         "not checked, start-up budget is the default",
         "Note: no --gpu-memory given: GPU fit not checked",
-        f"Wrote {out}/ (3 resources)",
+        f"Wrote {out}/ (7 resources)",
     ]
     c = container(out)
     assert c["startupProbe"] == {
@@ -189,6 +204,7 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
             "valueFrom": {"secretKeyRef": {"name": "qwen2-5-7b-admin", "key": "admin-key"}},
         },
         {"name": "TRTSPEC_HEARTBEAT_DIR", "value": "/tmp/trtspec-heartbeat"},
+        *rollout_env("qwen2-5-7b"),
     ]
     service = load_dir(out)["service.yaml"][0]
     assert [p["name"] for p in service["spec"]["ports"]] == ["http", "grpc", "metrics"]
@@ -243,13 +259,14 @@ def test_tp_pp_beyond_a_node_makes_a_leaderworkerset(tmp_path: Path, monkeypatch
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert sorted(load_dir(out)) == [
-        "configmap.yaml", "hpa.yaml", "leaderworkerset.yaml", "rbac.yaml", "secret.yaml",
-        "service.yaml", "servicemonitor.yaml",
+        "configmap.yaml", "hpa.yaml", "leaderworkerset.yaml", "prometheus-adapter.yaml",
+        "rbac.yaml", "rollout.yaml", "secret.yaml", "service.yaml", "servicemonitor.yaml",
     ]  # fmt: skip
     assert_valid(out)
     lws = load_dir(out)["leaderworkerset.yaml"][0]
     group = lws["spec"]["leaderWorkerTemplate"]
-    assert (lws["spec"]["replicas"], group["size"]) == (2, 2)
+    # the autoscaler owns the replicas (from --replicas 2 up to --hpa-max 3)
+    assert "replicas" not in lws["spec"] and group["size"] == 2
     command = container(out)["command"]
     # the leader waits for its worker, then mpirun starts 16 ranks, 8 on each pod
     assert command[:2] == ["/bin/sh", f"{TOOLS_DIR}/launch.sh"]
@@ -272,6 +289,11 @@ def test_tp_pp_beyond_a_node_makes_a_leaderworkerset(tmp_path: Path, monkeypatch
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert worker["command"] == ["sleep", "infinity"]
     assert leader["serviceAccountName"] == "big-mpi"
+    # the leader's account may also read and patch the rollout ConfigMap
+    binding = next(d for d in load_dir(out)["rollout.yaml"] if d["kind"] == "RoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "big-mpi", "namespace": "default"}
+    ]
     service = load_dir(out)["service.yaml"][0]
     assert service["spec"]["selector"]["trtspec.dev/role"] == "leader"
     hpa = load_dir(out)["hpa.yaml"][0]["spec"]
@@ -339,6 +361,7 @@ def test_several_engines_on_one_node_use_orchestrator_mode(tmp_path: Path, monke
     assert c["command"] == orchestrator_mode_argv(one, gpus=8)
     assert {e["name"]: e.get("value") for e in c["env"][1:]} == {
         "TRTSPEC_HEARTBEAT_DIR": "/tmp/trtspec-heartbeat",
+        **{e["name"]: e.get("value") for e in rollout_env("big")},
         **ORCHESTRATOR_ENV,
     }
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -541,7 +564,7 @@ def test_repository_as_an_image_layer(built_repo, tmp_path) -> None:
     assert_valid(out)
     c = container(out)
     assert c["image"] == "registry.example.com/built-repo:1"
-    assert [m["name"] for m in c["volumeMounts"]] == ["dshm"]
+    assert [m["name"] for m in c["volumeMounts"]] == ["dshm", "rollout", "rollout-scratch"]
     lines = (out / "Dockerfile").read_text().splitlines()
     engines = tmp_path / "engines" / "built"
     assert lines[-5:] == [
@@ -609,12 +632,12 @@ def test_rate_and_measured_throughput_set_the_replicas(tmp_path: Path, monkeypat
     assert "--rate sets the replicas: leave out --replicas" in res.stderr
 
 
-# ----------------------------------------------- docs/deploy.md's sizing case
-DOC = ROOT / "docs" / "deploy.md"
+# ----------------------------------------------- docs/guide/deploy.md's sizing case
+DOC = ROOT / "docs" / "guide" / "deploy.md"
 
 
 def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path) -> None:
-    """docs/deploy.md sizes Llama-3.1-70B + an 8B draft at TP 8 on 141 GB H200
+    """docs/guide/deploy.md sizes Llama-3.1-70B + an 8B draft at TP 8 on 141 GB H200
     nodes; every number in its table is recomputed here from the memory plan."""
     from trtspec.deploy.sizing import Capacity, capacity, served_fit, size_instance
     from trtspec.memory import GIB, memory_plan, parse_size
@@ -649,4 +672,4 @@ def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path)
                     f"{cap.pods} | {cap.gpus} |")  # fmt: skip
     doc = DOC.read_text(encoding="utf-8")
     missing = [row for row in rows if row not in doc]
-    assert not missing, "docs/deploy.md's sizing table is stale:\n" + "\n".join(rows)
+    assert not missing, "docs/guide/deploy.md's sizing table is stale:\n" + "\n".join(rows)

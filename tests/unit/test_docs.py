@@ -1,14 +1,14 @@
-"""README's generated reference sections must match the code (schema, --help)."""
+"""The generated reference pages (docs/reference/) must match the code (schema, --help)."""
 
 from __future__ import annotations
 
 from trtspec import docgen
 
 
-def test_readme_reference_sections_are_fresh() -> None:
-    current = docgen.README.read_text()
-    assert current == docgen.render_readme(current), (
-        "README.md's spec or CLI reference is stale: run `python -m trtspec.docgen --write`"
+def test_reference_pages_are_fresh() -> None:
+    stale = docgen.stale_pages()
+    assert not stale, (
+        f"stale reference pages {[str(p) for p in stale]}: run `python -m trtspec.docgen --write`"
     )
 
 
@@ -31,18 +31,16 @@ def test_spec_reference_covers_every_mode_and_section() -> None:
 def test_cli_reference_covers_every_command() -> None:
     text = docgen.cli_reference()
     for command in ("validate", "build", "inspect", "repo", "serve", "bench", "report"):
-        assert f"#### `trtspec {command}`" in text, command
+        assert f"## `trtspec {command}`" in text, command
 
 
-def test_check_mode_reports_a_stale_readme(tmp_path, monkeypatch, capsys) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(
-        "intro\n<!-- spec-reference:start -->\nold\n<!-- spec-reference:end -->\n"
-        "<!-- cli-reference:start -->\nold\n<!-- cli-reference:end -->\n"
-    )
-    monkeypatch.setattr(docgen, "README", readme)
+def test_check_mode_reports_a_stale_page(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "spec.md").write_text("old\n")
+    monkeypatch.setattr(docgen, "REFERENCE", tmp_path)
     assert docgen.main([]) == 1
-    assert "stale: README.md" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "stale: " in out and "spec.md" in out and "cli.md" in out
     assert docgen.main(["--write"]) == 0
     assert docgen.main([]) == 0
-    assert readme.read_text().startswith("intro\n")
+    assert (tmp_path / "spec.md").read_text() == docgen.spec_reference()
+    assert not list(tmp_path.glob("*.tmp"))

@@ -101,15 +101,22 @@ class Engine:
             )
 
     def text_stream(self, inputs: dict[str, np.ndarray]) -> Iterator[Response]:
-        """The llmapi model's side: each token list of ``script`` becomes one
-        ``text_output`` delta (token ``i`` is the letter ``chr(96 + i)``)."""
+        """The llmapi model's side: each token list of ``script`` is one
+        iteration, whose response carries the whole text so far (token ``i``
+        is the letter ``chr(96 + i)``, 0 no text), as upstream's
+        ``_create_response`` sends ``CompletionOutput.text``
+        (triton_backend/all_models/llmapi/tensorrt_llm/1/model.py at 044a90d2
+        and b35ac1b6); the last response repeats the whole answer."""
+        whole = ""
         for response in self.stream(inputs):
             if response.has_error():
                 yield response
                 continue
             ids = response.output_tensors()[0].as_numpy().reshape(-1).tolist()
-            piece = "".join(chr(96 + i) for i in ids)
-            yield Response([Tensor("text_output", np.array([piece.encode()], dtype=np.object_))])
+            whole += "".join(chr(96 + i) for i in ids if i)
+            yield Response([Tensor("text_output", np.array([whole.encode()], dtype=np.object_))])
+        if whole and ENGINE.script and not isinstance(ENGINE.script[-1], str):
+            yield Response([Tensor("text_output", np.array([whole.encode()], dtype=np.object_))])
 
 
 ENGINE = Engine()
@@ -556,6 +563,37 @@ def test_the_llmapi_adapter_runs_in_process_against_its_llmapi_model(inprocess: 
     final = progress.tracked[-1][0]
     assert final["variant"][0] == b"ad" and int(final["completion_tokens"][0]) == 3
     assert progress.first_ns is not None
+
+
+def test_the_llmapi_adapter_turns_cumulative_text_into_each_answer_once(inprocess: Any) -> None:
+    """The llmapi model streams the whole text so far in every response: the
+    adapter relays each character once, nothing for a response that adds no
+    text (token 0 here, the repeated final one), and counts the completion's
+    tokens from the model's last whole text, not from the sum of what it got."""
+    ENGINE.script = [[4], [0], [5, 6], [7]]
+    sender, progress = Sender(), Progress(30.0)
+    inprocess.run("ad", _request(max_tokens=5), sender, progress, Cancel())
+    texts = [t["text_output"][0].decode() for t, _ in sender.sent]
+    # how many deltas depends on what queued up; the text is the answer once
+    assert "".join(texts) == "defg" and texts[-1] == "", texts  # the final carries none
+    assert all(texts[:-1]) and [f for _, f in sender.sent][-1] == FINAL
+    final = progress.tracked[-1][0]
+    assert int(final["completion_tokens"][0]) == 4
+    assert final["output_ids"].tolist() == [4, 5, 6, 7]
+
+
+def test_cumulative_text_becomes_deltas() -> None:
+    """``CumulativeText``, the adapter's reading of the llmapi model's
+    stream: what each whole text adds to the one before, once."""
+    from trtspec.runtime.text import CumulativeText
+
+    text = CumulativeText()
+    assert [text.update(w) for w in ("a", "ab", "ab", "abcd", "abcd")] == ["a", "b", "", "cd", ""]
+    assert text.whole == "abcd" and not text.revised
+    # a later text that does not extend the earlier one (a stop string trimmed):
+    # nothing sent is taken back, only characters beyond it go out
+    assert text.update("abx") == "" and text.revised and text.whole == "abx"
+    assert text.update("abxyz") == "z"
 
 
 def test_a_stalled_llmapi_model_ends_at_the_routers_deadline(inprocess: Any) -> None:

@@ -30,8 +30,8 @@ from trtspec.runtime.engine.llmapi_model import (
     speculation_of,
     stream_interval_of,
 )
+from trtspec.runtime.llm_args import PINNED, decoding_types, field_problems, table
 from trtspec.spec import parse_spec
-from trtspec.spec.llm_args import PINNED, decoding_types, field_problems, table
 
 VERSIONS = sorted(PINNED)
 
@@ -77,7 +77,7 @@ def test_each_table_names_its_source(version: str) -> None:
 
 
 def test_decoding_types_differ_by_version() -> None:
-    old, new = decoding_types("1.2.1"), decoding_types("1.3.0rc20")
+    old, new = decoding_types("1.2.1"), decoding_types("1.3.0rc22")
     assert {"Draft_Target", "NGram", "Eagle3", "MTP"} <= set(old) & set(new)
     assert "SA" in new and "SA" not in old
     assert not old["Medusa"]["pytorch"] and not old["Lookahead"]["pytorch"]
@@ -96,7 +96,7 @@ def test_a_clean_document_passes_and_typos_are_named() -> None:
         ("kv_cache_config.enable_blok_reuse", "unknown field; did you mean 'enable_block_reuse'?"),
     ]
     doc = {"model": "m", "speculative_config": {"decoding_type": "SA", "max_draft_len": 3}}
-    assert field_problems(doc, "1.3.0rc20") == []
+    assert field_problems(doc, "1.3.0rc22") == []
     assert field_problems(doc, "1.2.1") == [
         (
             "speculative_config.decoding_type",
@@ -116,7 +116,7 @@ def test_aliases_and_ranges() -> None:
             "speculative_model_dir": "/d",
         },
     }
-    assert field_problems(doc, "1.3.0rc20") == [
+    assert field_problems(doc, "1.3.0rc22") == [
         ("kv_cache_config.free_gpu_memory_fraction", "must be <= 1, got 1.5")
     ]
 
@@ -215,9 +215,9 @@ def test_the_suffix_automaton_needs_1_3() -> None:
     }
     assert _errors(data) == [
         "flow.suffix_automaton: the suffix-automaton drafter (decoding_type SA) arrived after "
-        "TensorRT-LLM 1.2.1; set flow.trtllm_version: 1.3.0rc20 or suffix_automaton: false"
+        "TensorRT-LLM 1.2.1; set flow.trtllm_version: 1.3.0rc22 or suffix_automaton: false"
     ]
-    data["flow"]["trtllm_version"] = "1.3.0rc20"
+    data["flow"]["trtllm_version"] = "1.3.0rc22"
     spec = parse_spec(data, "spec.yaml")
     assert config.documents(spec, None)["n"]["speculative_config"] == {
         "decoding_type": "SA",
@@ -231,7 +231,7 @@ def test_every_mode_has_its_decoding_type(version: str) -> None:
     spec = _spec(ALL_MODES, trtllm_version=version)
     docs = config.documents(spec, None)  # raises if a document fails its table
     assert sorted(docs) == ["baseline", "dt", "e3", "mtp", "ngram"]
-    mtp = {"1.2.1": {"num_nextn_predict_layers": 2}, "1.3.0rc20": {"max_draft_len": 2}}[version]
+    mtp = {"1.2.1": {"num_nextn_predict_layers": 2}, "1.3.0rc22": {"max_draft_len": 2}}[version]
     assert {n: d.get("speculative_config") for n, d in docs.items()} == {
         "baseline": None,
         "ngram": {

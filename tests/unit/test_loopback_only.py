@@ -69,6 +69,19 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tests/unit/test_deploy_k8s.py", "registry.example.com"): (
         "an image name given to `deploy k8s --image`; nothing pulls (RFC 2606 example.com)"
     ),
+    **{
+        ("tests/unit/test_rollout_kube.py", address): (
+            "the API server address kubelet gives a pod, turned into a URL and asserted as "
+            "text; nothing connects"
+        )
+        for address in ("10.96.0.1", "fd00::1")
+    },
+    ("tests/unit/test_rollout_k8s.py", "registry.example.com"): (
+        "an image name given to `deploy k8s --image`; nothing pulls (RFC 2606 example.com)"
+    ),
+    ("tests/unit/test_rollout_k8s.py", "rbac.authorization.k8s.io"): (
+        "the API group of the rollout Role a RoleBinding names, asserted as text; no request"
+    ),
     ("tests/unit/test_deploy_k8s.py", "registry.k8s.io"): (
         "the kubectl image named in a generated Dockerfile, asserted as text; nothing pulls"
     ),

@@ -82,7 +82,7 @@ def test_default_canary_percent_comes_from_the_rollout(tmp_path: Path) -> None:
             "schema_version: unsupported version 2",
             "Write schema_version: 1.",
         ),
-        ("- a\n- b\n", "<root>: expected a mapping", "See docs/internals.md §8."),
+        ("- a\n- b\n", "<root>: expected a mapping", "See docs/design/routing.md."),
     ],
 )
 def test_bad_routing_files_name_file_and_field(

@@ -1,6 +1,6 @@
 """The Triton container ↔ TensorRT-LLM version table (``trtspec.versions``,
 from triton-inference-server/server ``docs/introduction/compatibility.md``)
-and the README's GPU-section table, which must say the same."""
+and the GPU guide's table (docs/guide/gpu.md), which must say the same."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from trtspec.spec.schema import DEFAULT_TRITON_IMAGE, DEFAULT_TRTLLM_VERSION
 from trtspec.versions import IMAGE_TRTLLM, image, image_for, image_tag, shipped_by
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "gpu.md"
 
 
 def test_table_rows_read_from_the_compatibility_matrix() -> None:
@@ -49,8 +49,8 @@ def test_tags_and_shipped_versions() -> None:
     assert shipped_by("my/own:latest") is None
 
 
-def test_readme_version_table_matches_the_module() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_guide_version_table_matches_the_module() -> None:
+    text = GUIDE.read_text(encoding="utf-8")
     table = text.split("<!-- version-table:start -->")[1].split("<!-- version-table:end -->")[0]
     rows = [r for r in table.strip().splitlines()[2:]]
     assert rows

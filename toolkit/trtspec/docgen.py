@@ -1,11 +1,10 @@
-"""Generates the README's two reference sections from the code itself.
+"""Generates the reference pages under docs/reference/ from the code itself.
 
-The spec reference is rendered from the pydantic schema of
-``trtspec.spec.Spec`` (field paths, types, defaults, descriptions), the CLI
-reference from every command's ``--help``. Each lives in README.md between
-``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` markers. A test regenerates
-both and fails when the README is stale; ``python -m trtspec.docgen --write``
-refreshes them in place.
+``docs/reference/spec.md`` is rendered from the pydantic schema of
+``trtspec.spec.Spec`` (field paths, types, defaults, descriptions),
+``docs/reference/cli.md`` from every command's ``--help``. Each page is
+generated whole; a test regenerates both and fails when a page is stale, and
+``python -m trtspec.docgen --write`` rewrites them in place.
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-SECTIONS = ("spec-reference", "cli-reference")
+REFERENCE = ROOT / "docs" / "reference"
 
 
 def _type_name(annotation: Any) -> str:
@@ -101,11 +99,12 @@ def spec_reference() -> str:
     rows: list[tuple[str, str, str, str]] = []
     _walk(Spec, "", rows, set())
     lines = [
-        "### Build spec reference",
+        "# Build spec reference",
         "",
         "Generated from `trtspec.spec.Spec` by `python -m trtspec.docgen --write`;",
         "a test fails when this page is stale. Unknown keys are errors; relative",
-        "paths resolve against the spec file's folder.",
+        "paths resolve against the spec file's folder. How to write a spec:",
+        "[the spec guide](../guide/spec-and-routes.md).",
         "",
         "| field | type | default | meaning |",
         "|---|---|---|---|",
@@ -138,7 +137,7 @@ def cli_reference() -> str:
     from trtspec.cli.main import cli
 
     lines = [
-        "### CLI reference",
+        "# CLI reference",
         "",
         "Generated from each command's `--help` by `python -m trtspec.docgen --write`;",
         "a test fails when this page is stale. Exit codes: 0 success, 1 an expected",
@@ -146,43 +145,53 @@ def cli_reference() -> str:
         "Set `TRTSPEC_DEBUG=1` for tracebacks.",
     ]
     for name, text in _command_help(cli, ["trtspec"]):
-        lines += ["", f"#### `{name}`", "", "```", text.rstrip(), "```"]
+        lines += ["", f"## `{name}`", "", "```", text.rstrip(), "```"]
     return "\n".join(lines) + "\n"
 
 
-def _markers(name: str) -> tuple[str, str]:
-    return f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
+def pages() -> dict[str, str]:
+    """Every generated page: file name under docs/reference/ -> its text."""
+    return {"spec.md": spec_reference(), "cli.md": cli_reference()}
 
 
-def render_readme(text: str) -> str:
-    """Return ``text`` with every generated section replaced by fresh output."""
-    fresh = {"spec-reference": spec_reference(), "cli-reference": cli_reference()}
-    for name in SECTIONS:
-        begin, end = _markers(name)
-        if begin not in text or end not in text:
-            raise SystemExit(f"README.md lacks the {begin.strip()} … {end} markers")
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = head + begin + fresh[name] + end + tail
-    return text
+def stale_pages(folder: Path | None = None) -> list[Path]:
+    """The generated pages in ``folder`` whose text differs from fresh output."""
+    folder = folder or REFERENCE
+    stale = []
+    for name, text in pages().items():
+        path = folder / name
+        try:
+            current = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            current = None
+        if current != text:
+            stale.append(path)
+    return stale
+
+
+def write_pages(folder: Path | None = None) -> None:
+    """Rewrite the stale pages atomically (temp file + rename)."""
+    folder = folder or REFERENCE
+    fresh = pages()
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in stale_pages(folder):
+        tmp = path.with_suffix(".md.tmp")
+        tmp.write_text(fresh[path.name], encoding="utf-8")
+        tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trtspec.docgen")
-    parser.add_argument("--write", action="store_true", help="rewrite the generated sections")
+    parser.add_argument("--write", action="store_true", help="rewrite the generated pages")
     args = parser.parse_args(argv)
-    current = README.read_text()
-    fresh = render_readme(current)
     if args.write:
-        if fresh != current:
-            tmp = README.with_suffix(".md.tmp")
-            tmp.write_text(fresh)
-            tmp.replace(README)
+        write_pages()
         return 0
-    if fresh != current:
-        print("stale: README.md (run python -m trtspec.docgen --write)")
-        return 1
-    return 0
+    stale = stale_pages()
+    for path in stale:
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        print(f"stale: {shown} (run python -m trtspec.docgen --write)")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

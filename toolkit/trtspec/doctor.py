@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import StepFailed
-from trtspec.memory import GIB, gib, memory_plan
+from trtspec.memory import GIB, gib
 from trtspec.procutil import dist_version
 
 OK, WARN, BLOCKER, NOT_AVAILABLE, SKIPPED = "ok", "warn", "blocker", "not available", "skipped"
@@ -235,7 +235,9 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     if not gpu_spec or not gpus:
         return
     smallest = min(g.memory_bytes for g in gpus)
-    mp = memory_plan(spec, plan, smallest)
+    from trtspec.flows.llmapi_memory import plan_for
+
+    mp = plan_for(spec, plan, smallest)
     if not mp.known:
         yield Check(
             "GPU memory",
@@ -269,7 +271,9 @@ def _serving(spec: Any, gpu_spec: bool) -> Iterable[Check]:
             "run inside the Triton TRT-LLM container, or `pip install nvidia-pytriton` "
             "for the CPU reference backend",
         )
-    if probe_backend():
+    if spec is not None and getattr(spec.flow, "kind", "engine") == "llmapi":
+        yield from _llmapi_model(gpu_spec)
+    elif probe_backend():
         yield Check("tensorrtllm backend", OK, str(BACKEND_DIR))
     elif gpu_spec:
         yield Check(
@@ -297,6 +301,30 @@ def _serving(spec: Any, gpu_spec: bool) -> Iterable[Check]:
         )
     else:
         yield Check("/dev/shm", OK, gib(shm))
+
+
+def _llmapi_model(gpu_spec: bool) -> Iterable[Check]:
+    """The LLM-API flow serves upstream's Triton llmapi model, which ``trtspec
+    repo`` copies from ``TRTLLM_LLMAPI_MODEL_DIR`` (or its default, a path no
+    container is known to hold): present here, or the repository cannot be
+    written on this machine."""
+    from trtspec.flows.llmapi_repo import UPSTREAM_DEFAULT, UPSTREAM_ENV, UPSTREAM_FILES
+
+    folder = Path(os.environ.get(UPSTREAM_ENV, UPSTREAM_DEFAULT))
+    missing = [f for f in UPSTREAM_FILES if not probe_exists(str(folder / f))]
+    if not missing:
+        yield Check("llmapi model", OK, str(folder))
+        return
+    yield Check(
+        "llmapi model",
+        BLOCKER if gpu_spec else NOT_AVAILABLE,
+        f"{folder}: {', '.join(missing)} missing"
+        + ("" if UPSTREAM_ENV in os.environ else f" ({UPSTREAM_ENV} unset: the default)"),
+        f"set {UPSTREAM_ENV} to triton_backend/all_models/llmapi/tensorrt_llm/1 of a "
+        "TensorRT-LLM checkout at the pinned version's tag"
+        if gpu_spec
+        else "",
+    )
 
 
 def run_checks(spec: Any = None, plan: Any = None) -> list[Check]:

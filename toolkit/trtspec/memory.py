@@ -414,6 +414,8 @@ class MemoryPlan:
     kv_fraction: float  # the spec's kv_cache.free_gpu_mem_fraction
     fractions: dict[str, float] = field(default_factory=dict)
     gpus: int = 0  # GPUs the engines are placed on (Plan.gpus); each holds what a server needs
+    # LLM-API flow: each variant's kv_cache_config.max_tokens (trtspec.flows.llmapi_memory)
+    kv_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -467,7 +469,15 @@ class MemoryPlan:
             "gpus": self.gpus,
             "known": self.known,
             "engines": [
-                {**e.to_dict(), "kv_cache_free_gpu_mem_fraction": self.fractions.get(e.name)}
+                {
+                    **e.to_dict(),
+                    "kv_cache_free_gpu_mem_fraction": self.fractions.get(e.name),
+                    **(
+                        {"kv_cache_max_tokens": self.kv_tokens.get(e.name)}
+                        if self.kv_tokens
+                        else {}
+                    ),
+                }
                 for e in self.engines
             ],
             "servers": [
@@ -491,6 +501,8 @@ class MemoryPlan:
             if not e.known:
                 rows.append([e.name, "?", "?", "?", "-" if frac is None else f"{frac:.4f}", e.note])
                 continue
+            tokens = self.kv_tokens.get(e.name)
+            note = e.note if tokens is None else f"{e.note} max_tokens {tokens}".strip()
             rows.append(
                 [
                     e.name,
@@ -498,7 +510,7 @@ class MemoryPlan:
                     f"{e.kv_per_token / 1024:.0f} KiB",
                     gib(e.kv_full),
                     "-" if frac is None else f"{frac:.4f}",
-                    e.note,
+                    note,
                 ]
             )
         return rows
@@ -517,7 +529,8 @@ class MemoryPlan:
 
 
 def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPlan:
-    """The memory plan of ``plan``'s engines against ``gpu_bytes`` per GPU."""
+    """The memory plan of ``plan``'s engines against ``gpu_bytes`` per GPU
+    (an LLM-API spec's LLMs: ``trtspec.flows.llmapi_memory.plan_for``)."""
     engines = engine_memory(spec, plan)
     by_name = {e.name: e for e in engines}
 

@@ -3,7 +3,7 @@ the ordered steps (argv, cwd, env, inputs, outputs, cache key) that produce
 them. Pure: it reads file metadata to fingerprint local inputs but runs and
 writes nothing.
 
-Engines are shared where identical (docs/internals.md §2): ``target`` is the
+Engines are shared where identical (docs/design/engines.md): ``target`` is the
 baseline; every ``draft_model`` and ``ngram`` variant uses one ``target_dte``
 built with the largest ``max_draft_len`` they need; each distinct draft model
 (+quantization, dtype) is built once as ``draft_<slug>``; Medusa, EAGLE and

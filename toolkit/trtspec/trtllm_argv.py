@@ -281,7 +281,7 @@ def reference_argv(
     eagle: tuple[str, int, list[list[int]]] | None = None,
     lookahead: tuple[int, int, int] | None = None,
 ) -> list[str]:
-    """``python -m trtspec.build.reference`` (docs/internals.md §3) for the CPU backend."""
+    """``python -m trtspec.build.reference`` (docs/design/engines.md) for the CPU backend."""
     ref_mode = engine_mode(mode).name  # the trtllm-build flag's trtspec spelling
     argv = [
         "python", "-m", "trtspec.build.reference",

@@ -1,6 +1,6 @@
 """The files ``trtspec repo`` writes at a repository's top and in its router:
 ``trtspec-repo.json`` (the repository manifest: spec, models and their
-roles, the variants' engines; §7 of docs/internals.md) and
+roles, the variants' engines; docs/design/repository.md) and
 ``router/routing.json`` (the routing table the router serves, the installed
 form of ``routing.yaml``, ``trtspec.artifacts.routing``). Their names and
 the manifest's schema version live here; the generator writes them

@@ -140,11 +140,16 @@ class RouteState:
 class RolloutState:
     routing_sha256: str
     routes: dict[str, RouteState] = field(default_factory=dict)
+    # One more at every change: where two copies of the state are read (a
+    # mounted ConfigMap and the API server, artifacts.rollout_kube), the router
+    # serves the one with the higher revision.
+    revision: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "routing_sha256": self.routing_sha256,
+            "revision": self.revision,
             "routes": {
                 name: {"percent": r.percent, "status": r.status} for name, r in self.routes.items()
             },
@@ -155,9 +160,16 @@ def read_state(path: Path) -> RolloutState | None:
     """``state.json``, or None when there is none yet."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    return parse_state(text, path)
+
+
+def parse_state(text: str, path: Path | str) -> RolloutState:
+    """The text of a ``state.json`` (``path`` names where it came from in errors)."""
+    try:
+        data = json.loads(text)
     except ValueError as exc:
         raise RepoError(
             f"{path}: not valid JSON: {exc}", "Delete it to start the rollout afresh."
@@ -167,7 +179,7 @@ def read_state(path: Path) -> RolloutState | None:
             str(name): RouteState(float(entry["percent"]), str(entry.get("status", RAMPING)))
             for name, entry in (data.get("routes") or {}).items()
         }
-        return RolloutState(str(data["routing_sha256"]), routes)
+        return RolloutState(str(data["routing_sha256"]), routes, int(data.get("revision", 0)))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RepoError(
             f"{path}: malformed rollout state ({exc})", "Delete it to start the rollout afresh."
@@ -245,6 +257,46 @@ def read_history(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+def next_state(
+    state: RolloutState | None,
+    digest: str,
+    table: RoutingTable,
+    route: str,
+    *,
+    percent: float,
+    status: str,
+    action: str,
+    by: str,
+    why: str,
+    details: dict[str, Any] | None = None,
+    only_if: Callable[[RouteState], bool] | None = None,
+) -> tuple[RolloutState, dict[str, Any]] | None:
+    """The state after one change of ``route`` and its history entry (None
+    when ``only_if``, given the route's state now, says not to): what
+    ``change`` writes to the folder and ``artifacts.rollout_kube`` to a ConfigMap."""
+    revision = state.revision if state is not None else 0
+    if state is not None and state.routing_sha256 != digest:
+        state = None  # written for another routing table: start from this one
+    before = current(table, state, route)
+    if only_if is not None and not only_if(before):
+        return None
+    routes = dict(state.routes) if state is not None else {}
+    routes[route] = RouteState(float(percent), status)
+    entry = {
+        "when": now_iso(),
+        "who": by,
+        "why": why,
+        "route": route,
+        "action": action,
+        "from_percent": before.percent,
+        "to_percent": float(percent),
+        "status": status,
+        "routing_sha256": digest,
+        **(details or {}),
+    }
+    return RolloutState(digest, routes, revision + 1), entry
+
+
 def change(
     folder: Path,
     routing_path: Path,
@@ -265,27 +317,23 @@ def change(
     folder = Path(folder)
     digest = routing_digest(routing_path)
     with _locked(folder):
-        state = read_state(folder / STATE_FILE)
-        if state is not None and state.routing_sha256 != digest:
-            state = None  # written for another routing table: start from this one
-        before = current(table, state, route)
-        if only_if is not None and not only_if(before):
+        planned = next_state(
+            read_state(folder / STATE_FILE),
+            digest,
+            table,
+            route,
+            percent=percent,
+            status=status,
+            action=action,
+            by=by,
+            why=why,
+            details=details,
+            only_if=only_if,
+        )
+        if planned is None:
             return None
-        routes = dict(state.routes) if state is not None else {}
-        routes[route] = RouteState(float(percent), status)
-        atomic_write_json(folder / STATE_FILE, RolloutState(digest, routes).to_dict())
-        entry = {
-            "when": now_iso(),
-            "who": by,
-            "why": why,
-            "route": route,
-            "action": action,
-            "from_percent": before.percent,
-            "to_percent": float(percent),
-            "status": status,
-            "routing_sha256": digest,
-            **(details or {}),
-        }
+        state, entry = planned
+        atomic_write_json(folder / STATE_FILE, state.to_dict())
         append_history(folder, entry)
     return entry
 
@@ -294,7 +342,13 @@ class StateWatcher:
     """The routing table the router serves now: its base table with the
     rollout state applied, re-read (at most every ``POLL_S``) when
     ``state.json`` is replaced. A state for another routing table, or one
-    that cannot be read, is refused and the last good table kept."""
+    that cannot be read, is refused and the last good table kept.
+
+    ``folder`` may be a ConfigMap volume (kubelet replaces its ``..data``
+    symlink; ``state.json`` is a symlink through it, so a change shows as a
+    new inode). ``offer`` hands it a state read elsewhere (the API server,
+    ``artifacts.rollout_kube``); of the two, the one with the higher revision is
+    served."""
 
     def __init__(
         self,
@@ -313,7 +367,25 @@ class StateWatcher:
         self._next = 0.0
         self._table = table
         self.state: RolloutState | None = None
+        self._offered: RolloutState | None = None
+        self._on_disk: RolloutState | None = None
         self.refresh(force=True)
+
+    def offer(self, state: RolloutState | None) -> None:
+        """The state as another copy has it now (None: that copy has none);
+        served at once when its revision is above the folder's."""
+        if state is not None and state.routing_sha256 != self.digest:
+            state = None
+        with self._lock:
+            self._offered = state
+            self._apply()
+
+    def _apply(self) -> None:
+        state, offered = self._on_disk, self._offered
+        if offered is not None and (state is None or offered.revision > state.revision):
+            state = offered
+        self.state = state
+        self._table = effective_table(self.base, state)
 
     def refresh(self, *, force: bool = False) -> RoutingTable:
         now = time.monotonic()
@@ -342,8 +414,8 @@ class StateWatcher:
                     "ignored"
                 )
                 state = None
-            self.state = state
-            self._table = effective_table(self.base, state)
+            self._on_disk = state
+            self._apply()
             return self._table
 
     def table(self) -> RoutingTable:

@@ -1,4 +1,4 @@
-"""The routing table (docs/internals.md §8): loading and validating
+"""The routing table (docs/design/routing.md): loading and validating
 ``routing.yaml``, the fallback table derived from a spec's ``rollout`` when
 there is none, and the router's deterministic choice of a variant per request
 (canary bucket from a hash of the request id). Pure and stdlib-only at import
@@ -114,7 +114,7 @@ def parse_routing(
 ) -> RoutingTable:
     """Validate a loaded routing document; errors name ``source`` and the field."""
     if not isinstance(data, dict):
-        raise _bad(source, "<root>", "expected a mapping", "See docs/internals.md §8.")
+        raise _bad(source, "<root>", "expected a mapping", "See docs/design/routing.md.")
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise _bad(

@@ -1,4 +1,4 @@
-"""The order a cell's requests go out in (docs/internals.md §12, *Load*).
+"""The order a cell's requests go out in (docs/design/decisions.md, *Load*).
 
 A closed-loop level c is c requests of ONE arm in flight: the unit of the
 router's ``max_concurrency`` and ``draft_len_schedule`` (``routing.InFlight``

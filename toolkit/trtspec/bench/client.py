@@ -1,5 +1,5 @@
 """Load generation over tritonclient gRPC streaming against the orchestrator
-models of docs/internals.md §5. Each worker thread owns one client and one
+models of docs/design/orchestrator.md. Each worker thread owns one client and one
 bidirectional stream and has one request in flight at a time; the stream's
 callback only timestamps and queues a response, and the worker does the
 parsing, so the time spent in our own code per request is measured apart

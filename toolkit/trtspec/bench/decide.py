@@ -1,5 +1,5 @@
-"""Decisions per route and variant, and ``routing.yaml`` (docs/internals.md
-§8). A variant is judged per k across every load × temperature cell:
+"""Decisions per route and variant, and ``routing.yaml`` (docs/design/routing.md).
+A variant is judged per k across every load × temperature cell:
 ``exclude`` when any cell shows it slower (speedup CI entirely below 1), with
 too many errors, with broken quality, or — at temperature 0 — with output that
 differs from the baseline's; ``promote`` when every cell has its speedup CI

@@ -1,6 +1,6 @@
 """A no-op orchestrator for measuring the benchmark itself: a numpy-only,
 decoupled Triton Python model with the orchestrator tensor contract of
-docs/internals.md §5 that "generates" by echoing the prompt's characters at
+docs/design/orchestrator.md that "generates" by echoing the prompt's characters at
 a fixed pace, optionally several tokens per round (a simulated speculative
 variant whose speed depends on ``num_draft_tokens``) or with a corrupted
 output (a simulated lossy variant). ``benchmarks/bench_overhead.py`` drives it

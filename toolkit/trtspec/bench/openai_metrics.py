@@ -19,7 +19,13 @@ facts; keep them here and nowhere else):
   ``trtllm_spec_decode_num_accepted_tokens_total`` and per position
   ``trtllm_spec_decode_accepted_tokens_total{token_position}``; no count of
   drafts, so no mean acceptance length from deltas. Older releases (the 1.1
-  series) expose no spec-decode counters at all.
+  series) expose no spec-decode counters at all. The counters come from
+  iteration stats, which the server polls only when its LLM arguments set
+  ``enable_iter_perf_stats: true`` as well as ``return_perf_metrics: true``
+  (``tensorrt_llm/serve/openai_server.py`` at 00057725, the lifespan's
+  "background iteration stats collector"); without it the page carries the
+  per-request ``trtllm_`` metrics and no spec-decode sample, which is said
+  as such (``TRTLLM_NO_ITER_STATS``), not as "no speculation".
 - **SGLang** (``python/sglang/srt/metrics/collector.py``): only the gauges
   ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``, a running
   average over recent batches; a gauge has no delta over a run window, so
@@ -125,6 +131,16 @@ def scrape(url: str, timeout_s: float = 5.0) -> str:
     return text
 
 
+#: Why a trtllm-serve page with its per-request metrics has no spec-decode counters.
+TRTLLM_NO_ITER_STATS = (
+    "trtllm-serve publishes its spec-decode counters from iteration stats, which it "
+    "collects only with enable_iter_perf_stats: true (and return_perf_metrics: true) in its "
+    "--config; trtspec's generated LLM-API files set both, so check the server's config"
+)
+#: Per-request metrics every trtllm-serve with return_perf_metrics publishes.
+TRTLLM_REQUEST_METRICS = ("trtllm_request_success_total", "trtllm_e2e_request_latency_seconds")
+
+
 def detect(text: str) -> tuple[SpecCounters | None, str | None]:
     """The runtime whose spec-decode counters the page holds, or why none."""
     names = {name for name, _, _ in parse_prometheus(text)}
@@ -134,6 +150,10 @@ def detect(text: str) -> tuple[SpecCounters | None, str | None]:
     for name, reason in GAUGE_ONLY.items():
         if name in names:
             return None, reason
+    if any(n.startswith(TRTLLM_REQUEST_METRICS) for n in names) and not any(
+        n.startswith("trtllm_spec_decode_") for n in names
+    ):
+        return None, TRTLLM_NO_ITER_STATS
     return None, (
         "no speculative-decoding counters on the metrics page (vllm:spec_decode_*, "
         "trtllm_spec_decode_*); the server may not run speculative decoding"

@@ -1,4 +1,4 @@
-"""Cache-state parity between the arms of a benchmark (docs/internals.md §12).
+"""Cache-state parity between the arms of a benchmark (docs/design/decisions.md).
 
 ``--prefix-cache cold`` (the default): no arm's request may find KV blocks
 another arm left for the same prompt. Arms that call the same engine model

@@ -1,5 +1,5 @@
 """What a benchmark run measures, decided before anything is sent:
-``plan_from_spec`` turns a spec (docs/internals.md §1) plus command-line
+``plan_from_spec`` turns a spec (docs/design/spec.md) plus command-line
 narrowing into a ``BenchPlan`` — routes with their prompts, and *arms* (the
 baseline, each variant at each swept ``num_draft_tokens``, a per-request input,
 so a k sweep needs no rebuild) — with the run's ``BenchSettings``."""

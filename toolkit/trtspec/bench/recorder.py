@@ -1,4 +1,4 @@
-"""Outcomes to request rows (docs/internals.md §12): one background thread
+"""Outcomes to request rows (docs/design/decisions.md): one background thread
 turns each finished request into a ``requests.jsonl`` row, quality checks
 included, so the senders go straight back to sending."""
 

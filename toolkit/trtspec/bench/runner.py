@@ -1,4 +1,4 @@
-"""The paired benchmark run (docs/internals.md §12). ``run_benchmark`` takes
+"""The paired benchmark run (docs/design/decisions.md). ``run_benchmark`` takes
 a ``BenchPlan`` (bench/plan.py) or a spec, applies the ``--prefix-cache``
 policy (bench/parity.py), starts the server unless given ``--endpoint``, and
 sends every cell (bench/cells.py: every sampled prompt to every arm with

@@ -12,7 +12,7 @@ and a memory cgroup per check, v1 or v2, nested under the bench's own cgroup;
 where the bench may not create them the launcher falls back to rlimits — see
 ``jail``), the wall-clock timeout (the launcher's process group and every
 process in the cgroups are killed), and reading pytest's output. What the
-sandbox promises is in ``docs/internals.md`` §10."""
+sandbox promises is in ``docs/design/security.md``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Sampling until a cell is decided, with an error rate that survives the
-repeated looks (docs/internals.md §12).
+repeated looks (docs/design/decisions.md).
 
 A cell (route × variant × k × load × temperature) is looked at after its
 first ``first`` pairs and then after every ``batch`` more, up to ``maximum``

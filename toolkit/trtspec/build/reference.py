@@ -1,7 +1,7 @@
 """The reference backend's "engine builder": ``python -m trtspec.build.reference …``.
 
-Run by the build executor as a subprocess with the argv of docs/internals.md
-§3, it turns a source model (a Hugging Face folder, or a ``.gguf`` file that
+Run by the build executor as a subprocess with the argv of docs/design/engines.md,
+it turns a source model (a Hugging Face folder, or a ``.gguf`` file that
 transformers dequantizes) into an engine folder shaped like a TensorRT-LLM
 one: ``hf/`` (HF config + float32 ``model.safetensors``), ``tokenizer/``
 (tokenizer files and chat template), ``medusa/`` or ``eagle/`` (heads checked

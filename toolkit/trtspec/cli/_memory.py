@@ -35,7 +35,7 @@ gpu_memory_option = click.option(
 def memory_for(spec: Any, plan: Any, gpu_bytes: int | None) -> Any:
     """The memory plan of a GPU spec (None for the reference backend, whose
     engines run on the CPU), with its warnings echoed on stderr."""
-    from trtspec.memory import memory_plan
+    from trtspec.flows.llmapi_memory import plan_for
 
     if spec.backend.value != "tensorrt_llm":
         if gpu_bytes is not None:
@@ -43,16 +43,13 @@ def memory_for(spec: Any, plan: Any, gpu_bytes: int | None) -> Any:
                 "Warning: --gpu-memory is ignored: the reference backend runs on the CPU", err=True
             )
         return None
-    if not plan.engines:  # a flow that builds no engines (LLM API: KV sized at load)
-        if gpu_bytes is not None:
-            click.echo(
-                "Warning: --gpu-memory is ignored: this spec builds no engines; the LLM API "
-                "sizes its KV cache from kv_cache_config.free_gpu_memory_fraction",
-                err=True,
-            )
-        return None
-    mp = memory_plan(spec, plan, gpu_bytes)
-    for message in mp.warnings():
+    mp = plan_for(spec, plan, gpu_bytes)
+    warnings = mp.warnings()
+    if spec.flow.kind == "llmapi" and gpu_bytes is None and len(mp.engines) > 1:
+        from trtspec.flows.llmapi_memory import UNEVEN_SPLIT
+
+        warnings.append(UNEVEN_SPLIT)
+    for message in warnings:
         click.echo(f"Warning: {message}", err=True)
     return mp
 

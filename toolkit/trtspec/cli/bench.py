@@ -168,7 +168,7 @@ def _finish(
     default=True,
     show_default=True,
     help="Send pairs in batches until each variant's speedup is decided "
-    "(sequential CI, see docs/internals.md §12) or --max-requests is reached; "
+    "(sequential CI, see docs/design/decisions.md) or --max-requests is reached; "
     "--fixed-count sends the spec's requests per route.",
 )
 @click.option(
@@ -272,6 +272,11 @@ def bench_command(  # noqa: PLR0917 - one parameter per Click option
             raise click.UsageError("--external none and --external-only leave no arm to bench")
         external = []
     spec = load_spec(spec_path)
+    from trtspec.flows.llmapi_config import greedy_at
+
+    greedy = greedy_at(spec, temperatures)
+    if greedy is not None:
+        click.echo(f"Warning: {greedy}", err=True)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = run_dir or output / f"{spec.name}-{stamp}"
     result = run_benchmark(

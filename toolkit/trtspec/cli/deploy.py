@@ -88,8 +88,10 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--hpa-max", type=click.IntRange(min=1), help="Add an autoscaler up to N replicas.")
 @click.option(
-    "--hpa-metric", type=click.Choice(["queue", "inflight"]), default="queue", show_default=True,
-    help="queue: Triton's pending requests on the router; inflight: TRT-LLM active requests.",
+    "--hpa-metric", type=click.Choice(["router", "queue", "inflight"]), default="router",
+    show_default=True,
+    help="router: requests in flight at the router; queue: Triton's pending requests on the "
+    "router; inflight: TRT-LLM active requests.",
 )  # fmt: skip
 @click.option(
     "--hpa-target", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,

@@ -4,7 +4,10 @@ request log, with the speedup interval and the bench's thresholds),
 ``advance ROUTE`` (the next step of the ramp, only when the window supports
 it, or ``--force``; exit 3 when held), ``rollback ROUTE`` and ``history``.
 A thin wrapper over ``trtspec.rollout.manage``; the running router applies a
-change at its next request, with no restart."""
+change at its next request, with no restart. With ``--kube NAME`` every
+command works on the deployment NAME's rollout ConfigMap in a cluster
+(through kubectl, ``trtspec.rollout.kube``) instead of the local rollout
+folder; ``--prometheus URL`` judges the window from the routers' series."""
 
 from __future__ import annotations
 
@@ -55,10 +58,54 @@ window_options = [
 ]
 
 
+kube_options = [
+    click.option(
+        "--kube",
+        "kube",
+        metavar="NAME",
+        help="Work on the deployment NAME in a Kubernetes cluster (`trtspec deploy k8s "
+        "--name`): its rollout ConfigMap NAME-rollout, through kubectl.",
+    ),
+    click.option("--context", help="The kubeconfig context (with --kube)."),
+    click.option(
+        "--namespace", default="default", show_default=True, help="The namespace (with --kube)."
+    ),
+]
+prometheus_option = click.option(
+    "--prometheus",
+    metavar="URL",
+    help="Judge the window from the routers' series in this Prometheus (e.g. "
+    "http://127.0.0.1:9090) over --since (default 15m) instead of a request log.",
+)
+
+
 def _with_window(func: Any) -> Any:
     for option in reversed(window_options):
         func = option(func)
     return func
+
+
+def _with_kube(func: Any) -> Any:
+    for option in reversed(kube_options):
+        func = option(func)
+    return func
+
+
+def _open(repo: Path, kube: str | None, context: str | None, namespace: str) -> Any:
+    from trtspec.rollout.kube import KubectlConfigMap, KubeTarget
+    from trtspec.rollout.manage import open_deployment
+
+    if kube is None:
+        if context is not None:
+            raise click.UsageError("--context needs --kube NAME")
+        return open_deployment(repo)
+    return open_deployment(repo, KubectlConfigMap(KubeTarget(kube, namespace, context)))
+
+
+def _query(url: str | None) -> Any:
+    from trtspec.rollout.prometheus import http_query
+
+    return None if url is None else http_query(url)
 
 
 def _f(value: float | None, spec: str = ".1f") -> str:
@@ -135,6 +182,8 @@ def rollout() -> None:
 @repo_argument
 @click.option("--route", "routes", multiple=True, help="Only this route (repeatable).")
 @_with_window
+@prometheus_option
+@_with_kube
 @format_option
 def status_command(
     *,
@@ -143,15 +192,26 @@ def status_command(
     window: int | None,
     since: float | None,
     log_path: Path | None,
+    prometheus: str | None,
+    kube: str | None,
+    context: str | None,
+    namespace: str,
     fmt: str,
 ) -> None:
     """Per promoted route: canary vs control over the window (p50/p95 TTFT
     and latency, tokens/s, acceptance, error rate), the speedup interval,
     and whether the window supports the next step."""
-    from trtspec.rollout.manage import open_deployment, status
+    from trtspec.rollout.manage import status
 
-    dep = open_deployment(repo)
-    reports = status(dep, routes=list(routes) or None, window=window, since_s=since, log=log_path)
+    dep = _open(repo, kube, context, namespace)
+    reports = status(
+        dep,
+        routes=list(routes) or None,
+        window=window,
+        since_s=since,
+        log=log_path,
+        prometheus=_query(prometheus),
+    )
     if fmt == "json":
         emit_json({"repository": str(dep.repo), "routes": reports})
         return
@@ -170,6 +230,8 @@ def status_command(
 @click.option("--why", default=None, help="Why (recorded in the history).")
 @click.option("--by", "by", default=None, help="Who (default: the current user).")
 @_with_window
+@prometheus_option
+@_with_kube
 @format_option
 def advance_command(
     *,
@@ -181,13 +243,17 @@ def advance_command(
     window: int | None,
     since: float | None,
     log_path: Path | None,
+    prometheus: str | None,
+    kube: str | None,
+    context: str | None,
+    namespace: str,
     fmt: str,
 ) -> None:
     """Move ROUTE to the next step of its ramp (exit 3 when held)."""
     from trtspec.artifacts.rollout_state import who
-    from trtspec.rollout.manage import advance, open_deployment
+    from trtspec.rollout.manage import advance
 
-    dep = open_deployment(repo)
+    dep = _open(repo, kube, context, namespace)
     entry = advance(
         dep,
         route,
@@ -197,8 +263,9 @@ def advance_command(
         window=window,
         since_s=since,
         log=log_path,
+        prometheus=_query(prometheus),
     )
-    _emit_change(entry, fmt)
+    _emit_change(entry, fmt, dep.on_cluster)
 
 
 @rollout.command("rollback")
@@ -206,24 +273,39 @@ def advance_command(
 @repo_argument
 @click.option("--why", default="rolled back by hand", show_default=True, help="Why (recorded).")
 @click.option("--by", "by", default=None, help="Who (default: the current user).")
+@_with_kube
 @format_option
-def rollback_command(*, route: str, repo: Path, why: str, by: str | None, fmt: str) -> None:
+def rollback_command(
+    *,
+    route: str,
+    repo: Path,
+    why: str,
+    by: str | None,
+    kube: str | None,
+    context: str | None,
+    namespace: str,
+    fmt: str,
+) -> None:
     """Send ROUTE to its fallback variant."""
     from trtspec.artifacts.rollout_state import who
-    from trtspec.rollout.manage import open_deployment, rollback
+    from trtspec.rollout.manage import rollback
 
-    entry = rollback(open_deployment(repo), route, by=by or who(), why=why)
-    _emit_change(entry, fmt)
+    dep = _open(repo, kube, context, namespace)
+    entry = rollback(dep, route, by=by or who(), why=why)
+    _emit_change(entry, fmt, dep.on_cluster)
 
 
 @rollout.command("history")
 @repo_argument
+@_with_kube
 @format_option
-def history_command(*, repo: Path, fmt: str) -> None:
+def history_command(
+    *, repo: Path, kube: str | None, context: str | None, namespace: str, fmt: str
+) -> None:
     """Every rollout change: when, who, what and why."""
-    from trtspec.rollout.manage import history, open_deployment
+    from trtspec.rollout.manage import history
 
-    entries = history(open_deployment(repo))
+    entries = history(_open(repo, kube, context, namespace))
     if fmt == "json":
         emit_json(entries)
         return
@@ -244,7 +326,7 @@ def history_command(*, repo: Path, fmt: str) -> None:
     )
 
 
-def _emit_change(entry: dict[str, Any], fmt: str) -> None:
+def _emit_change(entry: dict[str, Any], fmt: str, on_cluster: bool = False) -> None:
     if fmt == "json":
         emit_json(entry)
         return
@@ -252,7 +334,15 @@ def _emit_change(entry: dict[str, Any], fmt: str) -> None:
         f"{entry['route']}: {entry['from_percent']:g}% → {entry['to_percent']:g}% "
         f"({entry['action']}, {entry['status']})"
     )
-    progress("the router applies it at its next request; history: `trtspec rollout history`")
+    if on_cluster:
+        from trtspec.artifacts.rollout_kube import POLL_S
+
+        progress(
+            f"every router pod applies it within {POLL_S:g} s (it reads the ConfigMap "
+            "through the API server); history: `trtspec rollout history --kube NAME`"
+        )
+    else:
+        progress("the router applies it at its next request; history: `trtspec rollout history`")
 
 
 COMMANDS: list[click.Command] = [rollout]

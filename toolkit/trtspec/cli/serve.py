@@ -124,7 +124,7 @@ def serve_command(
         progress(f"Error: {incident.message()}; {incident.action}{took}")
 
     # A dead stub is noticed within a second, a frozen one (its heartbeat
-    # stopped: docs/internals.md §9) within ~10 s and killed. One only a
+    # stopped: docs/design/triton-limits.md) within ~10 s and killed. One only a
     # speculative variant uses leaves that variant down (the router serves its
     # routes from their fallback); any other restarts the server on the same
     # ports; a dead server ends the command (check_alive below).

@@ -17,7 +17,7 @@ workers (as Dynamo's own trtllm templates do). Each variant is served under
 its own model name, ``<spec>-<variant>``: Dynamo's frontend routes by model
 name (and, within one model, by KV-cache overlap), so trtspec's per-route
 decision becomes a choice of model name by the caller or a gateway
-(docs/deploy.md). No Click here.
+(docs/guide/deploy.md). No Click here.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ import yaml
 
 from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import BASELINE
+from trtspec.deploy import rollout_k8s
 from trtspec.deploy.sizing import DeployError, Sizing
 from trtspec.fsutil import make_staging_dir
 from trtspec.runtime.heartbeat import DIR_ENV as HEARTBEAT_ENV
@@ -53,14 +54,8 @@ SERVICEMONITOR_API = "monitoring.coreos.com/v1"
 # generated Dockerfile; registry.k8s.io publishes one image per Kubernetes release).
 KUBECTL_IMAGE = "registry.k8s.io/kubectl:v1.33.0"
 TOOLS_DIR = "/opt/trtspec-deploy"
-# HPA metrics (per pod, through a Prometheus adapter): Triton's per-model queue
-# gauge on the router, or TensorRT-LLM's active (in-flight) requests per engine.
-HPA_METRICS = {
-    "queue": ("nv_inference_pending_request_count", {"model": "router"}),
-    "inflight": ("nv_trt_llm_request_metrics", {"request_type": "active"}),
-}
 # Where the stubs that call decoupled BLS beat inside the pod (trtspec.runtime.heartbeat);
-# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/internals.md §9).
+# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/design/triton-limits.md).
 HEARTBEAT_DIR = "/tmp/trtspec-heartbeat"
 EXIT_TIMEOUT_S = 45  # tritonserver waits this long for in-flight requests on SIGTERM
 
@@ -94,7 +89,7 @@ class K8sOptions:
     gpus_per_node: int = 8
     replicas: int = 1
     hpa_max: int | None = None
-    hpa_metric: str = "queue"
+    hpa_metric: str = rollout_k8s.DEFAULT_HPA_METRIC
     hpa_target: float = 4.0
     repo_source: str = "volume"  # volume | image
     pvc: str | None = None
@@ -171,7 +166,7 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
 def _liveness() -> dict[str, Any]:
     """Triton's live endpoint and, unlike it, the stubs' heartbeats: a
     deadlocked router stub leaves tritonserver answering "live" and "ready"
-    while every request hangs (docs/internals.md §9)."""
+    while every request hangs (docs/design/triton-limits.md)."""
     command = [
         "python3", "-m", "trtspec.runtime.heartbeat", HEARTBEAT_DIR,
         "--live-url", f"http://127.0.0.1:{HTTP_PORT}/v2/health/live",
@@ -230,7 +225,8 @@ def _volumes(served: Served, opts: K8sOptions) -> tuple[list[dict[str, Any]], li
             {"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
         mounts.append({"name": "models", "mountPath": served.mount_root, "readOnly": True})
-    return volumes, mounts
+    rollout_volumes, rollout_mounts = rollout_k8s.volumes(opts.name)  # the shared rollout state
+    return volumes + rollout_volumes, mounts + rollout_mounts
 
 
 def _env(sizing: Sizing, opts: K8sOptions) -> list[dict[str, Any]]:
@@ -241,6 +237,7 @@ def _env(sizing: Sizing, opts: K8sOptions) -> list[dict[str, Any]]:
         }
     ]
     env.append({"name": HEARTBEAT_ENV, "value": HEARTBEAT_DIR})
+    env += rollout_k8s.env(opts.name)
     if sizing.launch == ORCHESTRATOR:
         env += [{"name": k, "value": v} for k, v in sorted(ORCHESTRATOR_ENV.items())]
     if sizing.multi_node:
@@ -308,7 +305,7 @@ def _deployment(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> 
         "kind": "Deployment",
         "metadata": _meta(opts.name, opts, annotations=notes),
         "spec": {
-            "replicas": opts.replicas,
+            **_replicas(opts),
             "selector": {"matchLabels": _labels(opts.name)},
             # GPUs are scarce: replace one pod at a time without a surge pod.
             "strategy": {
@@ -317,7 +314,10 @@ def _deployment(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> 
             },
             "template": {
                 "metadata": {"labels": _labels(opts.name), "annotations": notes},
-                "spec": _pod_spec([_triton_container(served, sizing, opts, mounts)], volumes),
+                "spec": {
+                    "serviceAccountName": rollout_k8s.account_name(opts.name),
+                    **_pod_spec([_triton_container(served, sizing, opts, mounts)], volumes),
+                },
             },
         },
     }
@@ -346,7 +346,7 @@ def _leaderworkerset(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions
         "kind": "LeaderWorkerSet",
         "metadata": _meta(opts.name, opts, annotations=notes),
         "spec": {
-            "replicas": opts.replicas,
+            **_replicas(opts),
             "startupPolicy": "LeaderCreated",
             "leaderWorkerTemplate": {
                 "size": sizing.pods,
@@ -403,47 +403,26 @@ def _servicemonitor(opts: K8sOptions) -> dict[str, Any]:
     }
 
 
+def _replicas(opts: K8sOptions) -> dict[str, Any]:
+    """Replicas, unless an autoscaler owns them (each apply would reset its scale)."""
+    return {} if opts.hpa_max is not None else {"replicas": opts.replicas}
+
+
 def _hpa(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
-    if opts.hpa_metric not in HPA_METRICS:
-        raise DeployError(
-            f"--hpa-metric {opts.hpa_metric!r} is not one of {', '.join(HPA_METRICS)}",
-            "queue: requests waiting in Triton's router queue; inflight: TRT-LLM active requests",
-        )
-    if opts.hpa_max is None or opts.hpa_max < opts.replicas:
-        raise DeployError(
-            f"--hpa-max {opts.hpa_max} is below --replicas {opts.replicas}",
-            "the autoscaler scales between --replicas and --hpa-max",
-        )
-    metric, selector = HPA_METRICS[opts.hpa_metric]
     target = (
         {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "name": opts.name}
         if sizing.multi_node
         else {"apiVersion": "apps/v1", "kind": "Deployment", "name": opts.name}
     )
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": _meta(opts.name, opts),
-        "spec": {
-            "scaleTargetRef": target,
-            "minReplicas": opts.replicas,
-            "maxReplicas": opts.hpa_max,
-            "metrics": [
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": metric, "selector": {"matchLabels": selector}},
-                        "target": {"type": "AverageValue", "averageValue": f"{opts.hpa_target:g}"},
-                    },
-                }
-            ],
-            # A new instance takes its start-up budget to serve: do not flap.
-            "behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 60},
-                "scaleDown": {"stabilizationWindowSeconds": max(300, sizing.startup_seconds)},
-            },
-        },
-    }
+    return rollout_k8s.hpa(
+        lambda name, **extra: _meta(name, opts, **extra),
+        target,
+        min_replicas=opts.replicas,
+        max_replicas=opts.hpa_max,
+        metric=opts.hpa_metric,
+        average=opts.hpa_target,
+        startup_seconds=sizing.startup_seconds,
+    )
 
 
 def _rbac(opts: K8sOptions) -> list[dict[str, Any]]:
@@ -529,8 +508,14 @@ def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manife
         files["deployment.yaml"] = [_deployment(spec, served, sizing, opts)]
     files["service.yaml"] = [_service(sizing, opts)]
     files["servicemonitor.yaml"] = [_servicemonitor(opts)]
+    meta = lambda name, **extra: _meta(name, opts, **extra)  # noqa: E731
+    account = f"{opts.name}-mpi" if sizing.multi_node else rollout_k8s.account_name(opts.name)
+    files["rollout.yaml"] = rollout_k8s.objects(opts.name, opts.namespace, meta, account)
     if opts.hpa_max is not None:
         files["hpa.yaml"] = [_hpa(sizing, opts)]
+        files["prometheus-adapter.yaml"] = [
+            rollout_k8s.adapter_config(opts.name, meta, opts.hpa_metric)
+        ]
     if opts.write_secret:
         files["secret.yaml"] = [
             {

@@ -56,9 +56,12 @@ class Flow(Protocol):
         """The target's tokenizer folder (chat templates, token counts)."""
         ...
 
-    def files(self, spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
+    def files(
+        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+    ) -> dict[Path, str]:
         """Files written beside the engines (path -> text), generated and
-        checked before any build step runs."""
+        checked before any build step runs; ``gpu_bytes`` (``--gpu-memory``)
+        sizes what depends on the GPU."""
         ...
 
     def write_files(self, files: dict[Path, str]) -> list[Path]: ...

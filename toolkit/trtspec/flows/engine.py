@@ -40,7 +40,9 @@ class EngineFlow:
     def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
         return Path(engines_root) / spec.name / "target" / "tokenizer"
 
-    def files(self, spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
+    def files(
+        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+    ) -> dict[Path, str]:
         return {}  # the engine folders are the whole product
 
     def write_files(self, files: dict[Path, str]) -> list[Path]:

@@ -2,7 +2,7 @@
 LLM-argument YAML per variant served by Triton's ``llmapi`` Python model or
 ``trtllm-serve``. What each variant's file holds is in ``llmapi_config``;
 the Triton repository in ``llmapi_repo``; the field tables in
-``trtspec.spec.llm_args``; the spec's rules in ``trtspec.spec.flows``. This
+``trtspec.runtime.llm_args``; the spec's rules in ``trtspec.spec.flows``. This
 module is the flow object the stages call."""
 
 from __future__ import annotations
@@ -56,8 +56,10 @@ class LlmApiFlow:
         # on a GPU nothing is built: the checkpoint folder holds the tokenizer
         return Path(spec.model_location(spec.target.model).ref)
 
-    def files(self, spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
-        return config.config_files(spec, plan, engines_root)
+    def files(
+        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+    ) -> dict[Path, str]:
+        return config.config_files(spec, plan, engines_root, gpu_bytes=gpu_bytes)
 
     def write_files(self, files: dict[Path, str]) -> list[Path]:
         return config.write_files(files)
@@ -74,7 +76,7 @@ class LlmApiFlow:
         golden: dict[str, list[str]] | None = None,
     ) -> Path:
         return llmapi_repo.assemble(
-            spec, plan, engines_root, output, routing=routing, golden=golden
+            spec, plan, engines_root, output, routing=routing, golden=golden, gpu_bytes=gpu_bytes
         )
 
 

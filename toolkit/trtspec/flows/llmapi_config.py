@@ -4,7 +4,7 @@ variant (plus the baseline), served by Triton's ``llmapi`` Python model
 
 Per variant mode (``speculative_config.decoding_type`` at each pinned version):
 
-| spec mode | 1.2.1 | 1.3.0rc20 |
+| spec mode | 1.2.1 | 1.3.0rc22 |
 |---|---|---|
 | ``draft_model`` | ``Draft_Target`` + ``speculative_model`` | same |
 | ``ngram`` | ``NGram`` (per-request pool) | ``NGram``, or ``SA`` with ``flow.suffix_automaton`` |
@@ -12,11 +12,15 @@ Per variant mode (``speculative_config.decoding_type`` at each pinned version):
 | ``mtp`` | ``MTP`` with ``num_nextn_predict_layers`` | ``MTP`` with ``max_draft_len`` |
 | ``medusa``, ``lookahead`` | refused: engine flow only | refused |
 
-The target's limits, KV-cache fraction (split evenly between the variants,
-each of which is its own ``LLM`` in one server), block reuse, block size,
-parallelism and dtype carry over from the spec. Every generated document is
-checked against the pinned version's field table (``trtspec.spec.llm_args``) before it
-is written; a problem there is a trtspec bug and raised as one.
+The target's limits, KV cache (each variant is its own ``LLM`` on the same
+GPUs: with a GPU size, ``trtspec.flows.llmapi_memory`` gives each its
+``max_tokens``; without one the fraction is split evenly), block reuse, block
+size, parallelism and dtype carry over from the spec. Every file enables the
+iteration stats trtllm-serve's spec-decode counters come from; one-model
+variants (Eagle3, MTP) of a spec that samples set ``allow_advanced_sampling``.
+Every generated document is checked against the pinned version's field table
+(``trtspec.runtime.llm_args``) before it is written; a problem there is a
+trtspec bug and raised as one.
 
 On the reference backend (CPU) the same documents name the reference engine
 folders the plan builds (``target``, ``target_dte``, ``draft_*``) instead of
@@ -35,8 +39,8 @@ import yaml
 from trtspec.catalogue import BASELINE
 from trtspec.errors import TrtspecError
 from trtspec.fsutil import atomic_write_text
+from trtspec.runtime.llm_args import validate_llm_args
 from trtspec.spec.flows import LLM_SUFFIX, LlmApiFlowSpec
-from trtspec.spec.llm_args import validate_llm_args
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
@@ -80,6 +84,58 @@ def _merge(doc: dict[str, Any], extra: dict[str, Any], speculative: bool) -> dic
     return out
 
 
+#: Decoding types whose draft runs inside the target's forward pass (one
+#: model): no ``Drafter``, so 1.2.1's ``max_concurrency`` (read by
+#: ``Drafter.should_use_spec_decode``, tensorrt_llm/_torch/speculative/drafter.py)
+#: never applies to them, and at 1.2.1 they sample greedily unless
+#: ``allow_advanced_sampling`` is true ("Only applicable to 1-model code
+#: paths", DecodingBaseConfig in llm_args.py, search-index file id 7019226376).
+ONE_MODEL = ("Eagle3", "MTP")
+
+
+def samples(spec: Spec) -> bool:
+    """Whether any route is measured (or served) at a temperature above 0."""
+    temps = [*spec.bench.temperatures]
+    for route in spec.routes.values():
+        temps += route.temperatures or []
+    return any(t > 0 for t in temps)
+
+
+def greedy_at(spec: Spec, temperatures: list[float] | None) -> str | None:
+    """Why a bench at ``temperatures`` (``--temperatures``) would measure a
+    one-model variant greedily: its file was written for the spec's own
+    temperatures, all 0, so without ``allow_advanced_sampling``; None if not."""
+    if not isinstance(spec.flow, LlmApiFlowSpec) or samples(spec):
+        return None
+    if not any(t > 0 for t in temperatures or []):
+        return None
+    one_model = [v.name for v in spec.variants if v.mode in ("eagle", "mtp")]
+    if not one_model or settings(spec).trtllm_version != "1.2.1":
+        return None
+    return (
+        f"variant(s) {', '.join(one_model)} were written without "
+        "speculative_config.allow_advanced_sampling (the spec's temperatures are all 0), and "
+        "TensorRT-LLM 1.2.1's one-model paths then decode greedily at any temperature: add "
+        "the temperature to bench.temperatures (or the route's) and rebuild the repository"
+    )
+
+
+def limit_honoured(spec: Spec, speculative: dict[str, Any]) -> bool:
+    """Whether ``speculative_config.max_concurrency`` acts at the pinned
+    version for this decoding type and can be written beside what the
+    spec's ``llm_args`` already set: 1.2.1 reads it in the two-model
+    drafter only; 1.3 turns it into a ``draft_len_schedule`` and refuses
+    both together (``llm_args.rules``). The router's own route limit holds
+    either way."""
+    from trtspec.runtime.llm_args import rules
+
+    version = settings(spec).trtllm_version
+    if version == "1.2.1" and speculative.get("decoding_type") in ONE_MODEL:
+        return False
+    exclusive = {n for group in rules(version)["exclusive"] for n in group}
+    return not ("max_concurrency" in exclusive and speculative.get("draft_len_schedule"))
+
+
 # ---------------------------------------------------------- configuration
 def _speculative(spec: Spec, v: Any, draft_path: str | None) -> dict[str, Any] | None:
     version = settings(spec).trtllm_version
@@ -101,25 +157,47 @@ def _speculative(spec: Spec, v: Any, draft_path: str | None) -> dict[str, Any] |
             "max_draft_len": v.max_draft_len,
             "speculative_model": draft_path,
         }
+    # one-model paths at T>0: 1.2.1 samples only with allow_advanced_sampling;
+    # at 1.3 (llm_args.py at 0004396) it is a deprecated no-op that is still
+    # accepted, so it is written for both rather than guessed per commit
+    sampling = {"allow_advanced_sampling": True} if samples(spec) else {}
     if v.mode == "eagle":
         return {
             "decoding_type": "Eagle3",
             "max_draft_len": v.num_eagle_layers,
             "speculative_model": draft_path,
             "eagle3_one_model": True,
+            **sampling,
         }
     if v.mode == "mtp":
         if version == "1.2.1":
-            return {"decoding_type": "MTP", "num_nextn_predict_layers": v.max_draft_len}
-        return {"decoding_type": "MTP", "max_draft_len": v.max_draft_len}
+            return {
+                "decoding_type": "MTP",
+                "num_nextn_predict_layers": v.max_draft_len,
+                **sampling,
+            }
+        return {"decoding_type": "MTP", "max_draft_len": v.max_draft_len, **sampling}
     raise LlmApiError(f"mode {v.mode!r} has no LLM-API configuration")  # refused by the checks
 
 
-def llm_args(spec: Spec, variant: Any, *, model: str, draft: str | None = None) -> dict[str, Any]:
+def llm_args(
+    spec: Spec,
+    variant: Any,
+    *,
+    model: str,
+    draft: str | None = None,
+    kv_tokens: int | None = None,
+) -> dict[str, Any]:
     """The LLM-argument document of one variant (``variant`` None = the baseline):
-    what ``trtllm-serve --config`` takes; ``model_yaml`` adds ``triton_config``."""
+    what ``trtllm-serve --config`` takes; ``model_yaml`` adds ``triton_config``.
+    ``kv_tokens``: the variant's KV budget from the memory plan
+    (``llmapi_memory.kv_tokens``), written as ``max_tokens`` under the spec's
+    fraction; without it the fraction is split evenly (which the load order
+    makes uneven: ``llmapi_memory.UNEVEN_SPLIT``)."""
     t = spec.target
     share = t.kv_cache.free_gpu_mem_fraction / len(variant_names(spec))
+    if kv_tokens is not None:
+        share = t.kv_cache.free_gpu_mem_fraction
     doc: dict[str, Any] = {
         "model": model,
         "backend": "pytorch",
@@ -133,12 +211,18 @@ def llm_args(spec: Spec, variant: Any, *, model: str, draft: str | None = None) 
         "max_num_tokens": t.max_num_tokens,
         "max_beam_width": t.max_beam_width,
         "kv_cache_config": {
-            # every variant is its own LLM in one server: an even share each
+            # every variant is its own LLM in one server
             "free_gpu_memory_fraction": round(share, 4),
+            **({"max_tokens": kv_tokens} if kv_tokens is not None else {}),
             "enable_block_reuse": t.kv_cache.enable_reuse,
             "tokens_per_block": t.kv_cache.tokens_per_block,
         },
+        # per-request perf metrics (the llmapi model's timing outputs) and,
+        # with iteration stats, trtllm-serve's spec-decode counters: its
+        # stats collector runs only with both (serve/openai_server.py at
+        # 00057725); every variant alike, so the baseline pays the same
         "return_perf_metrics": True,
+        "enable_iter_perf_stats": True,
     }
     if not settings(spec).cuda_graphs:
         doc["cuda_graph_config"] = None
@@ -198,22 +282,27 @@ def decided_limits(routing: RoutingTable | None) -> dict[str, int]:
 
 
 def documents(
-    spec: Spec, plan: Plan | None, routing: RoutingTable | None = None
+    spec: Spec,
+    plan: Plan | None,
+    routing: RoutingTable | None = None,
+    kv_tokens: dict[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """variant (baseline included) -> its LLM-argument document, each checked
     against the pinned version's field table. A decision that promoted a
     variant only up to some load (``routing``) is written where the LLM API
-    reads it: ``speculative_config.max_concurrency`` (speculation off above it)."""
+    reads it: ``speculative_config.max_concurrency`` (speculation off above
+    it), where the pinned version honours it (``limit_honoured``); the
+    router's route limit sends the load above it to the fallback in any case.
+    ``kv_tokens``: LLM model name -> its ``kv_cache_config.max_tokens``."""
     by_name = {v.name: v for v in spec.variants}
     limits = decided_limits(routing)
     docs: dict[str, dict[str, Any]] = {}
     for name, (model, draft) in model_paths(spec, plan).items():
-        doc = llm_args(spec, by_name.get(name), model=model, draft=draft)
-        if name in limits and "speculative_config" in doc:
-            doc["speculative_config"] = {
-                **doc["speculative_config"],
-                "max_concurrency": limits[name],
-            }
+        tokens = (kv_tokens or {}).get(llm_model_name(name))
+        doc = llm_args(spec, by_name.get(name), model=model, draft=draft, kv_tokens=tokens)
+        sc = doc.get("speculative_config")
+        if name in limits and sc is not None and limit_honoured(spec, sc):
+            doc["speculative_config"] = {**sc, "max_concurrency": limits[name]}
         problems = validate_llm_args(
             doc, settings(spec).trtllm_version, f"{CONFIG_DIR}/{name}.yaml"
         )
@@ -264,11 +353,25 @@ def dump(doc: dict[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
-def config_files(spec: Spec, plan: Plan, engines_root: Path) -> dict[Path, str]:
+def kv_budgets(spec: Spec, plan: Plan | None, gpu_bytes: int | None) -> dict[str, int] | None:
+    """LLM model name -> ``kv_cache_config.max_tokens`` from the memory plan
+    (``llmapi_memory``) for a GPU spec with a GPU size; None otherwise."""
+    if gpu_bytes is None or spec.backend is not Backend.tensorrt_llm:
+        return None
+    from trtspec.flows.llmapi_memory import llmapi_memory_plan
+
+    return llmapi_memory_plan(spec, plan.root if plan else None, gpu_bytes).kv_tokens
+
+
+def config_files(
+    spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+) -> dict[Path, str]:
     """``engines/<spec>/llmapi/<variant>.yaml`` for every variant (what
-    ``trtllm-serve --config`` reads) -> its text."""
+    ``trtllm-serve --config`` reads) -> its text; with ``gpu_bytes`` each
+    variant's KV budget is planned (``kv_budgets``)."""
     folder = Path(engines_root) / spec.name / CONFIG_DIR
-    return {folder / f"{name}.yaml": dump(doc) for name, doc in documents(spec, plan).items()}
+    docs = documents(spec, plan, kv_tokens=kv_budgets(spec, plan, gpu_bytes))
+    return {folder / f"{name}.yaml": dump(doc) for name, doc in docs.items()}
 
 
 def write_files(files: dict[Path, str]) -> list[Path]:

@@ -42,6 +42,8 @@ from trtspec.repo.assemble import (
 from trtspec.repo.rollout_config import rollout_config
 from trtspec.runtime.contract import (
     LLMAPI_ACCEPTANCE_AVAILABLE,
+    LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER,
+    LLMAPI_VERSION_PARAMETER,
     ORCHESTRATOR_INPUTS,
     ORCHESTRATOR_OUTPUTS,
     TensorSpec,
@@ -89,6 +91,11 @@ def llm_config(spec: Spec, name: str) -> Any:
     group = config.instance_group.add()
     group.count = 1
     group.kind = mc.ModelInstanceGroup.Kind.Value("KIND_CPU")
+    if spec.backend is Backend.reference:  # the stand-in acts as this version's model
+        version = llmapi.settings(spec).trtllm_version
+        config.parameters[LLMAPI_VERSION_PARAMETER].string_value = version
+        outputs = "filled" if acceptance_available(version) else "zeroed"
+        config.parameters[LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER].string_value = outputs
     return config
 
 
@@ -120,8 +127,10 @@ def write_tree(
     repo: Path,
     routing: RoutingTable,
     golden: dict[str, list[str]] | None = None,
+    *,
+    gpu_bytes: int | None = None,
 ) -> None:
-    docs = llmapi.documents(spec, plan, routing)
+    docs = llmapi.documents(spec, plan, routing, llmapi.kv_budgets(spec, plan, gpu_bytes))
     reference = spec.backend is Backend.reference
     upstream = None if reference else _upstream_files()
     available = acceptance_available(llmapi.settings(spec).trtllm_version)
@@ -230,11 +239,14 @@ def assemble(
     routing: RoutingTable | None = None,
     *,
     golden: dict[str, list[str]] | None = None,
+    gpu_bytes: int | None = None,
 ) -> Path:
     """Write ``output/<spec.name>/`` for the LLM-API flow and return it;
     ``golden`` is each route's golden set for the router's golden diff."""
     check_built(spec, plan)
     table = routed_table(spec, routing, set(llmapi.variant_names(spec)))
     return install_repository(
-        Path(output), spec.name, lambda staging: write_tree(spec, plan, staging, table, golden)
+        Path(output),
+        spec.name,
+        lambda staging: write_tree(spec, plan, staging, table, golden, gpu_bytes=gpu_bytes),
     )

@@ -3,7 +3,7 @@ engines_root, output, routing=None)`` writes ``output/<spec>/`` with
 ``preprocessing``, ``postprocessing``, one engine model per engine of the plan
 (``tensorrtllm`` C++ backend or the reference Python engine, same tensors),
 one orchestrator per variant plus ``baseline``, the ``router`` with its
-routing table, and the ``trtspec-repo.json`` manifest (docs/internals.md §7).
+routing table, and the ``trtspec-repo.json`` manifest (docs/design/repository.md).
 Every config is a ``ModelConfig`` message; the tree is built in a temporary
 folder and swapped in by rename only once complete, so an interrupted run
 never leaves a half repository that ``trtspec serve`` would trust.
@@ -158,7 +158,7 @@ def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
     if BASELINE not in variants:
         raise RepoError(
             "the plan has no baseline variant",
-            "Plan.variants must include `baseline` (docs/internals.md §2).",
+            "Plan.variants must include `baseline` (docs/design/engines.md).",
         )
     # An engine both streamed from and called in a draft loop cannot exist:
     # the loop needs decoupled: false, streaming needs decoupled: true.

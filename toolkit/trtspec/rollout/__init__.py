@@ -1,5 +1,5 @@
 """Rolling a benchmark's decision out to live traffic, on the operator's side
-(docs/internals.md §8a): ``compare`` (canary vs control over a window of the
+(docs/design/rollout.md): ``compare`` (canary vs control over a window of the
 request log, with a speedup interval and the bench's thresholds), ``golden``
 (each route's golden set, rendered for ``trtspec repo``) and ``manage``
 (``trtspec rollout`` status/advance/rollback/history without Click). What

@@ -49,6 +49,33 @@ def _log_costs(records: Iterable[dict[str, Any]]) -> list[float]:
     return out
 
 
+@dataclass(frozen=True)
+class Moments:
+    """Count, mean and sample variance of an arm's log cost (ln of ms per
+    output token; any fixed unit gives the same interval)."""
+
+    n: int
+    mean: float
+    var: float
+
+    @classmethod
+    def of(cls, xs: Sequence[float]) -> Moments:
+        n = len(xs)
+        mean = sum(xs) / n if n else 0.0
+        var = sum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0
+        return cls(n, mean, var)
+
+    @classmethod
+    def from_sums(cls, n: float, total: float, squares: float) -> Moments:
+        """From a count, a sum and a sum of squares (the router's series)."""
+        count = round(n)
+        if count < 1:
+            return cls(0, 0.0, 0.0)
+        mean = total / n
+        var = max(0.0, (squares - total * total / n) / (n - 1)) if count > 1 else 0.0
+        return cls(count, mean, var)
+
+
 def speedup_interval(
     canary: Sequence[dict[str, Any]],
     control: Sequence[dict[str, Any]],
@@ -57,29 +84,26 @@ def speedup_interval(
     """Control cost / canary cost (ms per output token, geometric means),
     with a Welch t interval; a ``SpeedupEstimate`` (``pairs`` = the smaller
     arm's size) or None with fewer than two usable requests on an arm."""
+    return welch(Moments.of(_log_costs(canary)), Moments.of(_log_costs(control)), confidence)
+
+
+def welch(canary: Moments, control: Moments, confidence: float = CONFIDENCE) -> Any:
+    """``speedup_interval`` from each arm's ``Moments``."""
     from trtspec.bench.sequential import t_quantile
     from trtspec.bench.stats import SpeedupEstimate
 
-    a, b = _log_costs(control), _log_costs(canary)
-    if len(a) < 2 or len(b) < 2:
+    a, b = control, canary
+    if a.n < 2 or b.n < 2:
         return None
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1)
-    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
-    diff = ma - mb
-    se2 = va / len(a) + vb / len(b)
+    diff = a.mean - b.mean
+    se2 = a.var / a.n + b.var / b.n
+    pairs = min(a.n, b.n)
     if se2 <= 0:
-        return SpeedupEstimate(
-            math.exp(diff), math.exp(diff), math.exp(diff), min(len(a), len(b)), confidence
-        )
-    df = se2**2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
+        return SpeedupEstimate(math.exp(diff), math.exp(diff), math.exp(diff), pairs, confidence)
+    df = se2**2 / ((a.var / a.n) ** 2 / (a.n - 1) + (b.var / b.n) ** 2 / (b.n - 1))
     half = t_quantile(1 - (1 - confidence) / 2, max(1, int(df))) * math.sqrt(se2)
     return SpeedupEstimate(
-        math.exp(diff),
-        math.exp(diff - half),
-        math.exp(diff + half),
-        min(len(a), len(b)),
-        confidence,
+        math.exp(diff), math.exp(diff - half), math.exp(diff + half), pairs, confidence
     )
 
 
@@ -105,7 +129,8 @@ def split(
     canary: list[dict[str, Any]] = []
     control: list[dict[str, Any]] = []
     for r in records:
-        if r.get("route") == route:
+        # a golden-check line (a pod's streams collected together) is no request
+        if r.get("route") == route and "golden_prompt" not in r:
             (canary if r.get("arm") == CANARY else control).append(r)
     return canary[-size:], control[-size:]
 
@@ -118,10 +143,30 @@ def compare(
     min_requests: int,
 ) -> Comparison:
     """Judge one route's window (see the module docstring)."""
+    return judge(
+        route,
+        arm_window(canary),
+        con=arm_window(control),
+        est=speedup_interval(canary, control),
+        thresholds=thresholds,
+        min_requests=min_requests,
+    )
+
+
+def judge(
+    route: str,
+    can: ArmWindow,
+    *,
+    con: ArmWindow,
+    est: Any,
+    thresholds: dict[str, float],
+    min_requests: int,
+) -> Comparison:
+    """The verdict on two arms' windows and the speedup estimate, however
+    they were measured (request-log records, or the router's series in
+    Prometheus: ``rollout.prometheus``)."""
     from trtspec.bench.sequential import SLOWER, verdict
 
-    can, con = arm_window(canary), arm_window(control)
-    est = speedup_interval(canary, control)
     reasons, regression = breaches(can, con, thresholds, min_requests)
     speedup = None
     if est is not None:

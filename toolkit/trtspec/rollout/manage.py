@@ -3,9 +3,14 @@ rollout (``Deployment``), compare canary and control per promoted route over
 a window of the request log (``status``), move a route to the next step of
 its ramp when the window supports it (``advance``; ``force`` overrides and
 is recorded), send it back to its fallback (``rollback``), and read the
-history. Every change goes through ``artifacts.rollout_state.change``: an atomic
-replace of ``state.json`` that the running router picks up at its next
-request, and a line in ``history.jsonl``.
+history. The state lives in a ``Store``: the rollout folder on one machine
+(``FolderStore``: ``artifacts.rollout_state.change``, an atomic replace of
+``state.json`` that the running router picks up at its next request, and a
+line in ``history.jsonl``), or a deployment's rollout ConfigMap on
+Kubernetes (``ConfigMapStore``: ``artifacts.rollout_kube.change``, a conditional
+merge patch that every router pod reads within ``rollout_kube.poll_s()``).
+On a cluster the request log is the pods' stdout (``--log`` a collected
+copy) or, for ``status``, the cluster's Prometheus (``rollout.prometheus``).
 """
 
 from __future__ import annotations
@@ -15,14 +20,63 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts import rollout_kube
 from trtspec.artifacts import rollout_state as st
 from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.artifacts.routing import RoutingTable, load_routing
 from trtspec.errors import GateFailed, RepoError
 from trtspec.rollout.compare import ADVANCE, Comparison, compare, split
+from trtspec.rollout.prometheus import Query, compare_from_prometheus
 from trtspec.runtime.models.rollout_log import read_lines
 
 ROUTER_DIR = "router"
+# The window `status --prometheus` reads when --since is not given.
+PROMETHEUS_RANGE_S = 900.0
+
+
+@dataclass(frozen=True)
+class FolderStore:
+    """The rollout folder of a router on this machine."""
+
+    folder: Path
+
+    @property
+    def where(self) -> str:
+        return str(self.folder)
+
+    def state(self) -> st.RolloutState | None:
+        return st.read_state(self.folder / st.STATE_FILE)
+
+    def history(self) -> list[dict[str, Any]]:
+        return st.read_history(self.folder)
+
+    def change(
+        self, routing_path: Path, table: RoutingTable, route: str, **args: Any
+    ) -> dict[str, Any] | None:
+        return st.change(self.folder, routing_path, table, route, **args)
+
+
+@dataclass(frozen=True)
+class ConfigMapStore:
+    """A deployment's rollout ConfigMap (``artifacts.rollout_kube``)."""
+
+    api: rollout_kube.ConfigMapAPI
+
+    @property
+    def where(self) -> str:
+        return f"configmap {self.api.namespace}/{self.api.name}"
+
+    def state(self) -> st.RolloutState | None:
+        return rollout_kube.state_of(self.api.get(), self.where)
+
+    def history(self) -> list[dict[str, Any]]:
+        return rollout_kube.history_of(self.api.get())
+
+    def change(
+        self, routing_path: Path, table: RoutingTable, route: str, **args: Any
+    ) -> dict[str, Any] | None:
+        done = rollout_kube.change(self.api, st.routing_digest(routing_path), table, route, **args)
+        return None if done is None else done[0]
 
 
 @dataclass(frozen=True)
@@ -33,13 +87,18 @@ class Deployment:
     table: RoutingTable
     config: st.RolloutConfig
     folder: Path
+    store: FolderStore | ConfigMapStore
 
     @property
     def log_path(self) -> Path:
         return self.folder / st.LOG_FILE
 
+    @property
+    def on_cluster(self) -> bool:
+        return isinstance(self.store, ConfigMapStore)
+
     def state(self) -> st.RolloutState | None:
-        state = st.read_state(self.folder / st.STATE_FILE)
+        state = self.store.state()
         digest = st.routing_digest(self.routing_path)
         if state is not None and state.routing_sha256 != digest:
             return None  # written for another routing table; the router ignores it too
@@ -60,8 +119,11 @@ class Deployment:
         return self.table.routes[route]
 
 
-def open_deployment(repo: Path) -> Deployment:
-    """The rollout of the repository ``repo`` (``triton_repo/<spec>`` or its parent)."""
+def open_deployment(repo: Path, api: rollout_kube.ConfigMapAPI | None = None) -> Deployment:
+    """The rollout of the repository ``repo`` (``triton_repo/<spec>`` or its
+    parent): its routing table and rollout config, and its state in the
+    rollout folder, or in the ConfigMap ``api`` reaches when given (the
+    deployment of that repository on a cluster)."""
     from trtspec.serve.manifest import resolve_repo
 
     repo = resolve_repo(repo)
@@ -72,18 +134,27 @@ def open_deployment(repo: Path) -> Deployment:
             f"{routing_path}: no routing table",
             "Pass the folder `trtspec repo` wrote (triton_repo/<spec>).",
         )
+    folder = st.rollout_dir(router_dir)
     return Deployment(
         repo=repo,
         router_dir=router_dir,
         routing_path=routing_path,
         table=load_routing(routing_path),
         config=st.RolloutConfig.load(router_dir),
-        folder=st.rollout_dir(router_dir),
+        folder=folder,
+        store=FolderStore(folder) if api is None else ConfigMapStore(api),
     )
 
 
 def read_log(dep: Deployment, log: Path | None, since_s: float | None) -> list[dict[str, Any]]:
     path = log or dep.log_path
+    if log is None and dep.on_cluster:
+        raise RepoError(
+            "on a cluster the routers log each request to their pods' stdout",
+            "Pass a collected log with --log FILE (e.g. `kubectl logs -l "
+            "app.kubernetes.io/instance=NAME -c tritonserver --tail=-1 > requests.log`), "
+            "or read the routers' series with --prometheus URL.",
+        )
     if log is None and dep.config.log.get("destination") != "file":
         raise RepoError(
             f"the router logs to {dep.config.log.get('destination')}, not to {path}",
@@ -97,14 +168,31 @@ def read_log(dep: Deployment, log: Path | None, since_s: float | None) -> list[d
 
 
 def route_status(
-    dep: Deployment, route: str, records: list[dict[str, Any]], window: int | None
+    dep: Deployment,
+    route: str,
+    records: list[dict[str, Any]],
+    window: int | None,
+    *,
+    prometheus: Query | None = None,
+    since_s: float | None = None,
 ) -> dict[str, Any]:
+    """One route's report: from the request log's ``records`` (the last
+    ``window`` per arm), or from the router's series in ``prometheus`` over
+    the last ``since_s`` seconds (``PROMETHEUS_RANGE_S`` by default)."""
     rule = dep.rule(route)
     now = st.current(dep.table, dep.state(), route)
-    canary, control = split(records, route, window or dep.config.window_requests)
-    comparison: Comparison = compare(
-        route, canary, control, dep.config.thresholds, dep.config.min_requests
-    )
+    comparison: Comparison
+    if prometheus is not None:
+        comparison = compare_from_prometheus(
+            prometheus,
+            route,
+            since_s or PROMETHEUS_RANGE_S,
+            dep.config.thresholds,
+            dep.config.min_requests,
+        )
+    else:
+        canary, control = split(records, route, window or dep.config.window_requests)
+        comparison = compare(route, canary, control, dep.config.thresholds, dep.config.min_requests)
     return {
         "route": route,
         "variant": rule.variant,
@@ -127,9 +215,13 @@ def status(
     window: int | None = None,
     since_s: float | None = None,
     log: Path | None = None,
+    prometheus: Query | None = None,
 ) -> list[dict[str, Any]]:
-    records = read_log(dep, log, since_s)
-    return [route_status(dep, r, records, window) for r in (routes or dep.promoted())]
+    records = [] if prometheus is not None else read_log(dep, log, since_s)
+    return [
+        route_status(dep, r, records, window, prometheus=prometheus, since_s=since_s)
+        for r in (routes or dep.promoted())
+    ]
 
 
 def advance(
@@ -142,6 +234,7 @@ def advance(
     window: int | None = None,
     since_s: float | None = None,
     log: Path | None = None,
+    prometheus: Query | None = None,
 ) -> dict[str, Any]:
     """Move ``route`` to its next step; ``GateFailed`` (exit 3) when the
     window does not support it and ``force`` is not given."""
@@ -156,18 +249,20 @@ def advance(
     target = dep.config.steps[0] if start_over else st.step_after(dep.config.steps, now.percent)
     if target is None:
         raise GateFailed(f"route {route!r} already sends 100% to {rule.variant}")
-    report = (
-        route_status(dep, route, read_log(dep, log, since_s), window)
-        if not (force and log is None and not dep.log_path.exists())
-        else None
-    )
+    if prometheus is not None:
+        report: dict[str, Any] | None = route_status(
+            dep, route, [], window, prometheus=prometheus, since_s=since_s
+        )
+    elif force and log is None and (dep.on_cluster or not dep.log_path.exists()):
+        report = None
+    else:
+        report = route_status(dep, route, read_log(dep, log, since_s), window)
     if report is not None and report["verdict"] != ADVANCE and not force:
         raise GateFailed(
             f"route {route!r} held at {now.percent:g}%: " + "; ".join(report["reasons"]),
             "Wait for more traffic, or pass --force (recorded in the history).",
         )
-    entry = st.change(
-        dep.folder,
+    entry = dep.store.change(
         dep.routing_path,
         dep.table,
         route,
@@ -189,8 +284,7 @@ def advance(
 
 def rollback(dep: Deployment, route: str, *, by: str, why: str) -> dict[str, Any]:
     dep.rule(route)
-    entry = st.change(
-        dep.folder,
+    entry = dep.store.change(
         dep.routing_path,
         dep.table,
         route,
@@ -205,4 +299,4 @@ def rollback(dep: Deployment, route: str, *, by: str, why: str) -> dict[str, Any
 
 
 def history(dep: Deployment) -> list[dict[str, Any]]:
-    return st.read_history(dep.folder)
+    return dep.store.history()

@@ -180,7 +180,7 @@ def engine_contract(trtllm_version: str) -> EngineContract:
     )
 
 
-# The public orchestrator / router contract (docs/internals.md §5): python,
+# The public orchestrator / router contract (docs/design/orchestrator.md): python,
 # decoupled, max_batch_size 0, so dims are the full shape.
 ORCHESTRATOR_INPUTS: tuple[TensorSpec, ...] = (
     TensorSpec("text_input", "TYPE_STRING", (1,)),
@@ -198,6 +198,12 @@ ORCHESTRATOR_INPUTS: tuple[TensorSpec, ...] = (
 #: The LLM-API flow's per-variant model: its ``acceptance`` parameter when the
 #: pinned TensorRT-LLM fills the llmapi model's acceptance outputs.
 LLMAPI_ACCEPTANCE_AVAILABLE = "available"
+#: The CPU stand-in llmapi model's parameter naming the pinned TensorRT-LLM (its
+#: draft_len_schedule rule follows the version; upstream's model reads none).
+LLMAPI_VERSION_PARAMETER = "trtspec_trtllm_version"
+#: ... and whether that version's model sends its acceptance outputs as zeros
+#: ("zeroed", before upstream PR #17082) or filled ("filled").
+LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER = "trtspec_acceptance_outputs"
 
 # prefix_reused_tokens: prompt tokens the target engine served from its KV
 # cache at the request's first call (kv_cache_reused_blocks × tokens per block).

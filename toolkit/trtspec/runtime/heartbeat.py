@@ -2,7 +2,7 @@
 
 Why: the Python backend of tritonserver 2.51 (python_backend r24.10, and
 ``main`` as of this writing) can deadlock a stub that makes decoupled BLS
-calls from several threads (docs/internals.md §9). Three locks form a
+calls from several threads (docs/design/triton-limits.md). Three locks form a
 cycle: a thread in ``ResponseIterator::Next`` wakes holding the iterator's
 mutex and waits for the GIL; the stub's parent-message thread holds
 ``response_iterator_map_mu_`` and waits for that iterator's mutex to queue
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         pid, seconds = stale[0]
         print(
             f"stub pid {pid} last beat {seconds:.0f} s ago (over {args.frozen_s:g} s): frozen "
-            "(the tritonserver Python-backend deadlock, trtspec docs/internals.md §9)",
+            "(the tritonserver Python-backend deadlock, trtspec docs/design/triton-limits.md)",
             file=sys.stderr,
         )
         return 1

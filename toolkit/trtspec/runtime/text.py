@@ -6,7 +6,9 @@ engine's ``tokenizer/`` folder with the light ``tokenizers`` library when a
 hundreds of MB; transformers is the fallback for folders without one), and
 ``IncrementalText``, which turns a growing list of token ids into text deltas
 that never split a multi-byte character (text ending in U+FFFD is held back
-until the next token completes it). No Triton imports: unit-testable as is.
+until the next token completes it), and ``CumulativeText``, which turns the
+whole-text-so-far responses of TensorRT-LLM's llmapi model back into deltas.
+No Triton imports: unit-testable as is.
 """
 
 from __future__ import annotations
@@ -133,6 +135,36 @@ class IncrementalText:
             self._pieces = [sent, delta]
         self._start = self._read = len(self.ids)
         self._prefix = None
+        return delta
+
+
+@dataclass
+class CumulativeText:
+    """Deltas from a stream whose every response carries the whole text so
+    far, as TensorRT-LLM's Triton ``llmapi`` model streams: its
+    ``_create_response`` puts ``CompletionOutput.text`` into ``text_output``,
+    and ``text`` is the cumulative text (``text_diff``, ``text[_last_text_len:]``,
+    would be the delta): ``triton_backend/all_models/llmapi/tensorrt_llm/1/model.py``
+    at b35ac1b6 (1.2.0rc2) and 044a90d2, ``tensorrt_llm/executor/result.py`` at
+    005bc848. ``update(whole)`` returns what ``whole`` adds to the text seen so
+    far: "" for a response that repeats it (an iteration that added no
+    printable text, the final response). Where a later text does not extend
+    the earlier one (a stop string trimmed at the end, say), what was already
+    sent stays sent and only characters beyond it go out; ``whole`` is always
+    the model's latest text (the answer, for counting tokens)."""
+
+    whole: str = ""
+    sent: int = 0  # characters passed on as deltas
+    revised: bool = False  # a response did not extend the one before
+
+    def update(self, whole: str) -> str:
+        if not whole.startswith(self.whole):
+            self.revised = True
+        self.whole = whole
+        if len(whole) <= self.sent:
+            return ""
+        delta = whole[self.sent :]
+        self.sent = len(whole)
         return delta
 
 

@@ -304,7 +304,7 @@ class PruningSender:
     ``ResponseSender::Send`` releases the GIL and then erases the outputs the
     caller did not request (``PruneOutputTensors``); their NumPy arrays are
     freed there without the GIL, which corrupts pymalloc (the SIGSEGV of
-    docs/internals.md §9; python_backend #390, r24.12 on, fixes it). A client
+    docs/design/triton-limits.md; python_backend #390, r24.12 on, fixes it). A client
     that requests a subset of the router's or an orchestrator's outputs made
     every response of its stream take that path: the router died within
     seconds at 64 streams in flight (``benchmarks/ceiling.py --flow llmapi``,

@@ -1,7 +1,7 @@
 """What to serve from a repository folder, read from ``trtspec-repo.json``.
 
 Owns resolving ``triton_repo/`` to the one spec repository inside it, reading
-the manifest (docs/internals.md §7) with errors naming the file and field, the
+the manifest (docs/design/repository.md) with errors naming the file and field, the
 closure of models a ``--variant`` needs, the engine models among them, and the
 TP×PP world size of TensorRT-LLM engines (which decides leader mode).
 """

@@ -4,7 +4,7 @@ heartbeat stopped: ``trtspec.runtime.heartbeat``, the 2.51 stub's BLS deadlock),
 that the server itself did, and gets the models serving again.
 
 Why it is needed: when a stub dies (the SIGSEGV of the 2.51 bundled Python
-backend, docs/internals.md §9), tritonserver neither reaps it nor marks the
+backend, docs/design/triton-limits.md), tritonserver neither reaps it nor marks the
 model unready — the stub stays a zombie child, ``/v2/models/<m>/ready`` keeps
 answering 200, and every request already inside that model waits for the BLS
 deadline. The watchdog reads ``/proc``: every ``triton_python_backend_stub``
@@ -339,7 +339,7 @@ class StubWatchdog:
             stub.model,
             stub.pid,
             f"stopped running Python {age:.0f} s ago (its heartbeat stopped: the "
-            "tritonserver 2.51 stub deadlock of docs/internals.md §9) and was killed",
+            "tritonserver 2.51 stub deadlock of docs/design/triton-limits.md) and was killed",
         )
 
     def _server_exit(self, pid: int) -> list[Incident] | None:

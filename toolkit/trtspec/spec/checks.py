@@ -231,7 +231,7 @@ def _check(spec: Spec, issues: _Issues) -> list[str]:
     ver = _check_stack(spec, issues, warnings)
     _check_target(spec, issues)
     names = _check_variants(spec, issues, warnings, ver)
-    spec.flow.check_spec(spec, issues)
+    spec.flow.check_spec(spec, issues, warnings)
     for name, route in spec.routes.items():
         p = spec.resolve_path(route.prompts)
         if not p.is_file():

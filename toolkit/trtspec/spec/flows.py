@@ -27,11 +27,19 @@ from trtspec.catalogue import BASELINE
 from trtspec.catalogue import MODES as MODE_ROWS
 from trtspec.modes import MODE_MODULES, module_for
 from trtspec.modes.base import PosInt, Strict, VariantBase
-from trtspec.spec.llm_args import PINNED, field_problems
+from trtspec.runtime.llm_args import PINNED, field_problems
 from trtspec.vocab import Backend, Quantization
 
-#: The LLM-API versions trtspec writes configs for (a field table each).
-LlmApiVersion = Literal["1.2.1", "1.3.0rc20"]
+#: The LLM-API versions trtspec writes configs for (a field table each). Both
+#: are published on PyPI (`pip index versions --pre tensorrt-llm`, 2026-12-04:
+#: ... 1.3.0rc15, 1.3.0rc22, ...; no rc16-rc21); 1.3.0rc22 is the one NVIDIA
+#: Dynamo's 1.4 releases pin (its 1.3 releases pin 1.3.0rc19, never published).
+LlmApiVersion = Literal["1.2.1", "1.3.0rc22"]
+#: Versions once pinned or paired elsewhere that no package index serves.
+UNPUBLISHED_LLMAPI = {
+    "1.3.0rc20": "1.3.0rc22",
+    "1.3.0rc19": "1.3.0rc22",
+}
 DEFAULT_LLMAPI_VERSION: LlmApiVersion = "1.2.1"
 #: Spec modes the LLM-API flow refuses; they live in the engine flow only.
 ENGINE_ONLY = {"medusa": "Medusa", "lookahead": "lookahead decoding"}
@@ -93,7 +101,7 @@ class EngineFlowSpec(Strict):
     #: a request may set its own draft length (num_draft_tokens): the bench sweeps k
     per_request_draft_len: ClassVar[bool] = True
 
-    def check_spec(self, spec: Any, issues: Any) -> None:
+    def check_spec(self, spec: Any, issues: Any, warnings: list[str]) -> None:
         """The engine flow's spec-wide rules live in ``trtspec.spec.checks``."""
 
     def check_variant(self, spec: Any, v: Any, base: tuple[Any, ...], tools: Any) -> None:
@@ -119,16 +127,25 @@ class EngineFlowSpec(Strict):
                     )
 
 
+def _published_version(value: Any) -> Any:
+    if isinstance(value, str) and value in UNPUBLISHED_LLMAPI:
+        raise ValueError(
+            f"TensorRT-LLM {value} was never published on PyPI (its index goes 1.3.0rc15 -> "
+            f"1.3.0rc22); set trtllm_version: {UNPUBLISHED_LLMAPI[value]}"
+        )
+    return value
+
+
 class LlmApiFlowSpec(Strict):
     kind: Literal["llmapi"] = Field(
         description="TensorRT-LLM's PyTorch flow: one LLM-argument YAML per variant, served "
         "by Triton's llmapi Python model (model.yaml) or `trtllm-serve --config`."
     )
-    trtllm_version: LlmApiVersion = Field(
+    trtllm_version: Annotated[LlmApiVersion, BeforeValidator(_published_version)] = Field(
         default=DEFAULT_LLMAPI_VERSION,
         description="TensorRT-LLM version whose llm_args.py the generated files must pass: "
-        "1.2.1 (the newest in an NGC Triton container, 26.04-26.07) or 1.3.0rc20 (the "
-        "release candidate NVIDIA Dynamo pairs with).",
+        "1.2.1 (the newest in an NGC Triton container, 26.04-26.07) or 1.3.0rc22 (published "
+        "on PyPI; the release candidate NVIDIA Dynamo 1.4 pairs with).",
     )
     cuda_graphs: bool = Field(
         default=True,
@@ -137,7 +154,7 @@ class LlmApiFlowSpec(Strict):
     suffix_automaton: bool = Field(
         default=False,
         description="ngram variants draft with the suffix automaton (decoding_type SA, "
-        "longest match) instead of NGram; 1.3.0rc20 only.",
+        "longest match) instead of NGram; 1.3.0rc22 only.",
     )
     llm_args: dict[str, Any] = Field(
         default_factory=dict,
@@ -147,12 +164,13 @@ class LlmApiFlowSpec(Strict):
     )
     decoupled: bool = Field(
         default=True,
-        description="Triton llmapi model transaction policy (streaming needs decoupled).",
+        description="Triton llmapi model transaction policy; must stay true: trtspec streams "
+        "every request, which upstream's model answers only in decoupled mode.",
     )
     #: the LLM API fixes the draft length per model: no per-request k to sweep
     per_request_draft_len: ClassVar[bool] = False
 
-    def check_spec(self, spec: Any, issues: Any) -> None:
+    def check_spec(self, spec: Any, issues: Any, warnings: list[str]) -> None:
         names = {v.name for v in spec.variants} | {BASELINE}
         for i, v in enumerate(spec.variants):
             if v.name.endswith(LLM_SUFFIX) and v.name.removesuffix(LLM_SUFFIX) in names:
@@ -162,7 +180,28 @@ class LlmApiFlowSpec(Strict):
                     f"{v.name.removesuffix(LLM_SUFFIX)!r}; pick another name",
                 )
         self._check_llm_args(issues)
+        if not self.decoupled:
+            issues.add(
+                ("flow", "decoupled"),
+                "trtspec streams every request to the llmapi model, and upstream's model "
+                "answers a streaming request only in decoupled mode ('Streaming is only "
+                "supported in decoupled mode.'); set decoupled: true",
+            )
+        if spec.target.instances != 1:
+            issues.add(
+                ("target", "instances"),
+                "the LLM-API flow serves one LLM per variant (instance_group count 1; the "
+                "LLM uses every GPU it is given); set instances: 1 and scale with replicas",
+            )
         gpu = spec.backend is Backend.tensorrt_llm
+        if not gpu:
+            ignored = stand_in_ignores(spec)
+            if ignored:
+                warnings.append(
+                    "the CPU stand-in of the llmapi model does not imitate "
+                    + ", ".join(ignored)
+                    + "; they take effect on a GPU only"
+                )
         if gpu and spec.target.quantization is not Quantization.none:
             issues.add(
                 ("target", "quantization"),
@@ -180,7 +219,6 @@ class LlmApiFlowSpec(Strict):
             # the user's keys only: each variant's decoding type comes from its mode
             sample["speculative_config"] = {
                 "decoding_type": "NGram",
-                "max_draft_len": 1,
                 **self.llm_args["speculative_config"],
             }
         for path, problem in field_problems(sample, self.trtllm_version):
@@ -189,6 +227,23 @@ class LlmApiFlowSpec(Strict):
                 f"{problem} (llm_args.py of TensorRT-LLM {self.trtllm_version})",
                 key="unknown field" in problem,
             )
+
+    def _check_schedule_for(self, v: Any, issues: Any) -> None:
+        """``llm_args.speculative_config.draft_len_schedule`` against this
+        variant's draft length (the rules tie its smallest key to it)."""
+        user = self.llm_args.get("speculative_config")
+        if not isinstance(user, dict) or not user.get("draft_len_schedule"):
+            return
+        k = getattr(v, "num_eagle_layers", None) if v.mode == "eagle" else v.max_draft_len
+        sc: dict[str, Any] = {"decoding_type": "NGram", **user, "max_draft_len": k}
+        sample = {"model": "m", "speculative_config": sc}
+        for path, problem in field_problems(sample, self.trtllm_version):
+            if path == "speculative_config.draft_len_schedule":
+                issues.add(
+                    ("flow", "llm_args", "speculative_config", "draft_len_schedule"),
+                    f"for variant {v.name!r} (max_draft_len {k}): {problem} "
+                    f"(llm_args.py of TensorRT-LLM {self.trtllm_version})",
+                )
 
     def check_variant(self, spec: Any, v: Any, base: tuple[Any, ...], tools: Any) -> None:
         issues = tools.issues
@@ -209,9 +264,16 @@ class LlmApiFlowSpec(Strict):
                 "tensorrt_llm or drop the variant",
             )
             return
+        gpu = spec.backend is Backend.tensorrt_llm
+        self._check_schedule_for(v, issues)
+        if v.mode == "draft_model":
+            _check_dropped_draft_fields(v, base, issues, gpu)
+        if v.mode == "mtp" and gpu:
+            _check_mtp_target(spec, tools)
+        if v.mode == "eagle" and gpu:
+            _check_eagle3_checkpoint(spec, v, base, tools)
         if v.mode == "draft_model":
             tools.location(v.draft.model, (*base, "draft", "model"))
-            gpu = spec.backend is Backend.tensorrt_llm
             if gpu and v.draft.quantization is not Quantization.none:
                 issues.add(
                     (*base, "draft", "quantization"),
@@ -228,11 +290,129 @@ class LlmApiFlowSpec(Strict):
             issues.add(
                 ("flow", "suffix_automaton"),
                 "the suffix-automaton drafter (decoding_type SA) arrived after TensorRT-LLM "
-                "1.2.1; set flow.trtllm_version: 1.3.0rc20 or suffix_automaton: false",
+                "1.2.1; set flow.trtllm_version: 1.3.0rc22 or suffix_automaton: false",
             )
 
 
-assert set(PINNED) == {"1.2.1", "1.3.0rc20"}  # LlmApiVersion spells PINNED's keys
+#: LLM arguments the CPU stand-in reads (trtspec.runtime.engine.llmapi_model); others pass it by.
+STAND_IN_READS = frozenset(
+    {"model", "tokenizer", "max_batch_size", "max_num_tokens", "stream_interval"}
+)
+#: ... and the keys of its sections it reads.
+STAND_IN_READS_IN = {
+    "kv_cache_config": frozenset({"enable_block_reuse"}),
+    "speculative_config": frozenset(
+        {
+            "decoding_type",
+            "max_draft_len",
+            "max_matching_ngram_size",
+            "max_concurrency",
+            "draft_len_schedule",
+            "speculative_model",
+            "speculative_model_dir",
+        }
+    ),
+}
+#: draft_model fields the LLM-API flow has nowhere to write, with their
+#: defaults and whether the reference build still uses them: on a GPU
+#: Draft_Target loads the checkpoint as it is, with the target's parallelism
+#: and dtype; no backend's llmapi model accepts by draft logits or schedules.
+DROPPED_DRAFT_FIELDS = (
+    (("draft", "dtype"), None, True),
+    (("draft", "tp"), 1, True),
+    (("draft", "pp"), 1, True),
+    (("use_draft_logits",), False, False),
+    (("draft_schedule",), "constant", False),
+)
+
+
+def stand_in_ignores(spec: Any) -> list[str]:
+    """What a reference LLM-API spec sets that the CPU stand-in does not do."""
+    t, out = spec.target, []
+    if t.tp * t.pp > 1:
+        out.append(f"tensor/pipeline parallelism (target.tp {t.tp}, pp {t.pp})")
+    if t.kv_cache.free_gpu_mem_fraction != 0.9 or t.kv_cache.tokens_per_block != 32:
+        out.append("target.kv_cache's fraction and block size (only enable_reuse is read)")
+    skipped = []
+    for key, value in spec.flow.llm_args.items():
+        if key in STAND_IN_READS_IN and isinstance(value, dict):
+            skipped += [f"{key}.{k}" for k in value if k not in STAND_IN_READS_IN[key]]
+        elif key not in STAND_IN_READS:
+            skipped.append(key)
+    if skipped:
+        out.append("flow.llm_args " + ", ".join(sorted(skipped)))
+    if not spec.flow.cuda_graphs:
+        out.append("flow.cuda_graphs (CUDA graphs exist on a GPU only)")
+    return out
+
+
+def _check_dropped_draft_fields(v: Any, base: tuple[Any, ...], issues: Any, gpu: bool) -> None:
+    for path, default, reference_builds_it in DROPPED_DRAFT_FIELDS:
+        if reference_builds_it and not gpu:
+            continue  # the reference draft engine is built with it
+        value: Any = v
+        for part in path:
+            value = getattr(value, part)
+        value = getattr(value, "value", value)
+        if value != default:
+            issues.add(
+                (*base, *path),
+                f"the LLM-API flow's Draft_Target has no field for {'.'.join(path)} (the draft "
+                "runs as its checkpoint is, on the target's GPUs); remove it or use `flow: "
+                "engine`",
+            )
+
+
+def _local(spec: Any, ref: str) -> Any:
+    loc = spec.model_location(ref)
+    return loc.ref if loc.kind == "local" else None
+
+
+def _check_mtp_target(spec: Any, tools: Any) -> None:
+    from pathlib import Path
+
+    from trtspec.spec.checkpoints import mtp_layers
+
+    folder = _local(spec, spec.target.model)
+    if folder is None:
+        tools.warnings.append(
+            f"target.model {spec.target.model!r} is not on this machine: trtspec cannot check "
+            "that it carries MTP layers (config.json num_nextn_predict_layers), which MTP needs"
+        )
+        return
+    layers = mtp_layers(Path(folder))
+    if layers is not None and layers < 1:
+        tools.issues.add(
+            ("target", "model"),
+            f"MTP drafts with the target's own MTP layers, and {folder}/config.json declares "
+            "none (num_nextn_predict_layers; DeepSeek-V3-style checkpoints carry them): "
+            "use such a target or drop the mtp variant",
+        )
+
+
+def _check_eagle3_checkpoint(spec: Any, v: Any, base: tuple[Any, ...], tools: Any) -> None:
+    from pathlib import Path
+
+    from trtspec.spec.checkpoints import eagle_generation
+
+    folder = _local(spec, v.checkpoint)
+    if folder is None:
+        tools.warnings.append(
+            f"variant {v.name!r}: checkpoint {v.checkpoint!r} is not on this machine: trtspec "
+            "cannot check that it is an EAGLE-3 head (the LLM-API flow runs Eagle3)"
+        )
+        return
+    kind, why = eagle_generation(Path(folder))
+    if kind == "eagle1":
+        tools.issues.add(
+            (*base, "checkpoint"),
+            f"{folder} is an EAGLE-1/2 checkpoint ({why}); the LLM-API flow runs it as Eagle3, "
+            "whose fc takes 3 captured target states: use an EAGLE-3 checkpoint, or `flow: "
+            "engine` for EAGLE-1",
+        )
+
+
+assert set(PINNED) == {"1.2.1", "1.3.0rc22"}  # LlmApiVersion spells PINNED's keys
 
 
 def _flow_shorthand(value: Any) -> Any:

@@ -2,7 +2,7 @@
 unknown keys forbidden, one class per section (each variant mode's class lives
 in its ``trtspec.modes`` module; the union of them comes from that registry),
 plus the small pure helpers the schema needs (model locations). Field
-descriptions feed the README's spec reference (``trtspec.docgen``)."""
+descriptions feed the spec reference page (``trtspec.docgen``, docs/reference/spec.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """An instant engine: a Triton Python model with the reference engine's tensor
-contract (docs/internals.md §4) that computes nothing, for measuring what the
+contract (docs/design/engine-contract.md) that computes nothing, for measuring what the
 serving path around an engine costs (``benchmarks/ceiling.py``).
 
 It never stands in for a real engine in a product repository: only

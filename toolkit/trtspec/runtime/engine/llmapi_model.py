@@ -16,16 +16,40 @@ reference engine folder that ``trtspec build`` made), ``tokenizer``
   ``speculative_model`` (``speculative_model_dir``) reference engine drafts
   ``max_draft_len`` tokens, the target verifies them in one step;
 - both honour ``max_concurrency`` (no drafting while more requests are in
-  flight) and ``draft_len_schedule`` ({in-flight requests: draft length}, the
-  largest threshold not above the current load wins), as TensorRT-LLM's
-  PyTorch drafter does; any other decoding type needs a GPU.
+  flight; ``Drafter.should_use_spec_decode``) and ``draft_len_schedule``
+  ({in-flight requests: draft length}) read as the pinned version's
+  validators say (``trtspec.runtime.llm_args.rules``, the version from the
+  ``trtspec_trtllm_version`` parameter that ``trtspec repo`` writes): at
+  1.2.1 the largest key not above the load wins, at 1.3 the smallest key not
+  below it, and none above the largest key (draft length 0); any other
+  decoding type needs a GPU.
+
+What it does not imitate (``trtspec validate`` says so for a reference
+spec): CUDA graphs, tensor/pipeline parallelism, the KV-cache pool settings
+beyond block reuse (``free_gpu_memory_fraction``, ``tokens_per_block``),
+dtype, ``enable_iter_perf_stats`` and the rest of the LLM arguments, which
+it reads past. Its acceptance outputs are what the pinned version's model
+sends: zeros where it zeroes them (before upstream PR #17082; both pins,
+``acceptance_outputs_zeroed`` in flows/data/triton_llmapi_model.json, which
+``trtspec repo`` writes as the ``trtspec_acceptance_outputs`` parameter), the
+round counts otherwise; the rounds it really ran are logged at the end of
+each speculative request either way (``speculation: N draft, M accepted``).
 
 The draft → verify loop is the orchestrator's (``trtspec.runtime.speculate``), run
 in process against two ``engine.batching.BatchScheduler`` s, so concurrent
 requests share each engine step. Inputs: ``text_input``, ``streaming``,
 ``sampling_param_{max_tokens,temperature,top_k,top_p,seed,
-return_perf_metrics}``; outputs ``text_output`` (a delta per step when
-streaming) and, with perf metrics, the timing, KV and acceptance outputs.
+return_perf_metrics}``; outputs ``text_output`` and, with perf metrics, the
+timing, KV and acceptance outputs. Streamed, every response's ``text_output``
+is the whole text so far, as upstream's model sends ``CompletionOutput.text``
+(``_create_response`` in triton_backend/all_models/llmapi/tensorrt_llm/1/model.py
+at b35ac1b6, 1.2.0rc2, and 044a90d2; ``text`` is cumulative and ``text_diff``
+the delta in tensorrt_llm/executor/result.py at 005bc848): one response per
+answering iteration, its text changed or not, and the final response with
+the whole answer again (upstream's last iteration is its final response; here
+the final one follows it, with the same text). With ``return_finish_reason``
+every response carries ``finish_reason``: "None" until the last, then "stop"
+(the end id) or "length" (``str(output.finish_reason)`` in ``_create_response``).
 ``stream_interval`` (an LLM argument, default 1) is honoured as the PyTorch
 executor does it (``PyExecutor._handle_responses``: a request answers at its
 first decoding iteration, at every ``stream_interval``-th one and when it
@@ -80,14 +104,17 @@ class Speculation:
     max_matching_ngram_size: int = 2
     max_concurrency: int | None = None
     draft_len_schedule: dict[int, int] | None = None
+    schedule_keys: str = "lower_bound"  # llm_args.rules(version)["draft_len_schedule"]["keys"]
 
     def draft_len(self, in_flight: int) -> int:
         """The draft length at ``in_flight`` requests (TensorRT-LLM's load rules)."""
+        from trtspec.runtime.llm_args import schedule_draft_len
+
         if self.max_concurrency is not None and in_flight > self.max_concurrency:
             return 0
         if self.draft_len_schedule:
-            fitting = [bs for bs in self.draft_len_schedule if bs <= in_flight]
-            return self.draft_len_schedule[max(fitting)] if fitting else self.max_draft_len
+            k = schedule_draft_len(self.draft_len_schedule, in_flight, self.schedule_keys)
+            return self.max_draft_len if k is None else k
         return self.max_draft_len
 
 
@@ -110,7 +137,31 @@ def read_model_yaml(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return doc, triton
 
 
-def speculation_of(args: dict[str, Any], where: str) -> Speculation | None:
+def schedule_keys(version: str | None) -> str:
+    """How ``draft_len_schedule``'s keys read at ``version`` (1.2.1's rule
+    where none is named)."""
+    from trtspec.runtime.llm_args import PINNED, rules
+
+    pinned = version if version in PINNED else "1.2.1"
+    return str(rules(pinned)["draft_len_schedule"]["keys"])
+
+
+def check_llm_args(llm: dict[str, Any], version: str | None, path: Path) -> None:
+    """Refuse LLM arguments the pinned version's ``LLM(**args)`` would refuse
+    (its pydantic models, extra='forbid', and DecodingBaseConfig's validators,
+    as ``trtspec.runtime.llm_args`` holds them), as upstream's model fails to load."""
+    from trtspec.runtime.llm_args import PINNED, validate_llm_args
+
+    if version not in PINNED:
+        return  # no version named (an older repository): nothing to hold it to
+    problems = validate_llm_args(llm, version, str(path))
+    if problems:
+        raise LlmApiConfigError("; ".join(problems))
+
+
+def speculation_of(
+    args: dict[str, Any], where: str, version: str | None = None
+) -> Speculation | None:
     sc = args.get("speculative_config")
     if sc is None:
         return None
@@ -131,6 +182,7 @@ def speculation_of(args: dict[str, Any], where: str) -> Speculation | None:
         max_matching_ngram_size=int(sc.get("max_matching_ngram_size", 2)),
         max_concurrency=sc.get("max_concurrency"),
         draft_len_schedule={int(k): int(v) for k, v in schedule.items()} if schedule else None,
+        schedule_keys=schedule_keys(version),
     )
 
 
@@ -178,7 +230,17 @@ class TritonPythonModel:
                 f"{path}: triton_config.decoupled is {triton['decoupled']} but config.pbtxt's "
                 f"transaction policy says {self.decoupled}; make them agree"
             )
-        self.speculation = speculation_of(llm, str(path))
+        from trtspec.runtime.contract import (
+            LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER,
+            LLMAPI_VERSION_PARAMETER,
+        )
+        from trtspec.runtime.engine.triton_model import _param
+
+        version = _param(config, LLMAPI_VERSION_PARAMETER)
+        check_llm_args(llm, version, path)
+        self.speculation = speculation_of(llm, str(path), version)
+        # 1.2.1's model (zeros) unless trtspec repo named the version's behaviour
+        self.acceptance_zeroed = _param(config, LLMAPI_ACCEPTANCE_OUTPUTS_PARAMETER) != "filled"
         self.stream_interval = stream_interval_of(llm, str(path))
         model_dir = Path(str(llm["model"]))
         if not (model_dir / "config.json").is_file():
@@ -290,6 +352,7 @@ class TritonPythonModel:
         top_p = float(_input(request, "sampling_param_top_p", 1.0))
         seed = int(_input(request, "sampling_param_seed", 0))
         perf = bool(_input(request, "sampling_param_return_perf_metrics", False))
+        reason = bool(_input(request, "return_finish_reason", False))
         check_sampling(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
         )
@@ -311,10 +374,11 @@ class TritonPythonModel:
             held.extend(ids)
             if streaming and not answers_at(iterations, self.stream_interval):
                 return
-            delta = out.push(held)
+            out.push(held)
             held.clear()
-            if streaming and delta:
-                sender.send(self._response(delta, None, arrival, times, perf))
+            if streaming:  # the whole text so far, changed or not (upstream's text_output)
+                finish = "None" if reason else None  # str(None) until it finishes
+                sender.send(self._response(out.sent, None, arrival, times, perf, finish=finish))
 
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         times["first_scheduled"] = time.time_ns()
@@ -334,11 +398,18 @@ class TritonPythonModel:
                 emit(list(delta))
         else:
             self._speculate(prompt, max_tokens, sampling, stats=stats, emit=emit, cancel=cancel)
-        rest = out.push(held) if held else ""
-        tail = out.flush()
-        final_text = rest + tail if streaming else out.sent
+            pb_utils.Logger.log_info(
+                f"{self.name}: speculation: {stats.draft_tokens} draft, "
+                f"{stats.accepted_tokens} accepted tokens in {stats.rounds} rounds"
+            )
+        if held:
+            out.push(held)
+        out.flush()
+        finish = None
+        if reason:  # CompletionOutput.finish_reason: the end id or the length limit
+            finish = "length" if len(out.ids) >= max_tokens else "stop"
         final = self._response(
-            final_text, stats if self.speculation else None, arrival, times, perf
+            out.sent, stats if self.speculation else None, arrival, times, perf, finish=finish
         )
         sender.send(final, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
@@ -415,10 +486,16 @@ class TritonPythonModel:
         arrival: int,
         times: dict[str, int],
         perf: bool,
+        *,
+        finish: str | None = None,
     ) -> Any:
         tensors = [
             pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_))
         ]
+        if finish is not None:  # with return_finish_reason, as upstream's output_config
+            tensors.append(
+                pb_utils.Tensor("finish_reason", np.array([finish.encode()], dtype=np.object_))
+            )
         if perf:
             values: dict[str, tuple[Any, Any]] = {
                 "arrival_time_ns": (arrival, np.int64),
@@ -427,9 +504,13 @@ class TritonPythonModel:
                 "last_token_time_ns": (time.time_ns(), np.int64),
             }
             if stats is not None:
-                values["acceptance_rate"] = (stats.acceptance_rate, np.float32)
-                values["total_accepted_draft_tokens"] = (stats.accepted_tokens, np.int32)
-                values["total_draft_tokens"] = (stats.draft_tokens, np.int32)
+                zero = self.acceptance_zeroed  # as the pinned model sends them
+                values["acceptance_rate"] = (0.0 if zero else stats.acceptance_rate, np.float32)
+                values["total_accepted_draft_tokens"] = (
+                    0 if zero else stats.accepted_tokens,
+                    np.int32,
+                )
+                values["total_draft_tokens"] = (0 if zero else stats.draft_tokens, np.int32)
             tensors += [
                 pb_utils.Tensor(name, np.array([value], dtype=dtype))
                 for name, (value, dtype) in values.items()

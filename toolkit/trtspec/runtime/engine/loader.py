@@ -6,7 +6,7 @@ the Hugging Face-loaded model, bit for bit, or it declines); everything else,
 and EAGLE engines, load through ``AutoModelForCausalLM`` (``load_target``).
 On the demo engines this took a target stub's load from 5.5–6.5 CPU-s to
 2.4–3.4 and the int8 draft's from 8.5–9.2 to 3.7–3.9, torch's own import
-(~1.5) included (docs/internals.md §6, "Start and memory"). When the engine
+(~1.5) included (docs/design/engines.md). When the engine
 config records ``quantization: int8`` every ``nn.Linear`` is replaced
 at load by a dynamically int8-quantized one (``quantize_linear``: what
 ``quantize_dynamic`` makes, qint8, one weight scale per output channel, so

@@ -1,14 +1,19 @@
 """The per-variant model of the LLM-API flow (decoupled, one per variant plus
-``baseline``): the orchestrator's tensors (docs/internals.md §5) in front of
+``baseline``): the orchestrator's tensors (docs/design/orchestrator.md) in front of
 one TensorRT-LLM ``llmapi`` model (``llm_model`` parameter: upstream's model
 on a GPU, ``trtspec.runtime.engine.llmapi_model`` on CPU), so the router, the bench and
 everything else of trtspec stay the same for both flows.
 
 It forwards one streaming request (``text_input``, ``streaming``,
-``sampling_param_*``, perf metrics on) and relays each ``text_output`` delta.
-The llmapi contract returns text only, so on the final response it
-re-tokenizes the completion with the target's tokenizer for ``output_ids``
-and ``completion_tokens`` (and the prompt for ``prompt_tokens``). Draft and
+``sampling_param_*``, perf metrics on). Every streamed ``text_output`` of the
+llmapi model is the whole text so far, not a delta (upstream's
+``_create_response`` sends ``CompletionOutput.text``; see
+``text.CumulativeText`` for the file and commits), so the adapter relays what
+each response adds to the one before and nothing for a response that repeats
+it. The llmapi contract returns text only (no token ids), so on the final
+response it re-tokenizes the model's last whole text with the target's
+tokenizer for ``output_ids`` and ``completion_tokens`` (and the prompt for
+``prompt_tokens``). Draft and
 accepted totals come from the model's acceptance outputs where the pinned
 TensorRT-LLM fills them (``acceptance`` parameter ``available``); where it
 zeroes them they are left out of the response, which the bench reports as
@@ -140,7 +145,9 @@ class TritonPythonModel:
         stream = ExecStream(
             lambda: call.exec(decoupled=True), timeout_s, self.llm_model, keep=self._streams.keep
         )
-        text = ""
+        from trtspec.runtime.text import CumulativeText
+
+        text = CumulativeText()
         first_ns: int | None = None
         totals: dict[str, int] = {}
         for batch in stream.batches:
@@ -157,21 +164,21 @@ class TritonPythonModel:
                 for name in ("total_draft_tokens", "total_accepted_draft_tokens"):
                     if name in out and out[name].size:
                         totals[name] = int(np.asarray(out[name]).reshape(-1)[0])
-                delta = out.get("text_output")
-                if delta is None or not delta.size:
+                whole = out.get("text_output")
+                if whole is None or not whole.size:
                     continue
-                piece = delta.reshape(-1)[0]
-                piece = piece.decode("utf-8") if isinstance(piece, bytes) else str(piece)
+                value = whole.reshape(-1)[0]
+                value = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+                piece = text.update(value)  # the whole text so far -> what it adds
                 if piece:
                     pieces.append(piece)
             if not pieces:
                 continue
             first_ns = first_ns or time.perf_counter_ns()
-            joined = "".join(pieces)
-            text += joined
             if p.stream:  # what queued up meanwhile goes out as one delta
-                sender.send(self._delta(joined))
-        self._final(p, "" if p.stream else text, text, totals, start, first_ns, sender)
+                sender.send(self._delta("".join(pieces)))
+        completion = text.whole
+        self._final(p, "" if p.stream else completion, completion, totals, start, first_ns, sender)
 
     def _delta(self, piece: str) -> Any:
         return pb_utils.InferenceResponse(

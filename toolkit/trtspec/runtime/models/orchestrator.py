@@ -1,7 +1,7 @@
 """The per-variant orchestrator Python model (decoupled, one per variant plus
 ``baseline``): tokenizes through ``preprocessing``, generates, streams text
 deltas detokenized through ``postprocessing``, and ends every request with one
-final response carrying the stats of docs/internals.md §5.
+final response carrying the stats of docs/design/orchestrator.md.
 
 For ``draft_model`` and ``ngram`` it runs the draft → verify loop itself over
 BLS (non-decoupled engines): each round drafts ``k`` tokens (draft engine or

@@ -12,11 +12,24 @@ fallback (``state.change``, recorded in the history) when the rollout's
 ``table``, ``begin``, ``Tracked.track`` and ``end``; nothing here may fail a
 request, so every failure of this bookkeeping is logged and swallowed.
 Imports nothing from Triton: the stub's ``pb_utils`` is passed in.
+
+On Kubernetes (``artifacts.rollout_kube``: the pod names its rollout ConfigMap)
+the rollout folder is that ConfigMap's read-only volume: a rollback is
+patched into the ConfigMap through the API server, the object is read back
+every ``rollout_kube.poll_s()`` seconds (so a change by any replica or the
+CLI reaches this one within that, whatever kubelet's sync period), the
+request log goes to stdout and the golden log to stderr (the cluster's log
+collector), and locks and shared counts go to a scratch folder. A rollback
+this process decided is served here at once, and until it is in the shared
+state it is retried at every poll (``pending``), so a replica that cannot
+reach the API server still stops sending the route to its variant.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import math
 import sys
 import threading
 import time
@@ -26,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from trtspec.artifacts import rollout_kube
 from trtspec.artifacts import rollout_state as st
 from trtspec.artifacts.routing import Choice, RoutingTable
 from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, lock_path
@@ -93,6 +107,29 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def log_cost_us(rec: dict[str, Any]) -> float | None:
+    """ln(microseconds per output token) of a successful request, at least
+    0 (a counter never goes down); None when it has no tokens. In
+    microseconds so that every real request is above 0; the speedup
+    interval does not depend on the unit (rollout.compare.Moments)."""
+    tokens, latency = rec.get("completion_tokens"), rec.get("latency_ms")
+    if rec.get("error") is not None or not tokens or not latency or latency <= 0:
+        return None
+    return max(0.0, math.log(float(latency) * 1000.0 / int(tokens)))
+
+
+def rolled_back(table: RoutingTable, routes: set[str]) -> RoutingTable:
+    """``table`` with ``routes`` sent wholly to their fallback."""
+    import dataclasses
+
+    changed = {
+        name: dataclasses.replace(rule, canary_percent=0.0)
+        for name, rule in table.routes.items()
+        if name in routes
+    }
+    return dataclasses.replace(table, routes={**table.routes, **changed}) if changed else table
+
+
 class Live:
     def __init__(
         self,
@@ -111,8 +148,13 @@ class Live:
         self.pb = pb_utils
         self.config = config or st.RolloutConfig.load(router_dir)
         self.folder = st.rollout_dir(router_dir)
+        self.kube = rollout_kube.HttpConfigMap.from_env()
+        self.scratch = rollout_kube.scratch_dir(self.folder)
         self.routing_path = Path(routing_path)
         self.watcher = st.StateWatcher(table, routing_path, self.folder, warn=self._warn)
+        # route -> (why, details) of a rollback decided here and not yet in
+        # the shared state; served as rolled back meanwhile
+        self.pending: dict[str, tuple[str, dict[str, Any]]] = {}
         self.metrics = RouterMetrics(
             pb_utils,
             warn=self._warn,
@@ -121,8 +163,10 @@ class Live:
         log = self.config.log
         self.writer: LineWriter | None = None
         self.golden_writer: LineWriter | None = None
+        # a ConfigMap volume is read-only: the logs go to the pod's streams
+        in_pod = self.kube is not None
         if log.get("destination") != "off":
-            to_file = log.get("destination") == "file"
+            to_file = log.get("destination") == "file" and not in_pod
             self.writer = LineWriter(
                 self.folder / st.LOG_FILE if to_file else None,
                 max_bytes=int(log["max_bytes"]),
@@ -130,11 +174,15 @@ class Live:
                 queue_size=int(log["queue"]),
                 stream=None if to_file else sys.stdout,
                 # to stdout: the router processes take turns on the log's lock
-                lock=None if to_file else lock_path(self.folder / st.LOG_FILE),
+                lock=None if to_file else lock_path(self.scratch / st.LOG_FILE),
             )
         if self.config.golden and self.config.golden_every > 0:
             self.golden_writer = LineWriter(
-                self.folder / st.GOLDEN_FILE, max_bytes=int(log["max_bytes"]), backups=1
+                None if in_pod else self.folder / st.GOLDEN_FILE,
+                max_bytes=int(log["max_bytes"]),
+                backups=1,
+                stream=sys.stderr if in_pod else None,
+                lock=lock_path(self.scratch / st.GOLDEN_FILE) if in_pod else None,
             )
         self._lock = threading.Lock()
         n = self.config.window_requests
@@ -149,10 +197,29 @@ class Live:
         self._dropped_seen = 0
         self._dropped_lock = threading.Lock()
         self._streams = BlsStreams()
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._poll_error: str | None = None
+        if self.kube is not None:
+            with contextlib.suppress(OSError):
+                self.scratch.mkdir(parents=True, exist_ok=True)
+            self._poll_once()  # the shared state before the first request
+            self._poller = threading.Thread(
+                target=self._poll, name="trtspec-rollout-poll", daemon=True
+            )
+            self._poller.start()
 
     # -- the router's calls ------------------------------------------------
     def table(self) -> RoutingTable:
-        return self.watcher.table()
+        table = self.watcher.table()
+        if not self.pending:
+            return table
+        state = self.watcher.state
+        for route in list(self.pending):
+            shared = state.routes.get(route) if state is not None else None
+            if shared is not None and shared.status == st.ROLLED_BACK:
+                self.pending.pop(route, None)  # the shared state has it now
+        return rolled_back(table, set(self.pending))
 
     def begin(
         self,
@@ -190,6 +257,9 @@ class Live:
             self._warn(f"rollout: end: {exc!r}")
 
     def close(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=10)
         for t in self._golden_threads:
             t.join(timeout=5)
         for w in (self.writer, self.golden_writer):
@@ -286,7 +356,12 @@ class Live:
         self.metrics.inc("trtspec_generated_tokens_total", labels, rec["completion_tokens"] or 0)
         self.metrics.inc("trtspec_accepted_tokens_total", labels, rec["accepted_tokens"] or 0)
         self.metrics.inc("trtspec_draft_tokens_total", labels, rec["draft_tokens"] or 0)
-        table = self.watcher.table()
+        cost = log_cost_us(rec)
+        if cost is not None:
+            self.metrics.inc("trtspec_cost_requests_total", labels)
+            self.metrics.inc("trtspec_log_cost_total", labels, cost)
+            self.metrics.inc("trtspec_log_cost_squares_total", labels, cost * cost)
+        table = self.table()
         rule = table.routes.get(route)
         if rule is None or rule.variant == rule.fallback_variant:
             return
@@ -323,27 +398,82 @@ class Live:
     def rollback(
         self, table: RoutingTable, route: str, why: str, details: dict[str, Any]
     ) -> dict[str, Any] | None:
-        """Send ``route`` to its fallback (once), recorded in the history."""
-        entry = st.change(
-            self.folder,
-            self.routing_path,
-            self.watcher.base,
-            route,
-            percent=0.0,
-            status=st.ROLLED_BACK,
-            action="rollback",
-            by=AUTO,
-            why=why,
-            details=details,
-            only_if=lambda now: now.status != st.ROLLED_BACK,
-        )
-        if entry is not None:
-            self._warn(f"rollout: route {route!r} rolled back to its fallback: {why}")
-            with self._lock:
-                self._windows.pop((route, CANARY), None)
-                self._windows.pop((route, CONTROL), None)
-            self.watcher.refresh(force=True)
+        """Send ``route`` to its fallback (once), recorded in the history;
+        served so here at once even when the shared state cannot be written
+        (then retried, ``pending``)."""
+        if route in self.pending:
+            return None
+        self.pending[route] = (why, details)
+        self._warn(f"rollout: route {route!r} rolled back to its fallback: {why}")
+        with self._lock:
+            self._windows.pop((route, CANARY), None)
+            self._windows.pop((route, CONTROL), None)
+        return self._persist(route)
+
+    def _persist(self, route: str) -> dict[str, Any] | None:
+        """Write the pending rollback of ``route`` to the shared state (the
+        ConfigMap, else the rollout folder); the history entry, or None when
+        it is not written (yet) or was already there."""
+        held = self.pending.get(route)
+        if held is None:
+            return None
+        why, details = held
+        args: dict[str, Any] = {
+            "percent": 0.0,
+            "status": st.ROLLED_BACK,
+            "action": "rollback",
+            "by": AUTO,
+            "why": why,
+            "details": details,
+            "only_if": lambda now: now.status != st.ROLLED_BACK,
+        }
+        try:
+            if self.kube is not None:
+                done = rollout_kube.change(
+                    self.kube, self.watcher.digest, self.watcher.base, route, **args
+                )
+                entry = None
+                if done is not None:
+                    entry, state = done
+                    self.watcher.offer(state)
+            else:
+                entry = st.change(self.folder, self.routing_path, self.watcher.base, route, **args)
+                self.watcher.refresh(force=True)
+        except Exception as exc:  # kept pending: retried at the next poll
+            where = "the API server" if self.kube is not None else str(self.folder)
+            self._warn(
+                f"rollout: the rollback of route {route!r} is served by this router but "
+                f"could not be recorded in {where} ({exc}); other replicas keep the route "
+                "until it is"
+            )
+            return None
+        self.pending.pop(route, None)
         return entry
+
+    def _poll_once(self) -> None:
+        assert self.kube is not None
+        for route in list(self.pending):
+            self._persist(route)
+        try:
+            cm = self.kube.get()
+            state = rollout_kube.state_of(cm, f"configmap {self.kube.namespace}/{self.kube.name}")
+        except Exception as exc:  # the mounted copy still serves
+            # said once per kind of failure, not at every poll
+            if str(exc) != self._poll_error:
+                self._poll_error = str(exc)
+                self._warn(
+                    f"rollout: reading the shared state: {exc}; serving the mounted copy "
+                    "until the API server answers"
+                )
+            return
+        if self._poll_error is not None:
+            self._poll_error = None
+            self._warn("rollout: the API server answers again")
+        self.watcher.offer(state)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(rollout_kube.poll_s()):
+            self._poll_once()
 
     # -- golden diff -------------------------------------------------------
     def _start_golden(self, table: RoutingTable, route: str, index: int) -> None:

@@ -80,6 +80,24 @@ SERIES = {
             "Request-log lines dropped because the writer fell behind.",
             (),
         ),
+        # The sufficient statistics of the live speedup interval
+        # (rollout.compare.welch): with them `trtspec rollout status
+        # --prometheus` reaches the verdict the request log gives.
+        Series(
+            "trtspec_cost_requests_total",
+            "COUNTER",
+            "Successful requests with output tokens (the ones the speedup is measured on).",
+        ),
+        Series(
+            "trtspec_log_cost_total",
+            "COUNTER",
+            "Sum over those requests of ln(latency in microseconds per output token).",
+        ),
+        Series(
+            "trtspec_log_cost_squares_total",
+            "COUNTER",
+            "Sum over those requests of the square of ln(microseconds per output token).",
+        ),
     )
 }
 
@@ -159,7 +177,7 @@ class RouterMetrics:
     call after another at ~10 a request, a router serving short requests
     at 16 or 64 in flight stalled for good in 4 of 5 runs (every engine
     call waiting for a first response the engine never got;
-    docs/internals.md §9); batched, with the histograms counted here, in 3
+    docs/design/triton-limits.md); batched, with the histograms counted here, in 3
     of 8, as with metrics off (3 of 9). That stall is a lock-order deadlock
     in the stub's BLS stream handling (§9); the metrics' round trips only
     widened its window. ``pb_utils`` is passed in (the

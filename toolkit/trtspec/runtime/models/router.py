@@ -166,18 +166,18 @@ class TritonPythonModel:
         self._in_flight = InFlight()
         if shared:
             try:
-                self.live.folder.mkdir(parents=True, exist_ok=True)
+                self.live.scratch.mkdir(parents=True, exist_ok=True)
                 self._in_flight = SharedInFlight(
-                    self.live.folder, instance, key=run_key(os.getppid())
+                    self.live.scratch, instance, key=run_key(os.getppid())
                 )
                 pb_utils.Logger.log_info(
                     f"router: instance {instance} of {len(slots)}; in-flight counts shared "
-                    f"in {self.live.folder}"
+                    f"in {self.live.scratch}"
                 )
             except OSError as exc:  # each process then limits its own share
                 pb_utils.Logger.log_warn(
                     f"router: instance {instance} of {len(slots)}: cannot share in-flight "
-                    f"counts in {self.live.folder} ({exc}); max_concurrency and draft-length "
+                    f"counts in {self.live.scratch} ({exc}); max_concurrency and draft-length "
                     "schedules count this process's requests only"
                 )
         # in_process_variants: the first try runs in this process (inprocess.py)

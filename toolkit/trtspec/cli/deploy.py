@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -64,14 +65,7 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     type=click.Path(path_type=Path, dir_okay=False),
     help="routing.yaml to deploy (must match the repository's router when --repo is given).",
 )
-@click.option(
-    "--engines",
-    "engines_root",
-    type=click.Path(path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root (ENGINES/<spec>/).",
-)
+@engines_option("Engines root (ENGINES/<spec>/).")
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -279,10 +273,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     "--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
     help="An LLM-API spec (flow: llmapi): one graph per variant from its generated configs.",
 )  # fmt: skip
-@click.option(
-    "--engines", "engines_root", type=click.Path(file_okay=False, path_type=Path),
-    default=Path("engines"), show_default=True, help="Engines root (with --spec).",
-)  # fmt: skip
+@engines_option("Engines root (with --spec).")
 @click.option("--spec-name", help="Name prefix of the graphs (default with --spec: its name).")
 @click.option(
     "--engine-config", "configs", multiple=True, metavar="VARIANT=FILE",

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 from trtspec.errors import RepoError
 
@@ -62,14 +63,7 @@ def _refuse_stale(
     is_flag=True,
     help="Validate the repository at PATH instead of building one from a spec.",
 )
-@click.option(
-    "--engines",
-    "engines_root",
-    type=click.Path(path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root; the spec's engines are in ENGINES/<spec>/.",
-)
+@engines_option("Engines root; the spec's engines are in ENGINES/<spec>/.")
 @click.option(
     "--output",
     "output",

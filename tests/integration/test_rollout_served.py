@@ -293,14 +293,38 @@ def test_advance_and_rollback_move_the_split_without_a_restart(served) -> None:
                 return  # reported below; more would only wait out more timeouts
             i += 1
 
+    def served_at(percent: float) -> None:
+        """Until every router process has served `code` at ``percent``, as
+        each says on /metrics (a process re-reads the state on a request; the
+        background load sends them), within a deadline."""
+        instances = [f"router_0_{i}" for i in range(ROUTERS)]
+        want = [
+            ("trtspec_canary_percent", {"route": "code", "router_instance": name}, percent)
+            for name in instances
+        ]
+        deadline = time.monotonic() + 60
+        while True:
+            page = _metrics_with(server, want)
+            got = {
+                labels["router_instance"]: value
+                for labels, value in _series(page, "trtspec_canary_percent", {"route": "code"})
+            }
+            if got == dict.fromkeys(instances, percent):
+                return
+            assert time.monotonic() < deadline, (percent, got)
+            time.sleep(0.2)
+
     loader = threading.Thread(target=load)
     loader.start()
     try:
-        time.sleep(0.3)
+        deadline = time.monotonic() + TIMEOUT_S
+        while not background and loader.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the load is running: its next requests are in flight
+        assert background, "the background load got no answer"
         moved = _cli("advance", "code", str(repo), "--why", "window supports it", "--by", "test")
         assert moved.exit_code == 0, moved.output
         assert "5% → 25%" in moved.stdout
-        time.sleep(2 * st.POLL_S)
+        served_at(25.0)
         ids = [f"step25-{i}" for i in range(200)]
         finals = _send_many(server.grpc_url, "code", ids)
         assert sorted(k for k, v in finals.items() if v["variant"] == "ngram") == sorted(
@@ -308,7 +332,7 @@ def test_advance_and_rollback_move_the_split_without_a_restart(served) -> None:
         )
         back = _cli("rollback", "code", str(repo), "--why", "test", "--by", "test")
         assert back.exit_code == 0, back.output
-        time.sleep(2 * st.POLL_S)
+        served_at(0.0)
         finals = _send_many(server.grpc_url, "code", [f"after-{i}" for i in range(40)])
         assert {v["variant"] for v in finals.values()} == {"baseline"}
     finally:

@@ -45,8 +45,38 @@ class Iterator:
         Iterator.freed_on.append(threading.current_thread().name)
 
 
+class Clock:
+    """A monotonic clock the test moves, which counts the release thread's
+    looks at it: a hold ends when the test says, and the test waits for the
+    looks themselves, not for however long a loaded machine takes."""
+
+    def __init__(self) -> None:
+        self._now = 1000.0
+        self._looks = 0
+        self._cond = threading.Condition()
+
+    def __call__(self) -> float:
+        with self._cond:
+            if threading.current_thread().name == "trtspec-bls-release":
+                self._looks += 1
+                self._cond.notify_all()
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._cond:
+            self._now += seconds
+
+    def wait_looks(self, n: int) -> None:
+        """Until the release thread has read the clock ``n`` more times: with
+        n = 2, the first of those looks has run to its end."""
+        with self._cond:
+            target = self._looks + n
+            assert self._cond.wait_for(lambda: self._looks >= target, timeout=30), self._looks
+
+
 def test_kept_iterators_outlive_their_caller_then_go_on_the_release_thread() -> None:
-    streams = BlsStreams(hold_s=0.6)
+    clock = Clock()
+    streams = BlsStreams(hold_s=20.0, clock=clock)
     it = Iterator()
     ref = weakref.ref(it)
 
@@ -56,9 +86,11 @@ def test_kept_iterators_outlive_their_caller_then_go_on_the_release_thread() -> 
     del it
     gc.collect()
     assert ref() is not None and streams.held() == 1  # the caller let go; we did not
-    deadline = time.monotonic() + 10
-    while ref() is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    clock.advance(19.9)  # not yet: the release thread looks and keeps it
+    clock.wait_looks(2)
+    assert ref() is not None and streams.held() == 1
+    clock.advance(0.2)  # the hold is over: dropped at the release thread's next look
+    clock.wait_looks(2)
     assert ref() is None and streams.held() == 0
     assert Iterator.freed_on[-1] == "trtspec-bls-release"
     streams.close()

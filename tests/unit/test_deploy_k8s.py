@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from tests.fixtures.k8s_schemas import schema_errors
+from tests.fixtures.k8s_schemas import kubectl_apply_reads, schema_errors
 
 from trtspec.artifacts.routing import RouteRule, RoutingTable
 from trtspec.cli.main import cli
-from trtspec.deploy.k8s import KUBESSH, LAUNCH, TOOLS_DIR
+from trtspec.deploy.k8s_multinode import LAUNCH
+from trtspec.deploy.k8s_pod import TOOLS_DIR
+from trtspec.deploy.options import REPO_DIR
 from trtspec.fingerprint import repository_hash
 from trtspec.plan import make_plan
 from trtspec.repo.assemble import assemble
@@ -63,10 +65,12 @@ def run(*args: str):  # type: ignore[no-untyped-def]
 
 
 def load_dir(out: Path) -> dict[str, list[dict[str, Any]]]:
-    return {
-        p.name: list(yaml.safe_load_all(p.read_text(encoding="utf-8")))
-        for p in sorted(out.glob("*.yaml"))
-    }
+    """What `kubectl apply -f out` reads (only Kubernetes objects, or it fails)."""
+    return kubectl_apply_reads(out)
+
+
+def summary_of(out: Path) -> dict[str, Any]:
+    return json.loads((out / "trtspec" / "deploy.json").read_text())
 
 
 def all_docs(out: Path) -> list[dict[str, Any]]:
@@ -131,27 +135,32 @@ def test_every_build_spec_deploys_with_valid_manifests(
     spec_path = tmp_path / "build_specs" / spec_path.name
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    res = run(
-        "deploy", "k8s", str(spec_path), "--image", IMAGE, "--out", str(out),
-        "--hpa-max", "4", "--write-secret", "--format", "json",
-    )  # fmt: skip
+    spec = load_spec(spec_path)
+    args = ["deploy", "k8s", str(spec_path), "--image", IMAGE, "--out", str(out), "--hpa-max",
+            "4", "--write-secret", "--pvc-size", "20Gi", "--format", "json"]  # fmt: skip
+    if spec.variants:  # no routing.yaml yet: refused unless the baseline alone is meant
+        res = run(*args)
+        assert res.exit_code == 1 and not out.exists()
+        assert f"Error: spec {spec.name} has variants" in res.stderr
+        args.append("--baseline-only")
+    res = run(*args)
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
-    assert summary == {**json.loads((out / "trtspec-deploy.json").read_text()), "out": str(out)}
+    assert summary == {**summary_of(out), "out": str(out)}
     assert sorted(p.name for p in out.iterdir()) == [
-        "deployment.yaml", "hpa.yaml", "prometheus-adapter.yaml", "rollout.yaml", "secret.yaml",
-        "service.yaml", "servicemonitor.yaml", "trtspec-deploy.json",
+        "deployment.yaml", "hpa.yaml", "poddisruptionbudget.yaml", "prometheus-adapter.yaml",
+        "rollout.yaml", "secret.yaml", "service.yaml", "servicemonitor.yaml", "trtspec",
+        "volume.yaml",
     ]  # fmt: skip
     assert_valid(out)
-    spec = load_spec(spec_path)
-    # no routing.yaml yet: everything goes to the rollout's fallback, so only it is loaded
     assert summary["variants"] == ["baseline"]
     assert summary["models"] == ["baseline", "postprocessing", "preprocessing", "router", "target"]
-    repo = str(tmp_path / "triton_repo" / spec.name)
     assert container(out)["command"] == server_argv(
-        "tritonserver", repo, host="0.0.0.0", models=summary["models"],
+        "tritonserver", REPO_DIR, host="0.0.0.0", models=summary["models"],
         extra_args=["--exit-timeout-secs=45", *KEY_ARGS], **PORTS,
     )  # fmt: skip
+    # an autoscaler owns the replicas: an apply must not reset its scale
+    assert "replicas" not in load_dir(out)["deployment.yaml"][0]["spec"]
     limits = container(out)["resources"]["limits"]
     if spec.backend.value == "tensorrt_llm":
         assert limits["nvidia.com/gpu"] == "1"
@@ -165,14 +174,28 @@ def test_probes_key_and_service_follow_triton(tmp_path: Path, monkeypatch) -> No
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     spec = ROOT / "build_specs" / "qwen2.5-7b.yaml"
-    res = run("deploy", "k8s", str(spec), "--image", IMAGE, "--out", str(out))
+    res = run("deploy", "k8s", str(spec), "--image", IMAGE, "--out", str(out), "--baseline-only",
+              "--pvc-size", "40Gi")  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert res.stderr.splitlines()[-3:] == [
-        "Note: memory plan unknown (a model's config.json is not on this machine): GPU fit "
-        "not checked, start-up budget is the default",
-        "Note: no --gpu-memory given: GPU fit not checked",
-        f"Wrote {out}/ (7 resources)",
-    ]
+    assert (
+        res.stderr.splitlines()[-8:]
+        == [
+            "Note: memory plan unknown (a model's config.json is not on this machine): GPU fit "
+            "not checked, start-up budget is the default",
+            "Note: no --gpu-memory given: GPU fit not checked",
+            "Note: the engines' GPU architecture is unknown (not built on this machine, or built "
+            "before trtspec recorded it): no GPU node affinity; pass --compute-capability "
+            "MAJOR.MINOR of the GPUs that built them",
+            "Note: the ServiceMonitor carries only the app labels: Prometheus Operator installs "
+            "select ServiceMonitors by label (kube-prometheus-stack: release=<its Helm release>); "
+            "pass --monitor-label KEY=VALUE",
+            "Note: one replica: its PodDisruptionBudget allows no eviction (a node drain waits), "
+            "and an update needs one instance's GPUs free for the new pod",
+            f"Note: copy {tmp_path}/ onto the claim qwen2-5-7b-models through the "
+            "qwen2-5-7b-populate Job's pod, then touch .trtspec-populated there",
+            f"Wrote {out}/ (10 resources)",
+        ][-8:]
+    )
     c = container(out)
     assert c["startupProbe"] == {
         "httpGet": {"path": "/v2/health/ready", "port": "http"},
@@ -259,41 +282,59 @@ def test_tp_pp_beyond_a_node_makes_a_leaderworkerset(tmp_path: Path, monkeypatch
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert sorted(load_dir(out)) == [
-        "configmap.yaml", "hpa.yaml", "leaderworkerset.yaml", "prometheus-adapter.yaml",
-        "rbac.yaml", "rollout.yaml", "secret.yaml", "service.yaml", "servicemonitor.yaml",
+        "configmap.yaml", "hpa.yaml", "leaderworkerset.yaml", "poddisruptionbudget.yaml",
+        "prometheus-adapter.yaml", "rollout.yaml", "secret.yaml", "service.yaml",
+        "servicemonitor.yaml", "volume.yaml",
     ]  # fmt: skip
     assert_valid(out)
     lws = load_dir(out)["leaderworkerset.yaml"][0]
     group = lws["spec"]["leaderWorkerTemplate"]
-    # the autoscaler owns the replicas (from --replicas 2 up to --hpa-max 3)
-    assert "replicas" not in lws["spec"] and group["size"] == 2
+    assert "replicas" not in lws["spec"]  # the autoscaler owns them
+    assert group["size"] == 2
     command = container(out)["command"]
-    # the leader waits for its worker, then mpirun starts 16 ranks, 8 on each pod
+    # the leader waits for its worker's sshd, then mpirun starts 16 ranks, 8 on each pod
     assert command[:2] == ["/bin/sh", f"{TOOLS_DIR}/launch.sh"]
     mpirun = command[2:]
-    assert mpirun[:8] == [
-        "mpirun", "--allow-run-as-root", "--host", "$(POD_NAME):8,$(POD_NAME)-1:8",
-        "-mca", "plm_rsh_agent", f"{TOOLS_DIR}/kubessh", "-n",
+    ssh = (
+        "-p 2222 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+        "-i $(HOME)/.ssh/id_trtspec"
+    )
+    assert mpirun[:12] == [
+        "mpirun", "--allow-run-as-root", "--host", "$(POD_NAME).big:8,$(POD_NAME)-1.big:8",
+        "--mca", "plm_rsh_args", ssh, "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x",
     ]  # fmt: skip
     assert sum(1 for pair in itertools.pairwise(mpirun) if pair == ("-n", "1")) == 16
-    repo = str(tmp_path / "triton_repo" / "big")
     expected = leader_mode_argv(
-        16, repo, engine_model=["target"], host="0.0.0.0", binary="tritonserver",
+        16, REPO_DIR, engine_model=["target"], host="0.0.0.0", binary="tritonserver",
         models=["baseline", "postprocessing", "preprocessing", "router", "target"],
         extra_args=["--exit-timeout-secs=45", *KEY_ARGS], **PORTS,
     )  # fmt: skip
-    assert mpirun[:2] + mpirun[7:] == expected
+    assert mpirun[:2] + mpirun[13:] == expected
     leader = group["leaderTemplate"]["spec"]
-    worker = group["workerTemplate"]["spec"]["containers"][0]
+    worker_spec = group["workerTemplate"]["spec"]
+    worker = worker_spec["containers"][0]
     assert leader["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    assert worker["command"] == ["sleep", "infinity"]
-    assert leader["serviceAccountName"] == "big-mpi"
-    # the leader's account may also read and patch the rollout ConfigMap
+    assert worker["command"] == ["/bin/sh", f"{TOOLS_DIR}/worker.sh"]
+    assert worker["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    # no pod may exec into another: no service account token, no RBAC at all
+    # the leader's account may read and patch the rollout ConfigMap and nothing else
+    # (no pods/exec: no pod may exec into another); the workers carry no token
+    assert leader["serviceAccountName"] == "big-rollout"
+    assert worker_spec["automountServiceAccountToken"] is False
+    roles = [d for d in all_docs(out) if d["kind"] == "Role"]
+    assert [r["rules"] for r in roles] == [[{
+        "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["big-rollout"],
+        "verbs": ["get", "patch"],
+    }]]  # fmt: skip
     binding = next(d for d in load_dir(out)["rollout.yaml"] if d["kind"] == "RoleBinding")
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "big-mpi", "namespace": "default"}
+        {"kind": "ServiceAccount", "name": "big-rollout", "namespace": "default"}
     ]
+    for pod in (leader, worker_spec):  # both move the repository's paths before serving
+        assert [c["name"] for c in pod["initContainers"]] == ["relocate"]
+        ssh_volume = next(v for v in pod["volumes"] if v["name"] == "ssh")
+        assert ssh_volume["secret"]["secretName"] == "big-ssh"
     service = load_dir(out)["service.yaml"][0]
     assert service["spec"]["selector"]["trtspec.dev/role"] == "leader"
     hpa = load_dir(out)["hpa.yaml"][0]["spec"]
@@ -304,34 +345,53 @@ def test_tp_pp_beyond_a_node_makes_a_leaderworkerset(tmp_path: Path, monkeypatch
     summary = json.loads(res.stdout)["sizing"]
     assert (summary["pods_per_instance"], summary["gpus_per_instance"]) == (2, 16)
     assert summary["verdict"] == "fits"
-    dockerfile = (out / "Dockerfile").read_text()
-    assert (
-        "COPY --from=registry.k8s.io/kubectl:v1.33.0 /bin/kubectl /usr/local/bin/kubectl"
-        in dockerfile
-    )
+    # loading (300 s + 8.2 GiB per GPU at 200 MiB/s, in whole minutes: 360 s) and
+    # scheduling the worker pods (300 s)
+    assert summary["startup_seconds"] == 360 + 300
+    # sshd and ssh come with the serving image itself (the project Dockerfile)
+    assert not (out / "Dockerfile").exists()
+    assert "openssh-server" in (ROOT / "Dockerfile").read_text()
 
 
 def test_launch_script_waits_for_every_worker_then_runs_mpirun(tmp_path: Path) -> None:
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    log = tmp_path / "calls"
-    # kubessh stand-in: worker -2 answers on the second try, the others at once
-    seen = tmp_path / "seen"
-    (tools / "kubessh").write_text(
+    """launch.sh as the leader runs it, with an `ssh` on PATH that records its
+    calls: worker -2's sshd answers on the second try, -1's at once."""
+    from trtspec.deploy.k8s_pod import SSH_DIR
+
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "private.key").write_text("private")
+    (keys / "private.key.pub").write_text("public")
+    bin_dir, log, seen = tmp_path / "bin", tmp_path / "calls", tmp_path / "seen"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(
         f'#!/bin/sh\necho "$@" >> {log}\n'
-        f'if [ "$1" = "g-0-2" ] && [ ! -f {seen} ]; then touch {seen}; exit 1; fi\n'
+        f'case "$*" in *g-0-2.g*) if [ ! -f {seen} ]; then touch {seen}; exit 255; fi;; esac\n'
     )
-    os.chmod(tools / "kubessh", 0o755)
+    os.chmod(bin_dir / "ssh", 0o755)
     script = tmp_path / "launch.sh"
-    script.write_text(LAUNCH.replace(TOOLS_DIR, str(tools)).replace("sleep 5", "sleep 0"))
-    env = {**os.environ, "TRTSPEC_GROUP_SIZE": "3", "POD_NAME": "g-0"}
+    script.write_text(LAUNCH.replace(SSH_DIR, str(keys)).replace("sleep 5", "sleep 0"))
+    home = tmp_path / "home"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(home),
+           "TRTSPEC_GROUP_SIZE": "3", "POD_NAME": "g-0", "TRTSPEC_SUBDOMAIN": "g"}  # fmt: skip
     done = subprocess.run(
         ["/bin/sh", str(script), "echo", "mpirun", "started"],
         env=env, capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
-    assert done.stdout.splitlines() == ["waiting for worker g-0-2", "mpirun started"]
-    assert log.read_text().splitlines() == ["g-0-1 true", "g-0-2 true", "g-0-2 true"]
-    assert 'kubectl exec "$pod" -c worker -- /bin/sh -c "$*"' in KUBESSH
+    assert done.stdout.splitlines() == ["waiting for worker g-0-2.g", "mpirun started"]
+    calls = log.read_text().splitlines()
+    assert [c.split()[-2] for c in calls] == ["g-0-1.g", "g-0-2.g", "g-0-2.g"]
+    assert calls[0].startswith(f"-p 2222 -i {home}/.ssh/id_trtspec -o StrictHostKeyChecking=no")
+    assert (home / ".ssh" / "id_trtspec").read_text() == "private"
+    assert (home / ".ssh" / "id_trtspec").stat().st_mode & 0o777 == 0o600
+    # a worker that never answers ends the leader (the group is then recreated)
+    seen.unlink()
+    bounded = script.read_text().replace("+ 300 ))", "+ 0 ))")
+    script.write_text(bounded)
+    failed = subprocess.run(["/bin/sh", str(script), "true"], env=env, capture_output=True,
+                            text=True, timeout=30, check=False)  # fmt: skip
+    assert failed.returncode == 1
+    assert "worker g-0-2.g did not answer on port 2222 within 300 s" in failed.stderr
 
 
 def test_several_engines_on_one_node_use_orchestrator_mode(tmp_path: Path, monkeypatch) -> None:
@@ -351,7 +411,7 @@ def test_several_engines_on_one_node_use_orchestrator_mode(tmp_path: Path, monke
     assert summary["sizing"]["engines"] == engines
     c = container(out)
     one = server_argv(
-        "tritonserver", str(tmp_path / "triton_repo" / "big"), host="0.0.0.0",
+        "tritonserver", REPO_DIR, host="0.0.0.0",
         models=sorted(["baseline", "draft", "postprocessing", "preprocessing", "router", *engines]),
         extra_args=["--disable-auto-complete-config",
                     "--backend-config=python,shm-region-prefix-name=prefix0_",
@@ -452,14 +512,16 @@ def test_an_existing_output_is_kept_unless_forced(tmp_path: Path, monkeypatch) -
     out = tmp_path / "out"
     out.mkdir()
     (out / "mine.txt").write_text("keep")
-    res = run("deploy", "k8s", spec, "--image", IMAGE, "--out", str(out))
+    res = run("deploy", "k8s", spec, "--image", IMAGE, "--out", str(out), "--baseline-only",
+              "--pvc", "mine")  # fmt: skip
     assert res.exit_code == 1
     assert res.stderr.splitlines()[-2:] == [
         f"Error: {out} already exists",
         "Hint: pass --force to replace it, or choose another --out",
     ]
     assert (out / "mine.txt").read_text() == "keep"
-    res = run("deploy", "k8s", spec, "--image", IMAGE, "--out", str(out), "--force")
+    res = run("deploy", "k8s", spec, "--image", IMAGE, "--out", str(out), "--force",
+              "--baseline-only", "--pvc", "mine")  # fmt: skip
     assert res.exit_code == 0, res.output
     assert not (out / "mine.txt").exists()
     assert (out / "deployment.yaml").is_file()
@@ -480,6 +542,10 @@ variants:
 
 @pytest.fixture
 def built_repo(tmp_path: Path) -> tuple[Path, Path]:
+    return make_built_repo(tmp_path)
+
+
+def make_built_repo(tmp_path: Path) -> tuple[Path, Path]:
     """A tensorrt_llm repository assembled by `trtspec.repo` from engine
     folders holding the metadata the assembler reads, routing `chat` to ngram."""
     (tmp_path / "llama7b").mkdir()
@@ -524,9 +590,21 @@ def test_a_built_repository_gives_the_load_list_paths_and_fingerprint(built_repo
     deployment = load_dir(out)["deployment.yaml"][0]
     notes = deployment["metadata"]["annotations"]
     assert notes["trtspec.dev/repository-hash"] == repository_hash(repo)
+    # the volume (the folder holding the repository and the engines) is mounted
+    # at /models; an init container copies the repository there with its paths
+    # moved, after checking the fingerprint
     mount = next(m for m in container(out)["volumeMounts"] if m["name"] == "models")
-    assert mount == {"name": "models", "mountPath": str(tmp_path), "readOnly": True}
-    assert f"--model-repository={repo}" in container(out)["command"]
+    assert mount == {"name": "models", "mountPath": "/models", "readOnly": True}
+    # the pod's own copy stays writable: the router keeps its rollout state there
+    copy = next(m for m in container(out)["volumeMounts"] if m["name"] == "repository")
+    assert copy == {"name": "repository", "mountPath": REPO_DIR}
+    assert f"--model-repository={REPO_DIR}" in container(out)["command"]
+    init = deployment["spec"]["template"]["spec"]["initContainers"][0]
+    assert init["command"] == [
+        "python3", "-m", "trtspec.deploy.relocate", "/models/triton_repo/built", REPO_DIR,
+        "--from-root", str(tmp_path), "--to-root", "/models",
+        "--expect-hash", repository_hash(repo),
+    ]  # fmt: skip
     sizing = summary["sizing"]
     assert (sizing["launch"], sizing["gpus_per_pod"], sizing["verdict"]) == (
         "orchestrator",
@@ -564,15 +642,23 @@ def test_repository_as_an_image_layer(built_repo, tmp_path) -> None:
     assert_valid(out)
     c = container(out)
     assert c["image"] == "registry.example.com/built-repo:1"
-    assert [m["name"] for m in c["volumeMounts"]] == ["dshm", "rollout", "rollout-scratch"]
+    assert [m["name"] for m in c["volumeMounts"]] == [
+        "dshm", "repository", "rollout", "rollout-scratch",
+    ]  # fmt: skip
+    assert "volume.yaml" not in load_dir(out)  # no claim: the image holds the data
     lines = (out / "Dockerfile").read_text().splitlines()
-    engines = tmp_path / "engines" / "built"
-    assert lines[-5:] == [
+    assert (
+        lines[2]
+        == f"#   docker build -f Dockerfile -t registry.example.com/built-repo:1 {tmp_path}"
+    )
+    assert lines[-7:] == [
         f"FROM {IMAGE}",
-        f"# The model repository as an image layer (repository hash {repository_hash(repo)})",
-        f"COPY {str(repo).lstrip('/')} {repo}",
-        f"COPY {str(engines / 'target').lstrip('/')} {engines / 'target'}",
-        f"COPY {str(engines / 'target_dte').lstrip('/')} {engines / 'target_dte'}",
+        f"# The model repository and its engines (repository hash {repository_hash(repo)}),",
+        "# at /models as on the volume; the pods move the repository's paths there",
+        "COPY --chown=1000:1000 triton_repo/built /models/triton_repo/built",
+        "COPY --chown=1000:1000 engines/built/target /models/engines/built/target",
+        "COPY --chown=1000:1000 engines/built/target_dte /models/engines/built/target_dte",
+        "USER 1000:1000",
     ]
     shutil.rmtree(out)
     res = refused(tmp_path, str(spec_path), "--repo", str(repo), "--image", IMAGE,
@@ -665,6 +751,11 @@ def test_the_documented_sizing_case_is_what_the_memory_plan_says(tmp_path: Path)
             f"{fit.fixed / GIB:.1f} GiB | {fit.need_full / GIB:.1f} GiB | "
             f"{(gpu - fit.fixed) / GIB:.1f} GiB | {sizes[label].startup_seconds} s |"
         )
+    from trtspec.deploy.k8s_pod import gib_quantity
+
+    for label, sizing in sizes.items():  # host memory per pod, from the same plan
+        rows.append(f"| {label} | {gib_quantity(sizing.host_bytes)} | "
+                    f"{gib_quantity(sizing.host_bytes + sizing.shm_bytes)} |")  # fmt: skip
     # request rate -> replicas at the (assumed, stated in the doc) per-instance throughput
     for level, rps in ((8, 4.0), (32, 10.0)):
         cap: Capacity = capacity(sizes["baseline + draft canary"], 60.0, rps)

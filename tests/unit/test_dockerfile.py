@@ -49,3 +49,15 @@ def test_base_image_is_the_default_triton_image() -> None:
     steps = instructions()
     assert steps[0] == ("ARG", f"TRITON_IMAGE={DEFAULT_TRITON_IMAGE}")
     assert steps[1] == ("FROM", "${TRITON_IMAGE}")
+
+
+def test_the_image_runs_as_the_uid_the_pods_run_as() -> None:
+    """`trtspec deploy k8s` pods set runAsNonRoot with uid 1000 (NGC Triton's
+    triton-server user); both images end as that user, with the volumes theirs."""
+    from trtspec.deploy.options import IMAGE_UID
+
+    for name in ("Dockerfile", "Dockerfile.llmapi"):
+        text = (DOCKERFILE.parent / name).read_text(encoding="utf-8")
+        users = [ln.split()[1] for ln in text.splitlines() if ln.startswith("USER ")]
+        assert users[-1:] == [f"{IMAGE_UID}:{IMAGE_UID}"], name
+        assert f"chown {IMAGE_UID}:{IMAGE_UID} /models /work" in text, name

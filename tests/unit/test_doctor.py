@@ -235,6 +235,29 @@ def test_nvidia_smi_is_read_through_the_subprocess_chokepoint(
     assert doctor.probe_gpus() is None
 
 
+def test_the_building_gpu_is_read_for_the_engines_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `trtspec build` records beside GPU engines (trtspec.json `gpu`) and
+    `trtspec deploy k8s` turns into GPU node affinity: nvidia-smi's name and
+    compute_cap of the first GPU."""
+    from trtspec.build import executor
+
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        "[ \"$1 $2\" = '--query-gpu=name,compute_cap --format=csv,noheader' ] || exit 9\n"
+        "echo 'NVIDIA H200, 9.0'\necho 'NVIDIA H200, 9.0'\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    assert doctor.probe_build_gpu() == {"name": "NVIDIA H200", "compute_capability": "9.0"}
+    assert executor._build_gpu() == {"name": "NVIDIA H200", "compute_capability": "9.0"}
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    assert doctor.probe_build_gpu() is None
+
+
 def test_instances_need_gpus_of_their_own(tmp_path: Path, gpu_machine) -> None:
     """Two instances of a one-GPU engine sit on GPUs 0 and 1 (trtspec.plan.placement)."""
     path = make_spec(tmp_path)

@@ -158,25 +158,33 @@ def test_draft_tokens_external_accounting_is_exact(truth, loaded, agree: int) ->
     assert gen.acceptance_rate == agree / 4
 
 
-def test_draft_loop_with_a_partly_agreeing_draft_model(
-    truth, tiny_draft: Path, loaded, tmp_path
-) -> None:
-    """The BLS loop in process: draft engine proposes, dte target verifies."""
-    from tests.fixtures.spec_checkpoints import build_engine
+def _draft_loop(
+    truth, draft: ReferenceEngine, target: ReferenceEngine, *, by_logits: bool
+) -> tuple[int, int, int, int]:
+    """The BLS loop in process at T=0 over 30 tokens of PROMPTS[0], k = 4:
+    the draft proposes (with its logits when ``by_logits``), the target
+    verifies. Each round's accepted count is checked to be exactly the
+    proposal's agreement with the target-only continuation, and the output
+    to be that continuation. Returns (drafted, accepted, rounds, rounds with
+    a rejection)."""
+    import torch
 
-    draft = ReferenceEngine.load(build_engine(tiny_draft, tmp_path / "draft", "none"), threads=1)
     prompt, n, k = PROMPTS[0], 30, 4
     expected = truth(prompt, n)
     seq = list(prompt)
-    drafted = accepted = rounds = 0
+    drafted = accepted = rounds = rejected = 0
     while len(seq) < len(prompt) + n:
         want = min(k, len(prompt) + n - len(seq) - 1)
-        proposal = draft.generate(GenerationRequest(seq, want)).output_ids if want > 0 else []
-        gen = loaded["dte"].generate(
-            GenerationRequest(seq, len(proposal) + 1, draft_ids=proposal or None)
+        proposal, rows = [], None
+        if want > 0:
+            got = draft.generate(GenerationRequest(seq, want, return_generation_logits=by_logits))
+            proposal = got.output_ids
+            rows = torch.stack(got.generation_logits) if by_logits else None
+        gen = target.generate(
+            GenerationRequest(seq, len(proposal) + 1, draft_ids=proposal or None, draft_logits=rows)
         )
         # Exact by construction: the accepted count is the proposal's agreement
-        # with the target-only continuation.
+        # with the target-only continuation (the target's argmax, never the draft's).
         ref = expected[len(seq) - len(prompt) :]
         pairs = enumerate(zip(proposal, ref, strict=False))
         agree = next((i for i, (a, b) in pairs if a != b), len(proposal))
@@ -184,11 +192,23 @@ def test_draft_loop_with_a_partly_agreeing_draft_model(
         assert gen.output_ids == ref[: agree + 1]
         drafted += gen.total_draft_tokens
         accepted += gen.total_accepted_draft_tokens
+        rejected += agree < len(proposal)
         seq += gen.output_ids
         rounds += 1
     assert seq[len(prompt) :] == expected
+    return drafted, accepted, rounds, rejected
+
+
+def test_draft_loop_with_a_partly_agreeing_draft_model(
+    truth, tiny_draft: Path, loaded, tmp_path
+) -> None:
+    """The BLS loop in process: draft engine proposes, dte target verifies."""
+    from tests.fixtures.spec_checkpoints import build_engine
+
+    draft = ReferenceEngine.load(build_engine(tiny_draft, tmp_path / "draft", "none"), threads=1)
+    drafted, accepted, rounds, _ = _draft_loop(truth, draft, loaded["dte"], by_logits=False)
     assert 0 < accepted < drafted  # the noisy draft agrees on some tokens, not all
-    assert rounds < n
+    assert rounds < 30
 
 
 def test_kv_cache_reuse_across_requests(truth, loaded) -> None:
@@ -554,6 +574,39 @@ def test_accept_by_logits_at_temperature_zero_is_matching(truth, loaded, draft_e
         )
         assert by_logits.output_ids == plain.output_ids == truth(prompt, len(plain.output_ids))
         assert by_logits.total_accepted_draft_tokens == plain.total_accepted_draft_tokens
+
+
+def test_accept_by_logits_at_temperature_zero_rejects_where_the_draft_disagrees(
+    truth, loaded, draft_engine
+) -> None:
+    """A whole T=0 draft loop by logits with the noisy draft, which disagrees
+    with the target on some tokens: each round keeps exactly the draft's
+    agreement with the target (rejections included), never the tokens the
+    draft's own logits favour, and the output is the target's."""
+    drafted, accepted, _, rejected = _draft_loop(truth, draft_engine, loaded["dte"], by_logits=True)
+    assert rejected > 0 and 0 < accepted < drafted, (rejected, accepted, drafted)
+
+
+def test_a_disagreeing_draft_with_its_own_logits_is_rejected_at_temperature_zero(
+    truth, loaded
+) -> None:
+    """Draft tokens with draft logits that favour them (as a draft engine's
+    would) but that differ from the target's argmax at one position: at T=0
+    the target keeps the prefix before it and answers with its own token."""
+    import torch
+
+    prompt = PROMPTS[2]
+    expected = truth(prompt, 5)
+    vocab = loaded["dte"].config.vocab_size
+    for agree in range(4):
+        draft = [*expected[:agree], (expected[agree] + 1) % 384, *expected[agree + 1 : 4]]
+        logits = torch.full((4, vocab), -10.0)
+        logits[torch.arange(4), torch.tensor(draft)] = 10.0  # the draft is sure of each
+        gen = loaded["dte"].generate(
+            GenerationRequest(prompt, 5, draft_ids=draft, draft_logits=logits)
+        )
+        assert gen.output_ids == expected[: agree + 1], agree
+        assert (gen.total_draft_tokens, gen.total_accepted_draft_tokens) == (4, agree)
 
 
 def test_generation_logits_are_the_rows_tokens_were_picked_from(truth, loaded) -> None:

@@ -31,6 +31,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ),
     ("tests/unit/test_serve.py", "::"): "negative case of the loopback classifier; no socket",
     ("tests/fixtures/shared.py", "::"): "pytest's node-id separator (file::test); no address",
+    ("tests/unit/test_sabotage_script.py", "::"): (
+        "pytest's node-id separator (file::test); no address"
+    ),
     ("tests/unit/test_serve.py", "10.0.0.7"): (
         "negative case of the loopback classifier; no socket"
     ),
@@ -66,8 +69,25 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tests/unit/test_deploy_k8s.py", "0.0.0.0"): (
         "the bind address written into a pod's tritonserver argv; asserted as text"
     ),
-    ("tests/unit/test_deploy_k8s.py", "registry.example.com"): (
-        "an image name given to `deploy k8s --image`; nothing pulls (RFC 2606 example.com)"
+    **{
+        (f, "registry.example.com"): (
+            "an image name given to `deploy k8s --image`; nothing pulls (RFC 2606 example.com)"
+        )
+        for f in (
+            "tests/unit/test_deploy_k8s.py",
+            "tests/unit/test_deploy_cluster.py",
+            "tests/unit/test_deploy_gateway.py",
+        )
+    },
+    **{
+        (f, "gateway.networking.k8s.io"): "the Gateway API group in a manifest field; no request"
+        for f in ("tests/unit/test_deploy_gateway.py", "tests/fixtures/k8s_schemas.py")
+    },
+    ("tests/unit/test_deploy_dynamo.py", "nvidia.com"): (
+        "a resource name (nvidia.com/gpu) in a generated graph; no request"
+    ),
+    ("tests/unit/test_deploy_dynamo.py", "trtspec.dev"): (
+        "an annotation key prefix in a generated graph; no request"
     ),
     **{
         ("tests/unit/test_rollout_kube.py", address): (
@@ -82,8 +102,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tests/unit/test_rollout_k8s.py", "rbac.authorization.k8s.io"): (
         "the API group of the rollout Role a RoleBinding names, asserted as text; no request"
     ),
-    ("tests/unit/test_deploy_k8s.py", "registry.k8s.io"): (
-        "the kubectl image named in a generated Dockerfile, asserted as text; nothing pulls"
+    ("tests/unit/test_deploy_cluster.py", "nvidia.com"): (
+        "a node label or taint key (nvidia.com/gpu...) in generated manifests; no request"
     ),
     ("tests/unit/test_deploy_k8s.py", "trtspec.dev"): (
         "a label/annotation key prefix in generated manifests; no request"

@@ -29,7 +29,22 @@ def _deploy(tmp_path: Path, *extra: str) -> dict[str, list[dict[str, Any]]]:
     spec = ROOT / "build_specs" / "qwen2.5-7b.yaml"
     res = CliRunner().invoke(
         cli,
-        ["deploy", "k8s", str(spec), "--image", IMAGE, "--out", str(out), "--name", "qwen", *extra],
+        # the baseline alone (no routing table), on an existing claim
+        [
+            "deploy",
+            "k8s",
+            str(spec),
+            "--image",
+            IMAGE,
+            "--out",
+            str(out),
+            "--name",
+            "qwen",
+            "--baseline-only",
+            "--pvc",
+            "models",
+            *extra,
+        ],
     )
     assert res.exit_code == 0, res.output
     docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in sorted(out.glob("*.yaml"))}

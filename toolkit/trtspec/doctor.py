@@ -33,6 +33,7 @@ SHM = Path("/dev/shm")
 # --shm-size=2g; the Python backend models exchange tensors through it.
 SHM_RECOMMENDED = 2 * GIB
 NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
+BUILD_GPU_QUERY = ("--query-gpu=name,compute_cap", "--format=csv,noheader")
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,8 @@ def probe_trtllm_version() -> str | None:
     return None
 
 
-def probe_gpus() -> list[Gpu] | None:
-    """GPUs from ``nvidia-smi`` (memory.total is in MiB); None when it is absent."""
+def _smi(query: tuple[str, ...]) -> list[str] | None:
+    """The lines ``nvidia-smi`` prints for ``query``; None when it is absent or fails."""
     from trtspec.build.executor import run_subprocess
 
     binary = shutil.which("nvidia-smi")
@@ -68,8 +69,16 @@ def probe_gpus() -> list[Gpu] | None:
         return None
     lines: list[str] = []
     try:
-        run_subprocess([binary, *NVIDIA_SMI_QUERY], echo=lines.append)
+        run_subprocess([binary, *query], echo=lines.append)
     except StepFailed:
+        return None
+    return lines
+
+
+def probe_gpus() -> list[Gpu] | None:
+    """GPUs from ``nvidia-smi`` (memory.total is in MiB); None when it is absent."""
+    lines = _smi(NVIDIA_SMI_QUERY)
+    if lines is None:
         return None
     gpus = []
     for line in lines:
@@ -77,6 +86,17 @@ def probe_gpus() -> list[Gpu] | None:
         if name and mib.strip().isdigit():
             gpus.append(Gpu(name.strip(), int(mib.strip()) << 20))
     return gpus
+
+
+def probe_build_gpu() -> dict[str, str] | None:
+    """The name and CUDA compute capability of this machine's first GPU: what a
+    TensorRT engine built here runs on (engines are specific to it). None
+    without ``nvidia-smi``."""
+    for line in _smi(BUILD_GPU_QUERY) or []:
+        name, _, cap = line.rpartition(",")
+        if name.strip() and cap.strip():
+            return {"name": name.strip(), "compute_capability": cap.strip()}
+    return None
 
 
 def probe_which(command: str) -> str | None:

@@ -4,7 +4,8 @@
     python tests/data/deploy_schemas/trim.py \
         --k8s-dir <wheel>/kubernetes_validate/kubernetes-json-schema/v1.33.0-local-strict \
         --lws-crd leaderworkerset.x-k8s.io_leaderworkersets.yaml \
-        --servicemonitor-crd monitoring.coreos.com_servicemonitors.yaml
+        --servicemonitor-crd monitoring.coreos.com_servicemonitors.yaml \
+        --httproute-crd gateway.networking.k8s.io_httproutes.yaml
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ K8S_KINDS = (
     "configmap-v1",
     "deployment-apps-v1",
     "horizontalpodautoscaler-autoscaling-v2",
+    "job-batch-v1",
+    "persistentvolumeclaim-v1",
+    "poddisruptionbudget-policy-v1",
     "role-rbac-v1",
     "rolebinding-rbac-v1",
     "secret-v1",
@@ -108,6 +112,14 @@ def trim_lws(path: Path) -> None:
     (HERE / "leaderworkerset-v1-lws-v0.10.0.json").write_text(json.dumps(schema, indent=1) + "\n")
 
 
+def trim_httproute(path: Path) -> None:
+    schema = strict(crd_schema(path, "v1"))
+    schema["properties"]["status"] = {"type": "object"}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out = HERE / "httproute-v1-gateway-api-v1.3.0.json"
+    out.write_text(json.dumps(schema, indent=1) + "\n")
+
+
 def trim_servicemonitor(path: Path) -> None:
     schema = strict(crd_schema(path, "v1"))
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
@@ -115,15 +127,6 @@ def trim_servicemonitor(path: Path) -> None:
     out.write_text(json.dumps(schema, indent=1) + "\n")
 
 
-# The DynamoGraphDeployment CRD (v1alpha1) of ai-dynamo/dynamo at commit
-# 967e177cc5754a5c26c038744fd02f435600954c, file
-# deploy/cloud/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml
-# (777,521 characters: too large to keep). Transcribed field by field: every
-# field of spec and of a service with its type and constraints; the core types
-# it inlines (EnvVar, Probe, PodSpec, Container) point at the pinned Kubernetes
-# definitions instead (extraPodSpec = PodSpec without `required` plus
-# mainContainer, as its description says); the deprecated `autoscaling` block
-# and `status` are left open.
 _STR = {"type": "string"}
 _MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 _QTY = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
@@ -140,106 +143,73 @@ def _closed(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, 
     return out
 
 
-def _dgd_resources() -> dict[str, Any]:
-    amount = _closed({"cpu": _STR, "custom": _MAP, "gpu": _STR, "gpuType": _STR, "memory": _STR})
-    claim = _closed({"name": _STR, "request": _STR}, ("name",))
-    return _closed(
-        {"claims": {"type": "array", "items": claim}, "limits": amount, "requests": amount}
-    )
+# The DynamoGraphDeployment CRD, version v1beta1 (the storage version from
+# Dynamo 1.5.0), transcribed from its Go API types in ai-dynamo/dynamo
+# deploy/operator/api/v1beta1/: dynamographdeployment_types.go @
+# 0fddc01b37244c4cfa5bcfd1c2e4f1a577ee833c (DynamoGraphDeploymentSpec) and
+# dynamocomponentdeployment_types.go @ 006b6e1085b60436ba0f77378749ec3a0f01fc24
+# (DynamoComponentDeploymentSharedSpec, MultinodeSpec, ModelReference).
+# Every field of spec and of a component, with its type and kubebuilder
+# constraints; podTemplate is core/v1 PodTemplateSpec (the pinned Kubernetes
+# definition); the nested preview blocks (providerOverride, roles,
+# experimental, restart, topologyConstraint, eppConfig, scalingAdapter,
+# compilationCache) are objects left open, as is status.
+DGD_BETA_COMMIT = "0fddc01b37244c4cfa5bcfd1c2e4f1a577ee833c"
+COMPONENT_TYPES = ("planner", "frontend", "worker", "prefill", "decode", "epp", "default")
 
 
-def strict_refs(node: Any) -> Any:
-    """``node`` without descriptions (the copy only needs the structure)."""
-    if isinstance(node, list):
-        return [strict_refs(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: strict_refs(v) for k, v in node.items() if k != "description"}
-    if "properties" in node:
-        out["properties"] = {k: strict_refs(v) for k, v in node["properties"].items()}
-    return out
-
-
-def dgd_schema(k8s_defs: dict[str, Any]) -> dict[str, Any]:
-    # a copy, its references made absolute (they point into _definitions.json)
-    text = json.dumps(k8s_defs["io.k8s.api.core.v1.PodSpec"])
-    pod_spec = strict_refs(json.loads(text.replace('"#/$defs/', f'"{DEFS_ID}#/$defs/')))
-    pod_spec.pop("required", None)
-    pod_spec["properties"]["mainContainer"] = _k8s("Container")
-    ingress = _closed(
+def dgd_beta_schema() -> dict[str, Any]:
+    name = {"type": "string", "minLength": 1, "maxLength": 63,
+            "pattern": "^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$"}  # fmt: skip
+    open_obj = {"type": "object"}
+    component = _closed(
         {
-            "annotations": _MAP,
-            "enabled": {"type": "boolean"},
-            "host": _STR,
-            "hostPrefix": _STR,
-            "hostSuffix": _STR,
-            "ingressControllerClassName": _STR,
-            "labels": _MAP,
-            "tls": _closed({"secretName": _STR}),
-            "useVirtualService": {"type": "boolean"},
-            "virtualServiceGateway": _STR,
-        }
-    )
-    service = _closed(
-        {
-            "annotations": _MAP,
-            "autoscaling": {"type": "object"},
-            "componentType": _STR,
-            "dynamoNamespace": _STR,
-            "envFromSecret": _STR,
-            "envs": {"type": "array", "items": _k8s("EnvVar")},
-            "extraPodMetadata": _closed({"annotations": _MAP, "labels": _MAP}),
-            "extraPodSpec": pod_spec,
-            "globalDynamoNamespace": {"type": "boolean"},
-            "ingress": ingress,
-            "labels": _MAP,
-            "livenessProbe": _k8s("Probe"),
-            "modelRef": _closed({"name": _STR, "revision": _STR}, ("name",)),
-            "multinode": _closed(
-                {"nodeCount": {"type": "integer", "minimum": 2, "default": 2}}, ("nodeCount",)
-            ),
-            "readinessProbe": _k8s("Probe"),
-            "replicas": {"type": "integer"},
-            "resources": _dgd_resources(),
-            "serviceName": _STR,
-            "sharedMemory": _closed({"disabled": {"type": "boolean"}, "size": _QTY}),
-            "subComponentType": _STR,
-            "volumeMounts": {
-                "type": "array",
-                "items": _closed(
-                    {
-                        "mountPoint": _STR,
-                        "name": _STR,
-                        "useAsCompilationCache": {"type": "boolean"},
-                    },
-                    ("name",),
-                ),
+            "providerOverride": open_obj,
+            "name": name,
+            "type": {"type": "string", "enum": list(COMPONENT_TYPES)},
+            "runtimeVersionOverride": {
+                "type": "string",
+                "pattern": r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$",
             },
-        }
-    )
-    pvc = _closed(
-        {
-            "create": {"type": "boolean"},
-            "name": _STR,
-            "size": _QTY,
-            "storageClass": _STR,
-            "volumeAccessMode": _STR,
+            "globalDynamoNamespace": {"type": "boolean"},
+            "podTemplate": _k8s("PodTemplateSpec"),
+            "replicas": {"type": "integer", "minimum": 0},
+            "minAvailable": {"type": "integer", "minimum": 1},
+            "multinode": _closed({"nodeCount": {"type": "integer", "minimum": 2, "default": 2}}),
+            "roles": {"type": "array", "items": open_obj},
+            "sharedMemorySize": _QTY,
+            "modelRef": _closed(
+                {"name": {"type": "string", "minLength": 1}, "revision": _STR}, ("name",)
+            ),
+            "scalingAdapter": open_obj,
+            "eppConfig": open_obj,
+            "frontendSidecar": _STR,
+            "dynamoSidecar": _STR,
+            "compilationCache": open_obj,
+            "topologyConstraint": open_obj,
+            "experimental": open_obj,
         },
         ("name",),
     )
     spec = _closed(
         {
+            "providerOverride": open_obj,
+            "annotations": _MAP,
+            "labels": _MAP,
+            "priorityClassName": _STR,
+            "components": {"type": "array", "items": component, "maxItems": 25},
+            "env": {"type": "array", "items": _k8s("EnvVar")},
             "backendFramework": {"type": "string", "enum": ["sglang", "vllm", "trtllm"]},
-            "envs": {"type": "array", "items": _k8s("EnvVar")},
-            "pvcs": {"type": "array", "items": pvc, "maxItems": 100},
-            "services": {"type": "object", "additionalProperties": service, "maxProperties": 25},
+            "restart": open_obj,
+            "topologyConstraint": open_obj,
+            "experimental": open_obj,
         }
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
         "properties": {
-            "apiVersion": {"const": "nvidia.com/v1alpha1"},
+            "apiVersion": {"const": "nvidia.com/v1beta1"},
             "kind": {"const": "DynamoGraphDeployment"},
             "metadata": {"type": "object"},
             "spec": spec,
@@ -250,20 +220,25 @@ def dgd_schema(k8s_defs: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_dgd() -> None:
-    defs = json.loads((HERE / "k8s-v1.33.0" / "_definitions.json").read_text())["$defs"]
-    out = HERE / "dynamographdeployment-v1alpha1-dynamo-967e177.json"
-    out.write_text(json.dumps(dgd_schema(defs), indent=1) + "\n")
+    out = HERE / f"dynamographdeployment-v1beta1-dynamo-{DGD_BETA_COMMIT[:7]}.json"
+    out.write_text(json.dumps(dgd_beta_schema(), indent=1) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--k8s-dir", type=Path, required=True)
-    parser.add_argument("--lws-crd", type=Path, required=True)
-    parser.add_argument("--servicemonitor-crd", type=Path, required=True)
+    parser.add_argument("--k8s-dir", type=Path, help="regenerate the Kubernetes kinds")
+    parser.add_argument("--lws-crd", type=Path)
+    parser.add_argument("--servicemonitor-crd", type=Path)
+    parser.add_argument("--httproute-crd", type=Path)
     args = parser.parse_args()
-    trim_k8s(args.k8s_dir)
-    trim_lws(args.lws_crd)
-    trim_servicemonitor(args.servicemonitor_crd)
+    if args.httproute_crd:
+        trim_httproute(args.httproute_crd)
+    if args.k8s_dir:
+        trim_k8s(args.k8s_dir)
+    if args.lws_crd:
+        trim_lws(args.lws_crd)
+    if args.servicemonitor_crd:
+        trim_servicemonitor(args.servicemonitor_crd)
     write_dgd()
 
 

@@ -109,6 +109,27 @@ def _inflight_mean(rows: list[dict[str, Any]]) -> float | None:
     return sum(r["latency_ms"] for r in timed) / 1000.0 / busy if busy > 0 else None
 
 
+def pair_by_sample(
+    baseline_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[Any], list[Any]]:
+    """(baseline row, variant row) for every variant row whose prompt sample
+    the baseline also answered, matched by ``sample_index`` (never by
+    position: the arms' rows need not come in the same order, nor all be
+    there), and the sample indices only the baseline or only the variant has.
+    Of a sample the baseline answered twice (sent again after an incident),
+    its last row is the one paired."""
+    by_sample = {r.get("sample_index"): r for r in baseline_rows}
+    answered = {r.get("sample_index") for r in rows}
+    pairs = [
+        (by_sample[r.get("sample_index")], r) for r in rows if r.get("sample_index") in by_sample
+    ]
+
+    def order(samples: Iterable[Any]) -> list[Any]:
+        return sorted(samples, key=lambda s: (s is None, s if s is not None else 0))
+
+    return pairs, order(set(by_sample) - answered), order(answered - set(by_sample))
+
+
 def summarize_cell(
     rows: list[dict[str, Any]],
     baseline_rows: list[dict[str, Any]] | None,
@@ -195,6 +216,8 @@ def summarize_cell(
         "quality": {k: dict(v) for k, v in sorted(per_check.items())},
         "speedup": None,
         "pairs": 0,
+        "unpaired": None,
+        "unpaired_samples": None,
         "equal_rate": None,
         "p95_latency_regression": None,
         "baseline_quality_pass_rate": None,
@@ -208,12 +231,14 @@ def summarize_cell(
         "quality_difference": None,
     }
     if baseline_rows is not None:
-        by_sample = {r.get("sample_index"): r for r in baseline_rows}
-        pairs = [
-            (by_sample[r.get("sample_index")], r)
-            for r in rows
-            if r.get("sample_index") in by_sample
-        ]
+        pairs, baseline_only, variant_only = pair_by_sample(baseline_rows, rows)
+        # prompts one arm answered and the other did not (a cell that stopped
+        # earlier, a lost row): left out of every paired figure, and said so
+        cell["unpaired"] = len(baseline_only) + len(variant_only)
+        cell["unpaired_samples"] = {
+            "baseline_only": baseline_only[:20],
+            "variant_only": variant_only[:20],
+        }
         costs = [(_cost(b), _cost(v)) for b, v in pairs]
         usable = [(b, v) for b, v in costs if b is not None and v is not None]
         est = paired_ratio_interval([b for b, _ in usable], [v for _, v in usable], confidence)

@@ -389,6 +389,14 @@ def _replace_dir(staging: Path, final: Path, trash: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _build_gpu() -> dict[str, str] | None:
+    """The GPU the engines were built on (``trtspec deploy`` schedules them on
+    nodes with that compute capability)."""
+    from trtspec.doctor import probe_build_gpu
+
+    return probe_build_gpu()
+
+
 def _manifest(
     plan: Plan, unit: str, records: list[dict[str, Any]], backend: BuildBackend, staging: Path
 ) -> dict[str, Any]:
@@ -406,6 +414,7 @@ def _manifest(
         "engine": engine.to_dict() if engine else None,
         "steps": records,
         "versions": backend.versions(),
+        "gpu": _build_gpu() if backend.name == "tensorrt_llm" else None,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config_summary": summary,
         "files": file_records(staging),

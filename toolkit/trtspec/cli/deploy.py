@@ -95,7 +95,36 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     "--repo-source", type=click.Choice(["volume", "image"]), default="volume", show_default=True,
     help="Model repository from a PersistentVolumeClaim, or baked into an image layer.",
 )  # fmt: skip
-@click.option("--pvc", help="PersistentVolumeClaim holding the repository [default: NAME-models].")
+@click.option(
+    "--pvc",
+    help="An existing PersistentVolumeClaim holding the repository [default: write NAME-models].",
+)
+@click.option("--pvc-size", help="Size of the claim written [default: the data, plus 20%].")
+@click.option("--storage-class", help="StorageClass of the claim written [default: the cluster's].")
+@click.option(
+    "--models-path", default="/models", show_default=True,
+    help="Where the pods see the volume (or image layer) with the repository and engines.",
+)  # fmt: skip
+@click.option(
+    "--baseline-only", is_flag=True,
+    help="Deploy the baseline alone although the spec has variants (no routing table).",
+)  # fmt: skip
+@click.option(
+    "--monitor-label", "monitor_labels", multiple=True, metavar="KEY=VALUE",
+    help="A label on the ServiceMonitor for Prometheus to select it (e.g. release=prometheus).",
+)  # fmt: skip
+@click.option(
+    "--toleration", "tolerations", multiple=True, metavar="KEY[=VALUE]:EFFECT",
+    help="Tolerate a node taint (repeat); replaces the default nvidia.com/gpu:NoSchedule.",
+)  # fmt: skip
+@click.option(
+    "--gateway", metavar="[NAMESPACE/]GATEWAY",
+    help="Split each route's canary at this Gateway (HTTPRoute weights), one pool per variant.",
+)  # fmt: skip
+@click.option(
+    "--compute-capability", metavar="MAJOR.MINOR",
+    help="GPU architecture the engines were built for, when their build did not record it.",
+)  # fmt: skip
 @click.option("--repo-image", help="With --repo-source image: the image the Dockerfile builds.")
 @click.option(
     "--startup-seconds", type=click.IntRange(min=30), help="Override the start-up budget."
@@ -131,6 +160,14 @@ def k8s_command(
     hpa_target: float,
     repo_source: str,
     pvc: str | None,
+    pvc_size: str | None,
+    storage_class: str | None,
+    models_path: str,
+    baseline_only: bool,
+    monitor_labels: tuple[str, ...],
+    tolerations: tuple[str, ...],
+    compute_capability: str | None,
+    gateway: str | None,
     repo_image: str | None,
     startup_seconds: int | None,
     write_secret: bool,
@@ -145,7 +182,8 @@ def k8s_command(
     GPUs, ranks and the load list come from the spec, its memory plan and the
     routing table; nothing is written when they cannot work."""
     from trtspec.deploy import k8s_manifests
-    from trtspec.deploy.k8s import K8sOptions, write
+    from trtspec.deploy.k8s import write
+    from trtspec.deploy.options import K8sOptions
     from trtspec.flows import plan_for
     from trtspec.spec import load_spec
 
@@ -156,6 +194,10 @@ def k8s_command(
             raise click.UsageError("--rate needs --throughput-from, --route and --level")
         if ctx.get_parameter_source("replicas") is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError("--rate sets the replicas: leave out --replicas")
+        if gateway:
+            raise click.UsageError(
+                "--rate with --gateway: each pool takes its own share; size them with --replicas"
+            )
         per_instance = _instance_rps(summary_file, rate_route, level)
     spec = load_spec(spec_path)
     plan = plan_for(spec, engines_root, spec_path=spec_path)
@@ -171,12 +213,19 @@ def k8s_command(
         hpa_target=hpa_target,
         repo_source=repo_source,
         pvc=pvc,
+        pvc_size=pvc_size,
+        storage_class=storage_class,
+        models_path=models_path,
         repo_image=repo_image,
         write_secret=write_secret,
+        monitor_labels=dict(_pair(item, "--monitor-label") for item in monitor_labels),
+        tolerations=[_toleration(t) for t in tolerations] if tolerations else None,
+        compute_capability=compute_capability,
+        gateway=gateway,
     )
     manifests, sizing = k8s_manifests(
         spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,
-        gpu_bytes=gpu_bytes, startup_seconds=startup_seconds,
+        gpu_bytes=gpu_bytes, startup_seconds=startup_seconds, baseline_only=baseline_only,
     )  # fmt: skip
     if rate is not None and per_instance is not None:
         from trtspec.deploy.sizing import capacity
@@ -185,14 +234,14 @@ def k8s_command(
         opts.replicas = cap.replicas
         manifests, sizing = k8s_manifests(
             spec, plan, mp, opts, repo=repo_dir, routing_file=routing_file,
-            gpu_bytes=gpu_bytes, startup_seconds=startup_seconds,
+            gpu_bytes=gpu_bytes, startup_seconds=startup_seconds, baseline_only=baseline_only,
         )  # fmt: skip
         manifests.summary["capacity"] = {
             "rate_rps": rate, "per_instance_rps": round(per_instance, 3),
             "route": rate_route, "level": level, "replicas": cap.replicas,
             "pods": cap.pods, "gpus": cap.gpus,
         }  # fmt: skip
-    for note in sizing.notes:
+    for note in [*sizing.notes, *manifests.summary["notes"]]:
         progress(f"Note: {note}")
     target = out or Path("deploy") / spec.name
     write(target, manifests, force=force)
@@ -202,6 +251,28 @@ def k8s_command(
         emit_json(summary)
     else:
         emit_table(["deployment", str(target)], _summary_rows(summary))
+
+
+def _pair(item: str, option: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{item!r}: write KEY=VALUE", param_hint=option)
+    return key, value
+
+
+def _toleration(item: str) -> dict[str, str]:
+    """``KEY[=VALUE]:EFFECT`` as a toleration (``Equal`` with a value, else ``Exists``)."""
+    taint, sep, effect = item.rpartition(":")
+    if not sep or not taint or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise click.BadParameter(
+            f"{item!r}: write KEY[=VALUE]:EFFECT, EFFECT one of NoSchedule, PreferNoSchedule, "
+            "NoExecute",
+            param_hint="--toleration",
+        )
+    key, eq, value = taint.partition("=")
+    if eq:
+        return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    return {"key": key, "operator": "Exists", "effect": effect}
 
 
 def _instance_rps(path: Path, route: str, level: int) -> float:
@@ -265,23 +336,37 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     fraction = float(spec.target.kv_cache.free_gpu_mem_fraction)
     for doc in docs.values():
         doc["kv_cache_config"] = {**doc["kv_cache_config"], "free_gpu_memory_fraction": fraction}
+    from trtspec.deploy.dynamo import check_trtllm
+
+    check_trtllm(llmapi_config.settings(spec).trtllm_version, str(spec_path))
     return spec.name, docs, str(docs["baseline"]["model"])
 
 
 @deploy.command("dynamo")
 @click.option(
     "--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
-    help="An LLM-API spec (flow: llmapi): one graph per variant from its generated configs.",
+    help="An LLM-API spec (flow: llmapi): graphs from its generated configs.",
 )  # fmt: skip
 @engines_option("Engines root (with --spec).")
+@click.option(
+    "--routing", "routing_file", type=click.Path(dir_okay=False, path_type=Path),
+    help="routing.yaml the benchmark decided: graphs for the variants it promotes, plus the "
+    "baseline, each with its route's max_concurrency.",
+)  # fmt: skip
+@click.option("--baseline-only", is_flag=True, help="With --spec and no --routing: the baseline.")
 @click.option("--spec-name", help="Name prefix of the graphs (default with --spec: its name).")
 @click.option(
     "--engine-config", "configs", multiple=True, metavar="VARIANT=FILE",
     help="A variant's LLM-API engine config (repeat per variant, baseline included); with "
     "--spec, replaces that variant's generated one.",
 )  # fmt: skip
-@click.option("--model", help="--model-path of the workers (default with --spec: its target).")
-@click.option("--image", required=True, help="Dynamo TensorRT-LLM runtime image.")
+@click.option("--model", help="Hub id (or a folder on --model-pvc) [default with --spec: target].")
+@click.option("--model-pvc", help="A claim holding the model (and draft) folders, at /models.")
+@click.option("--model-root", help="The folder on this machine the --model-pvc claim holds.")
+@click.option(
+    "--image", default=None,
+    help="Dynamo TensorRT-LLM runtime image [default: the pinned release's].",
+)  # fmt: skip
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
@@ -294,10 +379,14 @@ def dynamo_command(
     *,
     spec_path: Path | None,
     engines_root: Path,
+    routing_file: Path | None,
+    baseline_only: bool,
     spec_name: str | None,
     configs: tuple[str, ...],
     model: str | None,
-    image: str,
+    model_pvc: str | None,
+    model_root: str | None,
+    image: str | None,
     namespace: str,
     gpus_per_node: int,
     replicas: int,
@@ -307,9 +396,12 @@ def dynamo_command(
     out: Path,
     force: bool,
 ) -> None:
-    """Write one DynamoGraphDeployment per variant from its LLM-API engine config."""
-    from trtspec.deploy.dynamo import DynamoOptions, graphs
-    from trtspec.deploy.k8s import Manifests, write
+    """Write one DynamoGraphDeployment per promoted variant (and the baseline)."""
+    from trtspec.artifacts.routing import load_routing
+    from trtspec.deploy import dynamo
+    from trtspec.deploy.k8s import write
+    from trtspec.deploy.options import Manifests
+    from trtspec.deploy.sizing import DeployError
 
     parsed: dict[str, Any] = {}
     if spec_path is not None:
@@ -321,17 +413,36 @@ def dynamo_command(
             "give an LLM-API spec (--spec), or --spec-name, --model and one --engine-config "
             "per variant"
         )
-    opts = DynamoOptions(
-        image=image, model=model, namespace=namespace, gpus_per_node=gpus_per_node,
-        replicas=replicas, disaggregated=disaggregated, prefill_replicas=prefill_replicas,
-        secret=secret,
+    caps: dict[str, int] = {}
+    if routing_file is not None:
+        keep, caps = dynamo.promoted(load_routing(routing_file), list(parsed), str(routing_file))
+        parsed = {v: parsed[v] for v in keep if v in parsed}
+    elif spec_path is not None and len(parsed) > 1:
+        if not baseline_only:
+            raise DeployError(
+                f"{spec_path}: no routing table given, so which variants were promoted is unknown "
+                f"(variants: {', '.join(sorted(parsed))})",
+                "pass --routing routing.yaml (graphs for the promoted variants and the baseline), "
+                "or --baseline-only",
+            )
+        parsed = {"baseline": parsed["baseline"]}
+    opts = dynamo.DynamoOptions(
+        model=model, image=image or dynamo.RUNTIME_IMAGE, namespace=namespace,
+        gpus_per_node=gpus_per_node, replicas=replicas, disaggregated=disaggregated,
+        prefill_replicas=prefill_replicas, secret=secret, model_pvc=model_pvc,
+        model_root=model_root,
     )  # fmt: skip
-    files = {f"{variant}.yaml": docs for variant, docs in graphs(spec_name, parsed, opts).items()}
-    summary = {"schema_version": 1, "spec": spec_name, "variants": sorted(parsed),
-               "disaggregated": disaggregated, "files": sorted(files)}  # fmt: skip
+    made = dynamo.graphs(spec_name, parsed, opts, max_concurrency=caps)
+    files = {f"{variant}.yaml": docs for variant, docs in made.items()}
+    summary = {"schema_version": 2, "spec": spec_name, "variants": sorted(parsed),
+               "disaggregated": disaggregated, "files": sorted(files),
+               "dynamo_release": dynamo.DYNAMO_RELEASE, "image": opts.image,
+               "dynamo_tensorrt_llm": dynamo.DYNAMO_TRTLLM, "max_concurrency": caps,
+               "graphs": {v: docs[1]["metadata"]["name"] for v, docs in made.items()}}  # fmt: skip
     write(out, Manifests(files, {}, summary), force=force)
     progress(f"Wrote {out}/ ({len(files)} graphs)")
-    emit_table(["variant", "file"], [[v, str(out / f"{v}.yaml")] for v in sorted(parsed)])
+    rows = [[v, made[v][1]["metadata"]["name"], str(out / f"{v}.yaml")] for v in sorted(made)]
+    emit_table(["variant", "graph", "file"], rows)
 
 
 COMMANDS: list[click.Command] = [deploy]

@@ -1,19 +1,20 @@
 """Kubernetes manifests for the engine flow: what ``trtspec serve`` runs on one
 machine, as a Deployment (or, when TP×PP exceeds one node's GPUs, a
-LeaderWorkerSet whose leader starts the ranks with ``mpirun``), with a
-Service, a ServiceMonitor, an optional HorizontalPodAutoscaler, the
-restricted-API key from a Secret and, for multi-node, the RBAC and scripts
-``mpirun`` needs to reach its group's pods.
+LeaderWorkerSet, ``k8s_multinode``), with a Service, a ServiceMonitor, a
+PodDisruptionBudget, the volume claim for the repository (and a Job that
+checks what was copied onto it), an optional HorizontalPodAutoscaler, the
+restricted-API key from a Secret, and optionally the Gateway API objects that
+split each route's canary between per-variant pools (``gateway``). The pod
+itself is ``k8s_pod``'s.
 
-The tritonserver command lines come from ``trtspec.serve`` (``server_argv``,
-``leader_mode_argv``, ``orchestrator_mode_argv``; the same functions
-``trtspec serve`` uses), so a pod runs exactly what a local server runs, bound
-to 0.0.0.0 on the fixed ports 8000/8001/8002 and loading only the models the
-routing table needs. Plain manifests, not a Helm chart: every value trtspec
-decides (ranks, GPUs, load list, start-up budget, routing) comes from the
-spec and the benchmark, so a template language would only re-expose them as
-knobs that can disagree with the measurement; users who template anyway can
-wrap the directory with kustomize. No Click here.
+``build`` assembles them by output file; ``write`` puts them in a folder that
+``kubectl apply -f`` reads whole: every ``.yaml`` there is a Kubernetes
+object, and what trtspec decided (``trtspec/deploy.json``) sits in a
+subfolder, which ``kubectl apply -f DIR`` does not enter (cli-runtime's
+``ExpandPathsToFileVisitors`` skips folders unless ``-R``). Plain manifests,
+not a Helm chart: every value trtspec decides comes from the spec and the
+benchmark, so a template language would only re-expose them as knobs that can
+disagree with the measurement. No Click here.
 """
 
 from __future__ import annotations
@@ -22,126 +23,48 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from trtspec.artifacts.routing import RoutingTable
-from trtspec.catalogue import BASELINE
-from trtspec.deploy import rollout_k8s
+from trtspec.deploy import k8s_multinode, rollout_k8s
+from trtspec.deploy.k8s_pod import (
+    SECRET_KEY,
+    compute_capability,
+    gib_quantity,
+    image,
+    pod_security,
+    pod_spec,
+    relocate_container,
+    triton_container,
+    volumes,
+)
+from trtspec.deploy.options import (
+    GRPC_PORT,
+    HTTP_PORT,
+    METRICS_PORT,
+    ROLE_LABEL,
+    SUMMARY_DIR,
+    SUMMARY_FILE,
+    K8sOptions,
+    Manifests,
+    Served,
+    labels,
+    meta,
+)
 from trtspec.deploy.sizing import DeployError, Sizing
 from trtspec.fsutil import make_staging_dir
-from trtspec.runtime.heartbeat import DIR_ENV as HEARTBEAT_ENV
-from trtspec.serve.access import ADMIN_HEADER, new_admin_key, restricted_api_args
-from trtspec.serve.launch import (
-    LEADER,
-    ORCHESTRATOR,
-    ORCHESTRATOR_ENV,
-    leader_mode_argv,
-    orchestrator_mode_argv,
-    server_argv,
-)
+from trtspec.serve.access import ADMIN_HEADER, new_admin_key
+from trtspec.versions import parse_version, shipped_by
 
-HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
-KEY_ENV = "TRTSPEC_ADMIN_KEY"
-SECRET_KEY = "admin-key"
-LWS_API = "leaderworkerset.x-k8s.io/v1"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 SERVICEMONITOR_API = "monitoring.coreos.com/v1"
-# kubectl for mpirun's rsh agent in multi-node pods (copied into the image by the
-# generated Dockerfile; registry.k8s.io publishes one image per Kubernetes release).
-KUBECTL_IMAGE = "registry.k8s.io/kubectl:v1.33.0"
-TOOLS_DIR = "/opt/trtspec-deploy"
-# Where the stubs that call decoupled BLS beat inside the pod (trtspec.runtime.heartbeat);
-# the liveness probe fails on a frozen one (the 2.51 deadlock, docs/design/triton-limits.md).
-HEARTBEAT_DIR = "/tmp/trtspec-heartbeat"
-EXIT_TIMEOUT_S = 45  # tritonserver waits this long for in-flight requests on SIGTERM
-
-KUBESSH = """#!/bin/sh
-# mpirun's rsh agent: run the command on a pod of this group (kubectl exec).
-pod="$1"
-shift
-exec kubectl exec "$pod" -c worker -- /bin/sh -c "$*"
-"""
-LAUNCH = """#!/bin/sh
-# Wait until every worker pod of this group answers, then run mpirun ("$@").
-set -eu
-i=1
-while [ "$i" -lt "$TRTSPEC_GROUP_SIZE" ]; do
-  until TOOLS/kubessh "$POD_NAME-$i" true; do
-    echo "waiting for worker $POD_NAME-$i"; sleep 5
-  done
-  i=$((i + 1))
-done
-exec "$@"
-""".replace("TOOLS", TOOLS_DIR)
+POPULATED_MARKER = ".trtspec-populated"
+PVC_HEADROOM = 1.2  # claim size over the bytes it must hold
 
 
-@dataclass
-class K8sOptions:
-    """What the user chooses; everything else comes from the spec and the plan."""
-
-    image: str
-    name: str
-    namespace: str = "default"
-    gpus_per_node: int = 8
-    replicas: int = 1
-    hpa_max: int | None = None
-    hpa_metric: str = rollout_k8s.DEFAULT_HPA_METRIC
-    hpa_target: float = 4.0
-    repo_source: str = "volume"  # volume | image
-    pvc: str | None = None
-    repo_image: str | None = None
-    write_secret: bool = False
-    secret_name: str | None = None
-
-    @property
-    def secret(self) -> str:
-        return self.secret_name or f"{self.name}-admin"
-
-
-@dataclass
-class Served:
-    """What one instance serves and where it finds it inside the container."""
-
-    repo: str  # the model repository's path (the same inside the pod)
-    mount_root: str  # the folder holding the repository and every engine it names
-    models: list[str]  # the explicit load list
-    engines: list[str]
-    variants: list[str]
-    routing: RoutingTable
-    spec_hash: str
-    repository_hash: str | None  # None: not built on this machine
-    engine_dirs: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Manifests:
-    files: dict[str, list[dict[str, Any]]]  # file name -> resources
-    extra: dict[str, str]  # file name -> text (Dockerfile, scripts)
-    summary: dict[str, Any]
-
-    def resources(self) -> list[dict[str, Any]]:
-        return [doc for docs in self.files.values() for doc in docs]
-
-
-# ------------------------------------------------------------------- helpers
-def _labels(name: str) -> dict[str, str]:
+def pod_annotations(spec: Any, served: Served, sizing: Sizing) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": "trtspec",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/component": "triton",
-    }
-
-
-def _meta(name: str, opts: K8sOptions, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "namespace": opts.namespace, "labels": _labels(opts.name), **extra}
-
-
-def _annotations(spec: Any, served: Served, sizing: Sizing) -> dict[str, str]:
-    out = {
         "trtspec.dev/spec": spec.name,
         "trtspec.dev/spec-hash": served.spec_hash,
         "trtspec.dev/repository-hash": served.repository_hash or "not built on this machine",
@@ -151,234 +74,76 @@ def _annotations(spec: Any, served: Served, sizing: Sizing) -> dict[str, str]:
         "trtspec.dev/launch": sizing.launch,
         "trtspec.dev/routing": json.dumps(served.routing.to_dict(), sort_keys=True),
     }
-    return out
 
 
-def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": path, "port": "http"},
-        "periodSeconds": period,
-        "failureThreshold": failures,
-        "timeoutSeconds": timeout,
-    }
-
-
-def _liveness() -> dict[str, Any]:
-    """Triton's live endpoint and, unlike it, the stubs' heartbeats: a
-    deadlocked router stub leaves tritonserver answering "live" and "ready"
-    while every request hangs (docs/design/triton-limits.md)."""
-    command = [
-        "python3", "-m", "trtspec.runtime.heartbeat", HEARTBEAT_DIR,
-        "--live-url", f"http://127.0.0.1:{HTTP_PORT}/v2/health/live",
-    ]  # fmt: skip
-    return {"exec": {"command": command}, "periodSeconds": 15, "failureThreshold": 4,
-            "timeoutSeconds": 5}  # fmt: skip
-
-
-def _triton_argv(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
-    """The tritonserver command of the instance (rank 0's pod), as ``trtspec serve`` builds it."""
-    restricted = restricted_api_args(f"$({KEY_ENV})")  # Kubernetes expands $(VAR) from env
-    extra = [f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *restricted]
-    if sizing.launch == LEADER:
-        argv = leader_mode_argv(
-            sizing.world_size, served.repo, engine_model=served.engines, host="0.0.0.0",
-            http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
-            binary="tritonserver", models=served.models, extra_args=extra,
-        )  # fmt: skip
-        if sizing.multi_node:
-            gpus = sizing.gpus_per_pod
-            pods = ["$(POD_NAME)"] + [f"$(POD_NAME)-{i}" for i in range(1, sizing.pods)]
-            hosts = ",".join(f"{pod}:{gpus}" for pod in pods)
-            agent = ["--host", hosts, "-mca", "plm_rsh_agent", f"{TOOLS_DIR}/kubessh"]
-            argv = [argv[0], argv[1], *agent, *argv[2:]]
-        return argv
-    if sizing.launch == ORCHESTRATOR:
-        one = server_argv(
-            "tritonserver", served.repo, host="0.0.0.0", models=served.models,
-            extra_args=["--disable-auto-complete-config",
-                        "--backend-config=python,shm-region-prefix-name=prefix0_", *extra],
-            http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
-        )  # fmt: skip
-        return orchestrator_mode_argv(one, gpus=sizing.world_size)
-    return server_argv(
-        "tritonserver", served.repo, host="0.0.0.0", models=served.models, extra_args=extra,
-        http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
-    )  # fmt: skip
-
-
-def _resources(sizing: Sizing) -> dict[str, Any]:
-    if not sizing.uses_gpu:
-        return {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}}
-    gpus = sizing.gpus_per_pod
-    return {
-        "requests": {"cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi"},
-        "limits": {"nvidia.com/gpu": str(gpus), "memory": f"{48 * gpus}Gi"},
-    }
-
-
-def _volumes(served: Served, opts: K8sOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    if opts.repo_source == "volume":
-        claim = opts.pvc or f"{opts.name}-models"
-        volumes.append(
-            {"name": "models", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+def check_trtllm_version(spec: Any, served: Served, sizing: Sizing) -> None:
+    """Engines run only under the TensorRT-LLM they were built with: the
+    version their builds recorded must be the one the pinned image ships."""
+    if not sizing.uses_gpu or not served.trtllm_versions:
+        return
+    image_ref = str(spec.stack.triton_image)
+    shipped = shipped_by(image_ref)
+    built = served.trtllm_versions
+    if len(built) > 1 or (
+        shipped is not None and parse_version(built[0]) != parse_version(shipped)
+    ):
+        raise DeployError(
+            f"the served engines were built with TensorRT-LLM {', '.join(built)}, but "
+            f"{image_ref} ships {shipped or 'an unknown version'}",
+            "rebuild the engines in the image the pods run (stack.triton_image), or pin "
+            "stack.triton_image to the container that built them",
         )
-        mounts.append({"name": "models", "mountPath": served.mount_root, "readOnly": True})
-    rollout_volumes, rollout_mounts = rollout_k8s.volumes(opts.name)  # the shared rollout state
-    return volumes + rollout_volumes, mounts + rollout_mounts
-
-
-def _env(sizing: Sizing, opts: K8sOptions) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {
-            "name": KEY_ENV,
-            "valueFrom": {"secretKeyRef": {"name": opts.secret, "key": SECRET_KEY}},
-        }
-    ]
-    env.append({"name": HEARTBEAT_ENV, "value": HEARTBEAT_DIR})
-    env += rollout_k8s.env(opts.name)
-    if sizing.launch == ORCHESTRATOR:
-        env += [{"name": k, "value": v} for k, v in sorted(ORCHESTRATOR_ENV.items())]
-    if sizing.multi_node:
-        env += [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "TRTSPEC_GROUP_SIZE", "value": str(sizing.pods)},
-        ]
-    return env
-
-
-def _image(opts: K8sOptions, sizing: Sizing) -> str:
-    """The image the pods run: the repository image when the repository is an
-    image layer, else the serving image (multi-node needs kubectl in it: the
-    generated Dockerfile adds it, and --image must then name that build)."""
-    if opts.repo_source == "image":
-        if not opts.repo_image:
-            raise DeployError(
-                "--repo-source image needs --repo-image: the image the generated Dockerfile builds",
-                "pass --repo-image REGISTRY/NAME:TAG (build and push it from the output folder)",
-            )
-        return opts.repo_image
-    return opts.image
-
-
-def _triton_container(
-    served: Served, sizing: Sizing, opts: K8sOptions, mounts: list[dict[str, Any]]
-) -> dict[str, Any]:
-    argv = _triton_argv(served, sizing, opts)
-    command = ["/bin/sh", f"{TOOLS_DIR}/launch.sh", *argv] if sizing.multi_node else argv
-    period = 10
-    return {
-        "name": "tritonserver",
-        "image": _image(opts, sizing),
-        "command": command,
-        "env": _env(sizing, opts),
-        "ports": [
-            {"name": "http", "containerPort": HTTP_PORT},
-            {"name": "grpc", "containerPort": GRPC_PORT},
-            {"name": "metrics", "containerPort": METRICS_PORT},
-        ],
-        # Triton listens only once every model has loaded: the start-up probe
-        # allows the loading budget, then liveness and readiness take over.
-        "startupProbe": _probe("/v2/health/ready", period, -(-sizing.startup_seconds // period), 5),
-        "livenessProbe": _liveness(),
-        "readinessProbe": _probe("/v2/health/ready", 5, 3, 3),
-        "resources": _resources(sizing),
-        "volumeMounts": mounts,
-    }
 
 
 # ------------------------------------------------------------------ resources
-def _pod_spec(containers: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "terminationGracePeriodSeconds": EXIT_TIMEOUT_S + 15,
-        "containers": containers,
-        "volumes": volumes,
+def deployment(
+    spec: Any, served: Served, sizing: Sizing, opts: K8sOptions, *, replicas: bool
+) -> dict[str, Any]:
+    vols, mounts = volumes(served, sizing, opts)
+    notes = pod_annotations(spec, served, sizing)
+    one = opts.replicas == 1 and replicas
+    body: dict[str, Any] = {
+        "selector": {"matchLabels": labels(opts.name)},
+        # GPUs are scarce: several replicas update one pod at a time without a
+        # surge pod; a single one surges (the update needs one instance's GPUs
+        # free) rather than stopping the only replica first.
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}
+            if one
+            else {"maxSurge": 0, "maxUnavailable": 1},
+        },
+        "template": {
+            "metadata": {"labels": labels(opts.name), "annotations": notes},
+            # the account that may read and patch the rollout ConfigMap (rollout_k8s)
+            "spec": pod_spec(
+                [triton_container(served, sizing, opts, mounts)],
+                vols,
+                served,
+                sizing,
+                opts,
+                serviceAccountName=rollout_k8s.account_name(opts.name),
+            ),
+        },
     }
-
-
-def _deployment(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
-    volumes, mounts = _volumes(served, opts)
-    notes = _annotations(spec, served, sizing)
+    if replicas:  # left out when an autoscaler owns them (an apply would reset its scale)
+        body = {"replicas": opts.replicas, **body}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(opts.name, opts, annotations=notes),
-        "spec": {
-            **_replicas(opts),
-            "selector": {"matchLabels": _labels(opts.name)},
-            # GPUs are scarce: replace one pod at a time without a surge pod.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-            },
-            "template": {
-                "metadata": {"labels": _labels(opts.name), "annotations": notes},
-                "spec": {
-                    "serviceAccountName": rollout_k8s.account_name(opts.name),
-                    **_pod_spec([_triton_container(served, sizing, opts, mounts)], volumes),
-                },
-            },
-        },
+        "metadata": meta(opts.name, opts, annotations=notes),
+        "spec": body,
     }
 
 
-def _leaderworkerset(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
-    volumes, mounts = _volumes(served, opts)
-    tools = {
-        "name": "trtspec-launch",
-        "configMap": {"name": f"{opts.name}-launch", "defaultMode": 0o755},
-    }
-    tool_mount = {"name": "trtspec-launch", "mountPath": TOOLS_DIR, "readOnly": True}
-    notes = _annotations(spec, served, sizing)
-    leader = _triton_container(served, sizing, opts, [*mounts, tool_mount])
-    worker = {
-        "name": "worker",
-        "image": _image(opts, sizing),
-        # mpirun reaches this pod through `kubectl exec` (kubessh) and starts its ranks here.
-        "command": ["sleep", "infinity"],
-        "resources": _resources(sizing),
-        "volumeMounts": mounts,
-    }
-    role = "trtspec.dev/role"
-    return {
-        "apiVersion": LWS_API,
-        "kind": "LeaderWorkerSet",
-        "metadata": _meta(opts.name, opts, annotations=notes),
-        "spec": {
-            **_replicas(opts),
-            "startupPolicy": "LeaderCreated",
-            "leaderWorkerTemplate": {
-                "size": sizing.pods,
-                # One rank lost means the MPI job is gone: restart the whole group.
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {
-                    "metadata": {
-                        "labels": {**_labels(opts.name), role: "leader"},
-                        "annotations": notes,
-                    },
-                    "spec": {
-                        "serviceAccountName": f"{opts.name}-mpi",
-                        **_pod_spec([leader], [*volumes, tools]),
-                    },
-                },
-                "workerTemplate": {
-                    "metadata": {"labels": {**_labels(opts.name), role: "worker"}},
-                    "spec": _pod_spec([worker], volumes),
-                },
-            },
-        },
-    }
-
-
-def _service(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
-    selector = dict(_labels(opts.name))
+def service(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
+    selector = dict(labels(opts.name))
     if sizing.multi_node:
-        selector["trtspec.dev/role"] = "leader"  # only rank 0 serves HTTP/gRPC/metrics
+        selector[ROLE_LABEL] = "leader"  # only rank 0 serves HTTP/gRPC/metrics
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(opts.name, opts),
+        "metadata": meta(opts.name, opts),
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
@@ -391,31 +156,32 @@ def _service(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
     }
 
 
-def _servicemonitor(opts: K8sOptions) -> dict[str, Any]:
+def servicemonitor(opts: K8sOptions) -> dict[str, Any]:
+    """Prometheus Operator selects ServiceMonitors by their own labels
+    (kube-prometheus-stack: ``release: <its Helm release>``): ``--monitor-label``."""
+    doc_meta = meta(opts.name, opts)
+    doc_meta["labels"] = {**doc_meta["labels"], **opts.monitor_labels}
     return {
         "apiVersion": SERVICEMONITOR_API,
         "kind": "ServiceMonitor",
-        "metadata": _meta(opts.name, opts),
+        "metadata": doc_meta,
         "spec": {
-            "selector": {"matchLabels": _labels(opts.name)},
+            "selector": {"matchLabels": labels(opts.name)},
             "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}],
         },
     }
 
 
-def _replicas(opts: K8sOptions) -> dict[str, Any]:
-    """Replicas, unless an autoscaler owns them (each apply would reset its scale)."""
-    return {} if opts.hpa_max is not None else {"replicas": opts.replicas}
-
-
-def _hpa(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
+def hpa(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
+    """The autoscaler (``rollout_k8s``: its metric, adapter rule and capped
+    scale-down window) of this deployment's Deployment or LeaderWorkerSet."""
     target = (
-        {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "name": opts.name}
+        {"apiVersion": k8s_multinode.LWS_API, "kind": "LeaderWorkerSet", "name": opts.name}
         if sizing.multi_node
         else {"apiVersion": "apps/v1", "kind": "Deployment", "name": opts.name}
     )
     return rollout_k8s.hpa(
-        lambda name, **extra: _meta(name, opts, **extra),
+        lambda name, **extra: meta(name, opts, **extra),
         target,
         min_replicas=opts.replicas,
         max_replicas=opts.hpa_max,
@@ -425,51 +191,118 @@ def _hpa(sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
     )
 
 
-def _rbac(opts: K8sOptions) -> list[dict[str, Any]]:
-    name = f"{opts.name}-mpi"
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, opts)},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": _meta(name, opts),
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-                {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": _meta(name, opts),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": opts.namespace}],
-        },
-    ]
+def disruption_budget(opts: K8sOptions) -> dict[str, Any]:
+    """Voluntary evictions (node drains) take one pod at a time; with a single
+    replica none, so a drain waits instead of ending the only instance."""
+    allowed = 0 if opts.replicas == 1 and opts.hpa_max is None else 1
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta(opts.name, opts),
+        "spec": {"maxUnavailable": allowed, "selector": {"matchLabels": labels(opts.name)}},
+    }
 
 
-def _dockerfile(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> str | None:
+def claim_size(served: Served, sizing: Sizing, opts: K8sOptions) -> str:
+    """The claim's size: ``--pvc-size``, else the repository and engines on
+    this machine (or the memory plan's weights of every rank) with headroom."""
+    if opts.pvc_size:
+        return opts.pvc_size
+    data = served.data_bytes
+    fit = sizing.fit
+    if data is None and fit is not None and fit.known:
+        data = max(0, fit.fixed) * max(1, sizing.world_size)
+    if data is None:
+        raise DeployError(
+            "the size of the repository's volume is unknown (no built repository and no "
+            "memory plan on this machine)",
+            "pass --pvc-size (e.g. 500Gi), or --pvc with an existing claim",
+        )
+    return gib_quantity(max(1 << 30, int(data * PVC_HEADROOM)))
+
+
+def models_claim(served: Served, sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        # every replica's pods read it, on any node; the populate Job writes it
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": claim_size(served, sizing, opts)}},
+    }
+    if opts.storage_class:
+        body["storageClassName"] = opts.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": meta(opts.claim, opts),
+        "spec": body,
+    }
+
+
+def populate_job(served: Served, sizing: Sizing, opts: K8sOptions) -> dict[str, Any]:
+    """A pod holding the claim read-write for copying the builder's folder onto
+    it; when the marker file appears it checks what arrived the way the serving
+    pods will (every moved path on the volume, the repository's fingerprint)."""
+    check = relocate_container(served, opts)
+    marker = f"{opts.models_path.rstrip('/')}/{POPULATED_MARKER}"
+    wait = (
+        f'echo "copy {served.root}/. into {opts.models_path}/ of this pod, then touch {marker}"; '
+        f"until [ -f {marker} ]; do sleep 10; done; "
+        f'exec "$@"'
+    )
+    command = ["/bin/sh", "-c", wait, "populate", *check["command"]]
+    container = {
+        **check,
+        "name": "populate",
+        "command": command,
+        "volumeMounts": [
+            {"name": "models", "mountPath": opts.models_path},
+            {"name": "repository", "mountPath": check["volumeMounts"][0]["mountPath"]},
+        ],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta(f"{opts.name}-populate", opts),
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 6 * 3600,
+            "template": {
+                "metadata": {"labels": {**labels(opts.name), ROLE_LABEL: "populate"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": pod_security(),
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "models", "persistentVolumeClaim": {"claimName": opts.claim}},
+                        {"name": "repository", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def dockerfile(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> str | None:
     """The image layer(s) the deployment needs on top of the serving image, if any."""
     lines: list[str] = []
-    if sizing.multi_node:
-        lines += [f"COPY --from={KUBECTL_IMAGE} /bin/kubectl /usr/local/bin/kubectl"]
     if opts.repo_source == "image":
+        rels = [os.path.relpath(p, served.root) for p in [served.repo, *served.engine_dirs]]
         lines += [
-            f"# The model repository as an image layer (repository hash {served.repository_hash})",
-            f"COPY {served.repo.lstrip('/')} {served.repo}",
-            *(f"COPY {d.lstrip('/')} {d}" for d in served.engine_dirs),
+            f"# The model repository and its engines (repository hash {served.repository_hash}),",
+            f"# at {opts.models_path} as on the volume; the pods move the repository's paths there",
+            *(f"COPY --chown=1000:1000 {rel} {opts.models_path.rstrip('/')}/{rel}" for rel in rels),
         ]
     if not lines:
         return None
     head = [
-        f"# Built by `trtspec deploy k8s` for spec {spec.name}. Build it from / (or a folder",
-        "# holding the same absolute paths) so the repository's engine paths stay valid:",
-        f"#   docker build -f Dockerfile -t {opts.repo_image or opts.image} /",
+        f"# Built by `trtspec deploy k8s` for spec {spec.name}. Build it from {served.root}",
+        "# (the folder holding the repository and its engines):",
+        f"#   docker build -f Dockerfile -t {opts.repo_image or opts.image} {served.root}",
         f"# {opts.image} is the trtspec serving image: the project Dockerfile built with",
         f"# --build-arg TRITON_IMAGE={spec.stack.triton_image}",
         f"FROM {opts.image}",
     ]
-    return "\n".join([*head, *lines]) + "\n"
+    return "\n".join([*head, *lines, "USER 1000:1000"]) + "\n"
 
 
 # ------------------------------------------------------------------- assemble
@@ -477,8 +310,7 @@ def _dockerfile(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,44}[a-z0-9])?$")
 
 
-def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manifests:
-    """Every resource of the deployment, by output file."""
+def check_options(spec: Any, opts: K8sOptions) -> None:
     if not _NAME.match(opts.name):
         raise DeployError(
             f"resource name {opts.name!r} is not a DNS-1123 label of at most 46 characters",
@@ -491,63 +323,117 @@ def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manife
             f"build the project Dockerfile with --build-arg TRITON_IMAGE="
             f"{spec.stack.triton_image} and pass it with --image",
         )
+    if not opts.models_path.startswith("/") or opts.models_path.rstrip("/") == "":
+        raise DeployError(
+            f"--models-path {opts.models_path!r} is not an absolute folder inside the image",
+            "pass the image's volume folder, e.g. --models-path /models",
+        )
+
+
+def build(spec: Any, served: Served, sizing: Sizing, opts: K8sOptions) -> Manifests:
+    """Every resource of the deployment, by output file."""
+    check_options(spec, opts)
+    check_trtllm_version(spec, served, sizing)
+    autoscaled = opts.hpa_max is not None
     files: dict[str, list[dict[str, Any]]] = {}
     extra: dict[str, str] = {}
     if sizing.multi_node:
-        files["leaderworkerset.yaml"] = [_leaderworkerset(spec, served, sizing, opts)]
-        files["rbac.yaml"] = _rbac(opts)
-        files["configmap.yaml"] = [
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": _meta(f"{opts.name}-launch", opts),
-                "data": {"kubessh": KUBESSH, "launch.sh": LAUNCH},
-            }
+        notes = pod_annotations(spec, served, sizing)
+        files["leaderworkerset.yaml"] = [
+            k8s_multinode.leaderworkerset(served, sizing, opts, notes, replicas=not autoscaled)
         ]
+        files["configmap.yaml"] = [k8s_multinode.launch_configmap(opts)]
     else:
-        files["deployment.yaml"] = [_deployment(spec, served, sizing, opts)]
-    files["service.yaml"] = [_service(sizing, opts)]
-    files["servicemonitor.yaml"] = [_servicemonitor(opts)]
-    meta = lambda name, **extra: _meta(name, opts, **extra)  # noqa: E731
-    account = f"{opts.name}-mpi" if sizing.multi_node else rollout_k8s.account_name(opts.name)
-    files["rollout.yaml"] = rollout_k8s.objects(opts.name, opts.namespace, meta, account)
-    if opts.hpa_max is not None:
-        files["hpa.yaml"] = [_hpa(sizing, opts)]
+        files["deployment.yaml"] = [deployment(spec, served, sizing, opts, replicas=not autoscaled)]
+    files["service.yaml"] = [service(sizing, opts)]
+    files["servicemonitor.yaml"] = [servicemonitor(opts)]
+    files["poddisruptionbudget.yaml"] = [disruption_budget(opts)]
+    # the rollout state every router watches and the RBAC to patch it (rollout_k8s)
+    bound = lambda name, **extra: meta(name, opts, **extra)  # noqa: E731
+    files["rollout.yaml"] = rollout_k8s.objects(
+        opts.name, opts.namespace, bound, rollout_k8s.account_name(opts.name)
+    )
+    if opts.repo_source == "volume" and opts.pvc is None:
+        files["volume.yaml"] = [
+            models_claim(served, sizing, opts),
+            populate_job(served, sizing, opts),
+        ]
+    if autoscaled:
+        files["hpa.yaml"] = [hpa(sizing, opts)]
         files["prometheus-adapter.yaml"] = [
-            rollout_k8s.adapter_config(opts.name, meta, opts.hpa_metric)
+            rollout_k8s.adapter_config(opts.name, bound, opts.hpa_metric)
         ]
     if opts.write_secret:
         files["secret.yaml"] = [
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": _meta(opts.secret, opts),
+                "metadata": meta(opts.secret, opts),
                 "type": "Opaque",
                 "stringData": {SECRET_KEY: new_admin_key()},
             }
         ]
-    dockerfile = _dockerfile(spec, served, sizing, opts)
-    if dockerfile:
-        extra["Dockerfile"] = dockerfile
+    # Other objects of the same deployment join here (e.g. the Gateway API pools).
+    text = dockerfile(spec, served, sizing, opts)
+    told = _notes(served, sizing, opts)
+    if text:
+        extra["Dockerfile"] = text
     summary = {
-        "schema_version": 1,
+        "schema_version": 2,
         "spec": spec.name,
         "spec_hash": served.spec_hash,
         "repository": served.repo,
         "repository_hash": served.repository_hash,
+        "volume_root": served.root,
+        "models_path": opts.models_path,
         "repo_source": opts.repo_source,
-        "image": _image(opts, sizing),
+        "image": image(opts),
         "triton_image": spec.stack.triton_image,
         "models": served.models,
         "variants": served.variants,
         "routing": served.routing.to_dict(),
         "replicas": opts.replicas,
+        "autoscaled": autoscaled,
         "sizing": sizing.to_dict(),
         "admin_header": ADMIN_HEADER,
         "secret": {"name": opts.secret, "key": SECRET_KEY},
         "files": sorted([*files, *extra]),
+        "notes": told,
     }
     return Manifests(files, extra, summary)
+
+
+def _notes(served: Served, sizing: Sizing, opts: K8sOptions) -> list[str]:
+    """What the user should know about the written manifests (printed as notes)."""
+    out: list[str] = []
+    if sizing.uses_gpu and compute_capability(served, sizing, opts) is None:
+        out.append(
+            "the engines' GPU architecture is unknown (not built on this machine, or built "
+            "before trtspec recorded it): no GPU node affinity; pass --compute-capability "
+            "MAJOR.MINOR of the GPUs that built them"
+        )
+    if not opts.monitor_labels:
+        out.append(
+            "the ServiceMonitor carries only the app labels: Prometheus Operator installs "
+            "select ServiceMonitors by label (kube-prometheus-stack: release=<its Helm "
+            "release>); pass --monitor-label KEY=VALUE"
+        )
+    if opts.replicas == 1 and opts.hpa_max is None:
+        out.append(
+            "one replica: its PodDisruptionBudget allows no eviction (a node drain waits), "
+            "and an update needs one instance's GPUs free for the new pod"
+        )
+    if sizing.multi_node:
+        out.append(
+            f"multi-node: create the SSH key Secret {opts.ssh_secret} before applying "
+            "(docs/guide/deploy.md, Multi-node)"
+        )
+    if opts.repo_source == "volume" and opts.pvc is None:
+        out.append(
+            f"copy {served.root}/ onto the claim {opts.claim} through the "
+            f"{opts.name}-populate Job's pod, then touch {POPULATED_MARKER} there"
+        )
+    return out
 
 
 class _Dumper(yaml.SafeDumper):
@@ -559,6 +445,11 @@ class _Dumper(yaml.SafeDumper):
 
 def render(docs: list[dict[str, Any]]) -> str:
     return "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=100) for d in docs)
+
+
+def summary_path(out: Path) -> Path:
+    """Where ``write`` puts what was decided (outside what ``kubectl apply -f`` reads)."""
+    return Path(out) / SUMMARY_DIR / SUMMARY_FILE
 
 
 def write(out: Path, manifests: Manifests, *, force: bool = False) -> list[Path]:
@@ -578,9 +469,9 @@ def write(out: Path, manifests: Manifests, *, force: bool = False) -> list[Path]
                 os.chmod(staging / name, 0o600)
         for name, text in manifests.extra.items():
             (staging / name).write_text(text, encoding="utf-8")
-        (staging / "trtspec-deploy.json").write_text(
-            json.dumps(manifests.summary, indent=2) + "\n", encoding="utf-8"
-        )
+        summary = summary_path(staging)
+        summary.parent.mkdir()
+        summary.write_text(json.dumps(manifests.summary, indent=2) + "\n", encoding="utf-8")
         if out.exists():
             old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -593,9 +484,3 @@ def write(out: Path, manifests: Manifests, *, force: bool = False) -> list[Path]
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return sorted(out.iterdir())
-
-
-def routed_variants(table: RoutingTable) -> list[str]:
-    """The variants the routing table can send a request to (baseline first)."""
-    names = table.variants()
-    return sorted(names, key=lambda v: (v != BASELINE, v))

@@ -27,7 +27,28 @@ from trtspec.serve.launch import ORCHESTRATOR, launch_mode
 # result is rounded up to whole probe periods. An estimate: --startup-seconds overrides.
 STARTUP_BASE_S = 300
 LOAD_BYTES_PER_S = 200 * 1024**2
+# trtllm-build's --gpus_per_node default, which it writes into the engine's rank
+# mapping even without auto parallel (NVIDIA/TensorRT-LLM
+# tensorrt_llm/commands/build.py @ 008b2b8d: `default=8`, and build_model sets
+# `model_config.mapping.gpus_per_node` from it); trtspec does not pass the flag.
+TRTLLM_GPUS_PER_NODE = 8
 DEFAULT_STARTUP_S = 1800  # when the memory plan cannot size the weights
+# Multi-node: the worker pods of a group are scheduled after the leader, on
+# other nodes that may first pull the serving image (tens of GB); the leader
+# waits for every worker's SSH port before mpirun starts the ranks.
+WORKER_SCHEDULING_S = 300
+# Host memory of one pod (estimates, stated as such in the docs): TensorRT-LLM
+# reads each rank's engine file into host memory before it moves to the GPU, so
+# a pod holds up to the served engines' weights of all its ranks at once; plus
+# tritonserver and the Python models' stubs (tokenizers, router), and per rank
+# its process (CUDA context, MPI, NCCL buffers). /dev/shm (a memory-backed
+# emptyDir, counted against the pod's memory) carries the Python backend's
+# tensors and NCCL's intra-node buffers.
+HOST_BASE_BYTES = 8 * GIB
+HOST_PER_RANK_BYTES = 2 * GIB
+SHM_BASE_BYTES = 2 * GIB
+SHM_PER_RANK_BYTES = 1 * GIB
+HOST_UNKNOWN_PER_GPU = 32 * GIB  # when the memory plan cannot size the weights
 
 
 class DeployError(TrtspecError):
@@ -72,6 +93,20 @@ class Sizing:
     def multi_node(self) -> bool:
         return self.pods > 1
 
+    @property
+    def shm_bytes(self) -> int:
+        return SHM_BASE_BYTES + SHM_PER_RANK_BYTES * max(1, self.gpus_per_pod)
+
+    @property
+    def host_bytes(self) -> int:
+        """Host memory one pod requests (its limit adds ``shm_bytes``)."""
+        ranks = max(1, self.gpus_per_pod)
+        fit = self.fit
+        if fit is None or not fit.known:
+            return HOST_UNKNOWN_PER_GPU * ranks if self.uses_gpu else HOST_BASE_BYTES
+        weights = max(0, fit.fixed - PROCESS_RESERVE_BYTES) if self.uses_gpu else 0
+        return HOST_BASE_BYTES + ranks * (HOST_PER_RANK_BYTES + weights)
+
     def to_dict(self) -> dict[str, Any]:
         fit = self.fit
         return {
@@ -87,6 +122,8 @@ class Sizing:
             "gpu_memory_bytes": fit.gpu if fit else None,
             "verdict": fit.verdict if fit else "unknown",
             "startup_seconds": self.startup_seconds,
+            "host_memory_bytes_per_pod": self.host_bytes,
+            "shm_bytes_per_pod": self.shm_bytes,
             "notes": self.notes,
         }
 
@@ -123,8 +160,11 @@ def size_instance(
     gpus_per_node: int,
     gpu_bytes: int | None,
     startup_override: int | None = None,
+    engine_gpus_per_node: list[int] | None = None,
 ) -> Sizing:
-    """Size one instance serving ``engines``; ``DeployError`` for what cannot work."""
+    """Size one instance serving ``engines``; ``DeployError`` for what cannot work.
+    ``engine_gpus_per_node``: the ``gpus_per_node`` the engines' rank mapping was
+    built with (TensorRT-LLM puts rank r on GPU r mod gpus_per_node of its node)."""
     backend = spec.backend.value
     if gpus_per_node < 1:
         raise DeployError(
@@ -144,6 +184,21 @@ def size_instance(
                 f"target.tp × target.pp = {world} ranks cannot be split into pods of "
                 f"--gpus-per-node {gpus_per_node} GPUs (a LeaderWorkerSet group is equal pods)",
                 f"use nodes whose GPU count divides {world}, or change target.tp/pp",
+            )
+        built = sorted(set(engine_gpus_per_node or [])) or [TRTLLM_GPUS_PER_NODE]
+        if built != [gpus_per_node]:
+            raise DeployError(
+                f"--gpus-per-node {gpus_per_node}, but the engines were built for "
+                f"{', '.join(map(str, built))} GPUs per node (their rank mapping: rank r runs "
+                f"on GPU r mod {built[0]} of its node)"
+                + (
+                    ""
+                    if engine_gpus_per_node
+                    else "; trtllm-build's default, since the "
+                    "engines' config.json is not on this machine"
+                ),
+                f"use nodes of {built[0]} GPUs (--gpus-per-node {built[0]}), or rebuild the "
+                f"engines with trtllm-build --gpus_per_node {gpus_per_node}",
             )
         if launch == ORCHESTRATOR:
             raise DeployError(
@@ -178,6 +233,8 @@ def size_instance(
     startup = startup_override or startup_seconds(fit if gpu else None)
     if not gpu:
         startup = startup_override or 600
+    if gpu and world > gpus_per_node and not startup_override:
+        startup += WORKER_SCHEDULING_S
     return Sizing(backend, world, gpus_per_node, launch, list(engines), fit, startup, notes)
 
 

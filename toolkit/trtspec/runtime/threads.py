@@ -253,8 +253,9 @@ class BlsStreams:
     makes ``~PbTensor`` take the GIL. Keeping our own reference until the
     cleanup has long run makes Python's release the last one on 2.51 too."""
 
-    def __init__(self, hold_s: float = 20.0) -> None:
+    def __init__(self, hold_s: float = 20.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.hold_s = hold_s
+        self._clock = clock  # a test's own clock: when a hold ends, not how long it took
         self._held: collections.deque[tuple[float, Any]] = collections.deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -266,7 +267,7 @@ class BlsStreams:
         if not WORKAROUND:
             return
         with self._lock:
-            self._held.append((time.monotonic() + self.hold_s, iterator))
+            self._held.append((self._clock() + self.hold_s, iterator))
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._loop, name="trtspec-bls-release", daemon=True
@@ -279,7 +280,7 @@ class BlsStreams:
 
     def _loop(self) -> None:
         while not self._closed:
-            self._release(time.monotonic())
+            self._release(self._clock())
             self._wake.wait(0.5)
 
     def _release(self, now: float) -> None:

@@ -73,6 +73,14 @@ LLMAPI_TESTS = (
     "tests/unit/test_llmapi_flow.py",
 )
 
+HOSTILE_TESTS = ("tests/unit/test_rollout_hostile.py",)
+
+DOWN_TESTS = (
+    "tests/unit/test_callee_down.py",
+    "tests/unit/test_router_fallback_slot.py",
+    "tests/unit/test_inprocess_variants.py",
+)
+
 SABOTAGES: tuple[Sabotage, ...] = (
     Sabotage(
         name="summary-pairs-by-position",
@@ -223,6 +231,107 @@ SABOTAGES: tuple[Sabotage, ...] = (
         tests=LLMAPI_TESTS,
         why="the CPU stand-in of the llmapi model streams deltas, where upstream's sends "
         "the whole text so far",
+    ),
+    # issue 44: a hostile rollout state, client-chosen labels, a dead stub, a full disk
+    Sabotage(
+        name="rollout-percent-unchecked",
+        path="toolkit/trtspec/artifacts/rollout_state.py",
+        old="    return float(value) if 0 <= value <= 100 else None\n",
+        new="    return float(value)\n",
+        tests=HOSTILE_TESTS,
+        why="a rollout state's percent is taken as given (NaN, inf, 150, -50, a 400-digit one)",
+    ),
+    Sabotage(
+        name="rollout-schema-unchecked",
+        path="toolkit/trtspec/artifacts/rollout_state.py",
+        old="    if isinstance(version, bool) or version != SCHEMA_VERSION:\n",
+        new="    if False:\n",
+        tests=HOSTILE_TESTS,
+        why="a rollout state of another schema version is applied",
+    ),
+    Sabotage(
+        name="rollout-link-elsewhere-followed",
+        path="toolkit/trtspec/artifacts/rollout_state.py",
+        old="    if os.path.commonpath([real, folder]) != folder:\n",
+        new="    if False:\n",
+        tests=HOSTILE_TESTS,
+        why="a state.json that links out of the rollout folder is read",
+    ),
+    Sabotage(
+        name="rollout-refusal-drops-the-last-good-state",
+        path="toolkit/trtspec/artifacts/rollout_state.py",
+        old="                if self._good:\n                    keep = ",
+        new="                self._on_disk = None\n                self._apply()\n"
+        "                if self._good:\n                    keep = ",
+        tests=HOSTILE_TESTS,
+        why="a refused state sends the router back to the routing table as written",
+    ),
+    Sabotage(
+        name="rollout-change-writes-unchecked",
+        path="toolkit/trtspec/artifacts/rollout_state.py",
+        old='    after = validate_state(data, f"{STATE_FILE} (as it would be written)", digest)\n',
+        new="    after = RolloutState(digest, {k: RouteState(v['percent'], v['status']) for k, v "
+        "in data['routes'].items()}, revision + 1)\n",
+        tests=HOSTILE_TESTS,
+        why="advance/rollback write a percent the router would refuse (a ramp step of 150)",
+    ),
+    Sabotage(
+        name="route-label-from-the-client",
+        path="toolkit/trtspec/runtime/models/rollout_live.py",
+        old="        known = not route or route in self.watcher.base.routes\n",
+        new="        known = True\n",
+        tests=("tests/unit/test_rollout_metrics.py",),
+        why="a route the client made up becomes a label value (a series per made-up route)",
+    ),
+    Sabotage(
+        name="metric-label-sets-unbounded",
+        path="toolkit/trtspec/runtime/models/rollout_metrics.py",
+        old="        if labels:\n            labels = self._bounded(name, labels)\n",
+        new="",
+        tests=("tests/unit/test_rollout_metrics.py",),
+        why="a series takes any number of label sets",
+    ),
+    Sabotage(
+        name="log-keeps-a-torn-write",
+        path="toolkit/trtspec/runtime/models/rollout_log.py",
+        old="            os.ftruncate(fd, start + keep)\n",
+        new="            pass\n",
+        tests=("tests/unit/test_rollout_log_disk.py",),
+        why="a write the full disk refused part of leaves half a line in the request log",
+    ),
+    Sabotage(
+        name="log-appends-after-a-torn-tail",
+        path="toolkit/trtspec/runtime/models/rollout_log.py",
+        old='    if not size or os.pread(fd, 1, size - 1) == b"\\n":\n',
+        new="    if True:\n",
+        tests=("tests/unit/test_rollout_log_disk.py",),
+        why="the next line is glued to a torn tail a killed writer left",
+    ),
+    Sabotage(
+        name="wait-ignores-a-dead-callee",
+        path="toolkit/trtspec/runtime/threads.py",
+        old="            if reason:\n                raise CalleeDown(reason) from None\n",
+        new="",
+        tests=DOWN_TESTS,
+        why="a request waiting on a variant whose stub died waits out its deadline",
+    ),
+    Sabotage(
+        name="router-relay-not-watching",
+        path="toolkit/trtspec/runtime/models/router.py",
+        old="            down=watch(variant),  # its stub died: ends now (CalleeDown), "
+        "not at the deadline\n",
+        new="",
+        tests=DOWN_TESTS,
+        why="the router's BLS relay does not see its variant go down",
+    ),
+    Sabotage(
+        name="in-process-generation-not-watching",
+        path="toolkit/trtspec/runtime/models/inprocess.py",
+        old="            gen.down = watch(variant)  # an engine's stub died: ends now, "
+        "not at the deadline\n",
+        new="",
+        tests=DOWN_TESTS,
+        why="a generation in the router's process does not see its engine's stub die",
     ),
 )
 

@@ -436,13 +436,16 @@ def test_a_failure_mid_stream_reaches_the_client_and_frees_the_slot(served) -> N
 def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(
     served, last_user_of
 ) -> None:
-    """Issue 28: with 4 requests in flight on route ``copy`` (→ ngram), the
-    ngram orchestrator's stub is killed. The watchdog (with trtspec serve's
-    fallback map) restarts nothing and marks ngram down; every request sent
-    once it did is served by the fallback (baseline, ``fallback: true``);
-    only requests already inside the dead stub may fail. Then, unless this
-    is the shared server's last test, it is restarted so later tests find
-    ngram again."""
+    """Issues 28 and 44: with 4 requests in flight on route ``copy`` (→
+    ngram, generated in the router's process on the ``target_dte`` engine),
+    that engine's stub is killed. The watchdog (with trtspec serve's
+    fallback map) restarts nothing and marks every variant on it down; the
+    requests in flight on it end within a few seconds of that (on the
+    fallback where nothing was streamed yet, else with an error), not at
+    their deadline (62-70 s before); every request sent afterwards is
+    served by the fallback (baseline, ``fallback: true``). Then, unless
+    this is the shared server's last test, it is restarted so later tests
+    find the variants again."""
     import os
     import signal
     import threading
@@ -452,27 +455,51 @@ def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(
     server, _ = served
     covered = fallback_covered(server.repo)
     assert covered["ngram"] == ("ngram",)
+    assert "ngram" in covered["target_dte"] and "baseline" not in covered["target_dte"]
     watchdog = StubWatchdog(server, interval_s=0.2, fallback=covered).prime().start()
-    rows: list[tuple[float, Reply]] = []
+    rows: list[tuple[float, float, Reply]] = []  # (sent, ended, reply)
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.is_set():
             sent = time.monotonic()
-            rows.append((sent, infer_within(server, "router", PROMPT, 32, 20.0, route="copy")))
+            reply = infer_within(server, "router", PROMPT, 32, 20.0, route="copy")
+            rows.append((sent, time.monotonic(), reply))
 
     threads = [threading.Thread(target=loop, daemon=True) for _ in range(4)]
     try:
         for t in threads:
             t.start()
         time.sleep(1.0)  # the loop is under way: every client has a request in flight
-        victim = next(p for p, s in stubs_of(server.pid).items() if s.instance == "ngram_0_0")
+        victim = next(p for p, s in stubs_of(server.pid).items() if s.instance == "target_dte_0_0")
+        # Stopped first, for half a second: every request in flight comes
+        # to its next engine call and is held in the stub, the way a killed
+        # stub's own requests are (killed at once, the requests between two
+        # calls got Triton's "not healthy" at their next one and only some
+        # runs had one waiting inside)
+        os.kill(victim, signal.SIGSTOP)
+        time.sleep(0.5)
+        killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while not watchdog.down and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert set(watchdog.down) == {"ngram"}, watchdog.incidents
-        stop.set()  # the 4 clients may be stuck in the dead stub: send fresh ones
+        marked = time.monotonic()
+        assert set(watchdog.down) == set(covered["target_dte"]), watchdog.incidents
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        # the requests in flight when it died ended within seconds of the mark
+        caught = [(sent, ended, r) for sent, ended, r in rows if sent < killed < ended]
+        assert caught, rows
+        late = [(round(ended - marked, 1), r.error) for _, ended, r in caught if ended > marked + 5]
+        assert not late, late
+        for _, _, r in caught:  # an error, or the fallback, or done before it mattered
+            assert r.error or r.final["variant"] in ("ngram", "baseline"), r
+        print(
+            f"in flight at the kill: {len(caught)}; ended "
+            f"{max(ended for _, ended, _ in caught) - marked:.1f} s after the mark at most"
+        )
         after: list[Reply] = []
 
         def fresh() -> None:
@@ -493,7 +520,7 @@ def test_a_variant_whose_stub_died_under_load_is_served_by_its_fallback(
         watchdog.stop()
         restore = not last_user_of("every_mode_served")
         if restore:
-            server.restart(timeout=300)  # ngram back for the tests after this one
+            server.restart(timeout=300)  # the variants back for the tests after this one
     if restore:
         again = infer(server, "router", PROMPT, SHORT, route="copy")
         assert (again.final["variant"], again.final["fallback"]) == ("ngram", False), again

@@ -418,3 +418,106 @@ def test_the_router_processes_share_a_routes_concurrency_limit(served) -> None:
     assert sorted(s.rpartition("/")[0] for s in counts) == [
         f"router_0_{i}" for i in range(ROUTERS)
     ], counts
+
+
+def _bucketed(prefix: str, lo: int, hi: int) -> str:
+    """A request id whose canary bucket lies in [lo, hi) (hundredths of %)."""
+    return next(f"{prefix}-{i}" for i in range(10**6) if lo <= canary_bucket(f"{prefix}-{i}") < hi)
+
+
+def _page(server: Any) -> str:
+    return (
+        urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10).read().decode()
+    )
+
+
+def test_a_hostile_state_keeps_the_route_on_its_last_good_arm(served) -> None:
+    """Issue 44: route ``flat`` is put at 30% by a good state, then each
+    hostile state of tests/fixtures/rollout_states.py replaces it. Three
+    request ids per state tell the outcomes apart: one under 30% (the
+    variant; the fallback had -50 or -inf applied), one from 30% to 50% (the
+    fallback; the variant had the base table's 50% come back) and one above
+    50% (the fallback; the variant had 150, 1e308, inf or a 400-digit share
+    applied). Every request answers on its last good arm, the router
+    processes log the refusal (one line each) and count it, and ``trtspec
+    rollout status`` exits 1 naming the problem."""
+    from tests.fixtures.rollout_states import HOSTILE, write_good, write_hostile
+
+    server, repo = served
+    folder = repo / "router" / st.STATE_DIR
+    path = folder / st.STATE_FILE
+    saved = path.read_bytes() if path.exists() else None
+    digest = st.routing_digest(repo / "router" / "routing.json")
+    expect = {
+        _bucketed("low", 0, 3000): "flat",
+        _bucketed("mid", 3000, 5000): "baseline",
+        _bucketed("high", 5000, 10000): "baseline",
+    }
+    refused_before = _total(_page(server), "trtspec_rollout_state_refused_total", {})
+    said: dict[str, str] = {}
+    try:
+        write_good(folder, digest, "flat", 30)
+        for name in ("good", *HOSTILE):
+            if name != "good":
+                said[name] = write_hostile(folder, name, digest, "flat")
+            time.sleep(2 * st.POLL_S)
+            for attempt in range(2):  # each router process reads it at its next request
+                finals = _send_many(server.grpc_url, "flat", [f"{r}-{attempt}" for r in expect], 3)
+                got = {rid.rpartition("-")[0]: v for rid, v in finals.items()}
+                assert all(isinstance(v, dict) for v in got.values()), (name, got)
+                assert {r: v["variant"] for r, v in got.items()} == expect, (name, got)
+            if name == "good":
+                continue
+            status = CliRunner().invoke(cli, ["rollout", "status", str(repo)])
+            assert status.exit_code == 1, (name, status.output)
+            assert status.stderr.startswith(f"Error: {said[name]}\n"), (name, status.stderr)
+            assert "Traceback" not in status.output
+    finally:
+        path.unlink(missing_ok=True)
+        if saved is not None:
+            path.write_bytes(saved)
+        time.sleep(2 * st.POLL_S)
+    log = server.log_text()
+    for name, words in said.items():
+        lines = [ln for ln in log.splitlines() if f"rollout: refused {words}" in ln]
+        assert 1 <= len(lines) <= ROUTERS, (name, lines)  # once per process that read it
+        assert "; keeping the last good state" in lines[0], lines[0]
+    deadline = time.monotonic() + 10
+    while True:  # metrics go out in batches
+        refused = _total(_page(server), "trtspec_rollout_state_refused_total", {})
+        if refused - refused_before >= len(HOSTILE) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(HOSTILE) <= refused - refused_before <= ROUTERS * len(HOSTILE), refused
+
+
+def test_made_up_routes_add_no_label_values(served) -> None:
+    """Issue 44: 200 requests with routes not in the routing table are
+    counted under one fixed ``route`` label value, not a series each."""
+    server, _ = served
+    routes = [f"made-up-{i}" for i in range(200)]
+    out: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def work(mine: list[str]) -> None:
+        worker = StreamWorker(server.grpc_url, TIMEOUT_S)
+        try:
+            for route in mine:
+                outcome = worker.run(_job(route, f"{route}-r"))
+                with lock:
+                    out[route] = outcome.error or outcome.final
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=work, args=(routes[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(out) == 200 and all(isinstance(v, dict) for v in out.values()), out
+    assert {v["variant"] for v in out.values()} == {"baseline"}  # the default variant
+    want = [("trtspec_requests_total", {"route": "(other)"}, 200.0)]
+    page = _metrics_with(server, want)
+    assert _total(page, "trtspec_requests_total", {"route": "(other)"}) == 200, page[-2000:]
+    labelled = {labels.get("route") for _, labels, _ in parse_prometheus(page)}
+    assert not {r for r in labelled if r and r.startswith("made-up")}, sorted(labelled)[:5]

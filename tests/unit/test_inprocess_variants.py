@@ -626,3 +626,42 @@ def test_the_router_loads_its_in_process_variants_at_start(inprocess: Any) -> No
     assert warnings[0].startswith("router: variant 'broken' not loaded in process at start: ")
     with pytest.raises(Exception, match="ModelConfig"):  # its first request meets the error
         inprocess.model("broken")
+
+
+def test_a_variant_marked_down_mid_request_ends_it_at_once(
+    inprocess: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44: the engine's stub died (the watchdog marked the variant
+    down) while a request streamed from it in process: the request ends
+    within a few polls, not at its deadline, as a server-side error (the
+    router's fallback rule then reads ``sent``: here a token went out)."""
+    from trtspec.runtime import health
+    from trtspec.runtime.health import DOWN_ENV
+
+    folder = tmp_path / "down"
+    monkeypatch.setenv(DOWN_ENV, str(folder))
+    ENGINE.script = [[4], "stall"]
+    timer = threading.Timer(0.4, health.mark_down, args=(folder, "baseline"))
+    timer.start()
+    started = time.monotonic()
+    sender, progress = Sender(), Progress(60.0)
+    with pytest.raises(Exception) as info:
+        inprocess.run("baseline", _request(), sender, progress, Cancel())
+    assert time.monotonic() - started < 2.5
+    assert "variant 'baseline' went down while answering" in str(info.value)
+    assert not getattr(info.value, "client", False)  # the server's: worth the fallback
+    assert progress.sent == 1  # the token before the stall went out
+    timer.join()
+    # the LLM-API flow's adapter, in process, the same
+    ENGINE.release.set()
+    ENGINE.release.clear()
+    ENGINE.script = ["stall"]
+    (folder / "baseline").unlink()
+    timer = threading.Timer(0.4, health.mark_down, args=(folder, "ad"))
+    timer.start()
+    started = time.monotonic()
+    progress = Progress(60.0)
+    with pytest.raises(Exception, match="variant 'ad' went down while answering"):
+        inprocess.run("ad", _request(), Sender(), progress, Cancel())
+    assert time.monotonic() - started < 2.5 and progress.sent == 0  # the fallback's to answer
+    timer.join()

@@ -13,6 +13,8 @@ import types
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from trtspec.artifacts import rollout_state as st
 from trtspec.artifacts.routing import Choice, load_routing
 from trtspec.runtime.models.rollout_live import Live, Tracked
@@ -318,3 +320,73 @@ def test_close_is_bounded_when_the_metrics_thread_is_stuck() -> None:
     finally:
         Family.gate.set()
         Family.gate = None
+
+
+def test_two_thousand_made_up_routes_add_a_handful_of_series(tmp_path: Path) -> None:
+    """Issue 44: a route not in the routing table is counted under one fixed
+    label value (``OTHER_ROUTE``): a client's 2,000 made-up routes (54,060
+    series before) make the series of one route."""
+    from trtspec.runtime.models.rollout_metrics import OTHER_ROUTE
+
+    router, table = _router(tmp_path)
+    Family.calls, Family.gate = [], None
+    live = Live(router, router / "routing.json", table, _Stub, st.RolloutConfig())
+    try:
+
+        def serve(route: str, i: int) -> None:
+            tracked = Tracked()
+            live.begin(
+                tracked,
+                table=live.table(),
+                route=route,
+                request_id=f"r{i}",
+                choice=Choice("baseline", "baseline", None, False),
+                inputs={},
+            )
+            tracked.track({"completion_tokens": np.array([4], dtype=np.int32)}, True)
+            live.end(tracked, None)
+
+        serve("code", 0)  # a route of the table
+        live.metrics.flush()
+        known = {(c[1], c[2]) for c in Family.calls if c[0] == "made"}
+        for i in range(2000):
+            serve(f"made-up-{i}", i)
+        live.metrics.flush()
+        made = {(c[1], c[2]) for c in Family.calls if c[0] == "made"}
+        routes = {dict(key).get("route") for _, key in made}
+        assert routes == {"code", OTHER_ROUTE}, sorted(routes)[:5]
+        # one route's worth of series more at most (no canary_percent: no rule)
+        assert 0 < len(made - known) <= len(known) < 30, (len(made - known), len(known))
+    finally:
+        live.close()
+
+
+def test_a_series_takes_at_most_max_label_sets_then_overflows() -> None:
+    from trtspec.runtime.models.rollout_metrics import OVERFLOW
+
+    pb = types.SimpleNamespace(MetricFamily=Family)
+    Family.calls, Family.gate = [], None
+    warnings: list[str] = []
+    metrics = RouterMetrics(pb, warn=warnings.append)
+    metrics.max_label_sets = 10
+    try:
+        for i in range(50):
+            metrics.inc("trtspec_requests_total", {**A, "variant": f"v{i}"})
+            metrics.observe("trtspec_latency_seconds", {**A, "variant": f"v{i}"}, 0.2)
+        metrics.flush()
+        made = [c for c in Family.calls if c[0] == "made"]
+        requests = [dict(c[2]) for c in made if c[1] == "trtspec_requests_total"]
+        assert len(requests) == 11
+        assert {"route": OVERFLOW, "variant": OVERFLOW, "arm": OVERFLOW} in requests
+        overflowed = state(Family.calls)
+        key = tuple(sorted({"route": OVERFLOW, "variant": OVERFLOW, "arm": OVERFLOW}.items()))
+        assert overflowed[("trtspec_requests_total", key)] == 40.0
+        counts = [c for c in made if c[1] == "trtspec_latency_seconds_count"]
+        assert len(counts) == 11
+        assert warnings == [
+            f"router: metric {name} has 10 label sets; further ones count under the value "
+            "'(overflow)'"
+            for name in ("trtspec_requests_total", "trtspec_latency_seconds")
+        ]
+    finally:
+        metrics.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,3 +100,47 @@ def test_a_retry_on_the_fallback_holds_no_place_of_the_variants(router: Any) -> 
     assert tries == [("ngram", 1), ("baseline", 0), ("ngram", 1)], tries
     assert router._in_flight.count("code") == 0
     assert router._in_flight.released == 2  # each admitted place released once
+
+
+def test_a_request_waiting_on_a_variant_that_went_down_moves_to_the_fallback(
+    router: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44, over BLS: the router waits on ngram's stream, which never
+    answers (its stub died); once the watchdog marks ngram down the request
+    is retried on the fallback at once (nothing was streamed) instead of
+    failing at its deadline."""
+    import threading
+    import time
+
+    from tests.unit.test_inprocess_variants import FINAL, Response
+
+    from trtspec.runtime import health
+    from trtspec.runtime.threads import BlsStreams
+
+    never = threading.Event()
+
+    class Call:
+        def __init__(self, model_name: str, **_: Any) -> None:
+            self.model_name = model_name
+
+        def exec(self, decoupled: bool = False) -> Any:
+            if self.model_name == "ngram":
+                never.wait(30)
+                return iter([])
+            final = [Tensor("text_output", np.array([b"ok"], dtype=np.object_))]
+            final.append(Tensor("is_final", np.array([True])))
+            return iter([Response(final)])
+
+    monkeypatch.setattr(sys.modules["triton_python_backend_utils"], "InferenceRequest", Call)
+    monkeypatch.setenv(health.DOWN_ENV, str(tmp_path))
+    router._streams = BlsStreams()
+    timer = threading.Timer(0.3, health.mark_down, args=(tmp_path, "ngram"))
+    timer.start()
+    request = Request("r-down")
+    started = time.monotonic()
+    router._serve(request)
+    assert time.monotonic() - started < 2.0
+    never.set()
+    timer.join()
+    (tensors, flags), *_ = request.sender.sent
+    assert flags == FINAL and tensors["variant"][0] == b"baseline" and tensors["fallback"][0]

@@ -22,7 +22,10 @@ import dataclasses
 import getpass
 import hashlib
 import json
+import math
 import os
+import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -156,34 +159,126 @@ class RolloutState:
         }
 
 
-def read_state(path: Path) -> RolloutState | None:
-    """``state.json``, or None when there is none yet."""
+# The largest state.json read (a few routes take a few hundred bytes).
+MAX_STATE_BYTES = 1 << 20
+STATUSES = (RAMPING, COMPLETE, ROLLED_BACK)
+_PLAIN = re.compile(r"[\w.-]{1,64}")
+_FIX = "Set it with `trtspec rollout advance/rollback`, or delete the file to start afresh."
+
+
+class StaleState(RepoError):
+    """A well-formed state written for another routing table (its digest)."""
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**12:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _percent(value: Any) -> float | None:
+    """``value`` as a share in [0, 100], or None when it is not one (a bool,
+    a string, NaN, an infinity, out of range; an integer is compared as it
+    is, never converted: one of 400 digits has no float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return float(value) if 0 <= value <= 100 else None
+
+
+def validate_state(data: Any, source: str, digest: str | None = None) -> RolloutState:
+    """The parsed ``state.json`` ``data`` as a ``RolloutState``, or a
+    ``RepoError`` naming ``source``, the field and the fix: a known
+    ``schema_version``, a sha256 ``routing_sha256`` (``StaleState`` when it
+    is not ``digest``), and per route a finite ``percent`` from 0 to 100
+    and a known ``status``. The one check the router's watcher, ``trtspec
+    rollout`` and ``change`` (before it writes) all make."""
+
+    def bad(where: str, message: str) -> RepoError:
+        return RepoError(f"{source}: {where}: {message}", _FIX)
+
+    if not isinstance(data, dict):
+        raise bad("<root>", f"expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
+        raise bad(
+            "schema_version", f"unsupported {_shown(version)} (this trtspec reads {SCHEMA_VERSION})"
+        )
+    sha = data.get("routing_sha256")
+    if not isinstance(sha, str) or len(sha) != 64 or set(sha) - set("0123456789abcdef"):
+        raise bad("routing_sha256", f"must be a sha256 in hex, got {_shown(sha)}")
+    if digest is not None and sha != digest:
+        raise StaleState(
+            f"{source}: routing_sha256: written for another routing table "
+            f"(sha256 {sha[:12]}, serving {digest[:12]})",
+            _FIX,
+        )
+    raw = data.get("routes")
+    if not isinstance(raw, dict):
+        raise bad("routes", f"expected an object of route name to state, got {_shown(raw)}")
+    revision = data.get("revision", 0)
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        raise bad("revision", f"must be a whole number from 0, got {_shown(revision)}")
+    routes: dict[str, RouteState] = {}
+    for name, entry in raw.items():
+        where = f"routes.{name}" if _PLAIN.fullmatch(name) else f"routes[{_shown(name)}]"
+        if not isinstance(entry, dict):
+            raise bad(where, f"expected an object, got {_shown(entry)}")
+        percent = _percent(entry.get("percent"))
+        if percent is None:
+            raise bad(
+                f"{where}.percent",
+                f"must be a number from 0 to 100, got {_shown(entry.get('percent'))}",
+            )
+        status = entry.get("status", RAMPING)
+        if status not in STATUSES:
+            raise bad(
+                f"{where}.status",
+                f"unknown {_shown(status)} (one of: {', '.join(STATUSES)})",
+            )
+        routes[name] = RouteState(percent, status)
+    return RolloutState(sha, routes, revision)
+
+
+def read_state(path: Path, digest: str | None = None) -> RolloutState | None:
+    """``state.json`` (``validate_state``), or None when there is none yet.
+    Refused besides: anything but a regular file (a FIFO would hold the
+    reader), one over ``MAX_STATE_BYTES``, and a link whose target lies
+    outside its folder (the links of a ConfigMap's ``..data`` layout stay
+    inside)."""
     path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    real, folder = os.path.realpath(path), os.path.realpath(path.parent)
+    if os.path.commonpath([real, folder]) != folder:
+        raise RepoError(
+            f"{path}: a link to {real}, outside {folder}",
+            "Write the state in the rollout folder (`trtspec rollout`), not a link out of it.",
+        )
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STATE_BYTES:
+            raise RepoError(f"{path}: not a regular file of at most {MAX_STATE_BYTES} bytes", _FIX)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    return parse_state(text, path)
+    except (ValueError, OSError) as exc:  # ValueError: not UTF-8
+        raise RepoError(
+            f"{path}: cannot be read: {getattr(exc, 'strerror', None) or exc}", _FIX
+        ) from exc
+    return parse_state(text, path, digest)
 
 
-def parse_state(text: str, path: Path | str) -> RolloutState:
-    """The text of a ``state.json`` (``path`` names where it came from in errors)."""
+def parse_state(text: str, path: Path | str, digest: str | None = None) -> RolloutState:
+    """The text of a ``state.json`` (``path`` names where it came from in
+    errors), checked by ``validate_state``."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise RepoError(
-            f"{path}: not valid JSON: {exc}", "Delete it to start the rollout afresh."
-        ) from exc
-    try:
-        routes = {
-            str(name): RouteState(float(entry["percent"]), str(entry.get("status", RAMPING)))
-            for name, entry in (data.get("routes") or {}).items()
-        }
-        return RolloutState(str(data["routing_sha256"]), routes, int(data.get("revision", 0)))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise RepoError(
-            f"{path}: malformed rollout state ({exc})", "Delete it to start the rollout afresh."
-        ) from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise RepoError(f"{path}: not valid JSON: {exc}", _FIX) from exc
+    return validate_state(data, str(path), digest)
 
 
 def effective_table(table: RoutingTable, state: RolloutState | None) -> RoutingTable:
@@ -280,8 +375,11 @@ def next_state(
     before = current(table, state, route)
     if only_if is not None and not only_if(before):
         return None
-    routes = dict(state.routes) if state is not None else {}
-    routes[route] = RouteState(float(percent), status)
+    raw = RolloutState(digest, dict(state.routes) if state is not None else {}, revision + 1)
+    data = raw.to_dict()
+    data["routes"][route] = {"percent": percent, "status": status}
+    # what the router would refuse is never written
+    after = validate_state(data, f"{STATE_FILE} (as it would be written)", digest)
     entry = {
         "when": now_iso(),
         "who": by,
@@ -289,12 +387,12 @@ def next_state(
         "route": route,
         "action": action,
         "from_percent": before.percent,
-        "to_percent": float(percent),
+        "to_percent": after.routes[route].percent,
         "status": status,
         "routing_sha256": digest,
         **(details or {}),
     }
-    return RolloutState(digest, routes, revision + 1), entry
+    return after, entry
 
 
 def change(
@@ -318,7 +416,7 @@ def change(
     digest = routing_digest(routing_path)
     with _locked(folder):
         planned = next_state(
-            read_state(folder / STATE_FILE),
+            read_state(folder / STATE_FILE),  # an invalid one is refused: nothing written
             digest,
             table,
             route,
@@ -341,8 +439,11 @@ def change(
 class StateWatcher:
     """The routing table the router serves now: its base table with the
     rollout state applied, re-read (at most every ``POLL_S``) when
-    ``state.json`` is replaced. A state for another routing table, or one
-    that cannot be read, is refused and the last good table kept.
+    ``state.json`` is replaced. A state ``read_state`` refuses (invalid, or
+    for another routing table) is refused with one ``warn`` line and a call
+    of ``refused`` per version of the file, and the last good table kept;
+    at the start, with no good state yet, an invalid one leaves every route
+    on its fallback (a state for another routing table: the base table).
 
     ``folder`` may be a ConfigMap volume (kubelet replaces its ``..data``
     symlink; ``state.json`` is a symlink through it, so a change shows as a
@@ -356,16 +457,19 @@ class StateWatcher:
         routing_path: Path,
         folder: Path,
         warn: Callable[[str], None] = lambda _m: None,
+        refused: Callable[[], None] = lambda: None,
     ) -> None:
         self.base = table
         self.routing_path = Path(routing_path)
         self.folder = Path(folder)
         self.digest = routing_digest(routing_path)
         self._warn = warn
+        self._refused = refused
         self._lock = threading.Lock()
         self._seen: tuple[int, int, int] | None = None
         self._next = 0.0
         self._table = table
+        self._good = False  # a state (or its absence) was applied
         self.state: RolloutState | None = None
         self._offered: RolloutState | None = None
         self._on_disk: RolloutState | None = None
@@ -397,26 +501,37 @@ class StateWatcher:
             try:
                 st = os.stat(path)
                 key: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
-            except FileNotFoundError:
-                key = None
+            except FileNotFoundError:  # none, or a link to nothing (read_state judges it)
+                key = (-1, 0, 0) if os.path.islink(path) else None
+            except OSError:  # not searchable, say: read_state says so
+                key = (-2, 0, 0)
             if key == self._seen and not force:
                 return self._table
             self._seen = key
             try:
-                state = read_state(path) if key is not None else None
+                state = read_state(path, self.digest) if key is not None else None
             except RepoError as exc:
-                self._warn(f"rollout: {exc.message}; keeping the last routing state")
+                if self._good:
+                    keep = "keeping the last good state"
+                elif isinstance(exc, StaleState):  # as if there were none (a new table)
+                    keep, self._good = "serving the routing table as written", True
+                else:  # revision -1: any copy offered (the API server's) is served over it
+                    zero = {n: RouteState(0.0) for n in self.base.routes}
+                    self._on_disk = RolloutState(self.digest, zero, revision=-1)
+                    self._apply()
+                    keep = "every route on its fallback until a valid state is written"
+                self._warn(f"rollout: refused {exc.message}; {keep}")
+                with contextlib.suppress(Exception):  # a metric never fails the router
+                    self._refused()
                 return self._table
-            if state is not None and state.routing_sha256 != self.digest:
-                self._warn(
-                    f"rollout: {path} was written for another routing table "
-                    f"(sha256 {state.routing_sha256[:12]}, serving {self.digest[:12]}); "
-                    "ignored"
-                )
-                state = None
+            self._good = True
             self._on_disk = state
             self._apply()
             return self._table
 
     def table(self) -> RoutingTable:
         return self.refresh()
+
+    def last(self) -> RoutingTable:
+        """The table served now, without a look at the file."""
+        return self._table

@@ -98,6 +98,8 @@ class Deployment:
         return isinstance(self.store, ConfigMapStore)
 
     def state(self) -> st.RolloutState | None:
+        """The valid state (``st.validate_state``: an invalid one is a
+        ``RepoError`` naming the file, the field and the fix), or None."""
         state = self.store.state()
         digest = st.routing_digest(self.routing_path)
         if state is not None and state.routing_sha256 != digest:

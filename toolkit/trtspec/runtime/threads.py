@@ -5,7 +5,8 @@ deadline of a streamed BLS call (from the request's ``max_tokens``), and
 ``within_deadline`` / ``batches_within_deadline`` / ``call_within``, which
 enforce a BLS call's deadline in the caller whatever the callee does, and
 ``ExecStream``, which makes a decoupled BLS call and pumps its responses on
-one thread; ``Workers``, the reused threads all of these run on;
+one thread (each of them ends early, ``CalleeDown``, once a ``down`` check
+says the callee's stub died); ``Workers``, the reused threads all of these run on;
 ``Responder``, the thread an engine model sends its responses from;
 ``PruningSender``, which sends only the requested outputs; and
 ``BlsStreams``, which keeps finished decoupled-BLS response iterators alive
@@ -106,6 +107,32 @@ class DeadlineExceeded(RuntimeError):
     """A BLS callee did not answer within the caller's deadline."""
 
 
+class CalleeDown(RuntimeError):
+    """A wait on a BLS callee ended early: its ``down`` check (the
+    watchdog marked the variant down: a stub it runs on died) said so."""
+
+
+# How often a wait given a ``down`` check makes it (``trtspec.runtime.health``: a stat).
+DOWN_POLL_S = 0.25
+# ``down``: None while the callee may still answer, else why it never will.
+Down = Callable[[], str | None]
+
+
+def _get(items: queue.SimpleQueue[Any], deadline: float, down: Down | None) -> Any:
+    """The next item by ``deadline`` (``queue.Empty`` after it), asking
+    ``down`` every ``DOWN_POLL_S`` meanwhile (``CalleeDown`` when it says)."""
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            return items.get(timeout=left if down is None else min(left, DOWN_POLL_S))
+        except queue.Empty:
+            if down is None or time.monotonic() >= deadline:
+                raise
+            reason = down()
+            if reason:
+                raise CalleeDown(reason) from None
+
+
 def _deadline_error(what: str, timeout_s: float) -> DeadlineExceeded:
     return DeadlineExceeded(
         f"{what}: no answer within its deadline of {timeout_s:g} s; the request was stopped"
@@ -130,7 +157,7 @@ def within_deadline(responses: Iterable[T], timeout_s: float, what: str) -> Iter
 
 
 def batches_within_deadline(
-    responses: Iterable[T], timeout_s: float, what: str
+    responses: Iterable[T], timeout_s: float, what: str, down: Down | None = None
 ) -> Iterator[list[T]]:
     """``within_deadline`` in batches: each batch is every item that had
     arrived by the time the previous one was handled (one item when the
@@ -150,16 +177,22 @@ def batches_within_deadline(
     # started here, not at the first next(): the deadline runs from this call
     WORKERS.run(pump)
     deadline = time.monotonic() + timeout_s
-    return _batches(items, deadline, timeout_s, what)
+    return _batches(items, deadline, timeout_s, what, down)
 
 
 def _batches(
-    items: queue.SimpleQueue[tuple[int, Any]], deadline: float, timeout_s: float, what: str
+    items: queue.SimpleQueue[tuple[int, Any]],
+    deadline: float,
+    timeout_s: float,
+    what: str,
+    down: Down | None = None,
 ) -> Iterator[list[Any]]:
-    """The reader's side of a pump (see ``batches_within_deadline``)."""
+    """The reader's side of a pump (see ``batches_within_deadline``); with
+    ``down``, a callee marked down ends the wait at once (``CalleeDown``)
+    rather than at the deadline."""
     while True:
         try:
-            kind, item = items.get(timeout=max(0.0, deadline - time.monotonic()))
+            kind, item = _get(items, deadline, down)
         except queue.Empty:
             raise _deadline_error(what, timeout_s) from None
         batch: list[Any] = []
@@ -194,6 +227,7 @@ class ExecStream:
         timeout_s: float,
         what: str,
         keep: Callable[[Any], None] | None = None,
+        down: Down | None = None,
     ) -> None:
         self.responses: Any = None
         items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
@@ -211,10 +245,10 @@ class ExecStream:
                     keep(self.responses)
 
         WORKERS.run(pump)
-        self.batches = _batches(items, time.monotonic() + timeout_s, timeout_s, what)
+        self.batches = _batches(items, time.monotonic() + timeout_s, timeout_s, what, down)
 
 
-def call_within(call: Callable[[], T], timeout_s: float, what: str) -> T:
+def call_within(call: Callable[[], T], timeout_s: float, what: str, down: Down | None = None) -> T:
     """``call()`` (a blocking BLS ``exec()``) or ``DeadlineExceeded`` after
     ``timeout_s``: 2.51 does not enforce a request's ``timeout`` for a
     Python-backend callee either (see ``within_deadline``)."""
@@ -228,7 +262,7 @@ def call_within(call: Callable[[], T], timeout_s: float, what: str) -> T:
 
     WORKERS.run(run)
     try:
-        ok, value = results.get(timeout=timeout_s)
+        ok, value = _get(results, time.monotonic() + timeout_s, down)
     except queue.Empty:
         raise _deadline_error(what, timeout_s) from None
     if not ok:

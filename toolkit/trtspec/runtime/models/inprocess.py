@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.runtime.cancel import Cancelled
+from trtspec.runtime.health import watch
 from trtspec.runtime.limits import CLIENT_ERROR
 from trtspec.runtime.text import LocalText
 from trtspec.runtime.threads import DeadlineExceeded
@@ -207,6 +208,7 @@ class InProcessVariants:
                 return
             gen = orchestrator._Generation(model, params, relay, start_ns, cancel)
             gen.deadline = progress.deadline
+            gen.down = watch(variant)  # an engine's stub died: ends now, not at the deadline
             gen.wants_text = progress.wants_text
             gen.run()
         except Cancelled:

@@ -42,6 +42,7 @@ import triton_python_backend_utils as pb_utils
 from trtspec.runtime import heartbeat
 from trtspec.runtime.cancel import Cancellation, Cancelled, cancel_stream
 from trtspec.runtime.contract import LLMAPI_ACCEPTANCE_AVAILABLE
+from trtspec.runtime.health import watch
 from trtspec.runtime.models.protocol import (
     RequestParams,
     callee_error,
@@ -143,7 +144,11 @@ class TritonPythonModel:
         if deadline is not None:
             timeout_s = min(timeout_s, max(0.0, deadline - time.monotonic()))
         stream = ExecStream(
-            lambda: call.exec(decoupled=True), timeout_s, self.llm_model, keep=self._streams.keep
+            lambda: call.exec(decoupled=True),
+            timeout_s,
+            self.llm_model,
+            keep=self._streams.keep,
+            down=watch(self.name),  # its llmapi model's stub died: ends now
         )
         from trtspec.runtime.text import CumulativeText
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,7 @@ from trtspec.catalogue import DRAFT_LOOP_MODES, MODES
 from trtspec.procutil import skip_interpreter_teardown
 from trtspec.runtime import heartbeat
 from trtspec.runtime.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
+from trtspec.runtime.health import watch
 from trtspec.runtime.limits import (
     ParamError,
     check,
@@ -163,6 +165,9 @@ class _Generation:
         # deadline when it runs this generation in its own process
         # (inprocess.py); None = each call's own deadline only.
         self.deadline: float | None = None
+        # why this variant will not answer once the watchdog marked it down
+        # (trtspec.runtime.health.watch): every engine call then ends at once
+        self.down: Callable[[], str | None] | None = None
 
     # -- BLS helpers -------------------------------------------------------
     def _call(self, model_name: str, tensors: list, outputs: list[str]) -> Any:
@@ -176,7 +181,7 @@ class _Generation:
         timeout_s = CALL_TIMEOUT_US / 1e6
         if self.deadline is not None:
             timeout_s = min(timeout_s, max(0.0, self.deadline - time.monotonic()))
-        response = call_within(request.exec, timeout_s, model_name)
+        response = call_within(request.exec, timeout_s, model_name, self.down)
         if response.has_error():
             raise callee_error(model_name, response.error())
         return response
@@ -650,6 +655,7 @@ class _Generation:
             max(0.0, deadline - time.monotonic()),
             m.target_model,
             keep=m.streams.keep,  # see threads.BlsStreams: the 2.51 stub crash
+            down=self.down,
         )
         stream = call.batches
         for batch in stream:
@@ -756,6 +762,7 @@ class TritonPythonModel:
             params = RequestParams.from_request(request)
             gen = _Generation(self, params, sender, start_ns, cancel)
             gen.wants_text = wants_text(request)
+            gen.down = watch(self.variant)
             gen.run()
         except Cancelled:
             assert gen is not None  # only a running generation checks for a cancel

@@ -43,7 +43,7 @@ from trtspec.artifacts import rollout_kube
 from trtspec.artifacts import rollout_state as st
 from trtspec.artifacts.routing import Choice, RoutingTable
 from trtspec.runtime.models.rollout_log import FIELDS, TIME_FIELD, LineWriter, lock_path
-from trtspec.runtime.models.rollout_metrics import INSTANCE_LABEL, RouterMetrics
+from trtspec.runtime.models.rollout_metrics import INSTANCE_LABEL, OTHER_ROUTE, RouterMetrics
 from trtspec.runtime.rollout_window import CANARY, CONTROL, arm_window, breaches
 from trtspec.runtime.threads import BlsStreams
 
@@ -151,7 +151,6 @@ class Live:
         self.kube = rollout_kube.HttpConfigMap.from_env()
         self.scratch = rollout_kube.scratch_dir(self.folder)
         self.routing_path = Path(routing_path)
-        self.watcher = st.StateWatcher(table, routing_path, self.folder, warn=self._warn)
         # route -> (why, details) of a rollback decided here and not yet in
         # the shared state; served as rolled back meanwhile
         self.pending: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -159,6 +158,13 @@ class Live:
             pb_utils,
             warn=self._warn,
             extra_labels={INSTANCE_LABEL: instance} if instance else None,
+        )
+        self.watcher = st.StateWatcher(
+            table,
+            routing_path,
+            self.folder,
+            warn=self._warn,
+            refused=lambda: self.metrics.inc("trtspec_rollout_state_refused_total", {}),
         )
         log = self.config.log
         self.writer: LineWriter | None = None
@@ -211,7 +217,11 @@ class Live:
 
     # -- the router's calls ------------------------------------------------
     def table(self) -> RoutingTable:
-        table = self.watcher.table()
+        try:
+            table = self.watcher.table()
+        except Exception as exc:  # bookkeeping never fails a request
+            self._warn(f"rollout: reading the state: {exc!r}; keeping the last routing state")
+            table = self.watcher.last()
         if not self.pending:
             return table
         state = self.watcher.state
@@ -270,7 +280,9 @@ class Live:
 
     # -- per request -------------------------------------------------------
     def _labels(self, route: str, variant: str, arm: str) -> dict[str, str]:
-        return {"route": route, "variant": variant, "arm": arm}
+        # label values from the routing table only (OTHER_ROUTE: a client's own route)
+        known = not route or route in self.watcher.base.routes
+        return {"route": route if known else OTHER_ROUTE, "variant": variant, "arm": arm}
 
     def record(self, tracked: Tracked, error: str | None) -> dict[str, Any]:
         """The log line of a finished request (``FIELDS``, in order)."""

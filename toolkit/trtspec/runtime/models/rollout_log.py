@@ -16,7 +16,12 @@ So no line is ever torn or mixed with another process's line, only one
 process rotates at a time, no process appends to a file already rotated
 away, every file stays within ``max_bytes`` (unless one line alone is
 longer), and with enough ``backups`` no line is lost. The lock dies with
-its process, so a crashed router never blocks the others. ``read_lines``
+its process, so a crashed router never blocks the others. A full disk
+(or a file size limit) leaves no half line either: a write refused part
+way is cut back to its last whole line, a torn tail left by a writer killed
+mid-write is cut before the next append, and the lines lost are counted in
+``dropped`` and said on stderr when the failures start and when they end.
+``read_lines``
 holds the same lock shared while it lists and reads the files, so a
 rotation never makes it skip or repeat a file.
 
@@ -117,6 +122,9 @@ class LineWriter:
         self._closed = False
         self._lock_path = lock_path(self.path) if self.path is not None else lock
         self._lock_failed = False
+        # a run of failed writes: said when it starts and when it ends
+        self._failing = False
+        self._dropped_before = 0
         self._lock_waited = False  # said once that the stream's lock was held too long
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
         # A batch that fits max_bytes keeps every file within it.
@@ -214,16 +222,41 @@ class LineWriter:
             return None
 
     def _write(self, lines: list[str]) -> None:
+        error: Exception | None
         try:
             self._emit("".join(lines))
-            self.written += len(lines)
+            kept, error = len(lines), None
+        except _Torn as torn:  # the lines that fit stay, whole
+            kept, error = torn.kept, torn.error
         except Exception as exc:  # (no stream at all, say) the writer thread lives on
-            self._drop(len(lines))
-            print(f"trtspec request log: {exc!r}", file=sys.stderr)
+            kept, error = 0, exc
+        self.written += kept
+        if error is None:
+            if self._failing:
+                self._failing = False
+                self._say(
+                    f"writing again after {self.dropped - self._dropped_before} dropped lines"
+                )
+            return
+        self._drop(len(lines) - kept)
+        if not self._failing:  # said once per run of failures, not per batch
+            self._failing, self._dropped_before = True, self.dropped - (len(lines) - kept)
+            reason = getattr(error, "strerror", None) or repr(error)
+            self._say(
+                f"{len(lines) - kept} lines dropped ({reason}); lines are dropped and "
+                "counted (trtspec_log_dropped_lines_total) until a write succeeds"
+            )
+
+    def _say(self, message: str) -> None:
+        where = self.path if self.path is not None else "stream"
+        print(f"trtspec request log: {where}: {message}", file=sys.stderr)
 
     def _emit(self, text: str) -> None:
         """Append whole lines: one write, under the lock shared by every
-        process writing this path."""
+        process writing this path. A write the disk refuses part of (full,
+        or over the file size limit) is cut back to its last whole line,
+        and a torn tail an earlier writer left (killed mid-write) is cut
+        before the next append, so the file only ever holds whole lines."""
         if self.path is None:
             self._emit_stream(text)
             return
@@ -233,10 +266,11 @@ class LineWriter:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
             fd = self._current()
-            size = os.fstat(fd).st_size
+            size = _whole_lines(fd, self._say)
             if size and size + len(data) > self.max_bytes:
                 fd = self._rotate()
-            _write_all(fd, data)
+                size = 0
+            _append_lines(fd, data, size)
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
@@ -304,7 +338,8 @@ class LineWriter:
                 return self._fd
             os.close(self._fd)
             self._fd = None
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # read too: _whole_lines looks at the last byte
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         return self._fd
 
     def _rotate(self) -> int:
@@ -337,6 +372,49 @@ def _lock_within(fd: int, wait_s: float) -> bool:
             time.sleep(0.005)
         except OSError:
             return False
+
+
+class _Torn(OSError):
+    """A write of whole lines failed part way; ``kept`` of them are in the file."""
+
+    def __init__(self, kept: int, error: OSError) -> None:
+        super().__init__(error.errno, error.strerror)
+        self.kept = kept
+        self.error = error
+
+
+def _append_lines(fd: int, data: bytes, start: int) -> None:
+    """Append ``data`` (whole lines) to the file ``fd`` whose size is
+    ``start``; on a failure part way (ENOSPC, EFBIG) the file is cut back
+    to the end of the last whole line written and ``_Torn`` raised."""
+    done, view = 0, memoryview(data)
+    try:
+        while done < len(data):
+            done += os.write(fd, view[done:])
+    except OSError as exc:
+        keep = data.rfind(b"\n", 0, done) + 1
+        with contextlib.suppress(OSError):  # truncating frees space: it works on a full disk
+            os.ftruncate(fd, start + keep)
+        raise _Torn(data.count(b"\n", 0, keep), exc) from exc
+
+
+def _whole_lines(fd: int, say: Any) -> int:
+    """The size of the file ``fd`` once a torn last line (one not ended by
+    a newline: a writer killed mid-write) is cut off; ``say`` is told."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        cut = os.pread(fd, end - start, start).rfind(b"\n")
+        if cut >= 0:
+            end = start + cut + 1
+            break
+        end = start
+    os.ftruncate(fd, end)
+    say(f"cut a torn last line of {size - end} bytes (a write that did not finish)")
+    return end
 
 
 def _write_all(fd: int, data: bytes) -> None:

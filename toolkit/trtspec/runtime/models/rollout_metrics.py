@@ -27,6 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 LABELS = ("route", "variant", "arm")
+# The ``route`` label of a request whose route is not in the routing table:
+# a client chooses its route, and each value it made up would be a series
+# of every metric (2,000 made-up routes were 54,060 series).
+OTHER_ROUTE = "(other)"
+# The most label sets one series takes; past it an update counts under a
+# label set of OVERFLOW values (said once per series in the server log).
+MAX_LABEL_SETS = 1000
+OVERFLOW = "(overflow)"
 # The label naming the router process when several serve (its Triton
 # model_instance_name, e.g. router_0_1). Not ``instance``: Prometheus gives
 # every scraped series ``instance`` (the target's host:port), and a series'
@@ -75,9 +83,15 @@ SERIES = {
             ("route", "variant"),
         ),
         Series(
+            "trtspec_rollout_state_refused_total",
+            "COUNTER",
+            "Rollout states the router refused (invalid, or for another routing table).",
+            (),
+        ),
+        Series(
             "trtspec_log_dropped_lines_total",
             "COUNTER",
-            "Request-log lines dropped because the writer fell behind.",
+            "Request-log lines dropped (the writer fell behind, or the disk refused them).",
             (),
         ),
         # The sufficient statistics of the live speedup interval
@@ -201,6 +215,11 @@ class RouterMetrics:
         self._extra = dict(extra_labels or {})
         self._pb = pb_utils
         self._metrics: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        # series -> the label sets it has taken (MAX_LABEL_SETS), by any thread
+        self._label_sets: dict[str, set[tuple[tuple[str, str], ...]]] = {}
+        self._label_lock = threading.Lock()
+        self._overflowed: set[str] = set()
+        self.max_label_sets = MAX_LABEL_SETS
         self.families: dict[str, Any] = {}
         self.dropped = 0
         self._warn = warn
@@ -236,9 +255,29 @@ class RouterMetrics:
             self._metrics[key] = metric
         return metric
 
+    def _bounded(self, name: str, labels: dict[str, str]) -> dict[str, str]:
+        """``labels``, or every value OVERFLOW once ``name`` has taken
+        ``max_label_sets`` other label sets."""
+        key = tuple(sorted(labels.items()))
+        with self._label_lock:
+            taken = self._label_sets.setdefault(name, set())
+            if key in taken or len(taken) < self.max_label_sets:
+                taken.add(key)
+                return labels
+            first = name not in self._overflowed
+            self._overflowed.add(name)
+        if first and self._warn is not None:
+            self._warn(
+                f"router: metric {name} has {self.max_label_sets} label sets; "
+                f"further ones count under the value {OVERFLOW!r}"
+            )
+        return {k: OVERFLOW for k in labels}
+
     def _put(self, op: str, name: str, labels: dict[str, str], value: float) -> None:
         if not self.enabled:
             return
+        if labels:
+            labels = self._bounded(name, labels)
         try:
             self._queue.put_nowait((op, name, labels, float(value)))
         except queue.Full:

@@ -20,10 +20,13 @@ Every request has one deadline (``threads.stream_timeout_us`` of its
 (``threads.ExecStream``): past it the client gets an error, the
 variant is told to stop (the cancel flag, kept up for ``LINGER_S``) and the
 route's concurrency slot is released; nothing is retried on the fallback
-then, since the time is spent. An orchestrator's failure after it streamed
-arrives in band (the ``error`` tensor of its final response) and is answered
-as that error. A variant the stub watchdog marked down (its stub died;
-``trtspec.runtime.health``) is not tried: its routes go to their fallback. With
+then, since the time is spent. A request waiting on a variant that the
+watchdog marks down meanwhile ends at once (``threads.CalleeDown``): on the
+fallback when nothing was streamed yet, else as that error. An
+orchestrator's failure after it streamed arrives in band (the ``error``
+tensor of its final response) and is answered as that error. A variant
+the stub watchdog marked down (its stub died; ``trtspec.runtime.health``) is not
+tried: its routes go to their fallback. With
 ``in_process_variants`` (what ``trtspec repo`` writes) the first try runs the
 variant's generation in this process (``inprocess.py``) under the same
 deadline, tracking, cancellation and fallback rules; the fallback retry goes
@@ -50,7 +53,7 @@ from trtspec.procutil import skip_interpreter_teardown, unique_id
 from trtspec.runtime import heartbeat
 from trtspec.runtime.cancel import POLL_S, Cancellation, Cancelled, cancel_stream
 from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
-from trtspec.runtime.health import is_down
+from trtspec.runtime.health import is_down, watch
 from trtspec.runtime.in_flight import SharedInFlight, run_key
 from trtspec.runtime.limits import check_sampling, decode_text
 from trtspec.runtime.models.inprocess import InProcessVariants
@@ -320,6 +323,7 @@ class TritonPythonModel:
             left_s,
             variant,
             keep=self._streams.keep,  # see BlsStreams: not freed by the stub's C++ thread
+            down=watch(variant),  # its stub died: ends now (CalleeDown), not at the deadline
         )
         try:
             self._relay(variant, call, sender, progress, cancel, fallback=fallback)

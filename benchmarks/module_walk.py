@@ -154,8 +154,8 @@ def main() -> int:
         walk.run("repo_routing", "repo", SPEC, "--routing", "results/walk/routing.yaml")
         walk.run("rollout_status", "rollout", "status", "triton_repo/tiny-e2e")
         walk.run("doctor", "doctor", SPEC)
-        walk.run("deploy", "deploy", "k8s", SPEC, "--image", "example.com/trtspec:1",
-                 "--out", "k8s")  # fmt: skip
+        walk.run("deploy", "deploy", "k8s", SPEC, "--image", "trtspec:walk",
+                 "--repo", "triton_repo/tiny-e2e", "--out", "k8s")  # fmt: skip
         walk.run("compare", "compare", "results/walk", "results/walk")
         modules = walk.modules()
     for tag, names in modules.items():

@@ -17,7 +17,7 @@ from tests.fixtures.repo_build import build as build_tiny
 from trtspec.artifacts.plan import PLAN_FILE, plan_path, save_plan
 from trtspec.cli.main import cli
 from trtspec.errors import ArtifactError
-from trtspec.flows import load_plan, plan_for
+from trtspec.flows import load_plan, stage_plan
 from trtspec.plan import make_plan
 from trtspec.spec import load_spec, parse_spec
 
@@ -117,10 +117,10 @@ def test_an_unreadable_or_old_plan_is_refused(tmp_path: Path, content: str, word
 
 def test_plan_for_makes_the_plan_only_where_none_was_written(tmp_path: Path) -> None:
     spec, _, engines, _ = build_tiny(tmp_path)
-    assert plan_for(spec, tmp_path / "unbuilt") == make_plan(spec, tmp_path / "unbuilt")
+    assert stage_plan(spec, tmp_path / "unbuilt") == make_plan(spec, tmp_path / "unbuilt")
     plan_path(spec.name, engines).write_text(json.dumps({"schema_version": 99}))
     with pytest.raises(ArtifactError):
-        plan_for(spec, engines)  # a written plan is read, never silently replaced
+        stage_plan(spec, engines)  # a written plan is read, never silently replaced
 
 
 def test_cli_repo_refuses_a_stale_plan(tmp_path: Path) -> None:

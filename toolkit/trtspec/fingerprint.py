@@ -221,9 +221,9 @@ def measure(
     file and ``max_tokens``; ``sampling`` holds the run's temperatures,
     top_p, top_k and seed; ``route_temperatures`` those of a route measured
     at its own (routes.<name>.temperatures)."""
-    from trtspec.flows import plan_for
+    from trtspec.flows import stage_plan
 
-    plan = plan_for(spec, Path(engines_root))
+    plan = stage_plan(spec, Path(engines_root))
     own = route_temperatures or {}
     route_ids = {
         name: route_identity(

@@ -12,7 +12,7 @@ a plan whose build inputs differ from the spec's (the spec changed since
 engines root recorded at build time is rebased onto the one the later stage
 is given, so ``load_plan(spec, root)`` equals what ``make_plan(spec, root)``
 returned when the engines were built (``trtspec.flows.load_plan`` turns the
-data into the ``Plan``; ``trtspec.flows.plan_for`` is the reader for a stage
+data into the ``Plan``; ``trtspec.flows.stage_plan`` is the reader for a stage
 that may also run before any build).
 """
 

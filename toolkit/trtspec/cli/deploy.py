@@ -184,7 +184,7 @@ def k8s_command(
     from trtspec.deploy import k8s_manifests
     from trtspec.deploy.k8s import write
     from trtspec.deploy.options import K8sOptions
-    from trtspec.flows import plan_for
+    from trtspec.flows import stage_plan
     from trtspec.spec import load_spec
 
     ctx = click.get_current_context()
@@ -200,7 +200,7 @@ def k8s_command(
             )
         per_instance = _instance_rps(summary_file, rate_route, level)
     spec = load_spec(spec_path)
-    plan = plan_for(spec, engines_root, spec_path=spec_path)
+    plan = stage_plan(spec, engines_root, spec_path=spec_path)
     mp = memory_for(spec, plan, gpu_bytes)
     opts = K8sOptions(
         image=image or "",
@@ -322,7 +322,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     KV-cache fraction (a graph has its GPUs to itself; one trtspec server
     splits it over the variants it holds)."""
     from trtspec.deploy.sizing import DeployError
-    from trtspec.flows import llmapi_config, plan_for
+    from trtspec.flows import llmapi_config, stage_plan
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -332,7 +332,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
             "TensorRT-LLM workers run the LLM-API flow",
             "set `flow: llmapi` in the spec, or deploy the engine flow with `trtspec deploy k8s`",
         )
-    docs = llmapi_config.documents(spec, plan_for(spec, engines_root, spec_path=spec_path))
+    docs = llmapi_config.documents(spec, stage_plan(spec, engines_root, spec_path=spec_path))
     fraction = float(spec.target.kv_cache.free_gpu_mem_fraction)
     for doc in docs.values():
         doc["kv_cache_config"] = {**doc["kv_cache_config"], "free_gpu_memory_fraction": fraction}

@@ -31,11 +31,11 @@ def doctor_cmd(
 
     spec = plan = None
     if spec_path is not None:
-        from trtspec.flows import plan_for
+        from trtspec.flows import stage_plan
         from trtspec.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan = plan_for(spec, engines_root, examples_dir=examples_dir, spec_path=spec_path)
+        plan = stage_plan(spec, engines_root, examples_dir=examples_dir, spec_path=spec_path)
     checks = doctor.run_checks(spec, plan)
     bad = doctor.blockers(checks)
     if fmt == "json":

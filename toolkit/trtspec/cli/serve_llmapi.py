@@ -65,7 +65,7 @@ def serve_llmapi(
 ) -> None:
     """Serve every variant of an LLM-API spec with its own trtllm-serve."""
     from trtspec.errors import SpecError
-    from trtspec.flows import plan_for
+    from trtspec.flows import stage_plan
     from trtspec.flows.llmapi_config import serve_commands
     from trtspec.flows.llmapi_serve import TrtllmServeFleet
     from trtspec.spec import load_spec
@@ -77,7 +77,7 @@ def serve_llmapi(
             "set `flow: llmapi`, or serve the engine flow's repository with `trtspec serve`",
         )
     # the plan `trtspec build` wrote (a stale one refused); the files it wrote are checked next
-    plan = plan_for(spec, engines_root, spec_path=spec_path)
+    plan = stage_plan(spec, engines_root, spec_path=spec_path)
     commands = serve_commands(spec, plan, engines_root, base_port=base_port, host=host)
     missing = [a[-1] for a in commands.values() if not Path(a[-1]).is_file()]
     if missing:

@@ -97,7 +97,7 @@ def make_plan(
     return flow_for(spec).plan(spec, Path(engines_root), examples_dir)
 
 
-def plan_for(
+def stage_plan(
     spec: Spec,
     engines_root: Path = Path("engines"),
     *,

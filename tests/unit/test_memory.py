@@ -310,6 +310,12 @@ def test_repo_command_takes_gpu_memory(spec_path: Path, tmp_path: Path) -> None:
             json.dumps({"build_config": {"max_draft_len": draft_len}}), encoding="utf-8"
         )
     (engines / "mem" / "target" / "tokenizer").mkdir()
+    from trtspec.artifacts.plan import save_plan
+    from trtspec.plan import make_plan
+    from trtspec.spec import load_spec
+
+    spec = load_spec(spec_path)
+    save_plan(spec, make_plan(spec, engines))  # and the plan `trtspec build` writes
     res = run(
         "repo",
         str(spec_path),

@@ -398,10 +398,12 @@ def test_cli_repo_missing_engines_is_a_clean_error(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert result.stdout == ""
-    missing = (tmp_path / "none" / "tiny-all" / "target" / "config.json").resolve()
+    # nothing built there: no plan.json, the first file `trtspec build` writes
+    plan = tmp_path / "none" / "tiny-all" / "plan.json"
     assert result.stderr.splitlines()[-2:] == [
-        f"Error: {missing}: engine target is not built (and 5 more)",
-        "Hint: Run `trtspec build` for this spec first, or pass --engines DIR.",
+        f"Error: {plan}: no build plan: the engines of spec tiny-all were not built here",
+        f"Hint: run `trtspec build {spec_path}` (cached steps are skipped; it writes "
+        "plan.json), or pass --engines DIR with the folder they were built in",
     ]
     assert "Traceback" not in result.stderr
 

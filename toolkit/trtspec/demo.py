@@ -97,7 +97,7 @@ def server_lines(run_dir: Path) -> list[str]:
     memory and stop time against issue 24's targets (``serve/footprint.py``)."""
     import json
 
-    from trtspec.bench.records import RUN_FILE
+    from trtspec.artifacts.bench_run import RUN_FILE
     from trtspec.serve.footprint import Footprint
 
     try:

@@ -64,6 +64,11 @@ class GateFailed(TrtspecError):
     exit_code = 3
 
 
+class ArtifactError(TrtspecError):
+    """A file an earlier stage writes is missing, unreadable, of another
+    schema version, or written for another spec (``trtspec.artifacts``)."""
+
+
 class FileSystemError(TrtspecError):
     """The operating system refused a read or write (full, read-only, no access)."""
 

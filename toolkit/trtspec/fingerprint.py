@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.engine_manifest import MANIFEST
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.catalogue import BASELINE
 
 FINGERPRINT_SCHEMA_VERSION = 1
-ENGINE_MANIFEST = "trtspec.json"  # written by trtspec.build.executor (MANIFEST there)
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 # sampling keys whose change makes a measurement stale; the seed only picks
 # which random draws a sampled run makes, so it is recorded but not compared
@@ -95,7 +96,7 @@ def engine_identity(folder: Path) -> dict[str, Any]:
     from changes; ``steps``/``argv``/``versions`` say which part did."""
     folder = Path(folder)
     try:
-        manifest = json.loads((folder / ENGINE_MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         manifest = None
     if isinstance(manifest, dict) and isinstance(manifest.get("steps"), list):
@@ -164,7 +165,7 @@ def repository_hash(repo: Path | None) -> str | None:
     rollout folder the router writes its state and logs to while serving."""
     if repo is None:
         return None
-    return tree_hash(Path(repo), skip=("router/routing.json", "router/rollout"))
+    return tree_hash(Path(repo), skip=(f"router/{ROUTING_FILE}", "router/rollout"))
 
 
 def _variant_settings(spec: Any) -> dict[str, str]:
@@ -220,9 +221,9 @@ def measure(
     file and ``max_tokens``; ``sampling`` holds the run's temperatures,
     top_p, top_k and seed; ``route_temperatures`` those of a route measured
     at its own (routes.<name>.temperatures)."""
-    from trtspec.flows import make_plan
+    from trtspec.flows import stage_plan
 
-    plan = make_plan(spec, Path(engines_root))
+    plan = stage_plan(spec, Path(engines_root))
     own = route_temperatures or {}
     route_ids = {
         name: route_identity(

@@ -27,9 +27,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.engine_manifest import MANIFEST
 from trtspec.errors import TrtspecError
 
-MANIFEST = "trtspec.json"
 HASH_MAX_BYTES = 16 * 1024 * 1024
 _CHUNK = 1024 * 1024
 

@@ -184,6 +184,44 @@ class Plan:
         }
 
 
+def plan_from_dict(data: dict[str, Any], spec_hash: str) -> Plan:
+    """The ``Plan`` that ``trtspec.artifacts.plan`` wrote field by field
+    (``read_plan``'s data); ``spec_hash`` is the spec it is read for."""
+
+    engines = [
+        EnginePlan(
+            **{
+                **e,
+                "dir": Path(e["dir"]),
+                "variants": tuple(e["variants"]),
+                "devices": tuple(tuple(d) for d in e["devices"]),
+            }
+        )
+        for e in data["engines"]
+    ]
+    steps = [
+        Step(
+            **{
+                **s,
+                "argv": tuple(s["argv"]),
+                "inputs": tuple(s["inputs"]),
+                "outputs": tuple(s["outputs"]),
+            }
+        )
+        for s in data["steps"]
+    ]
+    return Plan(
+        spec_name=data["spec_name"],
+        spec_hash=spec_hash,
+        backend=data["backend"],
+        root=Path(data["root"]),
+        engines=engines,
+        steps=steps,
+        variants={k: VariantEngines(**v) for k, v in data["variants"].items()},
+        unit_keys=dict(data["unit_keys"]),
+    )
+
+
 def slug(text: str) -> str:
     base = text.rstrip("/").rsplit("/", 1)[-1]
     base = re.sub(r"\.gguf$", "", base)

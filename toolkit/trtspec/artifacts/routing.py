@@ -18,6 +18,7 @@ from typing import Any
 from trtspec.catalogue import BASELINE
 from trtspec.errors import RepoError
 
+ROUTING_YAML = "routing.yaml"  # written by `trtspec bench` into its run folder
 SCHEMA_VERSION = 1
 # ``evidence`` (the benchmark's paired estimate behind a promote) is for
 # people reading routing.yaml; the router does not use it.

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.bench_run import SUMMARY_FILE
+from trtspec.bench.metrics import BY_NAME as CELL
 from trtspec.errors import BenchError
 from trtspec.fingerprint import diff
 
-SUMMARY_FILE = "summary.json"
 RowKey = tuple[str, str, str, float]  # route, variant, load, temperature
 
 
@@ -130,12 +131,12 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "load": key[2],
             "temperature": key[3],
             "num_speculative_tokens": _pair(x, y, lambda c: c.get("num_speculative_tokens")),
-            "acceptance_rate": _pair(x, y, lambda c: c.get("acceptance_rate")),
-            "mean_accepted_length": _pair(x, y, lambda c: c.get("mean_accepted_length")),
+            "acceptance_rate": _pair(x, y, CELL["acceptance_rate"].read),
+            "mean_accepted_length": _pair(x, y, CELL["mean_accepted_length"].read),
             "speedup": _pair(x, y, lambda c: c.get("speedup")),
-            "ttft_p50_ms": _pair(x, y, lambda c: (c.get("ttft_ms") or {}).get("p50")),
-            "ttft_p95_ms": _pair(x, y, lambda c: (c.get("ttft_ms") or {}).get("p95")),
-            "quality_pass_rate": _pair(x, y, lambda c: c.get("quality_pass_rate")),
+            "ttft_p50_ms": _pair(x, y, CELL["ttft_p50_ms"].read),
+            "ttft_p95_ms": _pair(x, y, CELL["ttft_p95_ms"].read),
+            "quality_pass_rate": _pair(x, y, CELL["quality_pass_rate"].read),
         }
         row["speedup_ci_overlap"] = _overlap(row["speedup"]["a"], row["speedup"]["b"])
         row["changes"] = {name: read(row) for name, read in METRICS.items()}

@@ -28,12 +28,13 @@ from typing import Any
 
 import yaml
 
+from trtspec.artifacts.routing import ROUTING_YAML
+from trtspec.artifacts.routing import SCHEMA_VERSION as ROUTING_SCHEMA_VERSION
 from trtspec.bench import distribution, goodput, stats
 from trtspec.bench.records import pairs_with
 from trtspec.catalogue import BASELINE, DEFAULT_CANARY_PERCENT
 
 PROMOTE, EXCLUDE, INCONCLUSIVE = "promote", "exclude", "inconclusive"
-ROUTING_SCHEMA_VERSION = 1
 _RANK = {PROMOTE: 0, INCONCLUSIVE: 1, EXCLUDE: 2}
 
 
@@ -508,7 +509,7 @@ def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             fig = f"{point:.2f}x" if by == "speedup" else f"{point * 100:+.0f}%"
             cells.append(f"k={b['k']} ({fig}, {b['decision']})")
         rows.append([f["route"], f["variant"], *cells, took])
-    return ["route", "variant", *[f"concurrency={c}" for c in levels], "routing.yaml"], rows
+    return ["route", "variant", *[f"concurrency={c}" for c in levels], ROUTING_YAML], rows
 
 
 def _routing(

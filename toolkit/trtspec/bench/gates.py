@@ -13,25 +13,12 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any
 
+from trtspec.bench.metrics import METRICS as CELL_METRICS
 from trtspec.errors import BenchError
 
-# metric name -> how to read it from one summary cell
-METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
-    "speedup": lambda c: (c.get("speedup") or {}).get("point"),
-    "speedup_ci_low": lambda c: (c.get("speedup") or {}).get("ci_low"),
-    "error_rate": lambda c: c.get("error_rate"),
-    "equal_rate": lambda c: c.get("equal_rate"),
-    "quality_pass_rate": lambda c: c.get("quality_pass_rate"),
-    "acceptance_rate": lambda c: c.get("acceptance_rate"),
-    "mean_accepted_length": lambda c: c.get("mean_accepted_length"),
-    "tokens_per_second": lambda c: (c.get("tokens_per_second") or {}).get("mean"),
-    "ttft_p50_ms": lambda c: (c.get("ttft_ms") or {}).get("p50"),
-    "ttft_p95_ms": lambda c: (c.get("ttft_ms") or {}).get("p95"),
-    "latency_p50_ms": lambda c: (c.get("latency_ms") or {}).get("p50"),
-    "latency_p95_ms": lambda c: (c.get("latency_ms") or {}).get("p95"),
-    "tpot_p50_ms": lambda c: (c.get("tpot_ms") or {}).get("p50"),
-    "tpot_p95_ms": lambda c: (c.get("tpot_ms") or {}).get("p95"),
-    "p95_latency_regression": lambda c: c.get("p95_latency_regression"),
+# metric name -> how to read it from one summary cell (trtspec.bench.metrics)
+METRICS: dict[str, Callable[[Mapping[str, Any]], float | None]] = {
+    m.name: m.read for m in CELL_METRICS
 }
 
 _OPS: dict[str, Callable[[float, float], bool]] = {

@@ -125,6 +125,7 @@ def instant_repository(
     text models load (no weights are read); ``stream_interval`` is the
     spec's ``flow.stream_interval``, ``router_instances`` its
     ``router.instances``. Returns the repository folder."""
+    from trtspec.artifacts.plan import save_plan
     from trtspec.plan import make_plan
     from trtspec.repo.assemble import assemble
     from trtspec.spec import load_spec
@@ -146,6 +147,7 @@ def instant_repository(
     plan = make_plan(spec, root / "engines")
     for engine in plan.engines:
         write_engine_stub(root / "engines" / spec.name / engine.name, Path(model))
+    save_plan(spec, plan)  # the instant engines' build, as `trtspec build` records one
     repo = assemble(spec, plan, root / "engines", root / "triton_repo")
     use_instant_engines(repo, step_ms)
     in_process_router(repo)
@@ -282,6 +284,7 @@ def instant_llmapi_repository(
     (``stream_interval`` as the LLM argument) whose ``baseline__llmapi``
     model is the instant LLM, plus the ``router_bls`` router; ``model`` is a
     Hugging Face folder whose tokenizer is used (no weights are read)."""
+    from trtspec.artifacts.plan import save_plan
     from trtspec.flows import flow_for, make_plan
     from trtspec.spec import load_spec
 
@@ -305,6 +308,7 @@ def instant_llmapi_repository(
     for engine in plan.engines:
         write_engine_stub(engines / spec.name / engine.name, Path(model))
     flow.write_files(flow.files(spec, plan, engines))
+    save_plan(spec, plan)
     repo = flow.assemble(spec, plan, engines, root / "triton_repo", routing=None, gpu_bytes=None)
     use_instant_llm(repo, step_ms)
     in_process_router(repo)

@@ -47,12 +47,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.repo_manifest import MANIFEST_NAME as MANIFEST
 from trtspec.bench.client import Arm
 from trtspec.errors import BenchError
 
 COLD, WARM, OFF = "cold", "warm", "off"
 POLICIES = (COLD, WARM, OFF)
-MANIFEST = "trtspec-repo.json"
 FRACTION = "kv_cache_free_gpu_mem_fraction"
 
 

@@ -8,11 +8,11 @@ import queue
 import threading
 from typing import Any
 
+from trtspec.artifacts.bench_run import REQUEST_SCHEMA_VERSION
 from trtspec.bench.client import Outcome
 from trtspec.bench.quality import QualityRunner
 from trtspec.bench.records import (
     ACCEPTANCE_NOT_REPORTED,
-    REQUEST_SCHEMA_VERSION,
     RequestLog,
     ids_hash,
     text_hash,

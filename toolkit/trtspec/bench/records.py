@@ -20,10 +20,6 @@ from trtspec import fsutil
 from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
 
-REQUEST_SCHEMA_VERSION = 1
-REQUESTS_FILE = "requests.jsonl"
-RUN_FILE = "run.json"
-
 # Every row carries these keys (None where not applicable); tests and the
 # summary rely on the names.
 REQUEST_FIELDS = (

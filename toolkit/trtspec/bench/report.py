@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, SUMMARY_FILE
+from trtspec.artifacts.routing import ROUTING_YAML
 from trtspec.bench import distribution, goodput, positions
 from trtspec.bench.decide import K_NOTE, k_table, routing_yaml
 from trtspec.bench.records import (
-    REQUESTS_FILE,
-    RUN_FILE,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
@@ -167,8 +167,8 @@ def render_run(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     """Recompute and write every artefact of ``run_dir``; return the summary."""
     rows, run_info, memory = _load_run(run_dir)
     summary = build_summary(rows, run_info, memory)
-    atomic_write_json(run_dir / "summary.json", summary)
-    atomic_write_text(run_dir / "routing.yaml", routing_yaml(summary["routing"]))
+    atomic_write_json(run_dir / SUMMARY_FILE, summary)
+    atomic_write_text(run_dir / ROUTING_YAML, routing_yaml(summary["routing"]))
     images = write_plots(run_dir, summary, rows) if plots else []
     atomic_write_text(run_dir / "report.md", render_markdown(summary, images))
     atomic_write_text(run_dir / "report.html", render_html(summary, images))

@@ -24,13 +24,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE
 from trtspec.bench.cells import Run, Target, serve, wait_ready
 from trtspec.bench.client import Arm, LagProbe
 from trtspec.bench.parity import COLD, POLICIES, WARM, parity_repo, shared_engines
 from trtspec.bench.plan import BenchPlan, BenchSettings, plan_from_spec
 from trtspec.bench.progress import RouteBars
 from trtspec.bench.recorder import Recorder
-from trtspec.bench.records import REQUESTS_FILE, RUN_FILE, RequestLog, atomic_write_json
+from trtspec.bench.records import RequestLog, atomic_write_json
 from trtspec.bench.report import METRICS_FILE, console_lines, render_run
 from trtspec.bench.sequential import DEFAULT_MAX_REQUESTS
 from trtspec.bench.summary import environment_info, git_commit

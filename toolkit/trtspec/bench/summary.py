@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
+from trtspec.artifacts.bench_run import SUMMARY_SCHEMA_VERSION
 from trtspec.bench import distribution, goodput, positions, stats
 from trtspec.bench.decide import decide
 from trtspec.bench.openai_metrics import attach_cell_acceptance
@@ -30,7 +31,6 @@ from trtspec.bench.records import pairs_with
 from trtspec.bench.sequential import SequentialPlan, paired_ratio_interval
 from trtspec.spec.schema import DEFAULT_DECISION
 
-SUMMARY_SCHEMA_VERSION = 1
 SHORT_OUTPUT_TOKENS = 20
 
 CellKey = tuple[str, str, Any, str, float]  # route, variant, k, load, temperature

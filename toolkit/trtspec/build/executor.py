@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trtspec import __version__
+from trtspec.artifacts.engine_manifest import MANIFEST
+from trtspec.artifacts.engine_manifest import SCHEMA_VERSION as MANIFEST_SCHEMA_VERSION
 from trtspec.build.inspect import summarize_config
 from trtspec.errors import StepFailed, TrtspecError
 from trtspec.fsutil import atomic_write_json
-from trtspec.integrity import MANIFEST, describe, file_records, verify_files
+from trtspec.integrity import describe, file_records, verify_files
 from trtspec.plan import Plan, Step
 from trtspec.procutil import dist_version, parent_death_hook, pid_alive
 
@@ -426,7 +428,7 @@ def _manifest(
         with contextlib.suppress(ValueError, OSError):
             summary = summarize_config(json.loads((staging / "config.json").read_text()))
     return {
-        "schema_version": 2,
+        "schema_version": MANIFEST_SCHEMA_VERSION,
         "spec": plan.spec_name,
         "spec_hash": plan.spec_hash,
         "backend": plan.backend,

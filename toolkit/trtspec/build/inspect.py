@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.engine_manifest import MANIFEST
 from trtspec.catalogue import ENGINE_MODE_BY_INT
 from trtspec.errors import TrtspecError
 from trtspec.integrity import require_intact, unverifiable_note
@@ -101,7 +102,7 @@ def read_engine(folder: str | Path) -> dict[str, Any]:
     info: dict[str, Any] = {"engine_dir": str(folder), **summary}
     info["files"] = sorted(p.name for p in folder.iterdir() if p.is_file())
     info["has_tokenizer"] = (folder / "tokenizer").is_dir()
-    manifest_path = folder / "trtspec.json"
+    manifest_path = folder / MANIFEST
     if manifest_path.is_file():
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, format_option, progress
 from trtspec.errors import BenchError, GateFailed
 
@@ -187,7 +188,9 @@ def _finish(
     "arm's KV blocks (arms sharing an engine model get their own copy); warm = "
     "each request follows a 1-token request for its prompt; off = as served.",
 )
-@click.option("--warmup", type=click.IntRange(min=0), help="Warmup requests per arm.")
+@click.option(
+    "--warmup", "warmup_requests", type=click.IntRange(min=0), help="Warmup requests per arm."
+)
 @click.option(
     "--isolate", is_flag=True, help="Serve one variant at a time, each in its own tritonserver."
 )
@@ -196,14 +199,7 @@ def _finish(
     type=click.Path(path_type=Path),
     help="Tokenizer folder for chat templates (default the target engine's).",
 )
-@click.option(
-    "--engines",
-    "engines_root",
-    type=click.Path(path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root folder.",
-)
+@engines_option("Engines root folder.")
 @click.option(
     "--output",
     type=click.Path(path_type=Path),
@@ -233,82 +229,47 @@ def _finish(
 @fail_on_option
 @max_error_option
 @format_option
-def bench_command(  # noqa: PLR0917 - one parameter per Click option
+def bench_command(
+    *,
     spec_path: Path,
-    endpoint: str | None,
-    metrics_url: str | None,
-    repo: Path | None,
-    variants: list[str] | None,
-    routes: list[str] | None,
-    concurrency: list[int] | None,
-    request_rate: float | None,
-    temperatures: list[float] | None,
-    num_draft_tokens: list[int] | None,
-    requests: int | None,
-    until_decided: bool,
-    max_requests: int,
-    prefix_cache: str,
-    warmup: int | None,
-    isolate: bool,
-    tokenizer: Path | None,
-    engines_root: Path,
     output: Path,
     run_dir: Path | None,
-    request_timeout_s: float | None,
     no_plots: bool,
-    external: list[str] | None,
-    external_only: bool,
     gates: list[Any],
     max_error_rate: float,
     fmt: str,
+    **flags: Any,
 ) -> None:
     """Benchmark every variant of SPEC against the baseline, per route."""
+    # Every other option's name is its BenchOptions field (CLI_ONLY below the
+    # exceptions): a flag is declared once here and once in the dataclass.
     from trtspec.bench.progress import RouteBars
     from trtspec.bench.runner import BenchOptions, run_benchmark
     from trtspec.spec import load_spec
 
-    if external == ["none"]:
-        if external_only:
+    if flags["external"] == ["none"]:
+        if flags["external_only"]:
             raise click.UsageError("--external none and --external-only leave no arm to bench")
-        external = []
+        flags["external"] = []
     spec = load_spec(spec_path)
     from trtspec.flows.llmapi_config import greedy_at
 
-    greedy = greedy_at(spec, temperatures)
+    greedy = greedy_at(spec, flags["temperatures"])
     if greedy is not None:
         click.echo(f"Warning: {greedy}", err=True)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = run_dir or output / f"{spec.name}-{stamp}"
     result = run_benchmark(
         spec,
-        BenchOptions(
-            output_dir=run_dir,
-            endpoint=endpoint,
-            metrics_url=metrics_url,
-            repo=repo,
-            variants=variants,
-            routes=routes,
-            concurrency=concurrency,
-            request_rate=request_rate,
-            temperatures=temperatures,
-            num_draft_tokens=num_draft_tokens,
-            requests=requests,
-            warmup_requests=warmup,
-            isolate=isolate,
-            tokenizer=tokenizer,
-            engines_root=engines_root,
-            request_timeout_s=request_timeout_s,
-            plots=not no_plots,
-            external=external,
-            external_only=external_only,
-            until_decided=until_decided,
-            max_requests=max_requests,
-            prefix_cache=prefix_cache,
-        ),
+        BenchOptions(output_dir=run_dir, plots=not no_plots, **flags),
         progress=progress,
         bars=RouteBars(sys.stderr),
     )
     _finish(result.summary, gates, max_error_rate, fmt, result.run_dir)
+
+
+# bench_command's parameters that are not a BenchOptions field of the same name
+CLI_ONLY = ("spec_path", "output", "run_dir", "no_plots", "gates", "max_error_rate", "fmt")
 
 
 @click.command("report")

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for, memory_table
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -101,15 +102,7 @@ def _check_only(plan: Any, only: str | None) -> None:
 @click.option("--dry-run", is_flag=True, help="Print every step (argv, cache state) and run none.")
 @click.option("--force", is_flag=True, help="Rebuild even when a step's cache key is unchanged.")
 @click.option("--only", metavar="VARIANT", help="Build only the engines this variant needs.")
-@click.option(
-    "--engines",
-    "--engines-dir",
-    "engines_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root; the spec's engines go to ENGINES/<spec>/.",
-)
+@engines_option("Engines root; the spec's engines go to ENGINES/<spec>/.", "--engines-dir")
 @click.option(
     "--examples-dir",
     metavar="DIR",
@@ -124,7 +117,7 @@ def build_cmd(
     dry_run: bool,
     force: bool,
     only: str | None,
-    engines_dir: Path,
+    engines_root: Path,
     examples_dir: str | None,
     verbose: bool,
     gpu_bytes: int | None,
@@ -136,11 +129,11 @@ def build_cmd(
 
     spec = _load(spec_path)
     flow = flow_for(spec)
-    plan = make_plan(spec, engines_dir, examples_dir=examples_dir)
+    plan = make_plan(spec, engines_root, examples_dir=examples_dir)
     _check_only(plan, only)
     memory = memory_for(spec, plan, gpu_bytes)
     # files the flow writes beside the engines, checked before any step runs
-    files = flow.files(spec, plan, engines_dir, gpu_bytes=gpu_bytes)
+    files = flow.files(spec, plan, engines_root, gpu_bytes=gpu_bytes)
     if dry_run:
         status = plan_status(plan, force=force, only=only)
         if fmt == "json":
@@ -183,6 +176,9 @@ def build_cmd(
         progress=progress,
     )
     written = flow.write_files(files)
+    from trtspec.artifacts.plan import save_plan
+
+    save_plan(spec, plan)  # what the later stages read instead of planning again
     selected = {o.step.unit for o in result.outcomes}
     ran = {o.step.unit for o in result.outcomes if o.status == "ran"}
     engines = [e for e in plan.engines if str(e.dir) in selected]

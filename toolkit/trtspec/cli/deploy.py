@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -64,14 +65,7 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     type=click.Path(path_type=Path, dir_okay=False),
     help="routing.yaml to deploy (must match the repository's router when --repo is given).",
 )
-@click.option(
-    "--engines",
-    "engines_root",
-    type=click.Path(path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root (ENGINES/<spec>/).",
-)
+@engines_option("Engines root (ENGINES/<spec>/).")
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -190,7 +184,7 @@ def k8s_command(
     from trtspec.deploy import k8s_manifests
     from trtspec.deploy.k8s import write
     from trtspec.deploy.options import K8sOptions
-    from trtspec.plan import make_plan
+    from trtspec.flows import stage_plan
     from trtspec.spec import load_spec
 
     ctx = click.get_current_context()
@@ -206,7 +200,7 @@ def k8s_command(
             )
         per_instance = _instance_rps(summary_file, rate_route, level)
     spec = load_spec(spec_path)
-    plan = make_plan(spec, engines_root)
+    plan = stage_plan(spec, engines_root, spec_path=spec_path)
     mp = memory_for(spec, plan, gpu_bytes)
     opts = K8sOptions(
         image=image or "",
@@ -328,7 +322,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     KV-cache fraction (a graph has its GPUs to itself; one trtspec server
     splits it over the variants it holds)."""
     from trtspec.deploy.sizing import DeployError
-    from trtspec.flows import llmapi_config, make_plan
+    from trtspec.flows import llmapi_config, stage_plan
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -338,7 +332,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
             "TensorRT-LLM workers run the LLM-API flow",
             "set `flow: llmapi` in the spec, or deploy the engine flow with `trtspec deploy k8s`",
         )
-    docs = llmapi_config.documents(spec, make_plan(spec, engines_root))
+    docs = llmapi_config.documents(spec, stage_plan(spec, engines_root, spec_path=spec_path))
     fraction = float(spec.target.kv_cache.free_gpu_mem_fraction)
     for doc in docs.values():
         doc["kv_cache_config"] = {**doc["kv_cache_config"], "free_gpu_memory_fraction": fraction}
@@ -353,10 +347,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     "--spec", "spec_path", type=click.Path(dir_okay=False, path_type=Path),
     help="An LLM-API spec (flow: llmapi): graphs from its generated configs.",
 )  # fmt: skip
-@click.option(
-    "--engines", "engines_root", type=click.Path(file_okay=False, path_type=Path),
-    default=Path("engines"), show_default=True, help="Engines root (with --spec).",
-)  # fmt: skip
+@engines_option("Engines root (with --spec).")
 @click.option(
     "--routing", "routing_file", type=click.Path(dir_okay=False, path_type=Path),
     help="routing.yaml the benchmark decided: graphs for the variants it promotes, plus the "

@@ -8,20 +8,14 @@ from pathlib import Path
 
 import click
 
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, emit_table, format_option
 from trtspec.errors import TrtspecError
 
 
 @click.command("doctor")
 @click.argument("spec_path", metavar="[SPEC]", required=False, type=click.Path(dir_okay=False))
-@click.option(
-    "--engines",
-    "engines_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root (where downloaded model configs are found).",
-)
+@engines_option("Engines root (where downloaded model configs are found).")
 @click.option(
     "--examples-dir",
     metavar="DIR",
@@ -29,7 +23,7 @@ from trtspec.errors import TrtspecError
 )
 @format_option
 def doctor_cmd(
-    spec_path: str | None, engines_dir: Path, examples_dir: str | None, fmt: str
+    spec_path: str | None, engines_root: Path, examples_dir: str | None, fmt: str
 ) -> None:
     """Check this machine before a long build: TensorRT-LLM version, build
     scripts, GPUs and their memory, tritonserver and its backend, /dev/shm."""
@@ -37,11 +31,11 @@ def doctor_cmd(
 
     spec = plan = None
     if spec_path is not None:
-        from trtspec.flows import make_plan
+        from trtspec.flows import stage_plan
         from trtspec.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan = make_plan(spec, engines_dir, examples_dir=examples_dir)
+        plan = stage_plan(spec, engines_root, examples_dir=examples_dir, spec_path=spec_path)
     checks = doctor.run_checks(spec, plan)
     bad = doctor.blockers(checks)
     if fmt == "json":

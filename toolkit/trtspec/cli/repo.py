@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 from trtspec.errors import RepoError
 
@@ -62,14 +63,7 @@ def _refuse_stale(
     is_flag=True,
     help="Validate the repository at PATH instead of building one from a spec.",
 )
-@click.option(
-    "--engines",
-    "engines_root",
-    type=click.Path(path_type=Path),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root; the spec's engines are in ENGINES/<spec>/.",
-)
+@engines_option("Engines root; the spec's engines are in ENGINES/<spec>/.")
 @click.option(
     "--output",
     "output",
@@ -113,12 +107,12 @@ def repo(
             f"{path} is a folder; pass a spec file, or add --check to validate a repository"
         )
     from trtspec.artifacts.routing import load_routing
-    from trtspec.flows import flow_for, make_plan
+    from trtspec.flows import flow_for, load_plan
     from trtspec.repo.check import check_repository
     from trtspec.spec import load_spec
 
     spec = load_spec(path)
-    plan = make_plan(spec, engines_root)
+    plan = load_plan(spec, engines_root, spec_path=path)
     table = None
     if routing_file is not None:
         table = load_routing(

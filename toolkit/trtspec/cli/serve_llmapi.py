@@ -13,6 +13,7 @@ from types import FrameType
 import click
 import yaml
 
+from trtspec.cli._options import engines_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -26,14 +27,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 @click.command("serve-llmapi")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option(
-    "--engines",
-    "engines_root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("engines"),
-    show_default=True,
-    help="Engines root; the files are in ENGINES/<spec>/llmapi/.",
-)
+@engines_option("Engines root; the files are in ENGINES/<spec>/llmapi/.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--base-port",
@@ -71,7 +65,7 @@ def serve_llmapi(
 ) -> None:
     """Serve every variant of an LLM-API spec with its own trtllm-serve."""
     from trtspec.errors import SpecError
-    from trtspec.flows import make_plan
+    from trtspec.flows import stage_plan
     from trtspec.flows.llmapi_config import serve_commands
     from trtspec.flows.llmapi_serve import TrtllmServeFleet
     from trtspec.spec import load_spec
@@ -82,7 +76,8 @@ def serve_llmapi(
             [f"{spec_path}: flow: trtllm-serve serves LLM-API specs only"],
             "set `flow: llmapi`, or serve the engine flow's repository with `trtspec serve`",
         )
-    plan = make_plan(spec, engines_root)
+    # the plan `trtspec build` wrote (a stale one refused); the files it wrote are checked next
+    plan = stage_plan(spec, engines_root, spec_path=spec_path)
     commands = serve_commands(spec, plan, engines_root, base_port=base_port, host=host)
     missing = [a[-1] for a in commands.values() if not Path(a[-1]).is_file()]
     if missing:

@@ -26,6 +26,7 @@ import json
 import re
 from typing import Any
 
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import BASELINE
 from trtspec.deploy.k8s_pod import SECRET_KEY
@@ -116,7 +117,7 @@ def routing_configmap(table: RoutingTable, popts: K8sOptions) -> dict[str, Any]:
     doc_meta["labels"] = {**labels(popts.name)}
     text = json.dumps(table.to_dict(), indent=2, sort_keys=True) + "\n"
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc_meta,
-            "data": {"routing.json": text}}  # fmt: skip
+            "data": {ROUTING_FILE: text}}  # fmt: skip
 
 
 def manifests(

@@ -20,11 +20,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.engine_manifest import MANIFEST as ENGINE_MANIFEST
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.artifacts.routing import RoutingTable, load_routing, routing_from_rollout
 from trtspec.catalogue import BASELINE
 from trtspec.deploy.options import Served
 from trtspec.deploy.sizing import DeployError
-from trtspec.fingerprint import ENGINE_MANIFEST, repository_hash
+from trtspec.fingerprint import repository_hash
 from trtspec.serve.manifest import (
     MANIFEST_NAME,
     engine_models,
@@ -212,7 +214,7 @@ def served_from(
             f"{repo / MANIFEST_NAME}: spec: {manifest.get('spec')!r} is not {spec.name!r}",
             "pass the repository built from this spec",
         )
-    routing_json = repo / ROUTER / "routing.json"
+    routing_json = repo / ROUTER / ROUTING_FILE
     if not routing_json.is_file():
         _routing_needed(spec, [str(v) for v in manifest.get("variants") or []],
                         given is not None, baseline_only)  # fmt: skip

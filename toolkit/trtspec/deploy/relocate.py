@@ -23,6 +23,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
+
 CONFIG = "config.pbtxt"
 # A string parameter value in config.pbtxt text format: `string_value: "..."`.
 _STRING = re.compile(r'(string_value:\s*")((?:[^"\\]|\\.)*)(")')
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             check_fingerprint(args.repo, args.expect_hash)
         changed = relocate(args.repo, args.out, args.from_root, args.to_root)
         if args.routing is not None:  # one gateway pool's table (trtspec.deploy.gateway)
-            shutil.copyfile(args.routing, args.out / "router" / "routing.json")
+            shutil.copyfile(args.routing, args.out / "router" / ROUTING_FILE)
     except (RelocateError, OSError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1

@@ -95,3 +95,40 @@ def make_plan(
     """The build plan of a spec under its flow (``trtspec.plan.make_plan`` for
     the engine flow)."""
     return flow_for(spec).plan(spec, Path(engines_root), examples_dir)
+
+
+def stage_plan(
+    spec: Spec,
+    engines_root: Path = Path("engines"),
+    *,
+    examples_dir: str | None = None,
+    spec_path: str | Path | None = None,
+) -> Plan:
+    """For a stage that may run before any build (``trtspec doctor``,
+    ``trtspec deploy``, a benchmark): the plan ``trtspec build`` wrote
+    (``trtspec.artifacts.plan``; one written for other build inputs is
+    refused), else the plan made now, as a dry run makes it."""
+    from trtspec.artifacts.plan import plan_path
+
+    if plan_path(spec.name, engines_root).is_file():
+        return load_plan(spec, engines_root, spec_path=spec_path)
+    return make_plan(spec, engines_root, examples_dir=examples_dir)
+
+
+def load_plan(
+    spec: Spec, engines_root: Path = Path("engines"), *, spec_path: str | Path | None = None
+) -> Plan:
+    """The plan ``trtspec build`` wrote for ``spec`` (``engines/<spec>/plan.json``);
+    a missing, old or stale one is refused, naming the fix."""
+    from trtspec.artifacts.plan import plan_path, read_plan
+    from trtspec.errors import ArtifactError
+    from trtspec.plan import plan_from_dict
+
+    data = read_plan(spec, engines_root, spec_path=spec_path)
+    try:
+        return plan_from_dict(data, spec.spec_hash)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(
+            f"{plan_path(spec.name, engines_root)}: plan: malformed ({exc!r})",
+            f"run `trtspec build {spec_path or spec.name}` again",
+        ) from None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtspec.artifacts.repo_manifest import MANIFEST_NAME, MANIFEST_SCHEMA_VERSION, ROUTING_FILE
 from trtspec.artifacts.rollout_state import CONFIG_FILE
 from trtspec.artifacts.routing import RoutingTable, routing_from_rollout
 from trtspec.catalogue import BASELINE, DRAFT_LOOP_MODES, ENGINE_MODES, engine_mode
@@ -43,9 +44,6 @@ if TYPE_CHECKING:
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
-MANIFEST_NAME = "trtspec-repo.json"
-MANIFEST_SCHEMA_VERSION = 1
-ROUTING_FILE = "routing.json"
 PREPROCESSING = "preprocessing"
 POSTPROCESSING = "postprocessing"
 ROUTER = "router"

@@ -16,6 +16,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
+from trtspec.artifacts.repo_manifest import MANIFEST_NAME, ROUTING_FILE
 from trtspec.artifacts.routing import load_routing
 from trtspec.catalogue import DRAFT_LOOP_MODES, ENGINE_MODES, lookahead_max_draft_len
 from trtspec.errors import RepoError
@@ -337,7 +338,7 @@ class _Checker:
                 [t.name for t in ORCHESTRATOR_INPUTS],
                 [t.name for t in ORCHESTRATOR_OUTPUTS],
             )
-        routing_path = model.path.parent / (model.params.get("routing_file") or "routing.json")
+        routing_path = model.path.parent / (model.params.get("routing_file") or ROUTING_FILE)
         try:
             table = load_routing(routing_path)
         except RepoError as exc:
@@ -377,7 +378,7 @@ class _Checker:
                 model.config.backend == "tensorrtllm" or "gpt_model_path" in model.params
             ):
                 self.check_engine(model, None, None)
-        manifest = self.repo / "trtspec-repo.json"
+        manifest = self.repo / MANIFEST_NAME
         if manifest.is_file():
             try:
                 listed = json.loads(manifest.read_text(encoding="utf-8")).get("models", {})

@@ -22,6 +22,7 @@ from typing import Any
 
 from trtspec.artifacts import rollout_kube
 from trtspec.artifacts import rollout_state as st
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.artifacts.routing import RoutingTable, load_routing
 from trtspec.errors import GateFailed, RepoError
 from trtspec.rollout.compare import ADVANCE, Comparison, compare, split
@@ -29,7 +30,6 @@ from trtspec.rollout.prometheus import Query, compare_from_prometheus
 from trtspec.runtime.models.rollout_log import read_lines
 
 ROUTER_DIR = "router"
-ROUTING_FILE = "routing.json"
 # The window `status --prometheus` reads when --since is not given.
 PROMETHEUS_RANGE_S = 900.0
 

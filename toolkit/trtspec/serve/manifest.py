@@ -13,12 +13,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from trtspec.artifacts.repo_manifest import MANIFEST_NAME, MANIFEST_SCHEMA_VERSION, ROUTING_FILE
 from trtspec.errors import ServerError
 from trtspec.integrity import read_manifest as read_build_manifest
 from trtspec.integrity import require_intact
-
-MANIFEST_NAME = "trtspec-repo.json"
-MANIFEST_SCHEMA_VERSION = 1
 
 
 def resolve_repo(path: str | os.PathLike[str]) -> Path:
@@ -204,7 +202,7 @@ def fallback_covered(repo: Path, served: Iterable[str] | None = None) -> dict[st
     if "router" not in wanted or not isinstance(router, dict):
         return {}
     try:
-        table = load_routing(repo / "router" / "routing.json")
+        table = load_routing(repo / "router" / ROUTING_FILE)
     except (RepoError, OSError, ValueError):
         return {}
     fallbacks = {table.default_variant} | {r.fallback_variant for r in table.routes.values()}

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.artifacts.routing import Choice, InFlight, choose, load_routing
 from trtspec.procutil import skip_interpreter_teardown, unique_id
 from trtspec.runtime import heartbeat
@@ -146,7 +147,7 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         params = string_params(config)
-        routing_file = params.get("routing_file") or "routing.json"
+        routing_file = params.get("routing_file") or ROUTING_FILE
         self.table = load_routing(Path(args["model_repository"]) / routing_file)
         # Several router processes (instance_group count > 1, spec
         # `router.instances`) share one server's limits: the in-flight counts

@@ -513,9 +513,7 @@ def wait_ready(url: str, models: list[str], timeout_s: float = 30.0) -> str | No
         client.close()
 
 
-def _exit_in_progress(
-    watchdog: StubWatchdog, send_ns: int, wait_s: float = 2.0
-) -> list[Incident]:
+def _exit_in_progress(watchdog: StubWatchdog, send_ns: int, wait_s: float = 2.0) -> list[Incident]:
     """The incidents of a server that is dying as we look. A process killed
     outright has its sockets closed by the kernel before it turns into a
     zombie that ``poll`` can see, so a client may meet the dropped connection

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtspec.artifacts.repo_manifest import MANIFEST_NAME, MANIFEST_SCHEMA_VERSION, ROUTING_FILE
 from trtspec.artifacts.rollout_state import CONFIG_FILE as ROLLOUT_CONFIG_FILE
 from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import BASELINE
@@ -31,10 +32,7 @@ from trtspec.flows import llmapi_config as llmapi
 from trtspec.fsutil import atomic_write_text
 from trtspec.repo import configs
 from trtspec.repo.assemble import (
-    MANIFEST_NAME,
-    MANIFEST_SCHEMA_VERSION,
     ROUTER,
-    ROUTING_FILE,
     _model_py,
     install_repository,
     routed_table,

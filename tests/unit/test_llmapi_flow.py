@@ -484,9 +484,20 @@ def test_the_demo_spec_is_valid_and_its_files_pass_their_table(tmp_path: Path) -
 
 def test_the_bench_finds_the_tokenizer_where_the_flow_keeps_it(tmp_path: Path) -> None:
     gpu = _spec(ALL_MODES[:1])
-    assert flow_for(gpu).tokenizer_dir(gpu, tmp_path) == Path("org/target")
+    assert gpu.tokenizer_dir(tmp_path) == Path("org/target")
     engine = parse_spec({"name": "e", "target": {"model": "org/m", "family": "llama"}}, "s")
-    assert flow_for(engine).tokenizer_dir(engine, tmp_path) == tmp_path / "e/target/tokenizer"
+    assert engine.tokenizer_dir(tmp_path) == tmp_path / "e/target/tokenizer"
+    # the LLM API's CPU stand-in serves reference engines: the target engine carries it
+    cpu = parse_spec(
+        {
+            "name": "c",
+            "backend": "reference",
+            "flow": "llmapi",
+            "target": {"model": "org/m", "family": "llama"},
+        },
+        "s",
+    )
+    assert cpu.tokenizer_dir(tmp_path) == tmp_path / "c/target/tokenizer"
 
 
 def test_the_stand_in_answers_as_the_pytorch_executor_does_with_stream_interval() -> None:

@@ -411,15 +411,14 @@ def diff(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def stale_routing(table: Any, spec: Any, plan: Any) -> list[Change]:
+def stale_routing(table: Any, spec: Any, plan: Any, engines_root: Path) -> list[Change]:
     """What changed since ``table`` (a ``RoutingTable`` from ``routing.yaml``)
     was measured, for its routes; ``[]`` when nothing did or when the table
     carries no fingerprint (a hand-written table: see ``unverifiable``)."""
     recorded = getattr(table, "fingerprint", None)
     if not recorded:
         return []
-    tokenizer = Path(plan.engine(plan.variants[BASELINE].target).dir) / "tokenizer"
-    now = current(spec, plan, tokenizer_dir=tokenizer)
+    now = current(spec, plan, tokenizer_dir=spec.tokenizer_dir(engines_root))
     return changes(recorded, now, routes=list(table.routes) or None)
 
 

@@ -52,10 +52,6 @@ class Flow(Protocol):
 
     def plan(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> Plan: ...
 
-    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
-        """The target's tokenizer folder (chat templates, token counts)."""
-        ...
-
     def files(
         self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
     ) -> dict[Path, str]:

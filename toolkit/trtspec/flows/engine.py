@@ -37,9 +37,6 @@ class EngineFlow:
 
         return make_plan(spec, engines_root, examples_dir=examples_dir)
 
-    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
-        return Path(engines_root) / spec.name / "target" / "tokenizer"
-
     def files(
         self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
     ) -> dict[Path, str]:

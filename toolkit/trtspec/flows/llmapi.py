@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from trtspec.catalogue import BASELINE
 from trtspec.flows import llmapi_config as config
 from trtspec.flows import llmapi_repo
-from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
     from trtspec.artifacts.routing import RoutingTable
@@ -30,7 +29,7 @@ class LlmApiFlow:
     def plan(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> Plan:
         from trtspec.plan import Plan, VariantEngines, make_plan
 
-        if spec.backend is Backend.reference:
+        if spec.flow.builds_engines(spec.backend):
             # the reference engines the CPU stand-in serves (target, target_dte, drafts)
             return make_plan(spec, engines_root, examples_dir=examples_dir)
         # On a GPU the LLM API loads the checkpoints itself: nothing to build.
@@ -49,12 +48,6 @@ class LlmApiFlow:
                 },
             },
         )
-
-    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
-        if spec.backend is Backend.reference:  # the reference target engine carries it
-            return Path(engines_root) / spec.name / "target" / "tokenizer"
-        # on a GPU nothing is built: the checkpoint folder holds the tokenizer
-        return Path(spec.model_location(spec.target.model).ref)
 
     def files(
         self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None

@@ -174,7 +174,7 @@ def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
         trtllm_version=str(spec.stack.trtllm_version),
         engines=engines,
         variants=variants,
-        tokenizer_dir=engines[variants[BASELINE].target].path / "tokenizer",
+        tokenizer_dir=Path(os.path.abspath(spec.tokenizer_dir(engines_root))),
         stream_interval=int(getattr(spec.flow, "stream_interval", 1)),
     )
 

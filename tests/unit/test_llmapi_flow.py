@@ -355,15 +355,13 @@ def test_the_gpu_repository_uses_upstreams_model(
     plan = make_plan(spec)
     monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(RepoError) as info:
-        flow_for(spec).assemble(
-            spec, plan, tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
-        )
+        flow_for(spec).assemble(spec, plan, tmp_path, tmp_path / "out", routing=None, memory=None)
     assert "TensorRT-LLM's llmapi Triton model (model.py, helpers.py) not found" in str(
         info.value.message
     )
     _fake_upstream(tmp_path, monkeypatch)
     repo = flow_for(spec).assemble(
-        spec, plan, tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
+        spec, plan, tmp_path, tmp_path / "out", routing=None, memory=None
     )
     assert sorted(p.name for p in repo.iterdir()) == [
         "baseline",
@@ -524,6 +522,6 @@ def test_the_llmapi_router_runs_as_many_processes_as_the_spec_says(
     spec = parse_spec(data, "spec.yaml")
     _fake_upstream(tmp_path, monkeypatch)
     repo = flow_for(spec).assemble(
-        spec, make_plan(spec), tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
+        spec, make_plan(spec), tmp_path, tmp_path / "out", routing=None, memory=None
     )
     assert [g.count for g in read_config(repo / "router" / "config.pbtxt").instance_group] == [4]

@@ -241,9 +241,9 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     if not gpu_spec or not gpus:
         return
     smallest = min(g.memory_bytes for g in gpus)
-    from trtspec.flows.llmapi_memory import plan_for
+    from trtspec.flows import flow_for
 
-    mp = plan_for(spec, plan, smallest)
+    mp = flow_for(spec).memory_plan(spec, plan, smallest)
     if not mp.known:
         yield Check(
             "GPU memory",

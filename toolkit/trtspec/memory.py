@@ -530,7 +530,7 @@ class MemoryPlan:
 
 def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPlan:
     """The memory plan of ``plan``'s engines against ``gpu_bytes`` per GPU
-    (an LLM-API spec's LLMs: ``trtspec.flows.llmapi_memory.plan_for``)."""
+    (an LLM-API spec's LLMs: ``trtspec.flows.llmapi_memory.llmapi_memory_plan``)."""
     engines = engine_memory(spec, plan)
     by_name = {e.name: e for e in engines}
 

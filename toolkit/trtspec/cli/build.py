@@ -133,7 +133,7 @@ def build_cmd(
     _check_only(plan, only)
     memory = memory_for(spec, plan, gpu_bytes)
     # files the flow writes beside the engines, checked before any step runs
-    files = flow.files(spec, plan, engines_root, gpu_bytes=gpu_bytes)
+    files = flow.files(spec, plan, engines_root, memory=memory)
     if dry_run:
         status = plan_status(plan, force=force, only=only)
         if fmt == "json":

@@ -135,13 +135,13 @@ def repo(
             accept_stale=accept_stale,
         )
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
-    memory_for(spec, plan, gpu_bytes)  # its warnings, before the engines' fractions use it
+    memory = memory_for(spec, plan, gpu_bytes)  # planned once: its warnings, then the KV sizes
     from trtspec.rollout.golden import golden_set
 
     # the router's golden diff mirrors these (rendered as the bench renders them)
     golden = golden_set(spec, spec.tokenizer_dir(engines_root))
     result = flow_for(spec).assemble(
-        spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes, golden=golden
+        spec, plan, engines_root, output, routing=table, memory=memory, golden=golden
     )
     problems = check_repository(result)
     if problems:

@@ -16,6 +16,7 @@ from trtspec.flows import llmapi_repo
 
 if TYPE_CHECKING:
     from trtspec.artifacts.routing import RoutingTable
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -49,10 +50,22 @@ class LlmApiFlow:
             },
         )
 
+    def memory_plan(self, spec: Spec, plan: Plan, gpu_bytes: int | None) -> MemoryPlan:
+        from trtspec.flows.llmapi_memory import llmapi_memory_plan
+
+        return llmapi_memory_plan(spec, plan.root, gpu_bytes)
+
+    def memory_warnings(self, memory: MemoryPlan) -> list[str]:
+        from trtspec.flows.llmapi_memory import UNEVEN_SPLIT
+
+        # without a GPU size each variant's KV share depends on the load order
+        uneven = memory.gpu is None and len(memory.engines) > 1
+        return memory.warnings() + ([UNEVEN_SPLIT] if uneven else [])
+
     def files(
-        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+        self, spec: Spec, plan: Plan, engines_root: Path, *, memory: MemoryPlan | None = None
     ) -> dict[Path, str]:
-        return config.config_files(spec, plan, engines_root, gpu_bytes=gpu_bytes)
+        return config.config_files(spec, plan, engines_root, memory=memory)
 
     def write_files(self, files: dict[Path, str]) -> list[Path]:
         return config.write_files(files)
@@ -65,11 +78,11 @@ class LlmApiFlow:
         output: Path,
         *,
         routing: RoutingTable | None,
-        gpu_bytes: int | None,
+        memory: MemoryPlan | None,
         golden: dict[str, list[str]] | None = None,
     ) -> Path:
         return llmapi_repo.assemble(
-            spec, plan, engines_root, output, routing=routing, golden=golden, gpu_bytes=gpu_bytes
+            spec, plan, engines_root, output, routing=routing, golden=golden, memory=memory
         )
 
 

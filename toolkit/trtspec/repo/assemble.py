@@ -41,6 +41,7 @@ from trtspec.runtime.contract import (
 )
 
 if TYPE_CHECKING:
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -460,19 +461,22 @@ def assemble(
     routing: RoutingTable | None = None,
     *,
     require_engines: bool = True,
-    gpu_bytes: int | None = None,
+    memory: MemoryPlan | None = None,
     golden: dict[str, list[str]] | None = None,
 ) -> Path:
     """Write ``output/<spec.name>/`` and return it. ``routing`` defaults to the
-    spec's rollout; ``gpu_bytes`` (per GPU) sizes each engine's KV cache
-    fraction from the memory plan; ``golden`` is each route's golden set
+    spec's rollout; ``memory`` (the spec's memory plan, made once by the
+    caller; planned here without a GPU size when not given) gives each GPU
+    engine its KV cache fraction; ``golden`` is each route's golden set
     (``trtspec.rollout.golden``) for the router's golden diff. An existing
     repository is replaced only once the new one is complete."""
     layout = layout_of(spec, plan, Path(engines_root))
-    if layout.backend == "tensorrt_llm":
+    if memory is None and spec.backend.gpu:  # a caller that planned none: without a GPU size
         from trtspec.memory import memory_plan
 
-        layout.kv_fractions = memory_plan(spec, plan, gpu_bytes).fractions
+        memory = memory_plan(spec, plan)
+    if memory is not None:
+        layout.kv_fractions = memory.fractions
     if require_engines:
         check_engine_folders(layout)
     table = routed_table(spec, routing, set(layout.variants))

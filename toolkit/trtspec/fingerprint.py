@@ -23,6 +23,7 @@ from typing import Any
 from trtspec.artifacts.engine_manifest import MANIFEST
 from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.catalogue import BASELINE
+from trtspec.vocab import gpu_backend
 
 FINGERPRINT_SCHEMA_VERSION = 1
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
@@ -176,7 +177,7 @@ def _variant_settings(spec: Any) -> dict[str, str]:
 
 
 def _trtllm_version(spec: Any, engines: dict[str, Any]) -> str | None:
-    if str(getattr(spec.backend, "value", spec.backend)) == "tensorrt_llm":
+    if gpu_backend(spec.backend):
         return str(spec.stack.trtllm_version)
     return None
 

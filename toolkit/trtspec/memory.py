@@ -324,7 +324,7 @@ def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
         )
         mem.max_seq_len = int(e.max_seq_len or t.max_seq_len)
         mem.max_num_tokens = int(e.max_num_tokens or t.max_num_tokens)
-        mem.instances = int(t.instances) if spec.backend.value == "tensorrt_llm" else 1
+        mem.instances = int(t.instances) if spec.backend.gpu else 1
         mem.devices = e.gpu_device_ids
         path = find_config(spec, e.source, plan.root)
         if path is None:

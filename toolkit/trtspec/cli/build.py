@@ -77,7 +77,7 @@ def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
             }
         )
         return
-    flow = "" if spec.flow.kind == "engine" else f"flow {spec.flow.kind}, "
+    flow = "" if spec.flow.implicit else f"flow {spec.flow.kind}, "
     click.echo(
         f"{spec_path}: valid ({spec.name}, backend {spec.backend.value}, "
         f"{flow}TensorRT-LLM {version})"

@@ -326,7 +326,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)
-    if spec.flow.kind != "llmapi":
+    if not spec.flow.llm_api:
         raise DeployError(
             f"{spec_path}: spec {spec.name} uses the {spec.flow.kind} flow; Dynamo's "
             "TensorRT-LLM workers run the LLM-API flow",

@@ -71,7 +71,7 @@ def serve_llmapi(
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)
-    if spec.flow.kind != "llmapi":
+    if not spec.flow.llm_api:
         raise SpecError(
             [f"{spec_path}: flow: trtllm-serve serves LLM-API specs only"],
             "set `flow: llmapi`, or serve the engine flow's repository with `trtspec serve`",

@@ -39,6 +39,7 @@ from trtspec.runtime.contract import (
     PREPROCESSING_OUTPUTS,
     engine_contract,
 )
+from trtspec.vocab import gpu_backend
 
 if TYPE_CHECKING:
     from trtspec.memory import MemoryPlan
@@ -108,6 +109,11 @@ class Layout:
     # the engine flow's stream_interval (spec flow.stream_interval): tokens per
     # streamed orchestrator response after the first
     stream_interval: int = 1
+
+    @property
+    def gpu(self) -> bool:
+        """TensorRT-LLM engines (Triton's tensorrtllm backend), not reference ones."""
+        return gpu_backend(self.backend)
 
 
 def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
@@ -239,7 +245,7 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
         params["decoding_mode"] = ENGINE_MODES[engine.mode].decoding_mode
     if engine.variant is not None:  # an in-engine mode's own parameters
         params.update(module_for(engine.variant).engine_parameters(engine.variant))
-    if layout.backend == "tensorrt_llm":
+    if layout.gpu:
         params["executor_worker_path"] = EXECUTOR_WORKER
         if engine.gpu_device_ids and (target.instances > 1 or target.tp * target.pp > 1):
             # Each instance's own GPUs (plan.placement), and at TP×PP > 1 each
@@ -260,7 +266,7 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
         inputs=contract.inputs,
         outputs=contract.outputs,
         parameters=params,
-        dynamic_batching=layout.backend == "tensorrt_llm",
+        dynamic_batching=layout.gpu,
     )
 
 
@@ -389,7 +395,7 @@ def write_tree(
     )
     _write_model(repo, POSTPROCESSING, post, MODEL_SOURCES[POSTPROCESSING])
     for engine in layout.engines.values():
-        module = MODEL_SOURCES["engine"] if layout.backend == "reference" else None
+        module = None if layout.gpu else MODEL_SOURCES["engine"]
         _write_model(repo, engine.name, engine_config(layout, engine, spec), module)
     for variant in layout.variants.values():
         _write_model(

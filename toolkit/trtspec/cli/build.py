@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for, memory_table
-from trtspec.cli._options import engines_option
+from trtspec.cli._options import engines_option, examples_dir_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -103,11 +103,7 @@ def _check_only(plan: Any, only: str | None) -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when a step's cache key is unchanged.")
 @click.option("--only", metavar="VARIANT", help="Build only the engines this variant needs.")
 @engines_option("Engines root; the spec's engines go to ENGINES/<spec>/.", "--engines-dir")
-@click.option(
-    "--examples-dir",
-    metavar="DIR",
-    help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).",
-)
+@examples_dir_option
 @click.option("--verbose", "-v", is_flag=True, help="Echo each step's output on stderr.")
 @gpu_memory_option
 @format_option

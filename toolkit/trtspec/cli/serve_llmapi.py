@@ -13,7 +13,7 @@ from types import FrameType
 import click
 import yaml
 
-from trtspec.cli._options import engines_option
+from trtspec.cli._options import engines_option, host_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -28,7 +28,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @click.command("serve-llmapi")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @engines_option("Engines root; the files are in ENGINES/<spec>/llmapi/.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@host_option("Address to bind.")
 @click.option(
     "--base-port",
     type=click.IntRange(1, 65535),

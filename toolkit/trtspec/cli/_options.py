@@ -3,12 +3,13 @@ the engines root (``--engines``: build, repo, bench, deploy, doctor,
 serve-llmapi), the TensorRT-LLM examples folder (``--examples-dir``: build,
 doctor), the address a server binds (``--host``: serve, serve-llmapi; loopback
 by default), the Kubernetes namespace (``--namespace``: deploy k8s, deploy
-dynamo, rollout). ``--format`` lives in ``_output``, ``--gpu-memory`` in
+dynamo, rollout), the benchmark gates (``--fail-on``: bench, compare).
+``--format`` lives in ``_output``, ``--gpu-memory`` in
 ``_memory``. A command names what the option means to it in ``help``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +48,24 @@ def host_option(help: str) -> Callable[[Any], Any]:
 def namespace_option(help: str | None = None) -> Callable[[Any], Any]:
     """``--namespace``: the Kubernetes namespace."""
     return click.option("--namespace", default="default", show_default=True, help=help)
+
+
+def fail_on_option(
+    help: str, metrics: Callable[[], Mapping[str, Any]] | None = None
+) -> Callable[[Any], Any]:
+    """``--fail-on GATES`` into the parameter ``gates`` (``trtspec.bench.gates``),
+    refused at parse time naming the bad part; ``metrics`` loads the names a
+    gate may use (default: the bench's)."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        from trtspec.bench.gates import parse_gates
+        from trtspec.errors import BenchError
+
+        try:
+            return parse_gates(value) if metrics is None else parse_gates(value, metrics())
+        except BenchError as exc:
+            raise click.BadParameter(
+                exc.message.removeprefix("--fail-on: ") + (f" ({exc.hint})" if exc.hint else "")
+            ) from None
+
+    return click.option("--fail-on", "gates", callback=parse, metavar="GATES", help=help)

@@ -4,8 +4,13 @@ and handed on as an object that knows its own behaviour.
 A flow answers for every stage: which variant modes it serves
 (``modes``) and which per-request metrics it reports (``metrics``), what is
 prepared per variant (``plan``: the build steps; ``files``: files
-written next to the engines, such as LLM-argument YAMLs), the Triton models it
-contributes (``assemble``).
+written next to the engines, such as LLM-argument YAMLs), its GPU memory plan
+(``memory_plan``, made once per command and handed to ``files`` and
+``assemble``; ``memory_warnings``), the Triton models it contributes
+(``assemble``). Stages never compare flow or backend names: they ask this
+object, the spec's flow (``spec.flow.llm_api``, ``builds_engines``) or the
+backend (``spec.backend.gpu``); ``tests/unit/test_backend_seam.py`` holds them
+to it.
 
 - ``engine`` (``trtspec.flows.engine``): TensorRT-LLM's engine flow, today's
   behaviour, unchanged: ``trtllm-build`` engines served by Triton's

@@ -13,7 +13,7 @@ from types import FrameType
 import click
 import yaml
 
-from trtspec.cli._options import engines_option
+from trtspec.cli._options import engines_option, host_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -28,7 +28,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @click.command("serve-llmapi")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @engines_option("Engines root; the files are in ENGINES/<spec>/llmapi/.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@host_option("Address to bind.")
 @click.option(
     "--base-port",
     type=click.IntRange(1, 65535),
@@ -71,7 +71,7 @@ def serve_llmapi(
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)
-    if spec.flow.kind != "llmapi":
+    if not spec.flow.llm_api:
         raise SpecError(
             [f"{spec_path}: flow: trtllm-serve serves LLM-API specs only"],
             "set `flow: llmapi`, or serve the engine flow's repository with `trtspec serve`",

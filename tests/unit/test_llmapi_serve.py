@@ -115,8 +115,10 @@ def test_serve_llmapi_warns_before_it_widens_the_bind(tmp_path: Path, fake: str)
     files = tmp_path / "engines" / "g" / "llmapi"
     files.mkdir(parents=True)
     (files / "baseline.yaml").write_text("broken: true\n")
-    argv = ["serve-llmapi", str(spec), "--engines", str(tmp_path / "engines"),
-            "--trtllm-serve", fake, "--log-dir", str(tmp_path / "logs"), "--base-port", "18100"]  # fmt: skip
+    argv = [
+        "serve-llmapi", str(spec), "--engines", str(tmp_path / "engines"),
+        "--trtllm-serve", fake, "--log-dir", str(tmp_path / "logs"), "--base-port", "18100",
+    ]  # fmt: skip
     widened = CliRunner().invoke(cli, [*argv, "--host", "0.0.0.0"])
     assert widened.exit_code == 1, widened.output
     assert (

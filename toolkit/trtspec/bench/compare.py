@@ -12,17 +12,18 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from trtspec.artifacts.bench_run import SUMMARY_FILE
+from trtspec.artifacts import bench_run
+from trtspec.artifacts.bench_run import Cell, Summary
 from trtspec.bench.metrics import BY_NAME as CELL
-from trtspec.errors import BenchError
 from trtspec.fingerprint import diff
 
 RowKey = tuple[str, str, str, float]  # route, variant, load, temperature
+
+# `trtspec compare` reads each run through summary.json's owner
+load_summary = bench_run.load_summary
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
@@ -65,36 +66,14 @@ METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
 }
 
 
-def load_summary(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / SUMMARY_FILE
-    if not Path(run_dir).is_dir():
-        raise BenchError(f"{run_dir}: not a folder", hint="pass run folders such as results/<run>/")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchError(
-            f"{path}: not found", hint=f"render it with `trtspec report {run_dir}`"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise BenchError(
-            f"{path}: not readable JSON ({exc})",
-            hint=f"re-render it with `trtspec report {run_dir}`",
-        ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise BenchError(
-            f"{path}: cells: missing", hint=f"re-render it with `trtspec report {run_dir}`"
-        )
-    return data
-
-
-def _chosen_cells(summary: dict[str, Any]) -> dict[RowKey, dict[str, Any]]:
+def _chosen_cells(summary: Summary) -> dict[RowKey, Cell]:
     """One cell per route × variant × load × temperature: the variant's best k."""
     best = {
         (d["route"], d["variant"]): d.get("num_speculative_tokens")
         for d in summary.get("decisions") or []
         if d.get("best_k")
     }
-    out: dict[RowKey, dict[str, Any]] = {}
+    out: dict[RowKey, Cell] = {}
     for c in summary["cells"]:
         key = (c["route"], c["variant"], str(c["load"]), float(c["temperature"]))
         k = c.get("num_speculative_tokens")
@@ -105,9 +84,7 @@ def _chosen_cells(summary: dict[str, Any]) -> dict[RowKey, dict[str, Any]]:
     return out
 
 
-def _pair(
-    a: dict[str, Any] | None, b: dict[str, Any] | None, read: Callable[[dict[str, Any]], Any]
-) -> dict[str, Any]:
+def _pair(a: Cell | None, b: Cell | None, read: Callable[[Cell], Any]) -> dict[str, Any]:
     return {"a": read(a) if a else None, "b": read(b) if b else None}
 
 
@@ -117,7 +94,7 @@ def _overlap(sa: dict[str, Any] | None, sb: dict[str, Any] | None) -> bool | Non
     return bool(sa["ci_low"] <= sb["ci_high"] and sb["ci_low"] <= sa["ci_high"])
 
 
-def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def compare_summaries(a: Summary, b: Summary) -> dict[str, Any]:
     """The whole comparison document (what ``--format json`` prints)."""
     ca, cb = _chosen_cells(a), _chosen_cells(b)
     rows = []
@@ -167,12 +144,12 @@ def gate_cells(comparison: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _reader(name: str) -> Callable[[dict[str, Any]], float | None]:
+def _reader(name: str) -> Callable[[Mapping[str, Any]], float | None]:
     return lambda cell: cell.get(name)
 
 
 # what --fail-on reads from a gate_cells row
-GATE_METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
+GATE_METRICS: dict[str, Callable[[Mapping[str, Any]], float | None]] = {
     name: _reader(name) for name in METRICS
 }
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtspec.artifacts.bench_run import Summary
 
-def external_notes(summary: dict[str, Any]) -> list[str]:
+
+def external_notes(summary: Summary) -> list[str]:
     external = summary.get("external") or {}
     arms: dict[str, Any] = external.get("arms") or {}
     if not arms:

@@ -45,6 +45,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from trtspec.artifacts.bench_run import Cell, JSONObject
+
 ACCEPTANCE_FROM_METRICS = "metrics"
 SETTLE_S = 0.05  # counters may be updated just after the last chunk is sent
 SETTLE_MAX_S = 1.0
@@ -260,7 +262,7 @@ def cell_sample(
     }
 
 
-def attach_cell_acceptance(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
+def attach_cell_acceptance(cells: list[Cell], samples: list[JSONObject]) -> None:
     """Give external speculative cells measured above concurrency 1 the counter
     delta of their window; say why where none exists."""
     for cell in cells:

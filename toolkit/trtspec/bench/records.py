@@ -14,9 +14,10 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trtspec import fsutil
+from trtspec.artifacts.bench_run import Cell, RequestRow
 from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
 
@@ -161,7 +162,7 @@ class RequestLog:
         self.close()
 
 
-def read_requests(path: Path) -> list[dict[str, Any]]:
+def read_requests(path: Path) -> list[RequestRow]:
     """Rows of ``requests.jsonl``. A torn *last* line (the process died while
     writing it) is skipped; a malformed line elsewhere is an error naming it."""
     if not path.is_file():
@@ -169,7 +170,7 @@ def read_requests(path: Path) -> list[dict[str, Any]]:
             f"{path}: no such file",
             hint="point `trtspec report` at a run folder written by `trtspec bench`",
         )
-    rows: list[dict[str, Any]] = []
+    rows: list[RequestRow] = []
     lines = path.read_text(encoding="utf-8").splitlines()
     for n, line in enumerate(lines, start=1):
         if not line.strip():
@@ -188,11 +189,11 @@ def read_requests(path: Path) -> list[dict[str, Any]]:
                 f"{path}:{n}: not a request row (needs 'route' and 'variant')",
                 hint="requests.jsonl holds one JSON object per line; remove or fix that line",
             )
-        rows.append(row)
+        rows.append(cast(RequestRow, row))
     return rows
 
 
-def pairs_with(row: dict[str, Any]) -> str | None:
+def pairs_with(row: RequestRow | Cell) -> str | None:
     """The arm a row or cell is compared with: ``baseline`` for Triton variants,
     its named twin for an external speculative arm, None for a baseline arm
     (rows written before external arms existed carry no such field)."""

@@ -11,15 +11,25 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, SUMMARY_FILE
+from trtspec.artifacts.bench_run import (
+    REQUESTS_FILE,
+    RUN_FILE,
+    Decision,
+    DecisionRules,
+    Headline,
+    JSONObject,
+    Level,
+    RequestRow,
+    Summary,
+    save_summary,
+)
 from trtspec.artifacts.routing import ROUTING_YAML
 from trtspec.bench import distribution, goodput, positions
-from trtspec.bench.decide import K_NOTE, k_table, routing_yaml
+from trtspec.bench.decide import K_NOTE, k_table, mean_tps, routing_yaml
 from trtspec.bench.records import (
     atomic_write_bytes,
-    atomic_write_json,
     atomic_write_text,
     read_requests,
 )
@@ -32,10 +42,10 @@ METRICS_FILE = "metrics.jsonl"
 PLOTS_DIR = "plots"
 
 
-def quality_label(dec: dict[str, Any], decision: dict[str, Any]) -> str:
+def quality_label(dec: Decision, decision: DecisionRules) -> str:
     h = dec["headline"]
     q = h.get("quality_pass_rate")
-    if h.get("equal_rate") is not None and h["equal_rate"] < decision["min_equal_rate"]:
+    if (eq := h.get("equal_rate")) is not None and eq < decision["min_equal_rate"]:
         return "quality differs"
     if any("quality pass" in r for r in dec["reasons"]):
         return "quality fail"
@@ -56,13 +66,15 @@ def _pct(v: float) -> str:
     return f"{v * 100:+.0f}%"
 
 
-def headline_text(h: dict[str, Any]) -> str:
+def headline_text(h: Headline) -> str:
     """The paired claims of a headline: speedup, tokens/s change and latency
     change, each with its interval (all from one estimate)."""
     sp = h.get("speedup")
     if not sp:
         return "speedup -  tok/s -  latency -"
     tps, lat = h["tokens_per_second_change"], h["latency_change"]
+    if tps is None or lat is None:  # both come with the speedup (decide.paired_changes)
+        return "speedup -  tok/s -  latency -"
     return (
         f"speedup {sp['point']:.2f}x [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]  "
         f"tok/s {_pct(tps['point'])}  latency {_pct(lat['point'])} "
@@ -70,7 +82,7 @@ def headline_text(h: dict[str, Any]) -> str:
     )
 
 
-def console_lines(summary: dict[str, Any]) -> list[str]:
+def console_lines(summary: Summary) -> list[str]:
     """One line per route and variant (its best k), numbers from the summary.
     Speedup, tokens/s change and latency change all come from the paired
     per-prompt estimate, so they cannot contradict each other."""
@@ -101,7 +113,7 @@ def console_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _decided_at(dec: dict[str, Any]) -> str:
+def _decided_at(dec: Decision) -> str:
     """When the headline's level (the lowest) did not reach the arm's decision
     itself, name the level that did, so `speedup 1.24x … → exclude` does not
     read as a contradiction."""
@@ -114,7 +126,7 @@ def _decided_at(dec: dict[str, Any]) -> str:
     return ""
 
 
-def level_lines(dec: dict[str, Any]) -> list[str]:
+def level_lines(dec: Decision) -> list[str]:
     """Under a route measured at several concurrency levels, one line per
     level above the headline's (the lowest): that level's own estimate and
     decision, which the arm's decision (and its cap) rests on."""
@@ -139,7 +151,7 @@ def level_lines(dec: dict[str, Any]) -> list[str]:
     return out
 
 
-def _load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+def _load_run(run_dir: Path) -> tuple[list[RequestRow], JSONObject, list[JSONObject]]:
     if not run_dir.is_dir():
         raise BenchError(
             f"{run_dir}: not a folder", hint="pass a run folder such as results/<run>/"
@@ -150,7 +162,7 @@ def _load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list
             f"{run_dir / REQUESTS_FILE}: no completed requests to report",
             hint="the run ended before any request finished; rerun `trtspec bench`",
         )
-    run_info: dict[str, Any] = {}
+    run_info: JSONObject = {}
     run_path = run_dir / RUN_FILE
     if run_path.is_file():
         try:
@@ -163,11 +175,11 @@ def _load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list
     return rows, run_info, read_jsonl_loose(run_dir / METRICS_FILE)
 
 
-def render_run(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
+def render_run(run_dir: Path, *, plots: bool = True) -> Summary:
     """Recompute and write every artefact of ``run_dir``; return the summary."""
     rows, run_info, memory = _load_run(run_dir)
     summary = build_summary(rows, run_info, memory)
-    atomic_write_json(run_dir / SUMMARY_FILE, summary)
+    save_summary(run_dir, summary)
     atomic_write_text(run_dir / ROUTING_YAML, routing_yaml(summary["routing"]))
     images = write_plots(run_dir, summary, rows) if plots else []
     atomic_write_text(run_dir / "report.md", render_markdown(summary, images))
@@ -175,17 +187,17 @@ def render_run(run_dir: Path, *, plots: bool = True) -> dict[str, Any]:
     return summary
 
 
-def sweep_routes(summary: dict[str, Any]) -> dict[str, list[int]]:
+def sweep_routes(summary: Summary) -> dict[str, list[int]]:
     """Routes measured at more than one closed-loop concurrency level, with
     their levels (ascending)."""
     levels: dict[str, set[int]] = {}
     for c in summary["cells"]:
-        if c.get("concurrency") is not None:
-            levels.setdefault(c["route"], set()).add(int(c["concurrency"]))
+        if (conc := c.get("concurrency")) is not None:
+            levels.setdefault(c["route"], set()).add(int(conc))
     return {r: sorted(ls) for r, ls in levels.items() if len(ls) > 1}
 
 
-def _level_text(lvl: dict[str, Any] | None) -> str:
+def _level_text(lvl: Level | None) -> str:
     if lvl is None:
         return "-"
     sp = lvl.get("speedup")
@@ -193,7 +205,7 @@ def _level_text(lvl: dict[str, Any] | None) -> str:
     return f"{est} {lvl['decision']} ({lvl['pairs']} pairs)"
 
 
-def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], list[list[str]]]:
+def concurrency_table(summary: Summary, route: str) -> tuple[list[str], list[list[str]]]:
     """Speedup vs concurrency for one route: the aggregate tokens/s over all
     arms at each level (lowest temperature; summary.load_throughput), the
     baseline's mean per-request tokens/s and its mean requests in flight (a
@@ -203,9 +215,11 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
     levels = sweep_routes(summary)[route]
     headers = ["arm", *[f"concurrency={c}" for c in levels], "decision"]
     base = {
-        int(c["concurrency"]): c
+        int(conc): c
         for c in summary["cells"]
-        if c["route"] == route and c["variant"] == BASELINE and c.get("concurrency") is not None
+        if c["route"] == route
+        and c["variant"] == BASELINE
+        and (conc := c.get("concurrency")) is not None
     }
     together = {
         int(t["concurrency"]): t["tokens_per_second"]
@@ -217,15 +231,12 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
         ["all arms: aggregate tok/s", *[_fmt(together.get(c), ".1f") for c in levels], ""],
         [
             "baseline tok/s per request",
-            *[
-                _fmt((base.get(c) or {}).get("tokens_per_second", {}).get("mean"), ".1f")
-                for c in levels
-            ],
+            *[_fmt(mean_tps(base.get(c)), ".1f") for c in levels],
             "",
         ],
         [
             "baseline requests in flight (mean)",
-            *[_fmt((base.get(c) or {}).get("inflight_mean"), ".1f") for c in levels],
+            *[_fmt(b.get("inflight_mean") if (b := base.get(c)) else None, ".1f") for c in levels],
             "",
         ],
     ]
@@ -244,7 +255,7 @@ def concurrency_table(summary: dict[str, Any], route: str) -> tuple[list[str], l
     return headers, rows
 
 
-def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
+def _cell_rows(summary: Summary) -> list[list[str]]:
     out = []
     for c in summary["cells"]:
         sp = c.get("speedup")
@@ -270,7 +281,7 @@ def _cell_rows(summary: dict[str, Any]) -> list[list[str]]:
                 _fmt(c.get("quality_pass_rate"), ".0%"),
                 "yes" if c.get("short_output") else "",
                 _fmt(
-                    c["server_memory_bytes"] / 2**20 if c.get("server_memory_bytes") else None,
+                    mem / 2**20 if (mem := c.get("server_memory_bytes")) else None,
                     ".0f",
                 ),
             ]
@@ -302,7 +313,7 @@ CELL_HEADERS = [
 ]
 
 
-def _header_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def _header_facts(summary: Summary) -> list[tuple[str, str]]:
     spec = summary.get("spec") or {}
     versions = summary.get("versions") or {}
     machine = summary.get("machine") or {}
@@ -331,7 +342,10 @@ def _header_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
             "server memory",
             ", ".join(
                 sorted(
-                    {_MEMORY_KINDS.get(c.get("server_memory_kind"), "-") for c in summary["cells"]}
+                    {
+                        _MEMORY_KINDS.get(c.get("server_memory_kind") or "", "-")
+                        for c in summary["cells"]
+                    }
                 )
             ),
         ),
@@ -354,7 +368,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _level(summary: dict[str, Any]) -> str:
+def _level(summary: Summary) -> str:
     seq = (summary.get("settings") or {}).get("sequential")
     if seq and int(seq.get("looks", 1)) > 1:
         return (
@@ -381,7 +395,7 @@ _SWEEP_NOTE = (
 )
 
 
-def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | None = None) -> str:
+def render_markdown(summary: Summary, images: list[tuple[str, str]] | None = None) -> str:
     parts = ["# trtspec benchmark report", ""]
     parts += [f"- **{k}**: {v}" for k, v in _header_facts(summary)]
     parts += ["", "## Decisions", "", "```", *console_lines(summary), "```", ""]
@@ -452,7 +466,7 @@ def render_markdown(summary: dict[str, Any], images: list[tuple[str, str]] | Non
     return "\n".join(parts)
 
 
-def render_html(summary: dict[str, Any], images: list[tuple[str, str]]) -> str:
+def render_html(summary: Summary, images: list[tuple[str, str]]) -> str:
     e = html.escape
     facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _header_facts(summary))
     cells = "".join(
@@ -572,21 +586,21 @@ def _sweep_png(route: str) -> str:
     return f"{PLOTS_DIR}/speedup_vs_concurrency_{_safe(route)}.png"
 
 
-def _sweep_plot(plt: Any, run_dir: Path, summary: dict[str, Any], route: str) -> tuple[str, str]:
+def _sweep_plot(plt: Any, run_dir: Path, summary: Summary, route: str) -> tuple[str, str]:
     """One route's speedup (95% CI bars) against concurrency, one line per arm."""
     levels = sweep_routes(summary)[route]
     fig, ax = plt.subplots(figsize=(6, 4))
     arms = [d for d in summary["decisions"] if d["route"] == route and d.get("levels")]
     for i, dec in enumerate(arms):
-        pts = [lvl for lvl in dec["levels"] if lvl.get("speedup")]
+        pts = [(lvl["concurrency"], sp) for lvl in dec["levels"] if (sp := lvl.get("speedup"))]
         if not pts:
             continue
         # each arm a little to the side, so overlapping intervals stay legible
         dodge = 1.0 + 0.04 * (i - (len(arms) - 1) / 2)
-        xs = [lvl["concurrency"] * dodge for lvl in pts]
-        ys = [lvl["speedup"]["point"] for lvl in pts]
-        lo = [y - lvl["speedup"]["ci_low"] for y, lvl in zip(ys, pts, strict=True)]
-        hi = [lvl["speedup"]["ci_high"] - y for y, lvl in zip(ys, pts, strict=True)]
+        xs = [conc * dodge for conc, _ in pts]
+        ys = [sp["point"] for _, sp in pts]
+        lo = [y - sp["ci_low"] for y, (_, sp) in zip(ys, pts, strict=True)]
+        hi = [sp["ci_high"] - y for y, (_, sp) in zip(ys, pts, strict=True)]
         ax.errorbar(
             xs,
             ys,
@@ -618,9 +632,7 @@ def _save(fig: Any, run_dir: Path, name: str) -> str:
     return f"{PLOTS_DIR}/{name}"
 
 
-def write_plots(
-    run_dir: Path, summary: dict[str, Any], rows: list[dict[str, Any]]
-) -> list[tuple[str, str]]:
+def write_plots(run_dir: Path, summary: Summary, rows: list[RequestRow]) -> list[tuple[str, str]]:
     """Speedup per route with CI bars, speedup vs concurrency per route
     measured at several levels, TTFT/latency distributions per variant and
     route, and acceptance by draft position per route. Returns (title,
@@ -641,9 +653,10 @@ def write_plots(
             f"  {c['load']} T={c['temperature']:g}"
             for c in sp_cells
         ]
-        pts = [c["speedup"]["point"] for c in sp_cells]
-        lo = [p - c["speedup"]["ci_low"] for p, c in zip(pts, sp_cells, strict=True)]
-        hi = [c["speedup"]["ci_high"] - p for p, c in zip(pts, sp_cells, strict=True)]
+        intervals = [sp for c in sp_cells if (sp := c.get("speedup"))]
+        pts = [sp["point"] for sp in intervals]
+        lo = [p - sp["ci_low"] for p, sp in zip(pts, intervals, strict=True)]
+        hi = [sp["ci_high"] - p for p, sp in zip(pts, intervals, strict=True)]
         ys = list(range(len(pts)))[::-1]
         ax.errorbar(pts, ys, xerr=[lo, hi], fmt="o", capsize=4)
         ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
@@ -670,18 +683,21 @@ def write_plots(
         plt.close(fig)
     measured = [r for r in rows if not r.get("warmup") and not r.get("error")]
     for route in dict.fromkeys(r["route"] for r in measured):
-        arms: dict[str, list[dict[str, Any]]] = {}
+        arms: dict[str, list[RequestRow]] = {}
         for r in measured:
             if r["route"] == route:
                 arms.setdefault(arm_name(r["variant"], r.get("num_speculative_tokens")), []).append(
                     r
                 )
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        for ax, key, title in (
+        timings: tuple[tuple[Any, Literal["ttft_ms", "latency_ms"], str], ...] = (
             (axes[0], "ttft_ms", "TTFT (ms)"),
             (axes[1], "latency_ms", "end-to-end latency (ms)"),
-        ):
-            data = [[r[key] for r in rs if r.get(key) is not None] or [0.0] for rs in arms.values()]
+        )
+        for ax, key, title in timings:
+            data = [
+                [v for r in rs if (v := r.get(key)) is not None] or [0.0] for rs in arms.values()
+            ]
             ax.boxplot(data)
             ax.set_xticks(range(1, len(arms) + 1), list(arms), fontsize=7, rotation=20)
             ax.set_title(f"{route}: {title}")
@@ -704,5 +720,5 @@ def write_plots(
     return images
 
 
-def baseline_present(summary: dict[str, Any]) -> bool:
+def baseline_present(summary: Summary) -> bool:
     return any(c["variant"] == BASELINE for c in summary["cells"])

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE
+from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, Summary
 from trtspec.bench.cells import Run, Target, serve, wait_ready
 from trtspec.bench.client import Arm, LagProbe
 from trtspec.bench.parity import COLD, POLICIES, WARM, parity_repo, shared_engines
@@ -47,7 +47,7 @@ __all__ = ["BenchOptions", "BenchPlan", "BenchSettings", "RunResult", "run_bench
 @dataclass
 class RunResult:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     console: list[str]
     interrupted: bool = False
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trtspec.artifacts.bench_run import Interval
 from trtspec.bench.client import Arm, Outcome
 from trtspec.bench.sequential import UNDECIDED, SequentialPlan, look, next_size
 
@@ -53,7 +54,7 @@ class Stop:
     arm: Arm
     pairs: int
     verdict: str = UNDECIDED
-    speedup: dict[str, Any] | None = None
+    speedup: Interval | None = None
 
     def as_dict(self, route: str, load: str, temperature: float) -> dict[str, Any]:
         return {

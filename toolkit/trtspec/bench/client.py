@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtspec.bench import stats
+from trtspec.bench.routes import PromptItem
 
 if TYPE_CHECKING:
     from trtspec.bench.openai_client import OpenAIEndpoint
@@ -57,7 +58,7 @@ class Job:
     route: str
     prompt_index: int
     sample_index: int
-    item: dict[str, Any]
+    item: PromptItem
     text_input: str
     max_tokens: int
     arm: Arm

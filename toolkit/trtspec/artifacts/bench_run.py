@@ -287,6 +287,27 @@ class Decision(TypedDict):
     headline: Headline
 
 
+class SequentialStop(TypedDict):
+    """Where one until-decided arm stopped (run.json ``sequential_stops``)."""
+
+    route: str
+    variant: str
+    num_speculative_tokens: int | None
+    load: str
+    temperature: float
+    pairs_sent: int
+    verdict: str  # faster | slower | undecided
+    speedup: Interval | None
+
+
+class BlockRepeat(TypedDict):
+    """A route × level whose blocks sent a prompt twice (run.json ``block_repeats``)."""
+
+    route: str
+    load: str
+    prompts: int
+
+
 class Totals(TypedDict):
     requests: int
     errors: int
@@ -342,7 +363,7 @@ class Summary(TypedDict):
     fingerprint: JSONObject | None
     cells: list[Cell]
     load_throughput: list[LevelThroughput]
-    block_repeats: list[JSONObject]
+    block_repeats: list[BlockRepeat]
     decisions: list[Decision]
     routing: JSONObject
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.bench.client import Job, Outcome
+from trtspec.bench.openai_metrics import Scrape
 
 _POLL_S = 0.2
 CHAT_PATH = "/v1/chat/completions"
@@ -246,7 +247,7 @@ class OpenAIWorker:
         self,
         endpoint: OpenAIEndpoint,
         request_timeout_s: float,
-        scrape: Callable[[Job], Callable[[], dict[str, Any]] | None] | None = None,
+        scrape: Callable[[Job], Scrape | None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.request_timeout_s = request_timeout_s

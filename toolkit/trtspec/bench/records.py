@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -127,7 +127,7 @@ class RequestLog:
         self._lock = threading.Lock()
         self.count = 0
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: Mapping[str, Any]) -> None:
         data = (json.dumps(row, sort_keys=False, default=str, ensure_ascii=False) + "\n").encode()
         with self._lock:
             if self._fd is None:

@@ -31,6 +31,7 @@ from trtspec.artifacts.bench_run import (
     LevelThroughput,
     Objectives,
     RequestRow,
+    SequentialStop,
     Summary,
 )
 from trtspec.bench import distribution, goodput, positions, stats
@@ -410,7 +411,7 @@ def attach_memory(cells: list[Cell], samples: list[JSONObject]) -> None:
         cell["server_memory_kind"] = next(iter(kinds)) if len(kinds) == 1 else None
 
 
-def attach_stops(cells: list[Cell], stops: list[JSONObject]) -> None:
+def attach_stops(cells: list[Cell], stops: list[SequentialStop]) -> None:
     """Where a run that sampled until decided stopped each cell: ``stop`` =
     faster | slower | undecided (at the cap or interrupted), after
     ``pairs_sent`` pairs; absent on fixed-count runs."""

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from trtspec.artifacts.bench_run import Interval
+from trtspec.artifacts.bench_run import Interval, SequentialStop
 from trtspec.bench.client import Arm, Outcome
 from trtspec.bench.sequential import UNDECIDED, SequentialPlan, look, next_size
 
@@ -56,7 +55,7 @@ class Stop:
     verdict: str = UNDECIDED
     speedup: Interval | None = None
 
-    def as_dict(self, route: str, load: str, temperature: float) -> dict[str, Any]:
+    def as_dict(self, route: str, load: str, temperature: float) -> SequentialStop:
         return {
             "route": route,
             "variant": self.arm.variant,

@@ -308,6 +308,34 @@ class BlockRepeat(TypedDict):
     prompts: int
 
 
+class PrefixCache(TypedDict):
+    """What the run's --prefix-cache policy did (run.json / summary.json
+    ``prefix_cache``)."""
+
+    policy: str  # cold | warm | off
+    repo: str | None  # the per-arm parity repository served, if one was made
+    own_engine_models: dict[str, str]  # arm -> its own engine model
+    enforced: NotRequired[bool]
+
+
+class ExternalArm(TypedDict):
+    """One OpenAI-compatible arm as run.json records it."""
+
+    openai: str  # the server's base URL
+    model: str
+    baseline: str | None  # the arm it pairs with; None for a baseline arm
+    metrics: str | None  # its Prometheus page, None = not scraped
+    acceptance_counters: str | None  # the runtime whose counters were read
+    acceptance_note: str | None
+
+
+class External(TypedDict, total=False):
+    """run.json / summary.json ``external`` (empty without external arms)."""
+
+    arms: dict[str, ExternalArm]
+    chat_routes: list[str]  # routes whose servers render their own chat template
+
+
 class Totals(TypedDict):
     requests: int
     errors: int
@@ -350,8 +378,8 @@ class Summary(TypedDict):
     machine: JSONObject | None
     versions: JSONObject | None
     server: JSONObject | None
-    external: JSONObject
-    prefix_cache: JSONObject | None
+    external: External
+    prefix_cache: PrefixCache | None
     started: str | None
     finished: str | None
     complete: bool

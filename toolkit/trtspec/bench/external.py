@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from trtspec.artifacts.bench_run import External, ExternalArm
 from trtspec.bench.client import Arm, Job, Outcome, StreamWorker
 from trtspec.bench.openai_client import OpenAIEndpoint, OpenAIWorker, base_url, list_models
 from trtspec.bench.openai_metrics import (
@@ -191,12 +192,12 @@ class ExternalArms:
         else:
             self.probes[arm.variant] = MetricsProbe(ep.metrics_url, profile, ep.model)
 
-    def info(self, chat_routes: list[str]) -> dict[str, Any]:
+    def info(self, chat_routes: list[str]) -> External:
         """What run.json records about the external arms (``chat_routes``: the
         routes whose prompts the servers render with their own chat template)."""
         if not self.arms:
             return {}
-        out: dict[str, Any] = {}
+        out: dict[str, ExternalArm] = {}
         for arm in self.arms:
             ep = arm.openai
             assert ep is not None

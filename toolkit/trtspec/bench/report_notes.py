@@ -119,9 +119,9 @@ def cache_notes(summary: Summary) -> list[str]:
     """What the report says about cache state: the policy, and every cell
     where a prompt's baseline and variant rows started from different
     prefix-cache states (their speedup mixes speculation with cache luck)."""
-    parity = summary.get("prefix_cache") or {}
+    parity = summary.get("prefix_cache")
     notes = []
-    if parity.get("policy"):
+    if parity and parity.get("policy"):
         how = {
             "cold": "no arm reuses another arm's KV blocks for the same prompt",
             "warm": "each measured request follows a 1-token request for the same prompt",

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, Summary
+from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, PrefixCache, Summary
 from trtspec.bench.cells import Run, Target, serve, wait_ready
 from trtspec.bench.client import Arm, LagProbe
 from trtspec.bench.parity import COLD, POLICIES, WARM, parity_repo, shared_engines
@@ -78,7 +78,7 @@ def _signals_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous_int)
 
 
-def client_stats(probe: LagProbe) -> dict[str, Any]:
+def client_stats(probe: LagProbe) -> dict[str, float | None]:
     return probe.summary()
 
 
@@ -182,8 +182,8 @@ def run_benchmark(
     run_id = run.run_id
     repo = repo or Path("triton_repo") / plan.spec_name
     parity = _cache_parity(plan, repo, run_dir, endpoint, say)
-    if parity.get("repo"):
-        repo = Path(parity["repo"])
+    if parity_repo_dir := parity.get("repo"):
+        repo = Path(parity_repo_dir)
     run_info: dict[str, Any] = {
         "run_id": run_id,
         "git_commit": git_commit(Path(__file__).parent),
@@ -332,13 +332,13 @@ def _measure(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | None) 
 
 def _cache_parity(
     plan: BenchPlan, repo: Path, run_dir: Path, endpoint: str | None, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> PrefixCache:
     """Apply the run's --prefix-cache policy before anything is served; what
     was done goes to run.json (and summary.json)."""
     from trtspec.serve.manifest import MANIFEST_NAME, resolve_repo
 
     policy = plan.settings.prefix_cache
-    out: dict[str, Any] = {"policy": policy, "repo": None, "own_engine_models": {}}
+    out: PrefixCache = {"policy": policy, "repo": None, "own_engine_models": {}}
     if not any(a.openai is None for a in plan.arms):
         out["enforced"] = False  # external arms only: their servers are not ours
         return out

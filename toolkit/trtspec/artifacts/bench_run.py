@@ -336,6 +336,53 @@ class External(TypedDict, total=False):
     chat_routes: list[str]  # routes whose servers render their own chat template
 
 
+class Environment(TypedDict):
+    """The machine and library versions a run recorded."""
+
+    machine: JSONObject  # hostname, platform, processor, cpu_count, memory_bytes
+    versions: dict[str, str | None]  # trtspec, python, torch, …, tritonserver
+
+
+class RunInfo(TypedDict, total=False):
+    """``run.json``: what ran, written when the run starts and completed when
+    it ends (a killed run leaves ``complete: false``). Older or hand-made
+    files may lack any key, so readers use ``.get``."""
+
+    run_id: str
+    git_commit: str | None
+    spec: JSONObject  # name, hash, path
+    machine: JSONObject
+    versions: dict[str, str | None]
+    server: JSONObject  # endpoint, repo, isolate, footprint
+    external: External
+    prefix_cache: PrefixCache
+    started: str
+    finished: str
+    complete: bool
+    incomplete_reason: str | None
+    settings: JSONObject  # the bench settings, routes and arms (decision: DecisionRules)
+    fingerprint: JSONObject | None  # trtspec.fingerprint
+    client: dict[str, float | None]  # the client's lag probe
+    incidents: list[JSONObject]  # stub crashes and server restarts
+    sequential_stops: list[SequentialStop]
+    block_repeats: list[BlockRepeat]
+
+
+def load_run_info(path: Path) -> RunInfo:
+    """``run.json`` (``{}`` when there is none: a run re-renders from its
+    rows alone); invalid JSON is an error naming the file and the fix."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BenchError(
+            f"{path}: not valid JSON ({exc.msg})",
+            hint="delete it to render from requests.jsonl alone",
+        ) from None
+    return cast(RunInfo, data)
+
+
 class Totals(TypedDict):
     requests: int
     errors: int
@@ -376,7 +423,7 @@ class Summary(TypedDict):
     git_commit: str | None
     spec: JSONObject | None
     machine: JSONObject | None
-    versions: JSONObject | None
+    versions: dict[str, str | None] | None
     server: JSONObject | None
     external: External
     prefix_cache: PrefixCache | None

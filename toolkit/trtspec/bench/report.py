@@ -22,7 +22,9 @@ from trtspec.artifacts.bench_run import (
     JSONObject,
     Level,
     RequestRow,
+    RunInfo,
     Summary,
+    load_run_info,
     save_summary,
 )
 from trtspec.artifacts.routing import ROUTING_YAML
@@ -151,7 +153,7 @@ def level_lines(dec: Decision) -> list[str]:
     return out
 
 
-def _load_run(run_dir: Path) -> tuple[list[RequestRow], JSONObject, list[JSONObject]]:
+def _load_run(run_dir: Path) -> tuple[list[RequestRow], RunInfo, list[JSONObject]]:
     if not run_dir.is_dir():
         raise BenchError(
             f"{run_dir}: not a folder", hint="pass a run folder such as results/<run>/"
@@ -162,17 +164,7 @@ def _load_run(run_dir: Path) -> tuple[list[RequestRow], JSONObject, list[JSONObj
             f"{run_dir / REQUESTS_FILE}: no completed requests to report",
             hint="the run ended before any request finished; rerun `trtspec bench`",
         )
-    run_info: JSONObject = {}
-    run_path = run_dir / RUN_FILE
-    if run_path.is_file():
-        try:
-            run_info = json.loads(run_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise BenchError(
-                f"{run_path}: not valid JSON ({exc.msg})",
-                hint="delete it to render from requests.jsonl alone",
-            ) from None
-    return rows, run_info, read_jsonl_loose(run_dir / METRICS_FILE)
+    return rows, load_run_info(run_dir / RUN_FILE), read_jsonl_loose(run_dir / METRICS_FILE)
 
 
 def render_run(run_dir: Path, *, plots: bool = True) -> Summary:

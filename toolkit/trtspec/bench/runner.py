@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, PrefixCache, Summary
+from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, PrefixCache, RunInfo, Summary
 from trtspec.bench.cells import Run, Target, serve, wait_ready
 from trtspec.bench.client import Arm, LagProbe
 from trtspec.bench.parity import COLD, POLICIES, WARM, parity_repo, shared_engines
@@ -184,7 +184,7 @@ def run_benchmark(
     parity = _cache_parity(plan, repo, run_dir, endpoint, say)
     if parity_repo_dir := parity.get("repo"):
         repo = Path(parity_repo_dir)
-    run_info: dict[str, Any] = {
+    run_info: RunInfo = {
         "run_id": run_id,
         "git_commit": git_commit(Path(__file__).parent),
         "spec": {"name": plan.spec_name, "hash": plan.spec_hash, "path": plan.spec_path},

@@ -27,10 +27,12 @@ from trtspec.artifacts.bench_run import (
     Cell,
     ClientCost,
     DecisionRules,
+    Environment,
     JSONObject,
     LevelThroughput,
     Objectives,
     RequestRow,
+    RunInfo,
     SequentialStop,
     Summary,
 )
@@ -474,7 +476,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def environment_info() -> JSONObject:
+def environment_info() -> Environment:
     """Machine and library versions for the report header."""
     mem = None
     with contextlib.suppress(ValueError, OSError, AttributeError):
@@ -500,7 +502,7 @@ def environment_info() -> JSONObject:
 
 def build_summary(
     rows: list[RequestRow],
-    run_info: JSONObject,
+    run_info: RunInfo,
     memory_samples: list[JSONObject] | None = None,
 ) -> Summary:
     """The whole ``summary.json`` document (decisions included)."""

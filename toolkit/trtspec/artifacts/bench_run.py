@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from trtspec import fsutil
+from trtspec.artifacts.routing import RoutingDocument
 from trtspec.errors import BenchError
 
 RUN_FILE = "run.json"
@@ -440,7 +441,7 @@ class Summary(TypedDict):
     load_throughput: list[LevelThroughput]
     block_repeats: list[BlockRepeat]
     decisions: list[Decision]
-    routing: JSONObject
+    routing: RoutingDocument
 
 
 def save_summary(run_dir: Path, summary: Summary) -> Path:

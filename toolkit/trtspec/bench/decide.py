@@ -38,7 +38,7 @@ from trtspec.artifacts.bench_run import (
     Level,
     Summary,
 )
-from trtspec.artifacts.routing import ROUTING_YAML
+from trtspec.artifacts.routing import ROUTING_YAML, Evidence, RouteEntry, RoutingDocument
 from trtspec.artifacts.routing import SCHEMA_VERSION as ROUTING_SCHEMA_VERSION
 from trtspec.bench import distribution, goodput, stats
 from trtspec.bench.records import pairs_with
@@ -242,7 +242,7 @@ def _headline(cells: list[Cell]) -> Cell:
 
 def decide(
     cells: list[Cell], d: DecisionRules, *, rollout: JSONObject | None = None
-) -> tuple[list[Decision], JSONObject]:
+) -> tuple[list[Decision], RoutingDocument]:
     """Decisions for every (route, variant, k) and the routing table."""
     rollout = rollout or {}
     by_arm: dict[tuple[str, str, Any], list[Cell]] = {}
@@ -553,10 +553,10 @@ def _routing(
     cells: list[Cell],
     rollout: JSONObject,
     by: str = "speedup",
-) -> JSONObject:
+) -> RoutingDocument:
     fallback = rollout.get("fallback_variant") or BASELINE
     canary = int(rollout.get("canary_percent", DEFAULT_CANARY_PERCENT))
-    routes: dict[str, JSONObject] = {}
+    routes: dict[str, RouteEntry] = {}
     for route in dict.fromkeys(c["route"] for c in cells):
         # only Triton arms can be routed to; external arms are for comparison
         cands = [
@@ -571,12 +571,12 @@ def _routing(
         )
         if promoted:
             top = promoted[0]
-            entry: JSONObject = {"variant": top["variant"]}
+            entry: RouteEntry = {"variant": top["variant"]}
             if top["num_speculative_tokens"] is not None:
                 entry["num_draft_tokens"] = int(top["num_speculative_tokens"])
-            entry.update(
-                {"canary_percent": canary, "decision": PROMOTE, "fallback_variant": fallback}
-            )
+            entry["canary_percent"] = canary
+            entry["decision"] = PROMOTE
+            entry["fallback_variant"] = fallback
             cap = scheduled_cap(decisions, top)
             if cap is not None:
                 # over this many in-flight requests the router sends the route
@@ -593,7 +593,7 @@ def _routing(
     return {"schema_version": ROUTING_SCHEMA_VERSION, "default_variant": BASELINE, "routes": routes}
 
 
-def _evidence(dec: Decision) -> JSONObject:
+def _evidence(dec: Decision) -> Evidence:
     """What a promoted entry rests on: the same paired estimate as the
     console line (read by people; the router ignores it)."""
     h = dec["headline"]
@@ -617,7 +617,7 @@ def _evidence(dec: Decision) -> JSONObject:
     }
 
 
-def routing_yaml(routing: JSONObject) -> str:
+def routing_yaml(routing: RoutingDocument) -> str:
     header = (
         "# Written by `trtspec bench`; feed it to `trtspec repo --routing`.\n"
         "# decision: promote | exclude | inconclusive (see report.md for reasons)\n"

@@ -567,7 +567,7 @@ OVERHEAD_WARN_FRACTION = 0.02
 SEND_LAG_WARN_MS = 10.0
 
 
-def client_summary(rows: list[RequestRow], probe: JSONObject) -> ClientCost:
+def client_summary(rows: list[RequestRow], probe: dict[str, float | None]) -> ClientCost:
     """The client's own cost (from the rows) and its lag probe (from
     ``run.json``), with warnings where either could distort the numbers."""
     overhead = _present(rows, "client_overhead_ms")

@@ -32,7 +32,8 @@ from trtspec.bench.plan import BenchPlan, BenchSettings, plan_from_spec
 from trtspec.bench.progress import RouteBars
 from trtspec.bench.recorder import Recorder
 from trtspec.bench.records import RequestLog, atomic_write_json
-from trtspec.bench.report import METRICS_FILE, console_lines, render_run
+from trtspec.bench.report import METRICS_FILE, render_run
+from trtspec.bench.report_console import console_lines
 from trtspec.bench.sequential import DEFAULT_MAX_REQUESTS
 from trtspec.bench.summary import environment_info, git_commit
 from trtspec.errors import BenchError, TrtspecError, os_error

@@ -91,7 +91,7 @@ def _finish(
     summary: Summary, gates: list[Any], max_error_rate: float, fmt: str, run_dir: Path
 ) -> None:
     from trtspec.bench.gates import check_gates
-    from trtspec.bench.report import console_lines
+    from trtspec.bench.report_console import console_lines
     from trtspec.bench.report_notes import incident_note
 
     if fmt == "json":

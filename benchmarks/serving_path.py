@@ -440,9 +440,9 @@ def build_llmapi(model: Path, name: str, root: Path) -> tuple[Path, Path]:
     files = flow.files(spec, plan, engines)
     execute(plan, backend=backend_for(plan.backend))
     flow.write_files(files)
-    repo = flow.assemble(spec, plan, engines, root / "triton_repo", routing=None, gpu_bytes=None)
+    repo = flow.assemble(spec, plan, engines, root / "triton_repo", routing=None, memory=None)
     add_bls_router(repo)
-    return repo, flow.tokenizer_dir(spec, engines)
+    return repo, spec.tokenizer_dir(engines)
 
 
 def llmapi_request(url: str, layer: str, prompt: str, args: Any) -> Run:

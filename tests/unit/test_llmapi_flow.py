@@ -355,15 +355,13 @@ def test_the_gpu_repository_uses_upstreams_model(
     plan = make_plan(spec)
     monkeypatch.setenv(llmapi_repo.UPSTREAM_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(RepoError) as info:
-        flow_for(spec).assemble(
-            spec, plan, tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
-        )
+        flow_for(spec).assemble(spec, plan, tmp_path, tmp_path / "out", routing=None, memory=None)
     assert "TensorRT-LLM's llmapi Triton model (model.py, helpers.py) not found" in str(
         info.value.message
     )
     _fake_upstream(tmp_path, monkeypatch)
     repo = flow_for(spec).assemble(
-        spec, plan, tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
+        spec, plan, tmp_path, tmp_path / "out", routing=None, memory=None
     )
     assert sorted(p.name for p in repo.iterdir()) == [
         "baseline",
@@ -484,9 +482,20 @@ def test_the_demo_spec_is_valid_and_its_files_pass_their_table(tmp_path: Path) -
 
 def test_the_bench_finds_the_tokenizer_where_the_flow_keeps_it(tmp_path: Path) -> None:
     gpu = _spec(ALL_MODES[:1])
-    assert flow_for(gpu).tokenizer_dir(gpu, tmp_path) == Path("org/target")
+    assert gpu.tokenizer_dir(tmp_path) == Path("org/target")
     engine = parse_spec({"name": "e", "target": {"model": "org/m", "family": "llama"}}, "s")
-    assert flow_for(engine).tokenizer_dir(engine, tmp_path) == tmp_path / "e/target/tokenizer"
+    assert engine.tokenizer_dir(tmp_path) == tmp_path / "e/target/tokenizer"
+    # the LLM API's CPU stand-in serves reference engines: the target engine carries it
+    cpu = parse_spec(
+        {
+            "name": "c",
+            "backend": "reference",
+            "flow": "llmapi",
+            "target": {"model": "org/m", "family": "llama"},
+        },
+        "s",
+    )
+    assert cpu.tokenizer_dir(tmp_path) == tmp_path / "c/target/tokenizer"
 
 
 def test_the_stand_in_answers_as_the_pytorch_executor_does_with_stream_interval() -> None:
@@ -513,6 +522,6 @@ def test_the_llmapi_router_runs_as_many_processes_as_the_spec_says(
     spec = parse_spec(data, "spec.yaml")
     _fake_upstream(tmp_path, monkeypatch)
     repo = flow_for(spec).assemble(
-        spec, make_plan(spec), tmp_path, tmp_path / "out", routing=None, gpu_bytes=None
+        spec, make_plan(spec), tmp_path, tmp_path / "out", routing=None, memory=None
     )
     assert [g.count for g in read_config(repo / "router" / "config.pbtxt").instance_group] == [4]

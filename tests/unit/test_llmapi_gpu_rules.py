@@ -338,9 +338,8 @@ def test_repo_writes_the_budget_it_planned(tmp_path: Path, monkeypatch: pytest.M
     target = _folder(tmp_path, "target", LLAMA)
     spec = parse_spec(_data([NGRAM], target=str(target)), str(tmp_path / "spec.yaml"))
     plan = make_plan(spec, tmp_path / "engines")
-    repo = llmapi_repo.assemble(
-        spec, plan, tmp_path / "engines", tmp_path / "out", gpu_bytes=16 << 30
-    )
+    memory = llmapi_memory_plan(spec, plan.root, 16 << 30)
+    repo = llmapi_repo.assemble(spec, plan, tmp_path / "engines", tmp_path / "out", memory=memory)
     import yaml
 
     doc = yaml.safe_load((repo / "ng__llmapi" / "1" / "model.yaml").read_text())

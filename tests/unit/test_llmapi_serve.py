@@ -103,3 +103,30 @@ def test_serve_llmapi_needs_the_built_files(tmp_path: Path) -> None:
     assert f"{tmp_path / 'g' / 'llmapi' / 'baseline.yaml'} not found: run `trtspec build" in (
         result.stderr
     )
+
+
+def test_serve_llmapi_warns_before_it_widens_the_bind(tmp_path: Path, fake: str) -> None:
+    """Anything but loopback prints what trtllm-serve exposes, before any
+    server starts (here the stand-in refuses its file, so nothing listens)."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "g", "flow": "llmapi", "target": {"model": "org/m", "family": "llama"},
+    }))  # fmt: skip
+    files = tmp_path / "engines" / "g" / "llmapi"
+    files.mkdir(parents=True)
+    (files / "baseline.yaml").write_text("broken: true\n")
+    argv = [
+        "serve-llmapi", str(spec), "--engines", str(tmp_path / "engines"),
+        "--trtllm-serve", fake, "--log-dir", str(tmp_path / "logs"), "--base-port", "18100",
+    ]  # fmt: skip
+    widened = CliRunner().invoke(cli, [*argv, "--host", "0.0.0.0"])
+    assert widened.exit_code == 1, widened.output
+    assert (
+        "Warning: --host 0.0.0.0 is not a loopback address. Anyone who can reach this machine "
+        "can, without authentication or TLS, run inference through trtllm-serve's "
+        "OpenAI-compatible API and read its health and metrics (HTTP on 18100)."
+    ) in " ".join(widened.stderr.split())
+    assert "exited 3 before it was ready" in widened.stderr
+    loopback = CliRunner().invoke(cli, argv)
+    assert loopback.exit_code == 1, loopback.output
+    assert "Warning" not in loopback.stderr

@@ -44,6 +44,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "--host given to `trtspec serve --tritonserver /bin/false`: the warning is "
         "checked, /bin/false binds nothing"
     ),
+    ("tests/unit/test_llmapi_serve.py", "0.0.0.0"): (
+        "--host given to `trtspec serve-llmapi` whose stand-in trtllm-serve refuses its "
+        "file and exits before it binds: the warning is checked, nothing listens"
+    ),
     ("tests/unit/test_bench_sandbox.py", "proxy.example"): (
         "an HTTPS_PROXY value the sandbox must strip from the child's environment; "
         "nothing connects (RFC 2606 .example never resolves)"

@@ -286,7 +286,7 @@ def test_repo_writes_the_planned_fractions(spec_path: Path, tmp_path: Path) -> N
         spec_path.parent / "engines",
         tmp_path / "repo",
         require_engines=False,
-        gpu_bytes=80 * GIB,
+        memory=mp,
     )
     for name, fraction in mp.fractions.items():
         params = parameters_of(read_config(repo / name / "config.pbtxt"))
@@ -294,8 +294,19 @@ def test_repo_writes_the_planned_fractions(spec_path: Path, tmp_path: Path) -> N
     assert mp.fractions["target"] == 0.1577
 
 
-def test_repo_command_takes_gpu_memory(spec_path: Path, tmp_path: Path) -> None:
+def test_repo_command_takes_gpu_memory(
+    spec_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trtspec.memory
     from trtspec.repo.configs import parameters_of, read_config
+
+    made: list[int | None] = []
+
+    def counted(spec, plan, gpu_bytes=None):  # type: ignore[no-untyped-def]
+        made.append(gpu_bytes)
+        return memory_plan(spec, plan, gpu_bytes)
+
+    monkeypatch.setattr(trtspec.memory, "memory_plan", counted)
 
     engines = tmp_path / "engines"
     # engine folders as trtllm-build leaves them, as far as `repo` reads them
@@ -329,6 +340,7 @@ def test_repo_command_takes_gpu_memory(spec_path: Path, tmp_path: Path) -> None:
         "json",
     )
     assert res.exit_code == 0, res.output
+    assert made == [48 * GIB]  # planned once: its warnings and the fractions alike
     assert (
         "Warning: the repository's 4 engines need at least 50.9 GiB but the GPU has "
         "48.0 GiB" in res.stderr

@@ -241,9 +241,9 @@ def _gpu_checks(spec: Any, plan: Any, gpu_spec: bool) -> Iterable[Check]:
     if not gpu_spec or not gpus:
         return
     smallest = min(g.memory_bytes for g in gpus)
-    from trtspec.flows.llmapi_memory import plan_for
+    from trtspec.flows import flow_for
 
-    mp = plan_for(spec, plan, smallest)
+    mp = flow_for(spec).memory_plan(spec, plan, smallest)
     if not mp.known:
         yield Check(
             "GPU memory",
@@ -277,7 +277,7 @@ def _serving(spec: Any, gpu_spec: bool) -> Iterable[Check]:
             "run inside the Triton TRT-LLM container, or `pip install nvidia-pytriton` "
             "for the CPU reference backend",
         )
-    if spec is not None and getattr(spec.flow, "kind", "engine") == "llmapi":
+    if spec is not None and spec.flow.llm_api:
         yield from _llmapi_model(gpu_spec)
     elif probe_backend():
         yield Check("tensorrtllm backend", OK, str(BACKEND_DIR))
@@ -335,7 +335,7 @@ def _llmapi_model(gpu_spec: bool) -> Iterable[Check]:
 
 def run_checks(spec: Any = None, plan: Any = None) -> list[Check]:
     """Every check, in order; ``spec``/``plan`` None checks the machine only."""
-    gpu_spec = spec is not None and spec.backend.value == "tensorrt_llm"
+    gpu_spec = spec is not None and spec.backend.gpu
     checks = [_trtllm(spec, gpu_spec)]
     if gpu_spec:
         checks += list(_build_tools(spec, plan))

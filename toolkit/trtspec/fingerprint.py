@@ -23,6 +23,7 @@ from typing import Any
 from trtspec.artifacts.engine_manifest import MANIFEST
 from trtspec.artifacts.repo_manifest import ROUTING_FILE
 from trtspec.catalogue import BASELINE
+from trtspec.vocab import gpu_backend
 
 FINGERPRINT_SCHEMA_VERSION = 1
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
@@ -176,7 +177,7 @@ def _variant_settings(spec: Any) -> dict[str, str]:
 
 
 def _trtllm_version(spec: Any, engines: dict[str, Any]) -> str | None:
-    if str(getattr(spec.backend, "value", spec.backend)) == "tensorrt_llm":
+    if gpu_backend(spec.backend):
         return str(spec.stack.trtllm_version)
     return None
 
@@ -411,15 +412,14 @@ def diff(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def stale_routing(table: Any, spec: Any, plan: Any) -> list[Change]:
+def stale_routing(table: Any, spec: Any, plan: Any, engines_root: Path) -> list[Change]:
     """What changed since ``table`` (a ``RoutingTable`` from ``routing.yaml``)
     was measured, for its routes; ``[]`` when nothing did or when the table
     carries no fingerprint (a hand-written table: see ``unverifiable``)."""
     recorded = getattr(table, "fingerprint", None)
     if not recorded:
         return []
-    tokenizer = Path(plan.engine(plan.variants[BASELINE].target).dir) / "tokenizer"
-    now = current(spec, plan, tokenizer_dir=tokenizer)
+    now = current(spec, plan, tokenizer_dir=spec.tokenizer_dir(engines_root))
     return changes(recorded, now, routes=list(table.routes) or None)
 
 

@@ -324,7 +324,7 @@ def engine_memory(spec: Any, plan: Any) -> list[EngineMemory]:
         )
         mem.max_seq_len = int(e.max_seq_len or t.max_seq_len)
         mem.max_num_tokens = int(e.max_num_tokens or t.max_num_tokens)
-        mem.instances = int(t.instances) if spec.backend.value == "tensorrt_llm" else 1
+        mem.instances = int(t.instances) if spec.backend.gpu else 1
         mem.devices = e.gpu_device_ids
         path = find_config(spec, e.source, plan.root)
         if path is None:
@@ -530,7 +530,7 @@ class MemoryPlan:
 
 def memory_plan(spec: Any, plan: Any, gpu_bytes: int | None = None) -> MemoryPlan:
     """The memory plan of ``plan``'s engines against ``gpu_bytes`` per GPU
-    (an LLM-API spec's LLMs: ``trtspec.flows.llmapi_memory.plan_for``)."""
+    (an LLM-API spec's LLMs: ``trtspec.flows.llmapi_memory.llmapi_memory_plan``)."""
     engines = engine_memory(spec, plan)
     by_name = {e.name: e for e in engines}
 

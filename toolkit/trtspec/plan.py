@@ -32,7 +32,6 @@ from trtspec.modes import module_for
 from trtspec.modes.draft_model import draft_identity, loop_engine_target, needs_draft_logits
 from trtspec.procutil import dist_version
 from trtspec.spec import (
-    Backend,
     DraftModelVariant,
     EagleVariant,
     Quantization,
@@ -259,7 +258,7 @@ class _Builder:
             or default_examples_dir(spec.stack.trtllm_version)
         )
         self.version = spec.stack.trtllm_version
-        self.gpu = spec.backend is Backend.tensorrt_llm
+        self.gpu = spec.backend.gpu
         self.steps: list[Step] = []
         self.unit_keys: dict[str, str] = {}
         self.engines: dict[str, EnginePlan] = {}

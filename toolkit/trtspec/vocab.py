@@ -1,7 +1,8 @@
 """The closed sets of names the spec, the planner and the TensorRT-LLM
 command lines share: backends, model families, dtypes, quantizations. Stdlib
 enums at ground level, so the argv builders need neither the spec nor the
-mode modules (``trtspec.spec`` re-exports them)."""
+mode modules (``trtspec.spec`` re-exports them). What a backend means
+(``Backend.gpu``) is answered here, so no stage compares backend names."""
 
 from __future__ import annotations
 
@@ -11,6 +12,21 @@ from enum import Enum
 class Backend(str, Enum):
     tensorrt_llm = "tensorrt_llm"
     reference = "reference"
+
+    @property
+    def gpu(self) -> bool:
+        """TensorRT-LLM on NVIDIA GPUs (the reference backend runs on the CPU):
+        the one question every stage asks of a backend."""
+        return self is Backend.tensorrt_llm
+
+
+def gpu_backend(name: object) -> bool:
+    """Whether a backend named in a file (a plan, a repository manifest, an
+    engine's build record) is TensorRT-LLM's; an unknown or missing one is not."""
+    try:
+        return Backend(name).gpu
+    except ValueError:
+        return False
 
 
 class Family(str, Enum):

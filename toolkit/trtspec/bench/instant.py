@@ -309,7 +309,7 @@ def instant_llmapi_repository(
         write_engine_stub(engines / spec.name / engine.name, Path(model))
     flow.write_files(flow.files(spec, plan, engines))
     save_plan(spec, plan)
-    repo = flow.assemble(spec, plan, engines, root / "triton_repo", routing=None, gpu_bytes=None)
+    repo = flow.assemble(spec, plan, engines, root / "triton_repo", routing=None, memory=None)
     use_instant_llm(repo, step_ms)
     in_process_router(repo)
     add_bls_router(repo)

@@ -20,7 +20,6 @@ from trtspec.bench.routes import RouteSet, load_prompt_set
 from trtspec.bench.sequential import DEFAULT_MAX_REQUESTS, SequentialPlan
 from trtspec.catalogue import BASELINE, MODES
 from trtspec.errors import BenchError
-from trtspec.flows import flow_for
 from trtspec.modes.draft_model import DraftModelVariant
 from trtspec.spec.schema import DEFAULT_DECISION, Bench
 
@@ -188,7 +187,7 @@ def plan_from_spec(
             RouteSet(name, path, items, r.max_tokens, checks, requests or r.requests, levels, temps)
         )
     spec_name = spec.name
-    tok = tokenizer or flow_for(spec).tokenizer_dir(spec, engines_root)
+    tok = tokenizer or spec.tokenizer_dir(engines_root)
     arms = (
         []
         if external_only

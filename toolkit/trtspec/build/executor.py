@@ -45,6 +45,7 @@ from trtspec.fsutil import atomic_write_json
 from trtspec.integrity import describe, file_records, verify_files
 from trtspec.plan import Plan, Step
 from trtspec.procutil import dist_version, parent_death_hook, pid_alive
+from trtspec.vocab import Backend, gpu_backend
 
 #: runtime/engine/shared_weights.FOLDER (not imported: the build does not load the engine package)
 SHARED_WEIGHTS = ".shared-weights"
@@ -141,6 +142,7 @@ def run_subprocess(
 
 class BuildBackend(Protocol):
     name: str
+    gpu: bool  # builds TensorRT-LLM engines for GPUs (Backend.gpu)
 
     def preflight(self, plan: Plan, steps: list[Step]) -> None: ...
 
@@ -162,7 +164,8 @@ def _python_argv(argv: Sequence[str]) -> list[str]:
 class TrtllmBackend:
     """GPU engines: convert_checkpoint.py / quantize.py / trtllm-build in the container."""
 
-    name: str = "tensorrt_llm"
+    name: str = Backend.tensorrt_llm.value
+    gpu: bool = True
 
     def preflight(self, plan: Plan, steps: list[Step]) -> None:
         if any(s.kind == "build" for s in steps) and shutil.which("trtllm-build") is None:
@@ -191,7 +194,8 @@ class TrtllmBackend:
 class ReferenceBackend:
     """CPU engines written by ``python -m trtspec.build.reference``."""
 
-    name: str = "reference"
+    name: str = Backend.reference.value
+    gpu: bool = False
 
     def preflight(self, plan: Plan, steps: list[Step]) -> None:
         if any(s.kind == "reference" for s in steps) and (
@@ -214,7 +218,8 @@ class ReferenceBackend:
 
 
 def backend_for(name: str) -> BuildBackend:
-    return ReferenceBackend() if name == "reference" else TrtllmBackend()
+    """The build backend of a plan's ``backend`` (``trtspec.vocab.Backend``)."""
+    return TrtllmBackend() if gpu_backend(name) else ReferenceBackend()
 
 
 # ---------------------------------------------------------------- execution
@@ -436,7 +441,7 @@ def _manifest(
         "engine": engine.to_dict() if engine else None,
         "steps": records,
         "versions": backend.versions(),
-        "gpu": build_gpu() if backend.name == "tensorrt_llm" else None,
+        "gpu": build_gpu() if backend.gpu else None,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config_summary": summary,
         "files": file_records(staging),
@@ -515,7 +520,7 @@ def execute(
                     }
                 )
                 result.outcomes.append(StepOutcome(s, "ran", seconds))
-            if plan.backend == "reference":
+            if not gpu_backend(plan.backend):  # reference engines share identical files
                 share_identical(staging, plan.root)
             atomic_write_json(staging / MANIFEST, _manifest(plan, unit, records, backend, staging))
             trash = plan.root / ".staging" / f"{name}.old.{os.getpid()}"

@@ -34,22 +34,20 @@ gpu_memory_option = click.option(
 
 def memory_for(spec: Any, plan: Any, gpu_bytes: int | None) -> Any:
     """The memory plan of a GPU spec (None for the reference backend, whose
-    engines run on the CPU), with its warnings echoed on stderr."""
-    from trtspec.flows.llmapi_memory import plan_for
+    engines run on the CPU), with its warnings echoed on stderr: made once,
+    then handed to the stages that size KV caches (``Flow.files``,
+    ``Flow.assemble``)."""
+    from trtspec.flows import flow_for
 
-    if spec.backend.value != "tensorrt_llm":
+    if not spec.backend.gpu:
         if gpu_bytes is not None:
             click.echo(
                 "Warning: --gpu-memory is ignored: the reference backend runs on the CPU", err=True
             )
         return None
-    mp = plan_for(spec, plan, gpu_bytes)
-    warnings = mp.warnings()
-    if spec.flow.kind == "llmapi" and gpu_bytes is None and len(mp.engines) > 1:
-        from trtspec.flows.llmapi_memory import UNEVEN_SPLIT
-
-        warnings.append(UNEVEN_SPLIT)
-    for message in warnings:
+    flow = flow_for(spec)
+    mp = flow.memory_plan(spec, plan, gpu_bytes)
+    for message in flow.memory_warnings(mp):
         click.echo(f"Warning: {message}", err=True)
     return mp
 

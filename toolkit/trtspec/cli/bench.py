@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from trtspec.cli._options import engines_option
+from trtspec.cli._options import fail_on_option as shared_fail_on_option
 from trtspec.cli._output import emit_json, format_option, progress
 from trtspec.errors import BenchError, GateFailed
 
@@ -60,23 +61,9 @@ def _temperature(text: str) -> float:
     return value
 
 
-def _gates(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    from trtspec.bench.gates import parse_gates
-
-    try:
-        return parse_gates(value)
-    except BenchError as exc:
-        raise click.BadParameter(
-            exc.message.removeprefix("--fail-on: ") + (f" ({exc.hint})" if exc.hint else "")
-        ) from None
-
-
-fail_on_option = click.option(
-    "--fail-on",
-    "gates",
-    callback=_gates,
-    metavar="GATES",
-    help='Exit 3 when a condition holds, e.g. "speedup<1.0@code_completion,error_rate>0.01".',
+no_plots_option = click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+fail_on_option = shared_fail_on_option(
+    'Exit 3 when a condition holds, e.g. "speedup<1.0@code_completion,error_rate>0.01".'
 )
 max_error_option = click.option(
     "--max-error-rate",
@@ -217,7 +204,7 @@ def _finish(
     type=click.FloatRange(min=0.1),
     help="Seconds to wait for one request's final response (default 300).",
 )
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@no_plots_option
 @click.option(
     "--external",
     callback=_csv(str, "an external arm name"),
@@ -277,7 +264,7 @@ CLI_ONLY = ("spec_path", "output", "run_dir", "no_plots", "gates", "max_error_ra
 
 @click.command("report")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(path_type=Path))
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@no_plots_option
 @fail_on_option
 @max_error_option
 @format_option

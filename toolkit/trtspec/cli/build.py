@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for, memory_table
-from trtspec.cli._options import engines_option
+from trtspec.cli._options import engines_option, examples_dir_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -77,7 +77,7 @@ def validate_cmd(spec_path: str, gpu_bytes: int | None, fmt: str) -> None:
             }
         )
         return
-    flow = "" if spec.flow.kind == "engine" else f"flow {spec.flow.kind}, "
+    flow = "" if spec.flow.implicit else f"flow {spec.flow.kind}, "
     click.echo(
         f"{spec_path}: valid ({spec.name}, backend {spec.backend.value}, "
         f"{flow}TensorRT-LLM {version})"
@@ -103,11 +103,7 @@ def _check_only(plan: Any, only: str | None) -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when a step's cache key is unchanged.")
 @click.option("--only", metavar="VARIANT", help="Build only the engines this variant needs.")
 @engines_option("Engines root; the spec's engines go to ENGINES/<spec>/.", "--engines-dir")
-@click.option(
-    "--examples-dir",
-    metavar="DIR",
-    help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).",
-)
+@examples_dir_option
 @click.option("--verbose", "-v", is_flag=True, help="Echo each step's output on stderr.")
 @gpu_memory_option
 @format_option
@@ -133,7 +129,7 @@ def build_cmd(
     _check_only(plan, only)
     memory = memory_for(spec, plan, gpu_bytes)
     # files the flow writes beside the engines, checked before any step runs
-    files = flow.files(spec, plan, engines_root, gpu_bytes=gpu_bytes)
+    files = flow.files(spec, plan, engines_root, memory=memory)
     if dry_run:
         status = plan_status(plan, force=force, only=only)
         if fmt == "json":

@@ -9,20 +9,15 @@ from typing import Any
 
 import click
 
+from trtspec.cli._options import fail_on_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
-from trtspec.errors import BenchError, GateFailed
+from trtspec.errors import GateFailed
 
 
-def _gates(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+def _compare_metrics() -> Any:
     from trtspec.bench.compare import GATE_METRICS
-    from trtspec.bench.gates import parse_gates
 
-    try:
-        return parse_gates(value, GATE_METRICS)
-    except BenchError as exc:
-        raise click.BadParameter(
-            exc.message.removeprefix("--fail-on: ") + (f" ({exc.hint})" if exc.hint else "")
-        ) from None
+    return GATE_METRICS
 
 
 @click.command("compare")
@@ -34,14 +29,11 @@ def _gates(ctx: click.Context, param: click.Parameter, value: str | None) -> Any
     type=click.Path(path_type=Path),
     help="Also write a page with the table and a speedup plot here.",
 )
-@click.option(
-    "--fail-on",
-    "gates",
-    callback=_gates,
-    metavar="GATES",
-    help='Exit 3 when B is worse than A, e.g. "acceptance_drop>0.1,speedup_drop>0.2"'
+@fail_on_option(
+    'Exit 3 when B is worse than A, e.g. "acceptance_drop>0.1,speedup_drop>0.2"'
     " (metrics: acceptance_drop, mean_accepted_length_drop, speedup_drop,"
     " quality_drop, ttft_p50_increase, ttft_p95_increase).",
+    metrics=_compare_metrics,
 )
 @format_option
 def compare_command(

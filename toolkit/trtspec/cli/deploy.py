@@ -13,8 +13,20 @@ from typing import Any
 import click
 
 from trtspec.cli._memory import gpu_memory_option, memory_for
-from trtspec.cli._options import engines_option
+from trtspec.cli._options import engines_option, namespace_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
+
+#: a deploy command's own output folder, replaced only when asked
+replace_option = click.option("--force", is_flag=True, help="Replace an existing output folder.")
+replicas_option = click.option(
+    "--replicas", type=click.IntRange(min=1), default=1, show_default=True
+)
+
+
+def gpus_per_node_option(help: str | None = None) -> Any:
+    return click.option(
+        "--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True, help=help
+    )
 
 
 @click.group("deploy")
@@ -71,15 +83,12 @@ def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
     type=click.Path(path_type=Path),
     help="Output folder [default: deploy/<spec>].",
 )
-@click.option("--force", is_flag=True, help="Replace an existing output folder.")
+@replace_option
 @click.option("--name", help="Resource name [default: the spec name].")
-@click.option("--namespace", default="default", show_default=True)
-@click.option(
-    "--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
-    help="GPUs of one node; TP×PP above it makes a LeaderWorkerSet.",
-)  # fmt: skip
+@namespace_option()
+@gpus_per_node_option("GPUs of one node; TP×PP above it makes a LeaderWorkerSet.")
 @gpu_memory_option
-@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@replicas_option
 @click.option("--hpa-max", type=click.IntRange(min=1), help="Add an autoscaler up to N replicas.")
 @click.option(
     "--hpa-metric", type=click.Choice(["router", "queue", "inflight"]), default="router",
@@ -326,7 +335,7 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)
-    if spec.flow.kind != "llmapi":
+    if not spec.flow.llm_api:
         raise DeployError(
             f"{spec_path}: spec {spec.name} uses the {spec.flow.kind} flow; Dynamo's "
             "TensorRT-LLM workers run the LLM-API flow",
@@ -367,14 +376,14 @@ def _spec_configs(spec_path: Path, engines_root: Path) -> tuple[str, dict[str, A
     "--image", default=None,
     help="Dynamo TensorRT-LLM runtime image [default: the pinned release's].",
 )  # fmt: skip
-@click.option("--namespace", default="default", show_default=True)
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@namespace_option()
+@gpus_per_node_option()
+@replicas_option
 @click.option("--disaggregated", is_flag=True, help="Separate prefill and decode workers.")
 @click.option("--prefill-replicas", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--secret", help="Secret whose keys become worker env vars (e.g. HF_TOKEN).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output folder.")
-@click.option("--force", is_flag=True, help="Replace an existing output folder.")
+@replace_option
 def dynamo_command(
     *,
     spec_path: Path | None,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.cli._options import engines_option
+from trtspec.cli._options import engines_option, examples_dir_option
 from trtspec.cli._output import emit_json, emit_table, format_option
 from trtspec.errors import TrtspecError
 
@@ -16,11 +16,7 @@ from trtspec.errors import TrtspecError
 @click.command("doctor")
 @click.argument("spec_path", metavar="[SPEC]", required=False, type=click.Path(dir_okay=False))
 @engines_option("Engines root (where downloaded model configs are found).")
-@click.option(
-    "--examples-dir",
-    metavar="DIR",
-    help="TensorRT-LLM examples folder (default: the spec's stack.examples_dir).",
-)
+@examples_dir_option
 @format_option
 def doctor_cmd(
     spec_path: str | None, engines_root: Path, examples_dir: str | None, fmt: str

@@ -34,7 +34,14 @@ def _check(path: Path, fmt: str) -> None:
 
 
 def _refuse_stale(
-    table: Any, spec: Any, plan: Any, *, routing_file: Path, spec_path: Path, accept_stale: bool
+    table: Any,
+    spec: Any,
+    plan: Any,
+    *,
+    engines_root: Path,
+    routing_file: Path,
+    spec_path: Path,
+    accept_stale: bool,
 ) -> None:
     """Nothing is written when the routing is stale: the repository (and its
     router) keep the table they have until a fresh one is installed."""
@@ -46,7 +53,7 @@ def _refuse_stale(
             "`trtspec bench`?), so it cannot be checked for staleness"
         )
         return
-    found = stale_routing(table, spec, plan)
+    found = stale_routing(table, spec, plan, engines_root)
     if not found:
         return
     message, hint = stale_message(routing_file, spec_path, found)
@@ -119,16 +126,22 @@ def repo(
             routing_file, default_canary_percent=float(spec.rollout.canary_percent)
         )
         _refuse_stale(
-            table, spec, plan, routing_file=routing_file, spec_path=path, accept_stale=accept_stale
+            table,
+            spec,
+            plan,
+            engines_root=engines_root,
+            routing_file=routing_file,
+            spec_path=path,
+            accept_stale=accept_stale,
         )
     progress(f"Assembling {output / spec.name} from {engines_root / spec.name} …")
-    memory_for(spec, plan, gpu_bytes)  # its warnings, before the engines' fractions use it
+    memory = memory_for(spec, plan, gpu_bytes)  # planned once: its warnings, then the KV sizes
     from trtspec.rollout.golden import golden_set
 
     # the router's golden diff mirrors these (rendered as the bench renders them)
-    golden = golden_set(spec, flow_for(spec).tokenizer_dir(spec, engines_root))
+    golden = golden_set(spec, spec.tokenizer_dir(engines_root))
     result = flow_for(spec).assemble(
-        spec, plan, engines_root, output, routing=table, gpu_bytes=gpu_bytes, golden=golden
+        spec, plan, engines_root, output, routing=table, memory=memory, golden=golden
     )
     problems = check_repository(result)
     if problems:

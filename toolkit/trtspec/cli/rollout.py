@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from trtspec.cli._options import namespace_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
@@ -67,10 +68,9 @@ kube_options = [
         "--name`): its rollout ConfigMap NAME-rollout, through kubectl.",
     ),
     click.option("--context", help="The kubeconfig context (with --kube)."),
-    click.option(
-        "--namespace", default="default", show_default=True, help="The namespace (with --kube)."
-    ),
+    namespace_option("The namespace (with --kube)."),
 ]
+by_option = click.option("--by", "by", default=None, help="Who (default: the current user).")
 prometheus_option = click.option(
     "--prometheus",
     metavar="URL",
@@ -228,7 +228,7 @@ def status_command(
 @repo_argument
 @click.option("--force", is_flag=True, help="Advance even when the window does not support it.")
 @click.option("--why", default=None, help="Why (recorded in the history).")
-@click.option("--by", "by", default=None, help="Who (default: the current user).")
+@by_option
 @_with_window
 @prometheus_option
 @_with_kube
@@ -272,7 +272,7 @@ def advance_command(
 @click.argument("route")
 @repo_argument
 @click.option("--why", default="rolled back by hand", show_default=True, help="Why (recorded).")
-@click.option("--by", "by", default=None, help="Who (default: the current user).")
+@by_option
 @_with_kube
 @format_option
 def rollback_command(

@@ -11,6 +11,7 @@ from types import FrameType
 
 import click
 
+from trtspec.cli._options import host_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 from trtspec.serve import (
     Incident,
@@ -38,12 +39,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @click.command("serve")
 @click.argument("repo", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--variant", help="Load only this variant and the models it calls.")
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address to bind; anything but loopback prints what it exposes.",
-)
+@host_option("Address to bind; anything but loopback prints what it exposes.")
 @click.option("--http-port", type=_port, default=8000, show_default=True, help="0 = any free port.")
 @click.option("--grpc-port", type=_port, default=8001, show_default=True, help="0 = any free port.")
 @click.option(

@@ -13,7 +13,7 @@ from types import FrameType
 import click
 import yaml
 
-from trtspec.cli._options import engines_option
+from trtspec.cli._options import engines_option, host_option
 from trtspec.cli._output import emit_json, emit_table, format_option, progress
 
 
@@ -28,7 +28,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @click.command("serve-llmapi")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @engines_option("Engines root; the files are in ENGINES/<spec>/llmapi/.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@host_option("Address to bind; anything but loopback prints what it exposes.")
 @click.option(
     "--base-port",
     type=click.IntRange(1, 65535),
@@ -68,10 +68,11 @@ def serve_llmapi(
     from trtspec.flows import stage_plan
     from trtspec.flows.llmapi_config import serve_commands
     from trtspec.flows.llmapi_serve import TrtllmServeFleet
+    from trtspec.serve.access import trtllm_serve_exposure_warning
     from trtspec.spec import load_spec
 
     spec = load_spec(spec_path)
-    if spec.flow.kind != "llmapi":
+    if not spec.flow.llm_api:
         raise SpecError(
             [f"{spec_path}: flow: trtllm-serve serves LLM-API specs only"],
             "set `flow: llmapi`, or serve the engine flow's repository with `trtspec serve`",
@@ -82,6 +83,9 @@ def serve_llmapi(
     missing = [a[-1] for a in commands.values() if not Path(a[-1]).is_file()]
     if missing:
         raise click.UsageError(f"{missing[0]} not found: run `trtspec build {spec_path}` first")
+    warning = trtllm_serve_exposure_warning(host, [base_port + i for i in range(len(commands))])
+    if warning is not None:
+        progress(warning)
     previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with TrtllmServeFleet(commands, log_dir, binary=binary) as fleet:

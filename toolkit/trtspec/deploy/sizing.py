@@ -20,6 +20,7 @@ from typing import Any
 from trtspec.errors import TrtspecError
 from trtspec.memory import GIB, PROCESS_RESERVE_BYTES, Fit, MemoryPlan, gib
 from trtspec.serve.launch import ORCHESTRATOR, launch_mode
+from trtspec.vocab import gpu_backend
 
 # Start-up budget of one instance: container start, Python models, MPI wire-up,
 # then every served engine's weights read from the volume. LOAD_BYTES_PER_S is
@@ -70,7 +71,7 @@ class Sizing:
 
     @property
     def uses_gpu(self) -> bool:
-        return self.backend == "tensorrt_llm"
+        return gpu_backend(self.backend)
 
     @property
     def pods(self) -> int:
@@ -171,7 +172,7 @@ def size_instance(
             f"--gpus-per-node {gpus_per_node}: a node needs at least one GPU for one rank",
             "pass the number of GPUs of one node, e.g. --gpus-per-node 8",
         )
-    gpu = backend == "tensorrt_llm"
+    gpu = spec.backend.gpu
     world = int(spec.target.tp) * int(spec.target.pp) if gpu else 1
     launch = launch_mode(world, engines)
     notes: list[str] = []

@@ -4,8 +4,13 @@ and handed on as an object that knows its own behaviour.
 A flow answers for every stage: which variant modes it serves
 (``modes``) and which per-request metrics it reports (``metrics``), what is
 prepared per variant (``plan``: the build steps; ``files``: files
-written next to the engines, such as LLM-argument YAMLs), the Triton models it
-contributes (``assemble``).
+written next to the engines, such as LLM-argument YAMLs), its GPU memory plan
+(``memory_plan``, made once per command and handed to ``files`` and
+``assemble``; ``memory_warnings``), the Triton models it contributes
+(``assemble``). Stages never compare flow or backend names: they ask this
+object, the spec's flow (``spec.flow.llm_api``, ``builds_engines``) or the
+backend (``spec.backend.gpu``); ``tests/unit/test_backend_seam.py`` holds them
+to it.
 
 - ``engine`` (``trtspec.flows.engine``): TensorRT-LLM's engine flow, today's
   behaviour, unchanged: ``trtllm-build`` engines served by Triton's
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from trtspec.artifacts.routing import RoutingTable
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -52,16 +58,21 @@ class Flow(Protocol):
 
     def plan(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> Plan: ...
 
-    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
-        """The target's tokenizer folder (chat templates, token counts)."""
+    def memory_plan(self, spec: Spec, plan: Plan, gpu_bytes: int | None) -> MemoryPlan:
+        """The GPU memory plan of a GPU spec against ``gpu_bytes`` per GPU
+        (``--gpu-memory``; None: no size given)."""
+        ...
+
+    def memory_warnings(self, memory: MemoryPlan) -> list[str]:
+        """What the user must act on in ``memory`` (empty when it fits)."""
         ...
 
     def files(
-        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+        self, spec: Spec, plan: Plan, engines_root: Path, *, memory: MemoryPlan | None = None
     ) -> dict[Path, str]:
         """Files written beside the engines (path -> text), generated and
-        checked before any build step runs; ``gpu_bytes`` (``--gpu-memory``)
-        sizes what depends on the GPU."""
+        checked before any build step runs; ``memory`` (``memory_plan``,
+        None for the reference backend) sizes what depends on the GPU."""
         ...
 
     def write_files(self, files: dict[Path, str]) -> list[Path]: ...
@@ -74,9 +85,12 @@ class Flow(Protocol):
         output: Path,
         *,
         routing: RoutingTable | None,
-        gpu_bytes: int | None,
+        memory: MemoryPlan | None,
         golden: dict[str, list[str]] | None = None,
-    ) -> Path: ...
+    ) -> Path:
+        """The Triton repository ``output/<spec>/``; ``memory`` is the plan
+        the caller made once (``memory_plan``; None for the reference backend)."""
+        ...
 
 
 def flow_named(kind: str) -> Flow:

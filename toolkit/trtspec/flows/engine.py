@@ -14,6 +14,7 @@ from trtspec.modes import MODE_MODULES
 
 if TYPE_CHECKING:
     from trtspec.artifacts.routing import RoutingTable
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -37,11 +38,16 @@ class EngineFlow:
 
         return make_plan(spec, engines_root, examples_dir=examples_dir)
 
-    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
-        return Path(engines_root) / spec.name / "target" / "tokenizer"
+    def memory_plan(self, spec: Spec, plan: Plan, gpu_bytes: int | None) -> MemoryPlan:
+        from trtspec.memory import memory_plan
+
+        return memory_plan(spec, plan, gpu_bytes)
+
+    def memory_warnings(self, memory: MemoryPlan) -> list[str]:
+        return memory.warnings()
 
     def files(
-        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+        self, spec: Spec, plan: Plan, engines_root: Path, *, memory: MemoryPlan | None = None
     ) -> dict[Path, str]:
         return {}  # the engine folders are the whole product
 
@@ -56,13 +62,13 @@ class EngineFlow:
         output: Path,
         *,
         routing: RoutingTable | None,
-        gpu_bytes: int | None,
+        memory: MemoryPlan | None,
         golden: dict[str, list[str]] | None = None,
     ) -> Path:
         from trtspec.repo.assemble import assemble
 
         return assemble(
-            spec, plan, engines_root, output, routing=routing, gpu_bytes=gpu_bytes, golden=golden
+            spec, plan, engines_root, output, routing=routing, memory=memory, golden=golden
         )
 
 

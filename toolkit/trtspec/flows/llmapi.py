@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from trtspec.catalogue import BASELINE
 from trtspec.flows import llmapi_config as config
 from trtspec.flows import llmapi_repo
-from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
     from trtspec.artifacts.routing import RoutingTable
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -30,7 +30,7 @@ class LlmApiFlow:
     def plan(self, spec: Spec, engines_root: Path, examples_dir: str | None) -> Plan:
         from trtspec.plan import Plan, VariantEngines, make_plan
 
-        if spec.backend is Backend.reference:
+        if spec.flow.builds_engines(spec.backend):
             # the reference engines the CPU stand-in serves (target, target_dte, drafts)
             return make_plan(spec, engines_root, examples_dir=examples_dir)
         # On a GPU the LLM API loads the checkpoints itself: nothing to build.
@@ -50,16 +50,22 @@ class LlmApiFlow:
             },
         )
 
-    def tokenizer_dir(self, spec: Spec, engines_root: Path) -> Path:
-        if spec.backend is Backend.reference:  # the reference target engine carries it
-            return Path(engines_root) / spec.name / "target" / "tokenizer"
-        # on a GPU nothing is built: the checkpoint folder holds the tokenizer
-        return Path(spec.model_location(spec.target.model).ref)
+    def memory_plan(self, spec: Spec, plan: Plan, gpu_bytes: int | None) -> MemoryPlan:
+        from trtspec.flows.llmapi_memory import llmapi_memory_plan
+
+        return llmapi_memory_plan(spec, plan.root, gpu_bytes)
+
+    def memory_warnings(self, memory: MemoryPlan) -> list[str]:
+        from trtspec.flows.llmapi_memory import UNEVEN_SPLIT
+
+        # without a GPU size each variant's KV share depends on the load order
+        uneven = memory.gpu is None and len(memory.engines) > 1
+        return memory.warnings() + ([UNEVEN_SPLIT] if uneven else [])
 
     def files(
-        self, spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+        self, spec: Spec, plan: Plan, engines_root: Path, *, memory: MemoryPlan | None = None
     ) -> dict[Path, str]:
-        return config.config_files(spec, plan, engines_root, gpu_bytes=gpu_bytes)
+        return config.config_files(spec, plan, engines_root, memory=memory)
 
     def write_files(self, files: dict[Path, str]) -> list[Path]:
         return config.write_files(files)
@@ -72,11 +78,11 @@ class LlmApiFlow:
         output: Path,
         *,
         routing: RoutingTable | None,
-        gpu_bytes: int | None,
+        memory: MemoryPlan | None,
         golden: dict[str, list[str]] | None = None,
     ) -> Path:
         return llmapi_repo.assemble(
-            spec, plan, engines_root, output, routing=routing, golden=golden, gpu_bytes=gpu_bytes
+            spec, plan, engines_root, output, routing=routing, golden=golden, memory=memory
         )
 
 

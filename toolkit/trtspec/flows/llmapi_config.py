@@ -45,6 +45,7 @@ from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
     from trtspec.artifacts.routing import RoutingTable
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -353,24 +354,23 @@ def dump(doc: dict[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
-def kv_budgets(spec: Spec, plan: Plan | None, gpu_bytes: int | None) -> dict[str, int] | None:
+def kv_budgets(memory: MemoryPlan | None) -> dict[str, int] | None:
     """LLM model name -> ``kv_cache_config.max_tokens`` from the memory plan
-    (``llmapi_memory``) for a GPU spec with a GPU size; None otherwise."""
-    if gpu_bytes is None or spec.backend is not Backend.tensorrt_llm:
+    (``llmapi_memory``; None for the reference backend) made with a GPU size;
+    None otherwise."""
+    if memory is None or memory.gpu is None:
         return None
-    from trtspec.flows.llmapi_memory import llmapi_memory_plan
-
-    return llmapi_memory_plan(spec, plan.root if plan else None, gpu_bytes).kv_tokens
+    return memory.kv_tokens
 
 
 def config_files(
-    spec: Spec, plan: Plan, engines_root: Path, *, gpu_bytes: int | None = None
+    spec: Spec, plan: Plan, engines_root: Path, *, memory: MemoryPlan | None = None
 ) -> dict[Path, str]:
     """``engines/<spec>/llmapi/<variant>.yaml`` for every variant (what
-    ``trtllm-serve --config`` reads) -> its text; with ``gpu_bytes`` each
-    variant's KV budget is planned (``kv_budgets``)."""
+    ``trtllm-serve --config`` reads) -> its text; a memory plan made with a
+    GPU size gives each variant its KV budget (``kv_budgets``)."""
     folder = Path(engines_root) / spec.name / CONFIG_DIR
-    docs = documents(spec, plan, kv_tokens=kv_budgets(spec, plan, gpu_bytes))
+    docs = documents(spec, plan, kv_tokens=kv_budgets(memory))
     return {folder / f"{name}.yaml": dump(doc) for name, doc in docs.items()}
 
 

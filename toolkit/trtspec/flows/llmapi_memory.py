@@ -37,7 +37,6 @@ from trtspec.memory import (
     MemoryPlanError,
     ModelShape,
     find_config,
-    memory_plan,
     read_config,
 )
 
@@ -183,11 +182,3 @@ def kv_tokens(mp: MemoryPlan, tokens_per_block: int) -> dict[str, int]:
         tokens = int(share // max(1, m.kv_per_token))
         out[m.name] = max(tokens_per_block, tokens // tokens_per_block * tokens_per_block)
     return out
-
-
-def plan_for(spec: Any, plan: Any, gpu_bytes: int | None) -> MemoryPlan:
-    """The memory plan of any spec: its variants' LLMs for the LLM-API flow,
-    the engines of ``plan`` otherwise (``trtspec.memory.memory_plan``)."""
-    if getattr(spec.flow, "kind", "engine") == "llmapi":
-        return llmapi_memory_plan(spec, plan.root, gpu_bytes)
-    return memory_plan(spec, plan, gpu_bytes)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from trtspec.artifacts.repo_manifest import MANIFEST_NAME, MANIFEST_SCHEMA_VERSION, ROUTING_FILE
 from trtspec.artifacts.rollout_state import CONFIG_FILE as ROLLOUT_CONFIG_FILE
 from trtspec.artifacts.routing import RoutingTable
 from trtspec.catalogue import BASELINE
@@ -31,10 +32,7 @@ from trtspec.flows import llmapi_config as llmapi
 from trtspec.fsutil import atomic_write_text
 from trtspec.repo import configs
 from trtspec.repo.assemble import (
-    MANIFEST_NAME,
-    MANIFEST_SCHEMA_VERSION,
     ROUTER,
-    ROUTING_FILE,
     _model_py,
     install_repository,
     routed_table,
@@ -51,6 +49,7 @@ from trtspec.runtime.contract import (
 from trtspec.vocab import Backend
 
 if TYPE_CHECKING:
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -128,9 +127,9 @@ def write_tree(
     routing: RoutingTable,
     golden: dict[str, list[str]] | None = None,
     *,
-    gpu_bytes: int | None = None,
+    memory: MemoryPlan | None = None,
 ) -> None:
-    docs = llmapi.documents(spec, plan, routing, llmapi.kv_budgets(spec, plan, gpu_bytes))
+    docs = llmapi.documents(spec, plan, routing, llmapi.kv_budgets(memory))
     reference = spec.backend is Backend.reference
     upstream = None if reference else _upstream_files()
     available = acceptance_available(llmapi.settings(spec).trtllm_version)
@@ -239,14 +238,16 @@ def assemble(
     routing: RoutingTable | None = None,
     *,
     golden: dict[str, list[str]] | None = None,
-    gpu_bytes: int | None = None,
+    memory: MemoryPlan | None = None,
 ) -> Path:
     """Write ``output/<spec.name>/`` for the LLM-API flow and return it;
-    ``golden`` is each route's golden set for the router's golden diff."""
+    ``golden`` is each route's golden set for the router's golden diff;
+    ``memory`` (the flow's memory plan, made once by the caller) gives each
+    variant its KV budget when it was made with a GPU size."""
     check_built(spec, plan)
     table = routed_table(spec, routing, set(llmapi.variant_names(spec)))
     return install_repository(
         Path(output),
         spec.name,
-        lambda staging: write_tree(spec, plan, staging, table, golden, gpu_bytes=gpu_bytes),
+        lambda staging: write_tree(spec, plan, staging, table, golden, memory=memory),
     )

@@ -10,7 +10,6 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trtspec.modes.base import (
-    Backend,
     CheckTools,
     DraftScheduleName,
     DType,
@@ -102,14 +101,14 @@ def check(spec: Any, v: DraftModelVariant, base: tuple[Any, ...], tools: CheckTo
             f"{v.draft_schedule!r}); set draft_schedule: confidence or remove it",
         )
     q = v.draft.quantization
-    if spec.backend is Backend.reference and q not in (Quantization.none, Quantization.int8):
+    if not spec.backend.gpu and q not in (Quantization.none, Quantization.int8):
         issues.add(
             (*base, "draft", "quantization"),
             f"{q.value!r} needs the tensorrt_llm backend; "
             "the reference backend supports none or int8",
         )
     d, t = v.draft, spec.target
-    if spec.backend is Backend.reference and d.world != 1:
+    if not spec.backend.gpu and d.world != 1:
         issues.add(
             (*base, "draft", "tp"), "the reference backend runs one process; set tp: 1 and pp: 1"
         )
@@ -121,7 +120,7 @@ def check(spec: Any, v: DraftModelVariant, base: tuple[Any, ...], tools: CheckTo
             f"give the draft at most {t.tp * t.pp} (a draft is the smaller model)",
         )
     tools.tp_split(v.draft.model, d.tp, (*base, "draft", "tp"), "the draft", t.tp * t.pp)
-    if spec.backend is Backend.tensorrt_llm and q is Quantization.int8:
+    if spec.backend.gpu and q is Quantization.int8:
         issues.add(
             (*base, "draft", "quantization"),
             "'int8' is the reference backend's dynamic int8; "
@@ -190,7 +189,7 @@ def loop_parameters(spec: Any) -> dict[str, object]:
     (LlmRequest::validate, "Number of requested output tokens is changed");
     the reference engine refuses both past max_input_len / max_seq_len."""
     t = spec.target
-    gpu = spec.backend is Backend.tensorrt_llm
+    gpu = spec.backend.gpu
     return {
         "max_prompt_len": min(loop_input_len(t), int(t.max_num_tokens))
         if gpu
@@ -208,7 +207,7 @@ def check_loop_input(spec: Any, tools: CheckTools) -> None:
     Once per spec, whichever draft-loop variant comes first."""
     t = spec.target
     need = loop_input_len(t)
-    if spec.backend is not Backend.tensorrt_llm or t.max_num_tokens >= need:
+    if not spec.backend.gpu or t.max_num_tokens >= need:
         return
     message = (
         f"target.max_num_tokens: {t.max_num_tokens} is below max_seq_len - 1 ({need}); "

@@ -13,7 +13,6 @@ from pydantic import Field, model_validator
 from trtspec import trtllm_argv
 from trtspec.catalogue import MODES
 from trtspec.modes.base import (
-    Backend,
     CheckTools,
     Quantization,
     StepBuilder,
@@ -81,7 +80,7 @@ def check(spec: Any, v: EagleVariant, base: tuple[Any, ...], tools: CheckTools) 
             f"{t.max_batch_size} exceeds EAGLE's limit of {MAX_EAGLE_BATCH} "
             f"(variant {v.name!r}); set max_batch_size <= {MAX_EAGLE_BATCH}",
         )
-    if spec.backend is Backend.tensorrt_llm and t.quantization is not Quantization.none:
+    if spec.backend.gpu and t.quantization is not Quantization.none:
         issues.add(
             ("target", "quantization"),
             f"EAGLE variant {v.name!r} is converted unquantized by "

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trtspec.catalogue import LOOKAHEAD_INPUTS, MODES, lookahead_max_draft_len, lookahead_problem
-from trtspec.modes.base import Backend, CheckTools, StepBuilder, VariantBase
+from trtspec.modes.base import CheckTools, StepBuilder, VariantBase
 
 MODE = "lookahead"
 #: The tensorrtllm backend reads lookahead_window_size & co. from v0.19.0.
@@ -52,7 +52,7 @@ SPEC_CLASS = LookaheadVariant
 def check(spec: Any, v: LookaheadVariant, base: tuple[Any, ...], tools: CheckTools) -> None:
     issues = tools.issues
     ver = tools.trtllm_version
-    if spec.backend is Backend.tensorrt_llm and ver and ver[:2] < MIN_TRTLLM_LOOKAHEAD:
+    if spec.backend.gpu and ver and ver[:2] < MIN_TRTLLM_LOOKAHEAD:
         issues.add(
             (*base, "mode"),
             f"lookahead needs TensorRT-LLM 0.19 or later (the Triton backend of "

@@ -12,7 +12,6 @@ from pydantic import Field, model_validator
 from trtspec import trtllm_argv
 from trtspec.catalogue import MODES
 from trtspec.modes.base import (
-    Backend,
     CheckTools,
     Family,
     Quantization,
@@ -57,7 +56,7 @@ def check(spec: Any, v: MedusaVariant, base: tuple[Any, ...], tools: CheckTools)
     tools.location(v.checkpoint, (*base, "checkpoint"), "Medusa")
     t = spec.target
     if (
-        spec.backend is Backend.tensorrt_llm
+        spec.backend.gpu
         and t.family is Family.qwen2
         and t.quantization is Quantization.none
         and t.tp > 1

@@ -39,8 +39,10 @@ from trtspec.runtime.contract import (
     PREPROCESSING_OUTPUTS,
     engine_contract,
 )
+from trtspec.vocab import gpu_backend
 
 if TYPE_CHECKING:
+    from trtspec.memory import MemoryPlan
     from trtspec.plan import Plan
     from trtspec.spec import Spec
 
@@ -108,6 +110,11 @@ class Layout:
     # streamed orchestrator response after the first
     stream_interval: int = 1
 
+    @property
+    def gpu(self) -> bool:
+        """TensorRT-LLM engines (Triton's tensorrtllm backend), not reference ones."""
+        return gpu_backend(self.backend)
+
 
 def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
     """Resolve engine and variant models from the spec and its plan."""
@@ -174,7 +181,7 @@ def layout_of(spec: Spec, plan: Plan, engines_root: Path) -> Layout:
         trtllm_version=str(spec.stack.trtllm_version),
         engines=engines,
         variants=variants,
-        tokenizer_dir=engines[variants[BASELINE].target].path / "tokenizer",
+        tokenizer_dir=Path(os.path.abspath(spec.tokenizer_dir(engines_root))),
         stream_interval=int(getattr(spec.flow, "stream_interval", 1)),
     )
 
@@ -238,7 +245,7 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
         params["decoding_mode"] = ENGINE_MODES[engine.mode].decoding_mode
     if engine.variant is not None:  # an in-engine mode's own parameters
         params.update(module_for(engine.variant).engine_parameters(engine.variant))
-    if layout.backend == "tensorrt_llm":
+    if layout.gpu:
         params["executor_worker_path"] = EXECUTOR_WORKER
         if engine.gpu_device_ids and (target.instances > 1 or target.tp * target.pp > 1):
             # Each instance's own GPUs (plan.placement), and at TP×PP > 1 each
@@ -259,7 +266,7 @@ def engine_config(layout: Layout, engine: EngineModel, spec: Spec) -> Any:
         inputs=contract.inputs,
         outputs=contract.outputs,
         parameters=params,
-        dynamic_batching=layout.backend == "tensorrt_llm",
+        dynamic_batching=layout.gpu,
     )
 
 
@@ -388,7 +395,7 @@ def write_tree(
     )
     _write_model(repo, POSTPROCESSING, post, MODEL_SOURCES[POSTPROCESSING])
     for engine in layout.engines.values():
-        module = MODEL_SOURCES["engine"] if layout.backend == "reference" else None
+        module = None if layout.gpu else MODEL_SOURCES["engine"]
         _write_model(repo, engine.name, engine_config(layout, engine, spec), module)
     for variant in layout.variants.values():
         _write_model(
@@ -460,19 +467,22 @@ def assemble(
     routing: RoutingTable | None = None,
     *,
     require_engines: bool = True,
-    gpu_bytes: int | None = None,
+    memory: MemoryPlan | None = None,
     golden: dict[str, list[str]] | None = None,
 ) -> Path:
     """Write ``output/<spec.name>/`` and return it. ``routing`` defaults to the
-    spec's rollout; ``gpu_bytes`` (per GPU) sizes each engine's KV cache
-    fraction from the memory plan; ``golden`` is each route's golden set
+    spec's rollout; ``memory`` (the spec's memory plan, made once by the
+    caller; planned here without a GPU size when not given) gives each GPU
+    engine its KV cache fraction; ``golden`` is each route's golden set
     (``trtspec.rollout.golden``) for the router's golden diff. An existing
     repository is replaced only once the new one is complete."""
     layout = layout_of(spec, plan, Path(engines_root))
-    if layout.backend == "tensorrt_llm":
+    if memory is None and spec.backend.gpu:  # a caller that planned none: without a GPU size
         from trtspec.memory import memory_plan
 
-        layout.kv_fractions = memory_plan(spec, plan, gpu_bytes).fractions
+        memory = memory_plan(spec, plan)
+    if memory is not None:
+        layout.kv_fractions = memory.fractions
     if require_engines:
         check_engine_folders(layout)
     table = routed_table(spec, routing, set(layout.variants))

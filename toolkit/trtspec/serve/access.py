@@ -131,3 +131,19 @@ def exposure_warning(host: str, http_port: int, grpc_port: int, metrics_port: in
         "default) unless other machines must reach the server, and then put it behind a "
         "firewall or an authenticating proxy."
     )
+
+
+def trtllm_serve_exposure_warning(host: str, ports: list[int]) -> str | None:
+    """The warning ``trtspec serve-llmapi`` prints before its trtllm-serve
+    processes bind ``host``; ``None`` for loopback. trtllm-serve has no key of
+    ours in front of it: its OpenAI-compatible API answers whoever reaches it."""
+    if is_loopback(host):
+        return None
+    where = ", ".join(str(p) for p in ports) or "its ports"
+    return (
+        f"Warning: --host {host} is not a loopback address. Anyone who can reach this machine "
+        f"can, without authentication or TLS, run inference through trtllm-serve's "
+        f"OpenAI-compatible API and read its health and metrics (HTTP on {where}). Bind "
+        "127.0.0.1 (the default) unless other machines must reach the servers, and then put "
+        "them behind a firewall or an authenticating proxy."
+    )

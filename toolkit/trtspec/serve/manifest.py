@@ -17,6 +17,7 @@ from trtspec.artifacts.repo_manifest import MANIFEST_NAME, MANIFEST_SCHEMA_VERSI
 from trtspec.errors import ServerError
 from trtspec.integrity import read_manifest as read_build_manifest
 from trtspec.integrity import require_intact
+from trtspec.vocab import gpu_backend
 
 
 def resolve_repo(path: str | os.PathLike[str]) -> Path:
@@ -233,7 +234,7 @@ def detect_world_size(repo: Path) -> int:
     reference engines."""
     if not (repo / MANIFEST_NAME).is_file():
         return 1
-    if read_manifest(repo).get("backend") != "tensorrt_llm":
+    if not gpu_backend(read_manifest(repo).get("backend")):
         return 1
     sizes: set[int] = set()
     for _name, engine_dir in engine_folders(repo):

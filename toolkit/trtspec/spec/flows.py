@@ -100,6 +100,15 @@ class EngineFlowSpec(Strict):
     )
     #: a request may set its own draft length (num_draft_tokens): the bench sweeps k
     per_request_draft_len: ClassVar[bool] = True
+    #: the default flow, left unnamed where a spec is summed up
+    implicit: ClassVar[bool] = True
+    #: variants are LLM-API configs (Triton's llmapi model, trtllm-serve, Dynamo's workers)
+    llm_api: ClassVar[bool] = False
+
+    def builds_engines(self, backend: Backend) -> bool:
+        """``trtspec build`` builds engine folders (trtllm-build's, or the
+        reference engines on CPU); the target's carries the tokenizer."""
+        return True
 
     def check_spec(self, spec: Any, issues: Any, warnings: list[str]) -> None:
         """The engine flow's spec-wide rules live in ``trtspec.spec.checks``."""
@@ -169,6 +178,13 @@ class LlmApiFlowSpec(Strict):
     )
     #: the LLM API fixes the draft length per model: no per-request k to sweep
     per_request_draft_len: ClassVar[bool] = False
+    implicit: ClassVar[bool] = False
+    llm_api: ClassVar[bool] = True
+
+    def builds_engines(self, backend: Backend) -> bool:
+        """The CPU stand-in serves reference engines; on a GPU the LLM API
+        loads the checkpoints itself and nothing is built."""
+        return not backend.gpu
 
     def check_spec(self, spec: Any, issues: Any, warnings: list[str]) -> None:
         names = {v.name for v in spec.variants} | {BASELINE}

@@ -513,6 +513,16 @@ class Spec(_Strict):
     def model_location(self, value: str) -> ModelLocation:
         return locate(value, self.base_dir)
 
+    def tokenizer_dir(self, engines_root: Path) -> Path:
+        """The target's tokenizer folder (chat templates, token counts, the
+        router's golden set): the one ``trtspec build`` copies into the target
+        engine (``<engines>/<spec>/target/tokenizer``), or, where the flow
+        builds no engines (the LLM API on a GPU), the target checkpoint's
+        folder."""
+        if self.flow.builds_engines(self.backend):
+            return Path(engines_root) / self.name / "target" / "tokenizer"
+        return Path(self.model_location(self.target.model).ref)
+
     @property
     def dtype(self) -> str:
         if self.target.dtype is not None:

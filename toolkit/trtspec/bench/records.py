@@ -1,8 +1,9 @@
-"""The on-disk data of a benchmark run: the per-request row format of
-``requests.jsonl`` (appended and flushed as each request completes, so a
-Ctrl-C or a kill keeps every finished request), the tolerant reader that
-ignores a torn last line, and the atomic writer every other artefact of a run
-goes through (temp file in the same folder + ``os.replace``)."""
+"""The on-disk data of a benchmark run: the writer of ``requests.jsonl``
+rows (``trtspec.artifacts.bench_run.RequestRow``; appended and flushed as
+each request completes, so a Ctrl-C or a kill keeps every finished request),
+the tolerant reader that ignores a torn last line, and the atomic writer
+every other artefact of a run goes through (temp file in the same folder +
+``os.replace``)."""
 
 from __future__ import annotations
 
@@ -20,64 +21,6 @@ from trtspec import fsutil
 from trtspec.artifacts.bench_run import Cell, RequestRow
 from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
-
-# Every row carries these keys (None where not applicable); tests and the
-# summary rely on the names.
-REQUEST_FIELDS = (
-    "schema_version",
-    "run_id",
-    "seq",
-    "warmup",
-    "route",
-    "prompt_index",
-    "sample_index",
-    "variant",
-    "model",
-    "mode",
-    "speculative",
-    "draft_model",
-    "num_speculative_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "max_tokens",
-    "load",
-    "concurrency",
-    "request_rate",
-    "request_id",
-    "send_time_unix",
-    "prompt_tokens",
-    "completion_tokens",
-    "ttft_ms",
-    "latency_ms",
-    "tpot_ms",
-    "tokens_per_second",
-    "accepted_tokens",
-    "draft_tokens",
-    "rounds",
-    "server_ttft_ms",
-    "server_total_ms",
-    "served_variant",
-    "fallback",
-    "error",
-    "text_hash",
-    "output_ids_hash",
-    "output_text",
-    "quality",
-    "client_overhead_ms",
-    "client_overhead_wall_ms",
-    "send_lag_ms",
-    "responses",
-    # external (OpenAI-compatible) arms: arm_kind triton|openai, the arm a row
-    # pairs with, and where draft/accepted counts came from (response|metrics|null)
-    "arm_kind",
-    "pairs_with",
-    "acceptance_source",
-    "acceptance_note",
-    "accepted_per_position",
-    "finish_reason",
-)
 
 
 def text_hash(text: str) -> str:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.bench.client import Job, Outcome
+from trtspec.bench.client import FinalFields, Job, Outcome
 from trtspec.bench.openai_metrics import Scrape
 
 _POLL_S = 0.2
@@ -150,7 +150,7 @@ class StreamState:
     done: bool = False
     error: str | None = None
     chunks: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: FinalFields = field(default_factory=FinalFields)
 
     def apply(self, event: SseEvent, arrived_ns: int) -> None:
         if self.done or self.error:

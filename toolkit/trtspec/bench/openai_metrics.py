@@ -235,7 +235,7 @@ class AcceptanceFields(TypedDict, total=False):
     draft_tokens: int | None
     accepted_tokens: int | None
     rounds: int | None
-    accepted_per_position: dict[str, int]
+    accepted_per_position: dict[str, int] | None
     acceptance_source: str | None
     acceptance_note: str | None
 

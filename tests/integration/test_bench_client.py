@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from trtspec.bench import stats
 from trtspec.bench.echo_model import write_echo_repository
 from trtspec.bench.records import read_requests
-from trtspec.bench.report import console_lines
+from trtspec.bench.report_console import console_lines
 from trtspec.bench.report_notes import incident_note
 from trtspec.bench.runner import BenchOptions, run_benchmark
 from trtspec.cli.main import cli

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from trtspec.bench import stats
 from trtspec.bench.decide import decide, judge_cell
 from trtspec.bench.records import read_requests
-from trtspec.bench.report import console_lines, render_run
+from trtspec.bench.report import render_run
+from trtspec.bench.report_console import console_lines
 from trtspec.bench.summary import DEFAULT_DECISION, build_summary, summarize_rows
 from trtspec.cli.main import cli
 from trtspec.errors import BenchError
@@ -503,7 +504,7 @@ def test_cells_flag_prompts_whose_cache_state_differs() -> None:
     assert cell["cache_state_differs_samples"] == [1, 3, 5]
     assert cell["prefix_reused_tokens_mean"] == 32
     assert summary["prefix_cache"] == {"policy": "off", "enforced": False}
-    from trtspec.bench.report import render_markdown
+    from trtspec.bench.report_md import render_markdown
 
     text = render_markdown(summary)
     assert (

@@ -16,7 +16,8 @@ from tests.unit.test_bench_summary import row
 
 from trtspec.artifacts.routing import InFlight, canary_bucket, choose, load_routing
 from trtspec.bench.decide import judge_arm
-from trtspec.bench.report import console_lines, render_run
+from trtspec.bench.report import render_run
+from trtspec.bench.report_console import console_lines
 from trtspec.bench.summary import DEFAULT_DECISION, build_summary
 
 BASE = [100.0, 120.0, 90.0, 110.0, 105.0, 95.0, 115.0, 100.0]
@@ -283,7 +284,7 @@ def test_the_demo_spec_sweeps_concurrency_within_its_batch(tmp_path: Path) -> No
 
 
 def test_load_throughput_counts_every_arm_of_a_level_together() -> None:
-    from trtspec.bench.report import concurrency_table
+    from trtspec.bench.report_tables import concurrency_table
 
     rows = []
     for conc, start_gap in ((1, 1.0), (8, 0.0)):

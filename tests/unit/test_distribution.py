@@ -72,7 +72,7 @@ def test_faithful_variant_passes_the_test() -> None:
 
 
 def test_report_shows_the_test_of_each_sampled_cell() -> None:
-    from trtspec.bench.report import render_markdown
+    from trtspec.bench.report_md import render_markdown
 
     summary = build_summary(_sampled_rows([0.6, 0.3, 0.1]), {})
     cell = next(c for c in summary["cells"] if c["variant"] == "ngram")

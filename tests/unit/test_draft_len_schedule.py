@@ -14,7 +14,7 @@ from tests.unit.test_decide_concurrency import BASE
 
 from trtspec.artifacts.routing import InFlight, choose, parse_routing
 from trtspec.bench.decide import draft_len_schedule, k_table
-from trtspec.bench.report import render_markdown
+from trtspec.bench.report_md import render_markdown
 from trtspec.bench.summary import build_summary
 from trtspec.errors import RepoError
 

@@ -14,7 +14,8 @@ import pytest
 from tests.unit.test_bench_summary import row
 
 from trtspec.bench import goodput
-from trtspec.bench.report import console_lines, render_run
+from trtspec.bench.report import render_run
+from trtspec.bench.report_console import console_lines
 from trtspec.bench.summary import DEFAULT_DECISION, build_summary, summarize_rows
 from trtspec.errors import SpecError
 from trtspec.spec import load_spec

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trtspec.bench.report import quality_label
+from trtspec.bench.report_console import quality_label
 from trtspec.bench.summary import DEFAULT_DECISION
 
 

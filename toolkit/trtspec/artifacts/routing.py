@@ -13,13 +13,52 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from trtspec.catalogue import BASELINE
 from trtspec.errors import RepoError
 
 ROUTING_YAML = "routing.yaml"  # written by `trtspec bench` into its run folder
 SCHEMA_VERSION = 1
+
+
+class Evidence(TypedDict):
+    """What a promoted entry rests on (read by people; the router ignores it)."""
+
+    speedup: float
+    speedup_ci: list[float]
+    confidence: float
+    tokens_per_second_change: float
+    latency_change: float
+    pairs: int
+    load: str
+    temperature: float
+    temperatures: list[float]
+
+
+class RouteEntry(TypedDict, total=False):
+    """One route of routing.yaml as `trtspec bench` writes it (``parse_routing``
+    reads it back into a ``RouteRule``)."""
+
+    variant: str
+    num_draft_tokens: int
+    canary_percent: float
+    decision: str  # promote | exclude | inconclusive
+    fallback_variant: str
+    max_concurrency: int
+    draft_len_schedule: dict[int, int]
+    evidence: Evidence
+
+
+class RoutingDocument(TypedDict):
+    """routing.yaml as `trtspec bench` writes it."""
+
+    schema_version: int
+    default_variant: str
+    routes: dict[str, RouteEntry]
+    fingerprint: NotRequired[dict[str, Any] | None]  # what the decisions were measured on
+
+
 # ``evidence`` (the benchmark's paired estimate behind a promote) is for
 # people reading routing.yaml; the router does not use it.
 ROUTE_KEYS = (

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.artifacts.bench_run import BlockRepeat, SequentialStop
 from trtspec.bench.blocks import cell_order, repeats_in_block, whole_blocks
 from trtspec.bench.client import Arm, Job, Outcome, poisson_schedule, run_blocks
 from trtspec.bench.external import ExternalArms
@@ -168,9 +169,9 @@ class Run:
         self.incomplete_reason: str | None = None
         self._lock = threading.Lock()
         self.bars = bars or RouteBars.off()
-        self.stops: list[dict[str, Any]] = []  # where each until-decided arm stopped
+        self.stops: list[SequentialStop] = []  # where each until-decided arm stopped
         # routes × levels whose blocks repeat a prompt (fewer prompts than the level)
-        self.block_repeats: list[dict[str, Any]] = []
+        self.block_repeats: list[BlockRepeat] = []
 
     def abort(self, reason: str) -> None:
         """Stop the run; what completed stays, marked incomplete."""
@@ -385,7 +386,7 @@ class Run:
         not on another (bench/blocks.py). Not under ``--prefix-cache warm``,
         where every measured request finds its prompt primed."""
         label, conc, _rate = load
-        key = {"route": route.name, "load": label, "prompts": len(route.items)}
+        key: BlockRepeat = {"route": route.name, "load": label, "prompts": len(route.items)}
         if (
             not repeats_in_block(len(route.items), conc)
             or self.plan.settings.prefix_cache == WARM  # every request is primed alike

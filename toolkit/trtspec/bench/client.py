@@ -20,16 +20,52 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 
 from trtspec.bench import stats
+from trtspec.bench.routes import PromptItem
 
 if TYPE_CHECKING:
     from trtspec.bench.openai_client import OpenAIEndpoint
 
 _POLL_S = 0.2
+
+
+FinalInt = Literal[
+    "prompt_tokens",
+    "completion_tokens",
+    "draft_tokens",
+    "accepted_tokens",
+    "rounds",
+    "server_ttft_ns",
+    "server_total_ns",
+    "prefix_reused_tokens",
+]
+
+
+class FinalFields(TypedDict, total=False):
+    """What a request's final response said, before it becomes a row
+    (Recorder.row): a Triton arm's output tensors, or an OpenAI stream's
+    usage chunk, finish reason and scraped acceptance counts."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    rounds: int | None
+    server_ttft_ns: int | None
+    server_total_ns: int | None
+    prefix_reused_tokens: int | None
+    variant: str | None  # the variant that served it (the router's choice)
+    fallback: bool | None
+    drafted_per_position: dict[str, int]
+    accepted_per_position: dict[str, int] | None
+    finish_reason: str | None
+    acceptance_source: str | None
+    acceptance_note: str | None
+    avg_decoded_tokens_per_iter: float  # trtllm-serve's per-request mean
 
 
 @dataclass(frozen=True)
@@ -57,7 +93,7 @@ class Job:
     route: str
     prompt_index: int
     sample_index: int
-    item: dict[str, Any]
+    item: PromptItem
     text_input: str
     max_tokens: int
     arm: Arm
@@ -85,7 +121,7 @@ class Outcome:
     end_ns: int | None = None
     text: str = ""
     ids: list[int] = field(default_factory=list)
-    final: dict[str, Any] = field(default_factory=dict)
+    final: FinalFields = field(default_factory=FinalFields)
     error: str | None = None
     overhead_ns: int = 0  # CPU time of this thread in our code (build, send, parse)
     overhead_wall_ns: int = 0  # the same spans in wall time (includes being descheduled)
@@ -120,7 +156,7 @@ def build_inputs(job: Job) -> list[Any]:
     return inputs
 
 
-_FINAL_INT = (
+_FINAL_INT: tuple[FinalInt, ...] = (
     "prompt_tokens",
     "completion_tokens",
     "draft_tokens",
@@ -139,7 +175,7 @@ def _scalar(result: Any, name: str) -> Any:
     return arr.reshape(-1)[0]
 
 
-def _positions(arr: Any) -> dict[str, Any]:
+def _positions(arr: Any) -> FinalFields:
     """Per-position draft counts of a final response as row fields
     ({"1": n, …}); nothing where the variant reported none."""
     if arr is None or arr.ndim != 2 or arr.shape[0] != 2 or arr.shape[1] == 0:

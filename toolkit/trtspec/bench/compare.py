@@ -12,17 +12,19 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Literal, TypedDict, TypeVar
 
-from trtspec.artifacts.bench_run import SUMMARY_FILE
+from trtspec.artifacts import bench_run
+from trtspec.artifacts.bench_run import Cell, Interval, Summary
 from trtspec.bench.metrics import BY_NAME as CELL
-from trtspec.errors import BenchError
 from trtspec.fingerprint import diff
 
 RowKey = tuple[str, str, str, float]  # route, variant, load, temperature
+T = TypeVar("T")
+
+# `trtspec compare` reads each run through summary.json's owner
+load_summary = bench_run.load_summary
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
@@ -37,64 +39,73 @@ def _increase(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or a <= 0 else b / a - 1.0
 
 
-def _get(row: dict[str, Any], key: str, side: str) -> float | None:
-    value = row[key][side]
-    return None if value is None else float(value)
+class Sides(TypedDict, Generic[T]):
+    """One figure in run A and in run B (None where that run's cell has none)."""
+
+    a: T | None
+    b: T | None
+
+
+class ComparisonRow(TypedDict):
+    """One route × variant × load × temperature present in both runs."""
+
+    route: str
+    variant: str
+    load: str
+    temperature: float
+    num_speculative_tokens: Sides[int]
+    acceptance_rate: Sides[float]
+    mean_accepted_length: Sides[float]
+    speedup: Sides[Interval]
+    ttft_p50_ms: Sides[float]
+    ttft_p95_ms: Sides[float]
+    quality_pass_rate: Sides[float]
+    speedup_ci_overlap: bool | None
+    changes: dict[str, float | None]  # METRICS by name
+
+
+class Comparison(TypedDict):
+    """The whole comparison document (what ``--format json`` prints)."""
+
+    run_a: str | None
+    run_b: str | None
+    rows: list[ComparisonRow]
+    only_in_a: list[str]
+    only_in_b: list[str]
+    fingerprint_changes: list[str]
+
+
+def _ab(p: Sides[float]) -> tuple[float | None, float | None]:
+    return (
+        None if p["a"] is None else float(p["a"]),
+        None if p["b"] is None else float(p["b"]),
+    )
+
+
+def _points(p: Sides[Interval]) -> tuple[float | None, float | None]:
+    a, b = p["a"], p["b"]
+    return (a["point"] if a else None), (b["point"] if b else None)
 
 
 # change metric -> how to read it from one comparison row (positive = B worse)
-METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
-    "acceptance_drop": lambda r: _drop(
-        _get(r, "acceptance_rate", "a"), _get(r, "acceptance_rate", "b")
-    ),
-    "mean_accepted_length_drop": lambda r: _drop(
-        _get(r, "mean_accepted_length", "a"), _get(r, "mean_accepted_length", "b")
-    ),
-    "speedup_drop": lambda r: _drop(
-        (r["speedup"]["a"] or {}).get("point"), (r["speedup"]["b"] or {}).get("point")
-    ),
-    "quality_drop": lambda r: _drop(
-        _get(r, "quality_pass_rate", "a"), _get(r, "quality_pass_rate", "b")
-    ),
-    "ttft_p50_increase": lambda r: _increase(
-        _get(r, "ttft_p50_ms", "a"), _get(r, "ttft_p50_ms", "b")
-    ),
-    "ttft_p95_increase": lambda r: _increase(
-        _get(r, "ttft_p95_ms", "a"), _get(r, "ttft_p95_ms", "b")
-    ),
+METRICS: dict[str, Callable[[ComparisonRow], float | None]] = {
+    "acceptance_drop": lambda r: _drop(*_ab(r["acceptance_rate"])),
+    "mean_accepted_length_drop": lambda r: _drop(*_ab(r["mean_accepted_length"])),
+    "speedup_drop": lambda r: _drop(*_points(r["speedup"])),
+    "quality_drop": lambda r: _drop(*_ab(r["quality_pass_rate"])),
+    "ttft_p50_increase": lambda r: _increase(*_ab(r["ttft_p50_ms"])),
+    "ttft_p95_increase": lambda r: _increase(*_ab(r["ttft_p95_ms"])),
 }
 
 
-def load_summary(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / SUMMARY_FILE
-    if not Path(run_dir).is_dir():
-        raise BenchError(f"{run_dir}: not a folder", hint="pass run folders such as results/<run>/")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BenchError(
-            f"{path}: not found", hint=f"render it with `trtspec report {run_dir}`"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise BenchError(
-            f"{path}: not readable JSON ({exc})",
-            hint=f"re-render it with `trtspec report {run_dir}`",
-        ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise BenchError(
-            f"{path}: cells: missing", hint=f"re-render it with `trtspec report {run_dir}`"
-        )
-    return data
-
-
-def _chosen_cells(summary: dict[str, Any]) -> dict[RowKey, dict[str, Any]]:
+def _chosen_cells(summary: Summary) -> dict[RowKey, Cell]:
     """One cell per route × variant × load × temperature: the variant's best k."""
     best = {
         (d["route"], d["variant"]): d.get("num_speculative_tokens")
         for d in summary.get("decisions") or []
         if d.get("best_k")
     }
-    out: dict[RowKey, dict[str, Any]] = {}
+    out: dict[RowKey, Cell] = {}
     for c in summary["cells"]:
         key = (c["route"], c["variant"], str(c["load"]), float(c["temperature"]))
         k = c.get("num_speculative_tokens")
@@ -105,27 +116,26 @@ def _chosen_cells(summary: dict[str, Any]) -> dict[RowKey, dict[str, Any]]:
     return out
 
 
-def _pair(
-    a: dict[str, Any] | None, b: dict[str, Any] | None, read: Callable[[dict[str, Any]], Any]
-) -> dict[str, Any]:
+def _pair(a: Cell | None, b: Cell | None, read: Callable[[Cell], T | None]) -> Sides[T]:
     return {"a": read(a) if a else None, "b": read(b) if b else None}
 
 
-def _overlap(sa: dict[str, Any] | None, sb: dict[str, Any] | None) -> bool | None:
+def _overlap(sa: Interval | None, sb: Interval | None) -> bool | None:
     if not sa or not sb:
         return None
     return bool(sa["ci_low"] <= sb["ci_high"] and sb["ci_low"] <= sa["ci_high"])
 
 
-def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def compare_summaries(a: Summary, b: Summary) -> Comparison:
     """The whole comparison document (what ``--format json`` prints)."""
     ca, cb = _chosen_cells(a), _chosen_cells(b)
-    rows = []
+    rows: list[ComparisonRow] = []
     for key in [*ca, *(k for k in cb if k not in ca)]:
         x, y = ca.get(key), cb.get(key)
         if x is None or y is None:
             continue
-        row: dict[str, Any] = {
+        speedup = _pair(x, y, lambda c: c.get("speedup"))
+        row: ComparisonRow = {
             "route": key[0],
             "variant": key[1],
             "load": key[2],
@@ -133,12 +143,13 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "num_speculative_tokens": _pair(x, y, lambda c: c.get("num_speculative_tokens")),
             "acceptance_rate": _pair(x, y, CELL["acceptance_rate"].read),
             "mean_accepted_length": _pair(x, y, CELL["mean_accepted_length"].read),
-            "speedup": _pair(x, y, lambda c: c.get("speedup")),
+            "speedup": speedup,
             "ttft_p50_ms": _pair(x, y, CELL["ttft_p50_ms"].read),
             "ttft_p95_ms": _pair(x, y, CELL["ttft_p95_ms"].read),
             "quality_pass_rate": _pair(x, y, CELL["quality_pass_rate"].read),
+            "speedup_ci_overlap": _overlap(speedup["a"], speedup["b"]),
+            "changes": {},
         }
-        row["speedup_ci_overlap"] = _overlap(row["speedup"]["a"], row["speedup"]["b"])
         row["changes"] = {name: read(row) for name, read in METRICS.items()}
         rows.append(row)
     label = {k: f"{k[0]}/{k[1]} {k[2]} T={k[3]:g}" for k in [*ca, *cb]}
@@ -152,7 +163,7 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def gate_cells(comparison: dict[str, Any]) -> list[dict[str, Any]]:
+def gate_cells(comparison: Comparison) -> list[Mapping[str, Any]]:
     """Rows shaped for trtspec.bench.gates.check_gates (metrics at top level)."""
     return [
         {
@@ -167,12 +178,12 @@ def gate_cells(comparison: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _reader(name: str) -> Callable[[dict[str, Any]], float | None]:
+def _reader(name: str) -> Callable[[Mapping[str, Any]], float | None]:
     return lambda cell: cell.get(name)
 
 
 # what --fail-on reads from a gate_cells row
-GATE_METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
+GATE_METRICS: dict[str, Callable[[Mapping[str, Any]], float | None]] = {
     name: _reader(name) for name in METRICS
 }
 
@@ -184,13 +195,13 @@ def _num(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _move(p: dict[str, Any], spec: str) -> str:
+def _move(p: Sides[float], spec: str) -> str:
     if p["a"] is None and p["b"] is None:
         return "-"
     return f"{_num(p['a'], spec)}→{_num(p['b'], spec)}"
 
 
-def _ci(s: dict[str, Any] | None) -> str:
+def _ci(s: Interval | None) -> str:
     return "-" if not s else f"{s['point']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
 
 
@@ -212,7 +223,7 @@ TABLE_HEADERS = [
 ]
 
 
-def table_rows(comparison: dict[str, Any]) -> list[list[str]]:
+def table_rows(comparison: Comparison) -> list[list[str]]:
     out = []
     for r in comparison["rows"]:
         k = r["num_speculative_tokens"]
@@ -239,7 +250,7 @@ def table_rows(comparison: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-def render_html(comparison: dict[str, Any]) -> str:
+def render_html(comparison: Comparison) -> str:
     """A self-contained page: the table and a plot of both runs' speedups."""
     esc = html.escape
     image = _speedup_plot(comparison)
@@ -267,7 +278,7 @@ def render_html(comparison: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _speedup_plot(comparison: dict[str, Any]) -> str | None:
+def _speedup_plot(comparison: Comparison) -> str | None:
     rows = [r for r in comparison["rows"] if r["speedup"]["a"] or r["speedup"]["b"]]
     if not rows:
         return None
@@ -278,12 +289,12 @@ def _speedup_plot(comparison: dict[str, Any]) -> str | None:
 
     fig, ax = plt.subplots(figsize=(7, max(2.5, 0.5 * len(rows) + 1)))
     ys = list(range(len(rows)))[::-1]
-    for side, shift, colour in (("a", 0.15, "tab:blue"), ("b", -0.15, "tab:orange")):
-        pts = [
-            (y + shift, r["speedup"][side])
-            for y, r in zip(ys, rows, strict=True)
-            if r["speedup"][side]
-        ]
+    arms: tuple[tuple[Literal["a", "b"], float, str], ...] = (
+        ("a", 0.15, "tab:blue"),
+        ("b", -0.15, "tab:orange"),
+    )
+    for side, shift, colour in arms:
+        pts = [(y + shift, sp) for y, r in zip(ys, rows, strict=True) if (sp := r["speedup"][side])]
         if pts:
             ax.errorbar(
                 [s["point"] for _, s in pts],

@@ -22,8 +22,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from trtspec.bench.routes import Message, PromptItem
 from trtspec.errors import BenchError
 
 FORMATS = ("spec_bench", "mt_bench", "sharegpt", "openai")
@@ -68,15 +69,23 @@ class Record:
 
     id: str
     category: str
-    messages: list[dict[str, str]]
+    messages: list[Message]
     cut: bool = False  # later turns dropped for want of earlier answers
+
+
+class RouteEntry(TypedDict):
+    """One route of the ``routes:`` block written for a spec."""
+
+    prompts: str
+    max_tokens: int
+    checks: NotRequired[list[str]]
 
 
 @dataclass
 class ImportedRoute:
     name: str
     categories: list[str]
-    items: list[dict[str, Any]]
+    items: list[PromptItem]
     max_tokens: int
     checks: list[str]
     available: int  # records of these categories before sampling
@@ -159,7 +168,7 @@ def _question(path: Path, line: int, rec: dict[str, Any], turns: str, fallback: 
             path, line, "reference: must be a list of answers, one per turn", "fix or drop it"
         )
     refs = [r if isinstance(r, str) else "" for r in (refs or [])]
-    messages = [{"role": "user", "content": texts[0]}]
+    messages: list[Message] = [{"role": "user", "content": texts[0]}]
     cut = False
     if turns == "all" and len(texts) > 1:
         if len(refs) >= len(texts) - 1 and all(r.strip() for r in refs[: len(texts) - 1]):
@@ -189,7 +198,7 @@ def _conversation(
             f"{key}: must be a non-empty list of {{{role_key!r}, {text_key!r}}}",
             f"check that the file is in the {fmt} format (--format)",
         )
-    messages: list[dict[str, str]] = []
+    messages: list[Message] = []
     for i, turn in enumerate(raw):
         where = f"{key}[{i}]"
         if not isinstance(turn, dict) or role_key not in turn or text_key not in turn:
@@ -349,16 +358,16 @@ def group_routes(
 
 def routes_block(
     routes: list[ImportedRoute], out_dir: Path, spec_dir: Path | None = None
-) -> dict[str, Any]:
+) -> dict[str, RouteEntry]:
     """The ``routes:`` mapping for a spec in ``spec_dir`` (default: the folder
     holding ``out_dir``), prompt paths relative to it as a spec resolves them."""
     import os
 
     base = Path(spec_dir) if spec_dir is not None else out_dir.parent
     folder = Path(os.path.relpath(out_dir.resolve(), base.resolve()))
-    block: dict[str, Any] = {}
+    block: dict[str, RouteEntry] = {}
     for route in routes:
-        entry: dict[str, Any] = {
+        entry: RouteEntry = {
             "prompts": (folder / f"{route.name}.jsonl").as_posix(),
             "max_tokens": route.max_tokens,
         }

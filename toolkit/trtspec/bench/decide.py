@@ -24,11 +24,21 @@ promote."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
-from trtspec.artifacts.routing import ROUTING_YAML
+from trtspec.artifacts.bench_run import (
+    Cell,
+    Change,
+    Decision,
+    DecisionRules,
+    Interval,
+    JSONObject,
+    Level,
+    Summary,
+)
+from trtspec.artifacts.routing import ROUTING_YAML, Evidence, RouteEntry, RoutingDocument
 from trtspec.artifacts.routing import SCHEMA_VERSION as ROUTING_SCHEMA_VERSION
 from trtspec.bench import distribution, goodput, stats
 from trtspec.bench.records import pairs_with
@@ -38,13 +48,36 @@ PROMOTE, EXCLUDE, INCONCLUSIVE = "promote", "exclude", "inconclusive"
 _RANK = {PROMOTE: 0, INCONCLUSIVE: 1, EXCLUDE: 2}
 
 
-def judge_cell(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str]]:
+class PairedChanges(TypedDict):
+    """The headline's claims from one paired speedup estimate."""
+
+    speedup: Interval | None
+    tokens_per_second_change: Change | None
+    latency_change: Change | None
+
+
+class KPick(TypedDict):
+    """The best k at one level, its paired figure and its decision there."""
+
+    k: int
+    figure: Change
+    decision: str
+
+
+class KChoice(TypedDict):
+    route: str
+    variant: str
+    by: str
+    levels: dict[int, KPick]
+
+
+def judge_cell(cell: Cell, d: DecisionRules) -> tuple[str, list[str]]:
     """One cell's verdict and the reasons behind it."""
     verdict, reasons, _broken = _judge(cell, d)
     return verdict, reasons
 
 
-def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], bool]:
+def _judge(cell: Cell, d: DecisionRules) -> tuple[str, list[str], bool]:
     """``judge_cell`` plus whether an exclude is for broken output (errors,
     quality, T=0 inequality) rather than for speed alone."""
     where = f"{cell['load']} T={cell['temperature']:g}"
@@ -56,8 +89,8 @@ def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], boo
         cell.get("errors", 0) - int(cell.get("incidents") or 0), cell.get("count") or 0
     )
     if (
-        cell.get("error_rate") is not None
-        and cell["error_rate"] > d["max_error_rate"]
+        (error_rate := cell.get("error_rate")) is not None
+        and error_rate > d["max_error_rate"]
         and own_rate is not None
         and own_rate > d["max_error_rate"]
     ):
@@ -133,7 +166,7 @@ def _judge(cell: dict[str, Any], d: dict[str, Any]) -> tuple[str, list[str], boo
 
 
 def _judge_by_goodput(
-    cell: dict[str, Any], d: dict[str, Any], where: str, broken: list[str], unsure: list[str]
+    cell: Cell, d: DecisionRules, where: str, broken: list[str], unsure: list[str]
 ) -> tuple[str, list[str], bool]:
     """``_judge`` with the paired goodput-share difference as the speed
     criterion (bench/goodput.py): above 0 promotes, below 0 excludes."""
@@ -170,9 +203,7 @@ def _judge_by_goodput(
     return PROMOTE, [f"{where}: {share}"], False
 
 
-def _incident_reasons(
-    cell: dict[str, Any], d: dict[str, Any], where: str
-) -> tuple[list[str], list[str]]:
+def _incident_reasons(cell: Cell, d: DecisionRules, where: str) -> tuple[list[str], list[str]]:
     """(reasons that keep the cell inconclusive, notes for any verdict) about
     the requests an infrastructure incident failed."""
     n = int(cell.get("incidents") or 0)
@@ -188,11 +219,17 @@ def _incident_reasons(
     return [], [what]
 
 
-def _headline(cells: list[dict[str, Any]]) -> dict[str, Any]:
+def mean_tps(cell: Cell | None) -> float | None:
+    """A cell's mean tokens/s (None without the cell or the figure)."""
+    tps = cell.get("tokens_per_second") if cell else None
+    return tps.get("mean") if tps else None
+
+
+def _headline(cells: list[Cell]) -> Cell:
     """The cell the console line shows: lowest concurrency (closed loop
     first), lowest temperature."""
 
-    def order(c: dict[str, Any]) -> tuple[int, float, float]:
+    def order(c: Cell) -> tuple[int, float, float]:
         closed = c.get("concurrency") is not None
         return (
             0 if closed else 1,
@@ -204,23 +241,23 @@ def _headline(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def decide(
-    cells: list[dict[str, Any]], d: dict[str, Any], *, rollout: dict[str, Any] | None = None
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    cells: list[Cell], d: DecisionRules, *, rollout: JSONObject | None = None
+) -> tuple[list[Decision], RoutingDocument]:
     """Decisions for every (route, variant, k) and the routing table."""
     rollout = rollout or {}
-    by_arm: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
+    by_arm: dict[tuple[str, str, Any], list[Cell]] = {}
     for cell in cells:
         if pairs_with(cell) is None:
             continue
         by_arm.setdefault(
             (cell["route"], cell["variant"], cell.get("num_speculative_tokens")), []
         ).append(cell)
-    baselines = {
+    baselines: dict[tuple[str, str | None, str, float], Cell] = {
         (c["route"], c["variant"], c["load"], c["temperature"]): c
         for c in cells
         if pairs_with(c) is None
     }
-    decisions = []
+    decisions: list[Decision] = []
     for (route, variant, k), arm_cells in by_arm.items():
         verdict, reasons, cap, levels = judge_arm(arm_cells, d)
         head = _headline(arm_cells)
@@ -228,7 +265,7 @@ def decide(
         base = baselines.get((route, pair, head["load"], head["temperature"]))
         # a capped promote is ranked on the loads it is promoted for
         ranked = [c for c in arm_cells if cap is None or (c.get("concurrency") or 0) <= cap]
-        speedups = [c["speedup"]["point"] for c in ranked if c.get("speedup")]
+        speedups = [sp["point"] for c in ranked if (sp := c.get("speedup"))]
         short = bool(base and base.get("short_output")) or bool(head.get("short_output"))
         decisions.append(
             {
@@ -252,22 +289,20 @@ def decide(
                 "headline": {
                     "load": head["load"],
                     "temperature": head["temperature"],
-                    "baseline_tokens_per_second": (base or {})
-                    .get("tokens_per_second", {})
-                    .get("mean"),
+                    "baseline_tokens_per_second": mean_tps(base),
                     **paired_changes(head.get("speedup")),
                     "pairs": head.get("pairs", 0),
                     "quality_pass_rate": head.get("quality_pass_rate"),
                     "baseline_quality_pass_rate": head.get("baseline_quality_pass_rate"),
                     "equal_rate": head.get("equal_rate"),
                     "goodput": head.get("goodput"),
-                    "baseline_goodput": (base or {}).get("goodput"),
+                    "baseline_goodput": base.get("goodput") if base else None,
                     "goodput_difference": head.get("goodput_difference"),
                 },
             }
         )
     # best k per (route, variant): best verdict, then the highest worst-cell speedup
-    best: dict[tuple[str, str], dict[str, Any]] = {}
+    best: dict[tuple[str, str], Decision] = {}
     for dec in decisions:
         key = (dec["route"], dec["variant"])
         if key not in best or _better(dec, best[key]):
@@ -284,19 +319,19 @@ def _combine(kinds: list[str]) -> str:
 
 
 def judge_arm(
-    arm_cells: list[dict[str, Any]], d: dict[str, Any]
-) -> tuple[str, list[str], int | None, list[dict[str, Any]]]:
+    arm_cells: list[Cell], d: DecisionRules
+) -> tuple[str, list[str], int | None, list[Level]]:
     """One arm's verdict over its cells: (decision, reasons, max_concurrency,
     per-level records). See the module docstring for the load rule."""
     judged = [(c, *_judge(c, d)) for c in arm_cells]
-    by_level: dict[int, list[tuple[dict[str, Any], str]]] = {}
+    by_level: dict[int, list[tuple[Cell, str]]] = {}
     for c, v, _rs, _b in judged:
-        if c.get("concurrency") is not None:
-            by_level.setdefault(int(c["concurrency"]), []).append((c, v))
-    levels: list[dict[str, Any]] = []
+        if (level := c.get("concurrency")) is not None:
+            by_level.setdefault(int(level), []).append((c, v))
+    levels: list[Level] = []
     for conc in sorted(by_level):
         items = by_level[conc]
-        with_sp = [c["speedup"] for c, _ in items if c.get("speedup")]
+        with_sp = [sp for c, _ in items if (sp := c.get("speedup"))]
         levels.append(
             {
                 "concurrency": conc,
@@ -305,7 +340,7 @@ def judge_arm(
                 "speedup": min(with_sp, key=lambda s: s["point"]) if with_sp else None,
                 "pairs": min(int(c.get("pairs") or 0) for c, _ in items),
                 "goodput_difference": min(
-                    (c["goodput_difference"] for c, _ in items if c.get("goodput_difference")),
+                    (g for c, _ in items if (g := c.get("goodput_difference"))),
                     key=lambda g: g["point"],
                     default=None,
                 ),
@@ -327,7 +362,7 @@ def judge_arm(
         r
         for c, v, rs, _ in judged
         for r in rs
-        if c.get("concurrency") is None or int(c["concurrency"]) <= cap or v != PROMOTE
+        if (at := c.get("concurrency")) is None or int(at) <= cap or v != PROMOTE
     ]
     reasons.append(
         f"promoted up to concurrency {cap} only: {above['decision']} at "
@@ -336,7 +371,7 @@ def judge_arm(
     return PROMOTE, reasons, cap, levels
 
 
-def paired_changes(speedup: dict[str, Any] | None) -> dict[str, Any]:
+def paired_changes(speedup: Interval | None) -> PairedChanges:
     """Every headline claim from the one paired estimate. The speedup S is the
     geometric mean of per-prompt baseline/variant ms per output token, so the
     variant's tokens/s change is S − 1 and its latency (per output token)
@@ -357,14 +392,14 @@ def paired_changes(speedup: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _merit(dec: dict[str, Any]) -> tuple[float, float]:
+def _merit(dec: Decision) -> tuple[float, float]:
     """Among promotes: the load it serves (uncapped first), then its worst
     speedup on that load."""
     cap = dec.get("max_concurrency")
     return (float("inf") if cap is None else float(cap), dec["min_speedup_point"] or 0.0)
 
 
-def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _better(a: Decision, b: Decision) -> bool:
     ra, rb = _RANK[a["decision"]], _RANK[b["decision"]]
     if ra != rb:
         return ra < rb
@@ -372,7 +407,7 @@ def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def draft_len_schedule(
-    decisions: list[dict[str, Any]], top: dict[str, Any], by: str = "speedup"
+    decisions: list[Decision], top: Decision, by: str = "speedup"
 ) -> dict[int, int] | None:
     """``{in-flight level: draft length}`` for a routed variant measured at
     several k and several levels: at each measured level up to the route's
@@ -415,7 +450,7 @@ def draft_len_schedule(
     return schedule
 
 
-def scheduled_cap(decisions: list[dict[str, Any]], top: dict[str, Any]) -> int | None:
+def scheduled_cap(decisions: list[Decision], top: Decision) -> int | None:
     """The route's max_concurrency when its variant switches k by load: the
     routed k's own cap raised to the largest measured level L such that at
     every measured level up to L some k of the variant (none with broken
@@ -440,30 +475,31 @@ def scheduled_cap(decisions: list[dict[str, Any]], top: dict[str, Any]) -> int |
     return None
 
 
-def k_per_level(decisions: list[dict[str, Any]], by: str = "speedup") -> list[dict[str, Any]]:
+def k_per_level(decisions: list[Decision], by: str = "speedup") -> list[KChoice]:
     """For each routable (route, variant) measured at several k: at each
     measured level, the k with the best paired figure there (the speedup, or
     the goodput difference when deciding by goodput) and that k's decision at
     the level, promoted or not; what routing.yaml took from it is
     ``draft_len_schedule`` (promoted levels only)."""
-    arms: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    arms: dict[tuple[str, str], list[Decision]] = {}
     for dec in decisions:
         if dec["num_speculative_tokens"] is not None and dec.get("arm_kind", "triton") == "triton":
             arms.setdefault((dec["route"], dec["variant"]), []).append(dec)
-    out = []
+    out: list[KChoice] = []
     for (route, variant), decs in arms.items():
         if len(decs) < 2:
             continue
-        best: dict[int, dict[str, Any]] = {}
+        best: dict[int, KPick] = {}
         for dec in decs:
+            k = dec["num_speculative_tokens"]
             for lvl in dec.get("levels") or []:
                 figure = lvl.get("goodput_difference") if by == "goodput" else lvl.get("speedup")
-                if not figure:
+                if not figure or k is None:
                     continue
                 level = int(lvl["concurrency"])
                 if level not in best or figure["point"] > best[level]["figure"]["point"]:
                     best[level] = {
-                        "k": int(dec["num_speculative_tokens"]),
+                        "k": int(k),
                         "figure": figure,
                         "decision": lvl["decision"],
                     }
@@ -480,7 +516,7 @@ K_NOTE = (
 )
 
 
-def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def k_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
     """Draft length per load: at each measured level the best k of each
     variant swept over k (decide.k_per_level), and what routing.yaml took."""
     by = str(summary["settings"]["decision"].get("decide_by") or "speedup")
@@ -513,14 +549,14 @@ def k_table(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _routing(
-    decisions: list[dict[str, Any]],
-    cells: list[dict[str, Any]],
-    rollout: dict[str, Any],
+    decisions: list[Decision],
+    cells: list[Cell],
+    rollout: JSONObject,
     by: str = "speedup",
-) -> dict[str, Any]:
+) -> RoutingDocument:
     fallback = rollout.get("fallback_variant") or BASELINE
     canary = int(rollout.get("canary_percent", DEFAULT_CANARY_PERCENT))
-    routes: dict[str, Any] = {}
+    routes: dict[str, RouteEntry] = {}
     for route in dict.fromkeys(c["route"] for c in cells):
         # only Triton arms can be routed to; external arms are for comparison
         cands = [
@@ -535,12 +571,12 @@ def _routing(
         )
         if promoted:
             top = promoted[0]
-            entry: dict[str, Any] = {"variant": top["variant"]}
+            entry: RouteEntry = {"variant": top["variant"]}
             if top["num_speculative_tokens"] is not None:
                 entry["num_draft_tokens"] = int(top["num_speculative_tokens"])
-            entry.update(
-                {"canary_percent": canary, "decision": PROMOTE, "fallback_variant": fallback}
-            )
+            entry["canary_percent"] = canary
+            entry["decision"] = PROMOTE
+            entry["fallback_variant"] = fallback
             cap = scheduled_cap(decisions, top)
             if cap is not None:
                 # over this many in-flight requests the router sends the route
@@ -557,7 +593,7 @@ def _routing(
     return {"schema_version": ROUTING_SCHEMA_VERSION, "default_variant": BASELINE, "routes": routes}
 
 
-def _evidence(dec: dict[str, Any]) -> dict[str, Any]:
+def _evidence(dec: Decision) -> Evidence:
     """What a promoted entry rests on: the same paired estimate as the
     console line (read by people; the router ignores it)."""
     h = dec["headline"]
@@ -566,6 +602,8 @@ def _evidence(dec: dict[str, Any]) -> dict[str, Any]:
         return round(float(v), 4)
 
     sp, tps, lat = h["speedup"], h["tokens_per_second_change"], h["latency_change"]
+    if sp is None or tps is None or lat is None:
+        raise ValueError(f"{dec['route']}: a promoted decision without a paired speedup")
     return {
         "speedup": r(sp["point"]),
         "speedup_ci": [r(sp["ci_low"]), r(sp["ci_high"])],
@@ -579,7 +617,7 @@ def _evidence(dec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def routing_yaml(routing: dict[str, Any]) -> str:
+def routing_yaml(routing: RoutingDocument) -> str:
     header = (
         "# Written by `trtspec bench`; feed it to `trtspec repo --routing`.\n"
         "# decision: promote | exclude | inconclusive (see report.md for reasons)\n"

@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from trtspec.artifacts.bench_run import DistributionTest, RequestRow, Summary
 from trtspec.bench.records import pairs_with
 
 ALPHA = 0.001
@@ -63,7 +64,7 @@ def chi2_sf(stat: float, dof: int) -> float:
     return _upper_gamma_regularized(dof / 2.0, stat / 2.0)
 
 
-def homogeneity(a: Counter[Any], b: Counter[Any]) -> dict[str, Any] | None:
+def homogeneity(a: Counter[Any], b: Counter[Any]) -> DistributionTest | None:
     """Two-sample chi-square test that ``a`` and ``b`` come from one
     distribution; ``None`` when fewer than two categories remain."""
     na, nb = sum(a.values()), sum(b.values())
@@ -94,8 +95,8 @@ def homogeneity(a: Counter[Any], b: Counter[Any]) -> dict[str, Any] | None:
 
 
 def first_token_test(
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
-) -> dict[str, Any] | None:
+    pairs: list[tuple[RequestRow, RequestRow]],
+) -> DistributionTest | None:
     """The homogeneity test on the first token of every pair where both
     arms succeeded and reported one."""
     base: Counter[Any] = Counter()
@@ -119,7 +120,7 @@ NOTE = (
 )
 
 
-def describe(test: dict[str, Any] | None) -> str:
+def describe(test: DistributionTest | None) -> str:
     if test is None:
         return "not testable (fewer than two first-token categories)"
     return (
@@ -128,7 +129,7 @@ def describe(test: dict[str, Any] | None) -> str:
     )
 
 
-def table_rows(summary: dict[str, Any]) -> list[list[str]]:
+def table_rows(summary: Summary) -> list[list[str]]:
     """One row per paired cell measured at a temperature above 0."""
     rows = []
     for c in summary["cells"]:

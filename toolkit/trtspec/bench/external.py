@@ -20,10 +20,15 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from trtspec.artifacts.bench_run import External, ExternalArm
 from trtspec.bench.client import Arm, Job, Outcome, StreamWorker
 from trtspec.bench.openai_client import OpenAIEndpoint, OpenAIWorker, base_url, list_models
 from trtspec.bench.openai_metrics import (
+    AcceptanceFields,
+    AcceptanceSample,
+    Counts,
     MetricsProbe,
+    Scrape,
     acceptance_fields,
     cell_sample,
     detect,
@@ -93,7 +98,7 @@ class ArmWorker:
         self,
         triton_url: str,
         request_timeout_s: float,
-        scrape_for: Callable[[Job], Callable[[], dict[str, Any]] | None],
+        scrape_for: Callable[[Job], Scrape | None],
     ) -> None:
         self.triton_url, self.request_timeout_s = triton_url, request_timeout_s
         self.scrape_for = scrape_for
@@ -187,12 +192,12 @@ class ExternalArms:
         else:
             self.probes[arm.variant] = MetricsProbe(ep.metrics_url, profile, ep.model)
 
-    def info(self, chat_routes: list[str]) -> dict[str, Any]:
+    def info(self, chat_routes: list[str]) -> External:
         """What run.json records about the external arms (``chat_routes``: the
         routes whose prompts the servers render with their own chat template)."""
         if not self.arms:
             return {}
-        out: dict[str, Any] = {}
+        out: dict[str, ExternalArm] = {}
         for arm in self.arms:
             ep = arm.openai
             assert ep is not None
@@ -209,7 +214,7 @@ class ExternalArms:
 
     # -- acceptance windows -----------------------------------------------------------
 
-    def scrape_for(self, job: Job) -> Callable[[], dict[str, Any]] | None:
+    def scrape_for(self, job: Job) -> Scrape | None:
         """Per-request counter deltas, at concurrency 1 only (one request in
         flight, so the server's counters move for this request alone)."""
         arm = job.arm
@@ -230,7 +235,7 @@ class ExternalArms:
             failed = f"metrics scrape failed: {exc}"
             return lambda: acceptance_fields(None, failed)
 
-        def after() -> dict[str, Any]:
+        def after() -> AcceptanceFields:
             try:
                 return acceptance_fields(probe.settled().minus(before))
             except (OSError, ValueError) as exc:
@@ -247,7 +252,7 @@ class ExternalArms:
         temperature: float,
         arms: list[Arm],
         *,
-        record: Callable[[dict[str, Any]], None],
+        record: Callable[[AcceptanceSample], None],
     ) -> Iterator[None]:
         """Counter deltas over a whole cell when more than one request may be
         in flight: one sample per speculative external arm into ``record``."""
@@ -259,7 +264,7 @@ class ExternalArms:
         for a in spec_arms:
             if a.variant in self.probes:
                 by_url.setdefault(self.probes[a.variant].url, []).append(a.variant)
-        before: dict[str, Any] = {}
+        before: dict[str, Counts] = {}
         for a in spec_arms:
             probe = self.probes.get(a.variant)
             if probe is not None and len(by_url[probe.url]) == 1:

@@ -6,12 +6,12 @@ as text). Read from ``summary["external"]`` (``run.json``) and the cells."""
 
 from __future__ import annotations
 
-from typing import Any
+from trtspec.artifacts.bench_run import Summary
 
 
-def external_notes(summary: dict[str, Any]) -> list[str]:
+def external_notes(summary: Summary) -> list[str]:
     external = summary.get("external") or {}
-    arms: dict[str, Any] = external.get("arms") or {}
+    arms = external.get("arms") or {}
     if not arms:
         return []
     notes = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any
@@ -68,7 +68,7 @@ class Breach:
 
 
 def parse_gates(
-    text: str | None, metrics: Mapping[str, Callable[[dict[str, Any]], float | None]] = METRICS
+    text: str | None, metrics: Mapping[str, Callable[[Mapping[str, Any]], float | None]] = METRICS
 ) -> list[Gate]:
     """Parse a ``--fail-on`` value; raise ``BenchError`` naming the bad part.
     ``metrics`` is the set of names allowed (``trtspec compare`` has its own)."""
@@ -98,7 +98,7 @@ def parse_gates(
     return gates
 
 
-def cell_label(cell: dict[str, Any]) -> str:
+def cell_label(cell: Mapping[str, Any]) -> str:
     k = cell.get("num_speculative_tokens")
     parts = [str(cell.get("load")), f"T={cell.get('temperature')}"]
     if k is not None:
@@ -108,8 +108,8 @@ def cell_label(cell: dict[str, Any]) -> str:
 
 def check_gates(
     gates: list[Gate],
-    cells: list[dict[str, Any]],
-    metrics: Mapping[str, Callable[[dict[str, Any]], float | None]] = METRICS,
+    cells: Sequence[Mapping[str, Any]],
+    metrics: Mapping[str, Callable[[Mapping[str, Any]], float | None]] = METRICS,
 ) -> list[Breach]:
     """Every breach of every gate. A gate naming a route (or variant) that is
     not in the run is an error rather than a silent pass."""

@@ -16,23 +16,33 @@ exclude when it lies below. Without objectives nothing here is computed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from trtspec.artifacts.bench_run import (
+    Cell,
+    Change,
+    Goodput,
+    Headline,
+    Objectives,
+    PairedDifference,
+    RequestRow,
+    Summary,
+)
 from trtspec.bench import stats
 
-OBJECTIVE_FIELDS = {
+OBJECTIVE_FIELDS: dict[str, Literal["ttft_ms", "tpot_ms", "latency_ms"]] = {
     "ttft_ms": "ttft_ms",
     "itl_ms": "tpot_ms",
     "latency_ms": "latency_ms",
 }
 
 
-def active(objectives: dict[str, Any] | None) -> dict[str, float]:
+def active(objectives: Objectives | None) -> dict[str, float]:
     """The bounds that are set, by objective name."""
     return {k: float(v) for k, v in (objectives or {}).items() if k in OBJECTIVE_FIELDS and v}
 
 
-def meets(row: dict[str, Any], bounds: dict[str, float]) -> bool:
+def meets(row: RequestRow, bounds: dict[str, float]) -> bool:
     """Whether one request met every bound (a failed request never does; a
     bound whose measure the row lacks, e.g. ITL of a one-token answer, holds)."""
     if row.get("error"):
@@ -44,18 +54,20 @@ def meets(row: dict[str, Any], bounds: dict[str, float]) -> bool:
     return True
 
 
-def _span(rows: list[dict[str, Any]]) -> float | None:
-    timed = [r for r in rows if r.get("send_time_unix") is not None and r.get("latency_ms")]
+def _span(rows: list[RequestRow]) -> float | None:
+    timed = [
+        (sent, sent + lat / 1000.0)
+        for r in rows
+        if (sent := r.get("send_time_unix")) is not None and (lat := r.get("latency_ms"))
+    ]
     if not timed:
         return None
-    start = min(r["send_time_unix"] for r in timed)
-    end = max(r["send_time_unix"] + r["latency_ms"] / 1000.0 for r in timed)
+    start = min(a for a, _ in timed)
+    end = max(b for _, b in timed)
     return end - start if end > start else None
 
 
-def cell_goodput(
-    rows: list[dict[str, Any]], objectives: dict[str, Any] | None
-) -> dict[str, Any] | None:
+def cell_goodput(rows: list[RequestRow], objectives: Objectives | None) -> Goodput | None:
     """Share meeting the objectives and the goodput of one cell's rows."""
     bounds = active(objectives)
     if not bounds or not rows:
@@ -74,10 +86,10 @@ def cell_goodput(
 
 
 def paired_share_difference(
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
-    objectives: dict[str, Any] | None,
+    pairs: list[tuple[RequestRow, RequestRow]],
+    objectives: Objectives | None,
     confidence: float = 0.95,
-) -> dict[str, Any] | None:
+) -> PairedDifference | None:
     """Variant share − baseline share over paired prompts, with its interval."""
     bounds = active(objectives)
     if not bounds or not pairs:
@@ -87,7 +99,7 @@ def paired_share_difference(
     )
 
 
-def describe(diff: dict[str, Any]) -> str:
+def describe(diff: Change) -> str:
     """``+20% [+3%, +37%]`` (percentage points of requests meeting the objectives)."""
 
     def pp(v: float) -> str:
@@ -96,13 +108,13 @@ def describe(diff: dict[str, Any]) -> str:
     return f"{pp(diff['point'])} [{pp(diff['ci_low'])}, {pp(diff['ci_high'])}]"
 
 
-def objectives_text(objectives: dict[str, Any] | None) -> str:
+def objectives_text(objectives: Objectives | None) -> str:
     """``TTFT ≤ 200 ms, ITL ≤ 50 ms`` for the objectives that are set."""
     names = {"ttft_ms": "TTFT", "itl_ms": "ITL", "latency_ms": "E2E"}
     return ", ".join(f"{names[k]} ≤ {v:g} ms" for k, v in active(objectives).items())
 
 
-def headline_suffix(h: dict[str, Any]) -> str:
+def headline_suffix(h: Headline) -> str:
     """The console line's goodput claim: the arm's share meeting the
     objectives, the baseline's, and the paired difference."""
     g, base, diff = h.get("goodput"), h.get("baseline_goodput"), h.get("goodput_difference")
@@ -129,7 +141,7 @@ TABLE_HEADERS = [
 ]
 
 
-def table_rows(summary: dict[str, Any]) -> list[list[str]]:
+def table_rows(summary: Summary) -> list[list[str]]:
     """One row per cell that has goodput (runs with objectives)."""
     rows = []
     for c in summary["cells"]:
@@ -154,7 +166,7 @@ def table_rows(summary: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def pareto_routes(summary: dict[str, Any]) -> list[str]:
+def pareto_routes(summary: Summary) -> list[str]:
     """Routes worth a throughput-vs-latency plot: measured at several
     closed-loop levels, or judged under objectives."""
     levels: dict[str, set[Any]] = {}
@@ -164,13 +176,13 @@ def pareto_routes(summary: dict[str, Any]) -> list[str]:
     return [r for r, lv in levels.items() if len(lv) > 1 or has_goal]
 
 
-def pareto_plot(plt: Any, summary: dict[str, Any], route: str) -> Any:
+def pareto_plot(plt: Any, summary: Summary, route: str) -> Any:
     """One route's arms as throughput (tokens/s of the arm's requests) against
     p95 end-to-end latency, one line per arm through its load levels (labelled
     by concurrency); the latency objective, when set, as a line. Up and to the
     left is better; a point another arm beats on both axes is dominated."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    arms: dict[str, list[dict[str, Any]]] = {}
+    arms: dict[str, list[Cell]] = {}
     for c in summary["cells"]:
         if c["route"] == route and c["temperature"] == min(
             x["temperature"] for x in summary["cells"] if x["route"] == route
@@ -180,9 +192,10 @@ def pareto_plot(plt: Any, summary: dict[str, Any], route: str) -> Any:
     for label, cells in arms.items():
         pts = sorted(
             (
-                (c["tokens_per_second"].get("aggregate"), c["latency_ms"]["p95"], c["load"])
+                (tps, p95, c["load"])
                 for c in cells
-                if c["tokens_per_second"].get("aggregate") and c["latency_ms"]["p95"]
+                if (tps := c["tokens_per_second"].get("aggregate"))
+                and (p95 := c["latency_ms"]["p95"])
             ),
             key=lambda p: p[0],
         )

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.bench.client import Job, Outcome
+from trtspec.bench.client import FinalFields, Job, Outcome
+from trtspec.bench.openai_metrics import Scrape
 
 _POLL_S = 0.2
 CHAT_PATH = "/v1/chat/completions"
@@ -149,7 +150,7 @@ class StreamState:
     done: bool = False
     error: str | None = None
     chunks: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: FinalFields = field(default_factory=FinalFields)
 
     def apply(self, event: SseEvent, arrived_ns: int) -> None:
         if self.done or self.error:
@@ -246,7 +247,7 @@ class OpenAIWorker:
         self,
         endpoint: OpenAIEndpoint,
         request_timeout_s: float,
-        scrape: Callable[[Job], Callable[[], dict[str, Any]] | None] | None = None,
+        scrape: Callable[[Job], Scrape | None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.request_timeout_s = request_timeout_s

@@ -42,8 +42,11 @@ from __future__ import annotations
 import re
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
+
+from trtspec.artifacts.bench_run import Cell, JSONObject
 
 ACCEPTANCE_FROM_METRICS = "metrics"
 SETTLE_S = 0.05  # counters may be updated just after the last chunk is sent
@@ -225,7 +228,34 @@ class MetricsProbe:
         return now
 
 
-def acceptance_fields(delta: Counts | None, reason: str | None = None) -> dict[str, Any]:
+class AcceptanceFields(TypedDict, total=False):
+    """Row (or cell) fields from a counter delta; None where unknown (a
+    request at concurrency > 1 carries only the source and the note)."""
+
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    rounds: int | None
+    accepted_per_position: dict[str, int] | None
+    acceptance_source: str | None
+    acceptance_note: str | None
+
+
+class AcceptanceSample(TypedDict):
+    """A ``metrics.jsonl`` line holding one cell's counter delta."""
+
+    spec_decode: AcceptanceFields
+    route: str
+    load: str
+    temperature: float
+    variant: str
+    time: float
+
+
+#: Run after a request: its acceptance fields (ExternalArms.scrape_for).
+Scrape = Callable[[], AcceptanceFields]
+
+
+def acceptance_fields(delta: Counts | None, reason: str | None = None) -> AcceptanceFields:
     """Row/cell fields from a counter delta (``None`` = unknown, with ``reason``)."""
     if delta is None or delta.draft_tokens < 0 or delta.accepted_tokens < 0:
         return {
@@ -247,8 +277,8 @@ def acceptance_fields(delta: Counts | None, reason: str | None = None) -> dict[s
 
 
 def cell_sample(
-    route: str, load: str, temperature: float, variant: str, fields: dict[str, Any]
-) -> dict[str, Any]:
+    route: str, load: str, temperature: float, variant: str, fields: AcceptanceFields
+) -> AcceptanceSample:
     """A ``metrics.jsonl`` line holding one cell's counter delta."""
     return {
         "spec_decode": fields,
@@ -260,7 +290,7 @@ def cell_sample(
     }
 
 
-def attach_cell_acceptance(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
+def attach_cell_acceptance(cells: list[Cell], samples: list[JSONObject]) -> None:
     """Give external speculative cells measured above concurrency 1 the counter
     delta of their window; say why where none exists."""
     for cell in cells:

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtspec.artifacts.bench_run import PositionRate, RequestRow, Summary
+
 NOTE = (
     "Per draft position j: accepted / drafted over the cell's rounds that drafted a token "
     "at j. Where the rate falls off along the draft says which k to use."
 )
 
 
-def _row_counts(row: dict[str, Any]) -> tuple[dict[int, int], dict[int, int]] | None:
+def _row_counts(row: RequestRow) -> tuple[dict[int, int], dict[int, int]] | None:
     accepted = row.get("accepted_per_position")
     if not accepted:
         return None
@@ -36,7 +38,7 @@ def _row_counts(row: dict[str, Any]) -> tuple[dict[int, int], dict[int, int]] | 
     return {p: int(rounds) for p in range(1, int(k) + 1)}, acc
 
 
-def cell_positions(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def cell_positions(rows: list[RequestRow]) -> list[PositionRate] | None:
     """The cell's curve over its successful rows; ``None`` when no row
     reported per-position counts."""
     drafted: dict[int, int] = {}
@@ -66,7 +68,7 @@ def cell_positions(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     ]
 
 
-def unreported(summary: dict[str, Any], route: str) -> list[str]:
+def unreported(summary: Summary, route: str) -> list[str]:
     """Speculative arms of a route whose runtime reported no per-position counts."""
     names = []
     for c in summary["cells"]:
@@ -78,11 +80,11 @@ def unreported(summary: dict[str, Any], route: str) -> list[str]:
     return names
 
 
-def plot_routes(summary: dict[str, Any]) -> list[str]:
+def plot_routes(summary: Summary) -> list[str]:
     return list(dict.fromkeys(c["route"] for c in summary["cells"] if c.get("position_acceptance")))
 
 
-def position_plot(plt: Any, summary: dict[str, Any], route: str) -> Any:
+def position_plot(plt: Any, summary: Summary, route: str) -> Any:
     """One route: acceptance rate against draft position, one line per arm
     (its lowest load and temperature), integer positions on the axis."""
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -113,7 +115,7 @@ def position_plot(plt: Any, summary: dict[str, Any], route: str) -> Any:
     return fig
 
 
-def table(summary: dict[str, Any], route: str) -> tuple[list[str], list[list[str]]]:
+def table(summary: Summary, route: str) -> tuple[list[str], list[list[str]]]:
     """One route's curves as a table: a row per speculative cell (arm, load,
     temperature), a column per draft position, each entry the rate with its
     accepted/drafted counts; arms that reported no counts say so."""

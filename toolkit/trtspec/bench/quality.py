@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtspec.bench.routes import PromptItem
 from trtspec.errors import BenchError
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
@@ -43,12 +44,12 @@ class CheckResult:
         return {"status": self.status, "detail": self.detail, **(self.extra or {})}
 
 
-CheckFn = Callable[[str, dict[str, Any]], CheckResult]
+CheckFn = Callable[[str, PromptItem], CheckResult]
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
-def extract_code(text: str, item: dict[str, Any]) -> str:
+def extract_code(text: str, item: PromptItem) -> str:
     """The code a completion stands for.
 
     A chat answer stands for its first fenced block (else the whole text). A
@@ -91,7 +92,7 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def check_python_compile(text: str, item: dict[str, Any]) -> CheckResult:
+def check_python_compile(text: str, item: PromptItem) -> CheckResult:
     code = extract_code(text, item)
     fd, tmp = tempfile.mkstemp(suffix=".py", prefix="trtspec-check-")
     try:
@@ -114,7 +115,7 @@ def find_ruff() -> str | None:
     return shutil.which("ruff")
 
 
-def check_ruff(text: str, item: dict[str, Any]) -> CheckResult:
+def check_ruff(text: str, item: PromptItem) -> CheckResult:
     ruff = find_ruff()
     if ruff is None:
         return CheckResult(SKIPPED, "skipped: ruff not installed")
@@ -143,7 +144,7 @@ def check_ruff(text: str, item: dict[str, Any]) -> CheckResult:
     return CheckResult(FAIL, "ruff error: " + _last_line(proc.stderr))
 
 
-def check_json_schema(text: str, item: dict[str, Any]) -> CheckResult:
+def check_json_schema(text: str, item: PromptItem) -> CheckResult:
     import jsonschema
 
     schema = item.get("schema")
@@ -181,7 +182,7 @@ def golden_similarity(text: str, golden: str) -> float:
     return best
 
 
-def check_golden(text: str, item: dict[str, Any]) -> CheckResult:
+def check_golden(text: str, item: PromptItem) -> CheckResult:
     golden = item.get("golden")
     if golden is None:
         return CheckResult(SKIPPED, "skipped: prompt has no golden answer")
@@ -191,7 +192,7 @@ def check_golden(text: str, item: dict[str, Any]) -> CheckResult:
     return CheckResult(status, f"similarity {ratio:.2f} (threshold {threshold:.2f})")
 
 
-def check_pytest(text: str, item: dict[str, Any]) -> CheckResult:
+def check_pytest(text: str, item: PromptItem) -> CheckResult:
     """The prompt's ``tests`` against the extracted code; a timeout (wall clock
     or CPU time, trtspec.bench.sandbox's defaults) fails. Where the sandbox
     cannot be built the check did not run: *skipped*, saying why."""
@@ -241,7 +242,7 @@ def validate_check_names(names: list[str], where: str) -> None:
             )
 
 
-def default_checks(items: list[dict[str, Any]]) -> list[str]:
+def default_checks(items: list[PromptItem]) -> list[str]:
     """Checks implied by a prompt set's content when a route names none."""
     names = []
     if any(it.get("schema") is not None for it in items):
@@ -263,7 +264,7 @@ class QualityRunner:
         self._lock = threading.Lock()
 
     def run(
-        self, names: list[str], text: str, item: dict[str, Any], prompt_index: int
+        self, names: list[str], text: str, item: PromptItem, prompt_index: int
     ) -> dict[str, dict[str, Any]]:
         out = {}
         for name in names:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any
 
-from trtspec.artifacts.bench_run import REQUEST_SCHEMA_VERSION
+from trtspec.artifacts.bench_run import REQUEST_SCHEMA_VERSION, RequestRow
 from trtspec.bench.client import Outcome
 from trtspec.bench.quality import QualityRunner
 from trtspec.bench.records import (
@@ -67,7 +66,7 @@ class Recorder:
         self._queue.put(None)
         self._thread.join()
 
-    def row(self, out: Outcome, seq: int) -> dict[str, Any]:
+    def row(self, out: Outcome, seq: int) -> RequestRow:
         job, f = out.job, out.final
         latency = (out.end_ns - out.send_ns) / 1e6 if out.end_ns else None
         ttft = (out.first_text_ns - out.send_ns) / 1e6 if out.first_text_ns else None

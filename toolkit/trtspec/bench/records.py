@@ -1,8 +1,9 @@
-"""The on-disk data of a benchmark run: the per-request row format of
-``requests.jsonl`` (appended and flushed as each request completes, so a
-Ctrl-C or a kill keeps every finished request), the tolerant reader that
-ignores a torn last line, and the atomic writer every other artefact of a run
-goes through (temp file in the same folder + ``os.replace``)."""
+"""The on-disk data of a benchmark run: the writer of ``requests.jsonl``
+rows (``trtspec.artifacts.bench_run.RequestRow``; appended and flushed as
+each request completes, so a Ctrl-C or a kill keeps every finished request),
+the tolerant reader that ignores a torn last line, and the atomic writer
+every other artefact of a run goes through (temp file in the same folder +
+``os.replace``)."""
 
 from __future__ import annotations
 
@@ -12,71 +13,14 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trtspec import fsutil
+from trtspec.artifacts.bench_run import Cell, RequestRow
 from trtspec.catalogue import BASELINE
 from trtspec.errors import BenchError
-
-# Every row carries these keys (None where not applicable); tests and the
-# summary rely on the names.
-REQUEST_FIELDS = (
-    "schema_version",
-    "run_id",
-    "seq",
-    "warmup",
-    "route",
-    "prompt_index",
-    "sample_index",
-    "variant",
-    "model",
-    "mode",
-    "speculative",
-    "draft_model",
-    "num_speculative_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "max_tokens",
-    "load",
-    "concurrency",
-    "request_rate",
-    "request_id",
-    "send_time_unix",
-    "prompt_tokens",
-    "completion_tokens",
-    "ttft_ms",
-    "latency_ms",
-    "tpot_ms",
-    "tokens_per_second",
-    "accepted_tokens",
-    "draft_tokens",
-    "rounds",
-    "server_ttft_ms",
-    "server_total_ms",
-    "served_variant",
-    "fallback",
-    "error",
-    "text_hash",
-    "output_ids_hash",
-    "output_text",
-    "quality",
-    "client_overhead_ms",
-    "client_overhead_wall_ms",
-    "send_lag_ms",
-    "responses",
-    # external (OpenAI-compatible) arms: arm_kind triton|openai, the arm a row
-    # pairs with, and where draft/accepted counts came from (response|metrics|null)
-    "arm_kind",
-    "pairs_with",
-    "acceptance_source",
-    "acceptance_note",
-    "accepted_per_position",
-    "finish_reason",
-)
 
 
 def text_hash(text: str) -> str:
@@ -126,7 +70,7 @@ class RequestLog:
         self._lock = threading.Lock()
         self.count = 0
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: Mapping[str, Any]) -> None:
         data = (json.dumps(row, sort_keys=False, default=str, ensure_ascii=False) + "\n").encode()
         with self._lock:
             if self._fd is None:
@@ -161,7 +105,7 @@ class RequestLog:
         self.close()
 
 
-def read_requests(path: Path) -> list[dict[str, Any]]:
+def read_requests(path: Path) -> list[RequestRow]:
     """Rows of ``requests.jsonl``. A torn *last* line (the process died while
     writing it) is skipped; a malformed line elsewhere is an error naming it."""
     if not path.is_file():
@@ -169,7 +113,7 @@ def read_requests(path: Path) -> list[dict[str, Any]]:
             f"{path}: no such file",
             hint="point `trtspec report` at a run folder written by `trtspec bench`",
         )
-    rows: list[dict[str, Any]] = []
+    rows: list[RequestRow] = []
     lines = path.read_text(encoding="utf-8").splitlines()
     for n, line in enumerate(lines, start=1):
         if not line.strip():
@@ -188,11 +132,11 @@ def read_requests(path: Path) -> list[dict[str, Any]]:
                 f"{path}:{n}: not a request row (needs 'route' and 'variant')",
                 hint="requests.jsonl holds one JSON object per line; remove or fix that line",
             )
-        rows.append(row)
+        rows.append(cast(RequestRow, row))
     return rows
 
 
-def pairs_with(row: dict[str, Any]) -> str | None:
+def pairs_with(row: RequestRow | Cell) -> str | None:
     """The arm a row or cell is compared with: ``baseline`` for Triton variants,
     its named twin for an external speculative arm, None for a baseline arm
     (rows written before external arms existed carry no such field)."""

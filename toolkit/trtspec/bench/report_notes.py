@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtspec.artifacts.bench_run import JSONObject, Summary
+
 
 def arm_name(variant: str, k: Any) -> str:
     """An arm as the report names it: ``variant`` or ``variant(k=K)``."""
@@ -17,7 +19,7 @@ def _fmt(v: float | None, spec: str = ".0f", none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def incident_note(incident: dict[str, Any]) -> str:
+def incident_note(incident: JSONObject) -> str:
     """One report line per server incident. The model and route are those of
     the first request it failed; an incident that failed no request (or a
     whole-server exit the watchdog saw first) has neither, and the line says
@@ -31,7 +33,7 @@ def incident_note(incident: dict[str, Any]) -> str:
     return f"server incident: {model}{where}: {incident['error']} — {incident['action']}; {effect}"
 
 
-def measurement_notes(summary: dict[str, Any]) -> list[str]:
+def measurement_notes(summary: Summary) -> list[str]:
     """The report's measurement notes: client overhead, external arms, hidden
     acceptance, incidents, cache state and what a load level counts."""
     from trtspec.bench.external_notes import external_notes
@@ -64,11 +66,11 @@ def measurement_notes(summary: dict[str, Any]) -> list[str]:
     return notes
 
 
-def level_notes(summary: dict[str, Any]) -> list[str]:
+def level_notes(summary: Summary) -> list[str]:
     """What a closed-loop level counts (bench/blocks.py), when the run has a
     level above 1, and each route × level whose blocks repeated a prompt."""
     unit = (summary.get("settings") or {}).get("level_unit")
-    levels = {int(c["concurrency"]) for c in summary["cells"] if c.get("concurrency")}
+    levels = {int(conc) for c in summary["cells"] if (conc := c.get("concurrency"))}
     notes = []
     if unit and any(level > 1 for level in levels):
         notes.append(
@@ -84,7 +86,7 @@ def level_notes(summary: dict[str, Any]) -> list[str]:
     return notes + cross_level_notes(summary)
 
 
-def cross_level_notes(summary: dict[str, Any]) -> list[str]:
+def cross_level_notes(summary: Summary) -> list[str]:
     """Each route whose baseline reused more prompt tokens per request at a
     later closed-loop level than at its first: the later level found blocks
     the earlier one cached (every arm alike, so its pairs stay fair), which
@@ -92,15 +94,14 @@ def cross_level_notes(summary: dict[str, Any]) -> list[str]:
     first: dict[tuple[str, float], tuple[int, float]] = {}
     notes = []
     cells = [
-        c
+        (int(conc), float(reused), c)
         for c in summary["cells"]
         if c.get("variant") == "baseline"
-        and c.get("concurrency")
-        and c.get("prefix_reused_tokens_mean") is not None
+        and (conc := c.get("concurrency"))
+        and (reused := c.get("prefix_reused_tokens_mean")) is not None
     ]
-    for c in sorted(cells, key=lambda c: int(c["concurrency"])):
+    for level, reused, c in sorted(cells, key=lambda lc: lc[0]):
         key = (c["route"], float(c.get("temperature") or 0.0))
-        level, reused = int(c["concurrency"]), float(c["prefix_reused_tokens_mean"])
         if key not in first:
             first[key] = (level, reused)
         elif reused > first[key][1]:
@@ -114,13 +115,13 @@ def cross_level_notes(summary: dict[str, Any]) -> list[str]:
     return notes
 
 
-def cache_notes(summary: dict[str, Any]) -> list[str]:
+def cache_notes(summary: Summary) -> list[str]:
     """What the report says about cache state: the policy, and every cell
     where a prompt's baseline and variant rows started from different
     prefix-cache states (their speedup mixes speculation with cache luck)."""
-    parity = summary.get("prefix_cache") or {}
+    parity = summary.get("prefix_cache")
     notes = []
-    if parity.get("policy"):
+    if parity and parity.get("policy"):
         how = {
             "cold": "no arm reuses another arm's KV blocks for the same prompt",
             "warm": "each measured request follows a 1-token request for the same prompt",

@@ -13,20 +13,31 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from trtspec.errors import BenchError
 
-ITEM_KEYS = (
-    "id",
-    "messages",
-    "prompt",
-    "max_tokens",
-    "golden",
-    "golden_threshold",
-    "schema",
-    "tests",
-)
+
+class Message(TypedDict):
+    role: str  # one of ROLES
+    content: str
+
+
+class PromptItem(TypedDict, total=False):
+    """One line of a prompt set, as ``_validate_item`` accepts it: exactly
+    one of ``messages`` or ``prompt``; the rest optional."""
+
+    id: Any
+    messages: list[Message]
+    prompt: str
+    max_tokens: int
+    golden: str
+    golden_threshold: float
+    schema: dict[str, Any]  # a JSON Schema
+    tests: str  # pytest source (a named .py file is read at load)
+
+
+ITEM_KEYS = tuple(PromptItem.__annotations__)
 ROLES = ("system", "user", "assistant")
 _FORMAT_HINT = "see build_specs/routes/README.md for the prompt-set format"
 
@@ -37,7 +48,7 @@ class RouteSet:
 
     name: str
     path: Path
-    items: list[dict[str, Any]]
+    items: list[PromptItem]
     max_tokens: int
     checks: list[str] = field(default_factory=list)
     requests: int | None = None
@@ -46,7 +57,7 @@ class RouteSet:
     # sampling temperatures for this route; None = the run's (BenchSettings.temperatures)
     temperatures: list[float] | None = None
 
-    def sample(self, n: int | None) -> list[tuple[int, dict[str, Any]]]:
+    def sample(self, n: int | None) -> list[tuple[int, PromptItem]]:
         """``n`` (sample_index → item) pairs, cycling through the prompts
         in file order when ``n`` exceeds their number."""
         count = len(self.items) if n is None else n
@@ -57,7 +68,7 @@ def _fail(path: Path, line: int, msg: str, hint: str = _FORMAT_HINT) -> BenchErr
     return BenchError(f"{path}:{line}: {msg}", hint=hint)
 
 
-def _validate_item(path: Path, line: int, item: Any) -> dict[str, Any]:
+def _validate_item(path: Path, line: int, item: Any) -> PromptItem:
     if not isinstance(item, dict):
         raise _fail(path, line, f"expected a JSON object, got {type(item).__name__}")
     for key in item:
@@ -116,7 +127,7 @@ def _validate_item(path: Path, line: int, item: Any) -> dict[str, Any]:
             jsonschema.validators.validator_for(item["schema"]).check_schema(item["schema"])
         except jsonschema.SchemaError as exc:
             raise _fail(path, line, f"schema: not a valid JSON Schema ({exc.message})") from None
-    return item
+    return cast(PromptItem, item)
 
 
 def _tests_source(path: Path, line: int, tests: Any) -> str:
@@ -138,7 +149,7 @@ def _tests_source(path: Path, line: int, tests: Any) -> str:
         ) from None
 
 
-def load_prompt_set(path: Path) -> list[dict[str, Any]]:
+def load_prompt_set(path: Path) -> list[PromptItem]:
     """Read and validate one prompt set."""
     if not path.is_file():
         raise BenchError(
@@ -159,7 +170,7 @@ def load_prompt_set(path: Path) -> list[dict[str, Any]]:
     return items
 
 
-def render_prompt(item: dict[str, Any], tokenizer: Any | None) -> str:
+def render_prompt(item: PromptItem, tokenizer: Any | None) -> str:
     """The exact ``text_input`` for an item."""
     if item.get("prompt") is not None:
         return str(item["prompt"])

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE
+from trtspec.artifacts.bench_run import REQUESTS_FILE, RUN_FILE, PrefixCache, RunInfo, Summary
 from trtspec.bench.cells import Run, Target, serve, wait_ready
 from trtspec.bench.client import Arm, LagProbe
 from trtspec.bench.parity import COLD, POLICIES, WARM, parity_repo, shared_engines
@@ -32,7 +32,8 @@ from trtspec.bench.plan import BenchPlan, BenchSettings, plan_from_spec
 from trtspec.bench.progress import RouteBars
 from trtspec.bench.recorder import Recorder
 from trtspec.bench.records import RequestLog, atomic_write_json
-from trtspec.bench.report import METRICS_FILE, console_lines, render_run
+from trtspec.bench.report import METRICS_FILE, render_run
+from trtspec.bench.report_console import console_lines
 from trtspec.bench.sequential import DEFAULT_MAX_REQUESTS
 from trtspec.bench.summary import environment_info, git_commit
 from trtspec.errors import BenchError, TrtspecError, os_error
@@ -47,7 +48,7 @@ __all__ = ["BenchOptions", "BenchPlan", "BenchSettings", "RunResult", "run_bench
 @dataclass
 class RunResult:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     console: list[str]
     interrupted: bool = False
 
@@ -78,7 +79,7 @@ def _signals_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous_int)
 
 
-def client_stats(probe: LagProbe) -> dict[str, Any]:
+def client_stats(probe: LagProbe) -> dict[str, float | None]:
     return probe.summary()
 
 
@@ -182,9 +183,9 @@ def run_benchmark(
     run_id = run.run_id
     repo = repo or Path("triton_repo") / plan.spec_name
     parity = _cache_parity(plan, repo, run_dir, endpoint, say)
-    if parity.get("repo"):
-        repo = Path(parity["repo"])
-    run_info: dict[str, Any] = {
+    if parity_repo_dir := parity.get("repo"):
+        repo = Path(parity_repo_dir)
+    run_info: RunInfo = {
         "run_id": run_id,
         "git_commit": git_commit(Path(__file__).parent),
         "spec": {"name": plan.spec_name, "hash": plan.spec_hash, "path": plan.spec_path},
@@ -332,13 +333,13 @@ def _measure(spec: Any, plan: BenchPlan, engines_root: Path, repo: Path | None) 
 
 def _cache_parity(
     plan: BenchPlan, repo: Path, run_dir: Path, endpoint: str | None, say: Callable[[str], None]
-) -> dict[str, Any]:
+) -> PrefixCache:
     """Apply the run's --prefix-cache policy before anything is served; what
     was done goes to run.json (and summary.json)."""
     from trtspec.serve.manifest import MANIFEST_NAME, resolve_repo
 
     policy = plan.settings.prefix_cache
-    out: dict[str, Any] = {"policy": policy, "repo": None, "own_engine_models": {}}
+    out: PrefixCache = {"policy": policy, "repo": None, "own_engine_models": {}}
     if not any(a.openai is None for a in plan.arms):
         out["enforced"] = False  # external arms only: their servers are not ours
         return out

@@ -10,7 +10,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+
+from trtspec.artifacts.bench_run import Distribution, Interval, PairedDifference
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -28,7 +29,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return data[lo] + (data[hi] - data[lo]) * frac
 
 
-def distribution(values: Sequence[float | None]) -> dict[str, float | None]:
+def distribution(values: Sequence[float | None]) -> Distribution:
     """p50/p95/p99/mean/min/max of the non-null values."""
     data = [float(v) for v in values if v is not None]
     if not data:
@@ -54,7 +55,7 @@ class SpeedupEstimate:
     pairs: int
     confidence: float
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> Interval:
         return {
             "point": self.point,
             "ci_low": self.ci_low,
@@ -71,7 +72,7 @@ def rate(numerator: int, denominator: int) -> float | None:
 
 def paired_proportion_difference(
     outcomes: Sequence[tuple[bool, bool]], confidence: float = 0.95
-) -> dict[str, Any] | None:
+) -> PairedDifference | None:
     """Variant share − baseline share of a yes/no outcome over paired prompts
     (``(baseline, variant)`` per pair), with the Agresti–Min interval for
     paired proportions: a Wald interval on the 2×2 table with ½ added to each

@@ -19,10 +19,23 @@ import subprocess
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from trtspec import __version__
-from trtspec.artifacts.bench_run import SUMMARY_SCHEMA_VERSION
+from trtspec.artifacts.bench_run import (
+    SUMMARY_SCHEMA_VERSION,
+    Cell,
+    ClientCost,
+    DecisionRules,
+    Environment,
+    JSONObject,
+    LevelThroughput,
+    Objectives,
+    RequestRow,
+    RunInfo,
+    SequentialStop,
+    Summary,
+)
 from trtspec.bench import distribution, goodput, positions, stats
 from trtspec.bench.decide import decide
 from trtspec.bench.openai_metrics import attach_cell_acceptance
@@ -36,14 +49,14 @@ SHORT_OUTPUT_TOKENS = 20
 CellKey = tuple[str, str, Any, str, float]  # route, variant, k, load, temperature
 
 
-def _same_output(b: dict[str, Any], v: dict[str, Any]) -> bool:
+def _same_output(b: RequestRow, v: RequestRow) -> bool:
     """Token ids where both arms have them (Triton), text otherwise (OpenAI)."""
     if b.get("output_ids_hash") and v.get("output_ids_hash"):
         return bool(b["output_ids_hash"] == v["output_ids_hash"])
     return bool(b.get("text_hash") == v.get("text_hash"))
 
 
-def cell_key(row: dict[str, Any]) -> CellKey:
+def cell_key(row: RequestRow) -> CellKey:
     return (
         row["route"],
         row["variant"],
@@ -53,11 +66,11 @@ def cell_key(row: dict[str, Any]) -> CellKey:
     )
 
 
-def _ok(row: dict[str, Any]) -> bool:
+def _ok(row: RequestRow) -> bool:
     return not row.get("error")
 
 
-def _cost(row: dict[str, Any]) -> float | None:
+def _cost(row: RequestRow) -> float | None:
     """ms per output token: the paired cost the speedup compares."""
     n, lat = row.get("completion_tokens"), row.get("latency_ms")
     if not _ok(row) or not n or lat is None or lat <= 0:
@@ -65,18 +78,19 @@ def _cost(row: dict[str, Any]) -> float | None:
     return float(lat) / float(n)
 
 
-def _sum(rows: Iterable[dict[str, Any]], key: str) -> int:
+Counted = Literal["rounds", "draft_tokens", "accepted_tokens", "completion_tokens"]
+
+
+def _sum(rows: Iterable[RequestRow], key: Counted) -> int:
     return sum(int(r.get(key) or 0) for r in rows)
 
 
-def _busy_s(rows: list[dict[str, Any]]) -> float:
+def _busy_s(rows: list[RequestRow]) -> float:
     """Seconds during which at least one of ``rows`` was in flight (the union
     of their send-to-end intervals). At a closed-loop level the arms take
     turns in blocks (bench/blocks.py), so an arm's busy time leaves out the
     other arms' blocks between its own."""
-    spans = sorted(
-        (r["send_time_unix"], r["send_time_unix"] + r["latency_ms"] / 1000.0) for r in rows
-    )
+    spans = sorted((sent, sent + lat / 1000.0) for sent, lat in _times(rows))
     total, start, end = 0.0, None, None
     for a, b in spans:
         if end is None or a > end:
@@ -90,28 +104,52 @@ def _busy_s(rows: list[dict[str, Any]]) -> float:
     return total
 
 
-def _timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+Measured = Literal[
+    "completion_tokens",
+    "latency_ms",
+    "prefix_reused_tokens",
+    "client_overhead_ms",
+    "client_overhead_wall_ms",
+    "send_lag_ms",
+]
+
+
+def _present(rows: Iterable[RequestRow], key: Measured) -> list[float]:
+    """``key`` of the rows that have it, as the rows hold it."""
+    return [v for r in rows if (v := r.get(key)) is not None]
+
+
+def _timed(rows: list[RequestRow]) -> list[RequestRow]:
     return [r for r in rows if r.get("send_time_unix") is not None and r.get("latency_ms")]
 
 
-def _aggregate_tps(rows: list[dict[str, Any]]) -> float | None:
+def _times(rows: list[RequestRow]) -> list[tuple[float, float]]:
+    """(send time, latency ms) of the rows that have both (``_timed``)."""
+    return [
+        (sent, lat)
+        for r in rows
+        if (sent := r.get("send_time_unix")) is not None and (lat := r.get("latency_ms"))
+    ]
+
+
+def _aggregate_tps(rows: list[RequestRow]) -> float | None:
     """Completion tokens per second of busy time (``_busy_s``)."""
     timed = _timed(rows)
     busy = _busy_s(timed)
     return _sum(timed, "completion_tokens") / busy if busy > 0 else None
 
 
-def _inflight_mean(rows: list[dict[str, Any]]) -> float | None:
+def _inflight_mean(rows: list[RequestRow]) -> float | None:
     """Requests in flight on average over the busy time: the level the cell
     actually held (a block drains below its level as its requests finish)."""
     timed = _timed(rows)
     busy = _busy_s(timed)
-    return sum(r["latency_ms"] for r in timed) / 1000.0 / busy if busy > 0 else None
+    return sum(lat for _, lat in _times(timed)) / 1000.0 / busy if busy > 0 else None
 
 
 def pair_by_sample(
-    baseline_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
-) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[Any], list[Any]]:
+    baseline_rows: list[RequestRow], rows: list[RequestRow]
+) -> tuple[list[tuple[RequestRow, RequestRow]], list[Any], list[Any]]:
     """(baseline row, variant row) for every variant row whose prompt sample
     the baseline also answered, matched by ``sample_index`` (never by
     position: the arms' rows need not come in the same order, nor all be
@@ -131,12 +169,12 @@ def pair_by_sample(
 
 
 def summarize_cell(
-    rows: list[dict[str, Any]],
-    baseline_rows: list[dict[str, Any]] | None,
+    rows: list[RequestRow],
+    baseline_rows: list[RequestRow] | None,
     *,
     confidence: float = 0.95,
-    objectives: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    objectives: Objectives | None = None,
+) -> Cell:
     first = rows[0]
     ok = [r for r in rows if _ok(r)]
     errors = len(rows) - len(ok)
@@ -150,7 +188,7 @@ def summarize_cell(
     ):
         # a served variant that reports no counts (LLM-API flow): unknown, never 0
         drafted = accepted = None
-    completions = [r["completion_tokens"] for r in ok if r.get("completion_tokens") is not None]
+    completions = _present(ok, "completion_tokens")
     median_completion = stats.percentile(completions, 50)
     qualities = [quality_passed(r.get("quality")) for r in ok]
     judged = [q for q in qualities if q is not None]
@@ -162,7 +200,8 @@ def summarize_cell(
     sources = {r.get("acceptance_source") for r in ok}
     source = next(iter(sources)) if len(sources) == 1 else None
     notes = [r["acceptance_note"] for r in ok if r.get("acceptance_note")]
-    cell: dict[str, Any] = {
+    tps = stats.distribution([r.get("tokens_per_second") for r in ok])
+    cell: Cell = {
         "route": first["route"],
         "variant": first["variant"],
         "model": first.get("model"),
@@ -188,11 +227,8 @@ def summarize_cell(
         "latency_ms": stats.distribution([r.get("latency_ms") for r in ok]),
         "tpot_ms": stats.distribution([r.get("tpot_ms") for r in ok]),
         "tokens_per_second": {
-            **{
-                k: v
-                for k, v in stats.distribution([r.get("tokens_per_second") for r in ok]).items()
-                if k in ("p50", "mean")
-            },
+            "p50": tps["p50"],
+            "mean": tps["mean"],
             "aggregate": _aggregate_tps(ok),
         },
         "inflight_mean": _inflight_mean(ok),
@@ -276,9 +312,7 @@ def summarize_cell(
             equal = sum(1 for b, v in both_ok if _same_output(b, v))
             cell["equal_rate"] = stats.rate(equal, len(both_ok))
         base_ok = [r for r in baseline_rows if _ok(r)]
-        base_p95 = stats.percentile(
-            [r["latency_ms"] for r in base_ok if r.get("latency_ms") is not None], 95
-        )
+        base_p95 = stats.percentile(_present(base_ok, "latency_ms"), 95)
         var_p95 = cell["latency_ms"]["p95"]
         if base_p95 and var_p95 is not None:
             cell["p95_latency_regression"] = var_p95 / base_p95 - 1.0
@@ -291,19 +325,19 @@ def summarize_cell(
     return cell
 
 
-def _mean_reused(rows: list[dict[str, Any]]) -> float | None:
-    vals = [r["prefix_reused_tokens"] for r in rows if r.get("prefix_reused_tokens") is not None]
+def _mean_reused(rows: list[RequestRow]) -> float | None:
+    vals = _present(rows, "prefix_reused_tokens")
     return sum(vals) / len(vals) if vals else None
 
 
 def summarize_rows(
-    rows: list[dict[str, Any]],
+    rows: list[RequestRow],
     *,
     confidence: float = 0.95,
-    objectives: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+    objectives: Objectives | None = None,
+) -> list[Cell]:
     """All cells, in the order their first row appears (measured rows only)."""
-    groups: dict[CellKey, list[dict[str, Any]]] = {}
+    groups: dict[CellKey, list[RequestRow]] = {}
     for row in rows:
         if row.get("warmup"):
             continue
@@ -321,7 +355,7 @@ def summarize_rows(
         for n, name in enumerate(("route", "variant", "k", "load"))
     }
 
-    def position(c: dict[str, Any]) -> tuple[Any, ...]:
+    def position(c: Cell) -> tuple[Any, ...]:
         k = c.get("num_speculative_tokens")
         return (
             order["route"][c["route"]],
@@ -336,17 +370,18 @@ def summarize_rows(
     return sorted(cells, key=position)
 
 
-def load_throughput(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def load_throughput(rows: list[RequestRow]) -> list[LevelThroughput]:
     """Per route × closed-loop level × temperature, the completion tokens/s
     of every arm's measured requests together over the time any was in
     flight. The arms take turns in blocks of the level (bench/blocks.py), so
     this is the throughput one arm's blocks reach, averaged over the arms:
     how much batching gains as the level rises."""
-    groups: dict[tuple[str, int, float], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int, float], list[RequestRow]] = {}
     for r in rows:
-        if r.get("warmup") or not _ok(r) or r.get("concurrency") is None:
+        conc = r.get("concurrency")
+        if r.get("warmup") or not _ok(r) or conc is None:
             continue
-        key = (r["route"], int(r["concurrency"]), float(r.get("temperature") or 0.0))
+        key = (r["route"], int(conc), float(r.get("temperature") or 0.0))
         groups.setdefault(key, []).append(r)
     return [
         {
@@ -360,7 +395,7 @@ def load_throughput(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def attach_memory(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
+def attach_memory(cells: list[Cell], samples: list[JSONObject]) -> None:
     """Server memory per cell: the largest sample taken while the cell's
     route/load/temperature block ran on a server serving that variant."""
     for cell in cells:
@@ -378,7 +413,7 @@ def attach_memory(cells: list[dict[str, Any]], samples: list[dict[str, Any]]) ->
         cell["server_memory_kind"] = next(iter(kinds)) if len(kinds) == 1 else None
 
 
-def attach_stops(cells: list[dict[str, Any]], stops: list[dict[str, Any]]) -> None:
+def attach_stops(cells: list[Cell], stops: list[SequentialStop]) -> None:
     """Where a run that sampled until decided stopped each cell: ``stop`` =
     faster | slower | undecided (at the cap or interrupted), after
     ``pairs_sent`` pairs; absent on fixed-count runs."""
@@ -401,7 +436,7 @@ def attach_stops(cells: list[dict[str, Any]], stops: list[dict[str, Any]]) -> No
                 cell["pairs_sent"] = st.get("pairs_sent")
 
 
-def read_jsonl_loose(path: Path) -> list[dict[str, Any]]:
+def read_jsonl_loose(path: Path) -> list[JSONObject]:
     """Rows of an auxiliary JSONL file; unreadable lines are skipped because
     these files only add detail (memory samples) to what the rows say."""
     if not path.is_file():
@@ -441,7 +476,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def environment_info() -> dict[str, Any]:
+def environment_info() -> Environment:
     """Machine and library versions for the report header."""
     mem = None
     with contextlib.suppress(ValueError, OSError, AttributeError):
@@ -466,13 +501,13 @@ def environment_info() -> dict[str, Any]:
 
 
 def build_summary(
-    rows: list[dict[str, Any]],
-    run_info: dict[str, Any],
-    memory_samples: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    rows: list[RequestRow],
+    run_info: RunInfo,
+    memory_samples: list[JSONObject] | None = None,
+) -> Summary:
     """The whole ``summary.json`` document (decisions included)."""
     settings = run_info.get("settings") or {}
-    decision = {**DEFAULT_DECISION, **(settings.get("decision") or {})}
+    decision = cast(DecisionRules, {**DEFAULT_DECISION, **(settings.get("decision") or {})})
     plan = SequentialPlan.from_dict(settings.get("sequential"))
     cells = summarize_rows(
         rows,
@@ -532,15 +567,13 @@ OVERHEAD_WARN_FRACTION = 0.02
 SEND_LAG_WARN_MS = 10.0
 
 
-def client_summary(rows: list[dict[str, Any]], probe: dict[str, Any]) -> dict[str, Any]:
+def client_summary(rows: list[RequestRow], probe: dict[str, float | None]) -> ClientCost:
     """The client's own cost (from the rows) and its lag probe (from
     ``run.json``), with warnings where either could distort the numbers."""
-    overhead = [r["client_overhead_ms"] for r in rows if r.get("client_overhead_ms") is not None]
-    overhead_wall = [
-        r["client_overhead_wall_ms"] for r in rows if r.get("client_overhead_wall_ms") is not None
-    ]
-    send_lag = [r["send_lag_ms"] for r in rows if r.get("send_lag_ms") is not None]
-    out: dict[str, Any] = {
+    overhead = _present(rows, "client_overhead_ms")
+    overhead_wall = _present(rows, "client_overhead_wall_ms")
+    send_lag = _present(rows, "send_lag_ms")
+    out: ClientCost = {
         "overhead_ms_p50": stats.percentile(overhead, 50),
         "overhead_ms_p95": stats.percentile(overhead, 95),
         "overhead_wall_ms_p95": stats.percentile(overhead_wall, 95),
@@ -561,9 +594,9 @@ def client_summary(rows: list[dict[str, Any]], probe: dict[str, Any]) -> dict[st
     # request's end-to-end latency (a streamed request pays client cost for
     # every delta, spread over the whole request, not only before TTFT).
     shares = [
-        r["client_overhead_ms"] / r["latency_ms"]
+        cost / lat
         for r in rows
-        if r.get("client_overhead_ms") is not None and r.get("latency_ms")
+        if (cost := r.get("client_overhead_ms")) is not None and (lat := r.get("latency_ms"))
     ]
     out["overhead_share_p95"] = stats.percentile(shares, 95)
     share95 = out["overhead_share_p95"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from trtspec.artifacts.bench_run import Interval, SequentialStop
 from trtspec.bench.client import Arm, Outcome
 from trtspec.bench.sequential import UNDECIDED, SequentialPlan, look, next_size
 
@@ -53,9 +53,9 @@ class Stop:
     arm: Arm
     pairs: int
     verdict: str = UNDECIDED
-    speedup: dict[str, Any] | None = None
+    speedup: Interval | None = None
 
-    def as_dict(self, route: str, load: str, temperature: float) -> dict[str, Any]:
+    def as_dict(self, route: str, load: str, temperature: float) -> SequentialStop:
         return {
             "route": route,
             "variant": self.arm.variant,

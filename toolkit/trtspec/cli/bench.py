@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +18,9 @@ from trtspec.cli._options import engines_option
 from trtspec.cli._options import fail_on_option as shared_fail_on_option
 from trtspec.cli._output import emit_json, format_option, progress
 from trtspec.errors import BenchError, GateFailed
+
+if TYPE_CHECKING:
+    from trtspec.artifacts.bench_run import Summary
 
 DEFAULT_MAX_ERROR_RATE = 0.05
 
@@ -72,10 +75,10 @@ max_error_option = click.option(
 
 
 def _finish(
-    summary: dict[str, Any], gates: list[Any], max_error_rate: float, fmt: str, run_dir: Path
+    summary: Summary, gates: list[Any], max_error_rate: float, fmt: str, run_dir: Path
 ) -> None:
     from trtspec.bench.gates import check_gates
-    from trtspec.bench.report import console_lines
+    from trtspec.bench.report_console import console_lines
     from trtspec.bench.report_notes import incident_note
 
     if fmt == "json":

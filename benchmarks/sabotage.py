@@ -155,10 +155,10 @@ SABOTAGES: tuple[Sabotage, ...] = (
             (
                 "error-rate",
                 "error rate",
-                '        and cell["error_rate"] > d["max_error_rate"]\n'
+                '        and error_rate > d["max_error_rate"]\n'
                 "        and own_rate is not None\n"
                 '        and own_rate > d["max_error_rate"]\n',
-                '        and cell["error_rate"] >= d["max_error_rate"]\n'
+                '        and error_rate >= d["max_error_rate"]\n'
                 "        and own_rate is not None\n"
                 '        and own_rate >= d["max_error_rate"]\n',
             ),

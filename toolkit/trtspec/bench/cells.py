@@ -231,11 +231,12 @@ class Run:
             found = watchdog.incidents_since(outcome.send_ns)
             unreachable = any(m in error for m in _UNREACHABLE)
             if not found and unreachable:
-                found = _exit_in_progress(watchdog, outcome.send_ns)
-            if not found and unreachable and watchdog.incidents and server_live(target.url):
-                # A connection that still carried the last restart (gRPC's
-                # reconnect backoff) to a server that is back: that incident's.
-                found = [watchdog.incidents[-1]]
+                if not server_live(target.url):
+                    found = _exit_in_progress(watchdog, outcome.send_ns)
+                elif watchdog.incidents:
+                    # A connection that still carried the last restart (gRPC's
+                    # reconnect backoff) to a server that is back: that incident's.
+                    found = [watchdog.incidents[-1]]
             if not found and (unreachable or any(m in error for m in _RECOVERABLE)):
                 found = [
                     watchdog.note(

@@ -32,29 +32,20 @@ import time
 from pathlib import Path
 
 from trtspec.artifacts import rollout_state as st
-from trtspec.bench.client import Arm, Job, StreamWorker
+from trtspec.bench.client import StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
-from trtspec.repo import assemble, configs
-from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
+from trtspec.repo import assemble
 from trtspec.serve import Server
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests/fixtures: the echo router helpers
+
+from tests.fixtures.router_jobs import add_router, router_job  # noqa: E402
 
 
 def make_repo(root: Path, *, logging: bool) -> Path:
     repo = write_echo_repository(root, {"baseline": {}, "ngram": {"max_accept": 3}})
-    router = configs.base_config(
-        assemble.ROUTER,
-        backend="python",
-        max_batch_size=0,
-        decoupled=True,
-        inputs=ORCHESTRATOR_INPUTS,
-        outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,ngram"},
-    )
-    assemble._write_model(repo, assemble.ROUTER, router, assemble.MODEL_SOURCES[assemble.ROUTER])
-    routes = {"code": {"variant": "ngram", "canary_percent": 50}}
-    (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(
-        json.dumps({"schema_version": 1, "default_variant": "baseline", "routes": routes})
-    )
+    add_router(repo, ["baseline", "ngram"], {"code": {"variant": "ngram", "canary_percent": 50}})
     base = st.RolloutConfig()
     config = st.RolloutConfig(
         model="echo",
@@ -79,24 +70,7 @@ def drive(url: str, n: int, concurrency: int, tag: str) -> tuple[float, int]:
                     if not todo:
                         return
                     i = todo.pop()
-                job = Job(
-                    route="code",
-                    prompt_index=0,
-                    sample_index=0,
-                    item={},
-                    text_input="abcdefghijklmnop",
-                    max_tokens=4,
-                    arm=Arm(variant="router", model="router"),
-                    temperature=0.0,
-                    top_p=1.0,
-                    top_k=0,
-                    seed=1,
-                    load=f"c{concurrency}",
-                    concurrency=concurrency,
-                    request_rate=None,
-                    warmup=False,
-                    request_id=f"{tag}-{i}",
-                )
+                job = router_job("code", f"{tag}-{i}", "abcdefghijklmnop", 4, concurrency)
                 if worker.run(job).error:
                     with lock:
                         errors[0] += 1

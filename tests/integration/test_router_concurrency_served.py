@@ -10,11 +10,11 @@ freed). Route ``chat`` has no limit and is never redirected.
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
 
+from tests.fixtures.router_jobs import add_router
 from trtspec.bench.client import Arm, Job, StreamWorker
 from trtspec.bench.echo_model import write_echo_repository
 
@@ -23,35 +23,16 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    from trtspec.repo import assemble, configs
-    from trtspec.runtime.contract import ORCHESTRATOR_INPUTS, ORCHESTRATOR_OUTPUTS
     from trtspec.serve import Server
 
     root = tmp_path_factory.mktemp("router-limit")
     repo = write_echo_repository(
         root / "repo", {"baseline": {"round_ms": 50.0}, "ngram": {"round_ms": 50.0}}
     )
-    router = configs.base_config(
-        assemble.ROUTER,
-        backend="python",
-        max_batch_size=0,
-        decoupled=True,
-        inputs=ORCHESTRATOR_INPUTS,
-        outputs=ORCHESTRATOR_OUTPUTS,
-        parameters={"routing_file": assemble.ROUTING_FILE, "variants": "baseline,ngram"},
-    )
-    assemble._write_model(repo, assemble.ROUTER, router, assemble.MODEL_SOURCES[assemble.ROUTER])
-    (repo / assemble.ROUTER / assemble.ROUTING_FILE).write_text(
-        json.dumps(
-            {
-                "schema_version": 1,
-                "default_variant": "baseline",
-                "routes": {
-                    "code": {"variant": "ngram", "max_concurrency": 2},
-                    "chat": {"variant": "ngram"},
-                },
-            }
-        )
+    add_router(
+        repo,
+        ["baseline", "ngram"],
+        {"code": {"variant": "ngram", "max_concurrency": 2}, "chat": {"variant": "ngram"}},
     )
     with Server(repo, log_path=root / "server.log") as srv:
         yield srv
